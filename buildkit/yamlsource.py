@@ -1,0 +1,158 @@
+"""Parse YAML while remembering where every value came from (line and column).
+
+PyYAML's ``safe_load`` drops source positions and silently keeps the last of two duplicate keys;
+both matter when telling a user which line of their matrix is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from buildkit.errors import Finding, Location
+
+PathKey = tuple[str | int, ...]
+
+
+@dataclass
+class SourceMap:
+    """Positions of the keys and values of one parsed YAML document."""
+
+    path: Path
+    keys: dict[PathKey, tuple[int, int]] = field(default_factory=dict)
+    values: dict[PathKey, tuple[int, int]] = field(default_factory=dict)
+    raw: dict[PathKey, str] = field(default_factory=dict)  # scalar text as written
+
+    def locate(self, loc: PathKey, *, prefer_key: bool = False) -> Location:
+        """The position of ``loc``, or of its nearest ancestor that was in the file."""
+        for end in range(len(loc), -1, -1):
+            prefix = loc[:end]
+            first, second = (self.keys, self.values) if prefer_key else (self.values, self.keys)
+            pos = first.get(prefix) or second.get(prefix)
+            if pos is not None:
+                return Location(self.path, pos[0], pos[1])
+        return Location(self.path)
+
+
+class YamlSourceError(Exception):
+    """The text is not well-formed YAML (or not a mapping at the top level)."""
+
+    def __init__(self, findings: list[Finding]) -> None:
+        super().__init__("; ".join(f.message for f in findings))
+        self.findings = findings
+
+
+def _mark(node: Node) -> tuple[int, int]:
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _field_name(path: PathKey) -> str:
+    return format_path(path) or "<document>"
+
+
+def format_path(path: PathKey) -> str:
+    """``('stacks', 'cann8.3', 'os', 0)`` -> ``stacks.cann8.3.os[0]``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+class _Builder:
+    def __init__(self, source: Path) -> None:
+        self.map = SourceMap(source)
+        self.constructor = SafeConstructor()
+        self.findings: list[Finding] = []
+
+    def build(self, node: Node, path: PathKey) -> Any:
+        self.map.values.setdefault(path, _mark(node))
+        if isinstance(node, MappingNode):
+            return self._mapping(node, path)
+        if isinstance(node, SequenceNode):
+            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        assert isinstance(node, ScalarNode)
+        self.map.raw[path] = node.value
+        return self.constructor.construct_object(node, deep=True)
+
+    def _mapping(self, node: MappingNode, path: PathKey) -> dict[Any, Any]:
+        self.constructor.flatten_mapping(node)  # resolve `<<: *anchor` merge keys
+        result: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, ScalarNode):
+                line, col = _mark(key_node)
+                self.findings.append(
+                    Finding(
+                        Location(self.map.path, line, col),
+                        _field_name(path),
+                        "a mapping key must be a plain scalar",
+                    )
+                )
+                continue
+            key = self.constructor.construct_object(key_node, deep=True)
+            line, col = _mark(key_node)
+            if key in result:
+                first = self.map.keys.get((*path, key), (0, 0))
+                self.findings.append(
+                    Finding(
+                        Location(self.map.path, line, col),
+                        _field_name((*path, key)),
+                        f"duplicate key {key!r} (first defined on line {first[0]})",
+                        hint="each key once per mapping",
+                    )
+                )
+                continue
+            child = (*path, key)
+            self.map.keys[child] = (line, col)
+            result[key] = self.build(value_node, child)
+        return result
+
+
+def load_yaml(text: str, source: Path) -> tuple[dict[str, Any], SourceMap]:
+    """Parse ``text`` into plain data plus its :class:`SourceMap`.
+
+    Raises :class:`YamlSourceError` with located findings on malformed YAML, duplicate keys or a
+    document that is not a mapping.
+    """
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        loc = Location(source, mark.line + 1, mark.column + 1) if mark else Location(source)
+        problem = exc.problem or exc.context or "malformed YAML"
+        raise YamlSourceError([Finding(loc, "<document>", f"malformed YAML: {problem}")]) from None
+    except yaml.YAMLError as exc:
+        raise YamlSourceError([Finding(Location(source), "<document>", f"malformed YAML: {exc}")]) from None
+    if node is None:
+        raise YamlSourceError(
+            [Finding(Location(source), "<document>", "the file is empty", hint="a mapping with schema_version, stacks, skus, ...")]
+        )
+    if not isinstance(node, MappingNode):
+        line, col = _mark(node)
+        raise YamlSourceError(
+            [
+                Finding(
+                    Location(source, line, col),
+                    "<document>",
+                    "the top level must be a mapping",
+                    hint="schema_version: 1, stacks: {...}, ...",
+                )
+            ]
+        )
+    builder = _Builder(source)
+    try:
+        data = builder.build(node, ())
+    except ConstructorError as exc:
+        mark = exc.problem_mark
+        loc = Location(source, mark.line + 1, mark.column + 1) if mark else Location(source)
+        raise YamlSourceError([Finding(loc, "<document>", f"malformed YAML: {exc.problem}")]) from None
+    if builder.findings:
+        raise YamlSourceError(builder.findings)
+    return data, builder.map
