@@ -65,13 +65,15 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> LoadedMatrix:
 
 def parse_matrix(text: str, path: Path) -> LoadedMatrix:
     try:
-        data, source = load_yaml(text, path)
+        data, source, syntax = load_yaml(text, path)
     except YamlSourceError as exc:
         raise MatrixError(exc.findings) from None
     try:
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
-        raise MatrixError([_structure_finding(err, source) for err in exc.errors()]) from None
+        raise MatrixError(syntax + [_structure_finding(err, source) for err in exc.errors()]) from None
+    if syntax:
+        raise MatrixError(syntax)
     findings = [
         Finding(
             source.locate(v.path),

@@ -6,6 +6,7 @@ depends on nothing but the matrix and the templates: no clock, no network, no en
 
 from __future__ import annotations
 
+import functools
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -371,7 +372,9 @@ def build_context(loaded: LoadedMatrix, target: RenderTarget) -> DockerfileConte
     )
 
 
+@functools.lru_cache(maxsize=4)
 def _environment(templates: Path) -> jinja2.Environment:
+    """One environment per templates directory, so each template is compiled once per process."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates)),
         undefined=jinja2.StrictUndefined,

@@ -115,11 +115,12 @@ class _Builder:
         return result
 
 
-def load_yaml(text: str, source: Path) -> tuple[dict[str, Any], SourceMap]:
-    """Parse ``text`` into plain data plus its :class:`SourceMap`.
+def load_yaml(text: str, source: Path) -> tuple[dict[str, Any], SourceMap, list[Finding]]:
+    """Parse ``text`` into plain data, its :class:`SourceMap` and non-fatal findings.
 
-    Raises :class:`YamlSourceError` with located findings on malformed YAML, duplicate keys or a
-    document that is not a mapping.
+    Duplicate keys are findings (the first value is kept, so validation can go on and report
+    everything else too). Raises :class:`YamlSourceError` when nothing sensible can be built:
+    malformed YAML, an empty document, or one that is not a mapping.
     """
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -153,6 +154,4 @@ def load_yaml(text: str, source: Path) -> tuple[dict[str, Any], SourceMap]:
         mark = exc.problem_mark
         loc = Location(source, mark.line + 1, mark.column + 1) if mark else Location(source)
         raise YamlSourceError([Finding(loc, "<document>", f"malformed YAML: {exc.problem}")]) from None
-    if builder.findings:
-        raise YamlSourceError(builder.findings)
-    return data, builder.map
+    return data, builder.map, builder.findings

