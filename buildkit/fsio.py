@@ -18,6 +18,8 @@ def write_atomic(path: Path, text: str) -> None:
     directory = path.parent if str(path.parent) else Path()
     if path.is_dir():
         raise OutputError(f"{path}: is a directory; give a file name")
+    if directory.exists() and not directory.is_dir():
+        raise OutputError(f"{path}: {directory} is not a directory")
     if not directory.is_dir():
         raise OutputError(f"{path}: directory {directory} does not exist")
     try:
