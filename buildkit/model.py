@@ -14,7 +14,8 @@ from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 Arch = Literal["aarch64", "x86_64"]
-OsName = Literal["ubuntu22.04", "openeuler24.03"]
+# debian12 has no official CANN image; it is the OS of the stand-in base used where CANN cannot be pulled.
+OsName = Literal["ubuntu22.04", "openeuler24.03", "debian12"]
 ARCHES: tuple[Arch, ...] = ("aarch64", "x86_64")
 
 
@@ -112,6 +113,9 @@ class PypiPin(Frozen):
     """An exact pin of a Python package, from an index named in ``indexes``."""
 
     version: PackageVersion
+    package: PackageName | None = Field(
+        default=None, description="distribution to install (default: the component's name, e.g. torch-npu)"
+    )
     index: Identifier = "pypi"
     index_by_arch: dict[Arch, Identifier] = Field(default={}, description="per-arch index override")
     build_from_source: StrictBool = Field(default=False, description="install from the sdist (--no-binary)")

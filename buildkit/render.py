@@ -25,6 +25,11 @@ TOOLKIT_HOME = "/usr/local/Ascend/ascend-toolkit/latest"
 TOOLKIT_SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
 ATB_SET_ENV = "/usr/local/Ascend/nnal/atb/set_env.sh"
 ENTRYPOINT = "/usr/local/bin/ascendkit-entrypoint"
+BUILD_ENV = "/usr/local/lib/ascendkit/build-env.sh"
+# The classic builder passes predefined proxy build args to RUN but keeps them out of
+# `docker history` and the cache key; ascendkit uses this one to hand the pip layers the loopback
+# URL where it serves a CA bundle and index credentials for the length of one build.
+SECRETS_ARG = "ftp_proxy"
 LABEL_PREFIX = "io.ascendkit"
 PRIMARY_INDEX = "pypi"  # read by pip from PIP_INDEX_URL; every other index is an extra one
 
@@ -97,7 +102,7 @@ class DockerfileContext:
     soc_version: str
     constraints: tuple[str, ...]
     arch_constraints: tuple[tuple[str, tuple[str, ...]], ...]
-    arch_extra_indexes: tuple[tuple[str, str], ...]
+    build_env_lines: tuple[str, ...]
     env_roots: tuple[tuple[str, str], ...]
     env: tuple[tuple[str, str], ...]
     steps: tuple[InstallStep, ...]
@@ -117,8 +122,11 @@ SYSTEM_PACKAGES = {
 }
 
 
+OS_FAMILY = {"ubuntu22.04": "debian", "debian12": "debian", "openeuler24.03": "rpm"}
+
+
 def os_family(os_name: str) -> str:
-    return "debian" if os_name.startswith("ubuntu") else "rpm"
+    return OS_FAMILY[os_name]
 
 
 def dist_name(component: str) -> str:
@@ -138,7 +146,12 @@ def base_image_ref(matrix: Matrix, stack: Stack, chip_id: str, os_name: str, reg
 def _pin(stack: Stack, component: str) -> Pin:
     pin: PypiPin | None = stack.pins().get(component)
     assert pin is not None, component
-    return Pin(dist_name(component), pin.version, pin.build_from_source)
+    return Pin(pin.package or dist_name(component), pin.version, pin.build_from_source)
+
+
+def expected_packages(stack: Stack) -> dict[str, str]:
+    """Distribution name -> exact version for every PyPI-style pin (what verification checks)."""
+    return {_pin(stack, c).dist: _pin(stack, c).version for c in stack.pins()}
 
 
 def _arch_extra_indexes(matrix: Matrix, stack: Stack) -> tuple[tuple[str, str], ...]:
@@ -157,6 +170,37 @@ def _arch_extra_indexes(matrix: Matrix, stack: Stack) -> tuple[tuple[str, str], 
     return tuple(result)
 
 
+def build_env_script(matrix: Matrix, stack: Stack) -> tuple[str, ...]:
+    """The helper every pip layer sources. It holds no secrets: it fetches them, when served."""
+    lines = [
+        "# ascendkit: sourced by every pip layer of this image; holds no secrets.",
+        "ascendkit_xtrace=0; case \"$-\" in *x*) ascendkit_xtrace=1; set +x ;; esac",
+        'case "$(uname -m)" in',
+    ]
+    for arch, urls in _arch_extra_indexes(matrix, stack):
+        export = f' export PIP_EXTRA_INDEX_URL="{urls}${{PIP_EXTRA_INDEX_URL:+ ${{PIP_EXTRA_INDEX_URL}}}}"' if urls else ""
+        lines.append(f"  {arch}){export} ;;")
+    lines += [
+        f'  *) echo "ascendkit: this image supports {", ".join(stack.arches)}, not $(uname -m)" >&2; exit 1 ;;',
+        "esac",
+        "# A CA bundle and index credentials, when ascendkit serves them for this build: fetched to",
+        "# memory-backed /dev/shm and removed when the RUN ends, so no layer ever contains them.",
+        f'if [ -n "${{{SECRETS_ARG}:-}}" ]; then',
+        '  ascendkit_secrets="$(mktemp -d /dev/shm/ascendkit.XXXXXX 2>/dev/null || mktemp -d)"',
+        "  trap 'rm -rf \"${ascendkit_secrets}\"' EXIT",
+        "  python3 -c 'import sys, urllib.request; [open(sys.argv[2] + \"/\" + n, \"wb\").write(urllib.request.urlopen(sys.argv[1] + \"/\" + n, timeout=30).read()) for n in (\"ca.pem\", \"env\")]' "
+        f'"${{{SECRETS_ARG}}}" "${{ascendkit_secrets}}"',
+        '  if [ -s "${ascendkit_secrets}/ca.pem" ]; then',
+        '    export PIP_CERT="${ascendkit_secrets}/ca.pem" SSL_CERT_FILE="${ascendkit_secrets}/ca.pem" REQUESTS_CA_BUNDLE="${ascendkit_secrets}/ca.pem"',
+        "  fi",
+        '  . "${ascendkit_secrets}/env"',
+        f"  unset {SECRETS_ARG}",
+        "fi",
+        'if [ "${ascendkit_xtrace}" = 1 ]; then set -x; fi',
+    ]
+    return tuple(lines)
+
+
 def _steps(stack: Stack) -> tuple[tuple[InstallStep, ...], tuple[InstallStep, ...]]:
     """Install steps from least to most volatile; returns (before git checkouts, after)."""
     steps = [
@@ -170,7 +214,7 @@ def _steps(stack: Stack) -> tuple[tuple[InstallStep, ...], tuple[InstallStep, ..
             InstallStep(
                 "triton-ascend (the CUDA triton shares its import name and must go first)",
                 (_pin(stack, "triton_ascend"),),
-                before=("python3 -m pip uninstall -y triton triton-ascend",),
+                before=(f"python3 -m pip uninstall -y triton {_pin(stack, 'triton_ascend').dist}",),
             )
         )
     after_vllm: tuple[str, ...] = ()
@@ -180,7 +224,7 @@ def _steps(stack: Stack) -> tuple[tuple[InstallStep, ...], tuple[InstallStep, ..
             "if python3 -m pip show triton >/dev/null 2>&1; then "
             "python3 -m pip uninstall -y triton; "
             "python3 -m pip install --no-cache-dir --no-deps --force-reinstall "
-            f"triton-ascend=={stack.triton_ascend.version}; fi",
+            f"{_pin(stack, 'triton_ascend').requirement}; fi",
         )
     steps.append(
         InstallStep(
@@ -200,7 +244,10 @@ def _steps(stack: Stack) -> tuple[tuple[InstallStep, ...], tuple[InstallStep, ..
             soc_arg=True,
         )
     )
-    tail = [InstallStep("transformers", (_pin(stack, "transformers"),))]
+    tail = []
+    if stack.mbridge is not None and not stack.git_pins():
+        tail.append(InstallStep("mbridge", (_pin(stack, "mbridge"),)))
+    tail.append(InstallStep("transformers", (_pin(stack, "transformers"),)))
     tail.append(InstallStep("verl (the most volatile layer: bumping verl rebuilds only this)", (_pin(stack, "verl"),)))
     return tuple(steps), tuple(tail)
 
@@ -321,7 +368,7 @@ def build_context(loaded: LoadedMatrix, target: RenderTarget) -> DockerfileConte
         )
         for component, git in stack.git_pins().items()
     )
-    git_pins = (_pin(stack, "mbridge"),) if stack.mbridge is not None else ()
+    git_pins = (_pin(stack, "mbridge"),) if stack.mbridge is not None and checkouts else ()
     git_title = " + ".join([f"{c.name} {c.ref}" for c in checkouts] + [p.requirement for p in git_pins])
     constraints = tuple(f"{name}{spec}" for name, spec in sorted(stack.constraints.items()))
     arch_constraints = tuple(
@@ -358,7 +405,7 @@ def build_context(loaded: LoadedMatrix, target: RenderTarget) -> DockerfileConte
         soc_version=chip.soc_version,
         constraints=constraints,
         arch_constraints=arch_constraints,
-        arch_extra_indexes=_arch_extra_indexes(matrix, stack),
+        build_env_lines=build_env_script(matrix, stack),
         env_roots=env_roots,
         env=env,
         steps=steps,
@@ -387,6 +434,7 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.globals["constraints_file"] = CONSTRAINTS_FILE
     env.globals["git_revisions_file"] = GIT_REVISIONS_FILE
     env.globals["entrypoint"] = ENTRYPOINT
+    env.globals["build_env"] = BUILD_ENV
     return env
 
 
