@@ -18,6 +18,11 @@ class ExitCode(enum.IntEnum):
     CHECK_FAILED = 1  # a check ran and found a difference (render --check drift)
     INVALID_INPUT = 2  # bad matrix, unknown --hw/--stack, bad option value, missing input file
     OUTPUT_ERROR = 3  # an output file or directory could not be written
+    UNAVAILABLE = 4  # the Docker engine, the base image or the registry cannot be reached
+    BUILD_FAILED = 5  # a Dockerfile step failed
+    VERIFY_FAILED = 6  # the built image does not match the matrix or its labels; nothing was tagged
+    PUBLISH_FAILED = 7  # a push or the multi-arch index failed; nothing was reported as published
+    INTERRUPTED = 130  # Ctrl-C: the build was stopped and cleaned up
 
 
 class AscendkitError(Exception):
@@ -34,6 +39,28 @@ class OutputError(AscendkitError):
     """A file could not be written; nothing partial was left behind."""
 
     exit_code = ExitCode.OUTPUT_ERROR
+
+
+class Unavailable(AscendkitError):
+    """Something outside ascendkit (engine, base image, registry) cannot be reached."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class BuildFailed(AscendkitError):
+    exit_code = ExitCode.BUILD_FAILED
+
+
+class VerifyFailed(AscendkitError):
+    exit_code = ExitCode.VERIFY_FAILED
+
+
+class PublishFailed(AscendkitError):
+    exit_code = ExitCode.PUBLISH_FAILED
+
+
+class Interrupted(AscendkitError):
+    exit_code = ExitCode.INTERRUPTED
 
 
 @dataclass(frozen=True, order=True)

@@ -113,9 +113,7 @@ class PypiPin(Frozen):
     """An exact pin of a Python package, from an index named in ``indexes``."""
 
     version: PackageVersion
-    package: PackageName | None = Field(
-        default=None, description="distribution to install (default: the component's name, e.g. torch-npu)"
-    )
+    package: PackageName | None = Field(default=None, description="distribution to install (default: the component's name, e.g. torch-npu)")
     index: Identifier = "pypi"
     index_by_arch: dict[Arch, Identifier] = Field(default={}, description="per-arch index override")
     build_from_source: StrictBool = Field(default=False, description="install from the sdist (--no-binary)")

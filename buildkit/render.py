@@ -170,11 +170,21 @@ def _arch_extra_indexes(matrix: Matrix, stack: Stack) -> tuple[tuple[str, str], 
     return tuple(result)
 
 
+# Run by the image's own Python: fetch ca.pem and env from the URL ascendkit serves for one build.
+_FETCH_SECRETS = "; ".join(
+    (
+        "import sys, urllib.request",
+        "url, out = sys.argv[1], sys.argv[2]",
+        '[open(out + "/" + n, "wb").write(urllib.request.urlopen(url + "/" + n, timeout=30).read()) for n in ("ca.pem", "env")]',
+    )
+)
+
+
 def build_env_script(matrix: Matrix, stack: Stack) -> tuple[str, ...]:
     """The helper every pip layer sources. It holds no secrets: it fetches them, when served."""
     lines = [
         "# ascendkit: sourced by every pip layer of this image; holds no secrets.",
-        "ascendkit_xtrace=0; case \"$-\" in *x*) ascendkit_xtrace=1; set +x ;; esac",
+        'ascendkit_xtrace=0; case "$-" in *x*) ascendkit_xtrace=1; set +x ;; esac',
         'case "$(uname -m)" in',
     ]
     for arch, urls in _arch_extra_indexes(matrix, stack):
@@ -188,10 +198,10 @@ def build_env_script(matrix: Matrix, stack: Stack) -> tuple[str, ...]:
         f'if [ -n "${{{SECRETS_ARG}:-}}" ]; then',
         '  ascendkit_secrets="$(mktemp -d /dev/shm/ascendkit.XXXXXX 2>/dev/null || mktemp -d)"',
         "  trap 'rm -rf \"${ascendkit_secrets}\"' EXIT",
-        "  python3 -c 'import sys, urllib.request; [open(sys.argv[2] + \"/\" + n, \"wb\").write(urllib.request.urlopen(sys.argv[1] + \"/\" + n, timeout=30).read()) for n in (\"ca.pem\", \"env\")]' "
-        f'"${{{SECRETS_ARG}}}" "${{ascendkit_secrets}}"',
+        f'  python3 -c \'{_FETCH_SECRETS}\' "${{{SECRETS_ARG}}}" "${{ascendkit_secrets}}"',
         '  if [ -s "${ascendkit_secrets}/ca.pem" ]; then',
-        '    export PIP_CERT="${ascendkit_secrets}/ca.pem" SSL_CERT_FILE="${ascendkit_secrets}/ca.pem" REQUESTS_CA_BUNDLE="${ascendkit_secrets}/ca.pem"',
+        '    export PIP_CERT="${ascendkit_secrets}/ca.pem" SSL_CERT_FILE="${ascendkit_secrets}/ca.pem"',
+        '    export REQUESTS_CA_BUNDLE="${ascendkit_secrets}/ca.pem"',
         "  fi",
         '  . "${ascendkit_secrets}/env"',
         f"  unset {SECRETS_ARG}",

@@ -96,7 +96,7 @@ def test_bumping_verl_changes_only_the_last_layer(loaded: LoadedMatrix) -> None:
 
 def test_x86_takes_torch_from_the_cpu_index(loaded: LoadedMatrix) -> None:
     text = render(loaded, "a3")
-    assert "  x86_64) export PIP_EXTRA_INDEX_URL=\"${PYTORCH_INDEX_URL}${PIP_EXTRA_INDEX_URL:+ ${PIP_EXTRA_INDEX_URL}}\" ;;" in text
+    assert '  x86_64) export PIP_EXTRA_INDEX_URL="${PYTORCH_INDEX_URL}${PIP_EXTRA_INDEX_URL:+ ${PIP_EXTRA_INDEX_URL}}" ;;' in text
     assert "'  aarch64) ;;'" in text
     assert "ARG PYTORCH_INDEX_URL=https://download.pytorch.org/whl/cpu\n" in text
     # Every pip layer sources the same helper, so sdist builds resolve torch the way the torch layer did.
@@ -109,7 +109,7 @@ def test_secrets_are_fetched_per_layer_never_stored(loaded: LoadedMatrix) -> Non
     text = render(loaded, "a3")
     assert "'if [ -n \"${ftp_proxy:-}\" ]; then'" in text
     assert "mktemp -d /dev/shm/ascendkit.XXXXXX" in text
-    assert "rm -rf \"${ascendkit_secrets}\"" in text and "EXIT" in text
+    assert 'rm -rf "${ascendkit_secrets}"' in text and "EXIT" in text
     # nothing about the secrets is an ARG (ARG values are recorded in `docker history`)
     assert "ARG ftp_proxy" not in text and "ARG PIP_CERT" not in text
 

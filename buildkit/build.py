@@ -1,0 +1,300 @@
+"""Build one image per (stack, chip, OS, arch) through the Docker engine's classic builder.
+
+``plan_build`` turns matrix + options into a :class:`BuildPlan` (pure; what ``--dry-run`` prints).
+``run_build`` executes it: check the base image can be had -> render into a temporary context ->
+build untagged while streaming progress -> verify the image in a short-lived container -> write
+the build manifest -> tag. A failure or Ctrl-C leaves no tag and no container behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import requests
+from docker.errors import DockerException, NotFound
+
+from buildkit import tags
+from buildkit.engine import connect
+from buildkit.errors import BuildFailed, InputError, Interrupted, Unavailable, VerifyFailed
+from buildkit.matrix import LoadedMatrix
+from buildkit.model import Arch
+from buildkit.progress import BuildProgress, QuietReporter, Reporter
+from buildkit.render import SECRETS_ARG, base_image_ref, build_context, expected_packages, plan_target, render_dockerfile
+from buildkit.secrets import BuildSecrets, SecretServer, read_ca_bundle, split_credentials
+from buildkit.verify import Check, Expected, collect_facts, compare, failures, manifest_data, write_manifest
+
+DOCKER_ARCH: dict[str, str] = {"x86_64": "amd64", "aarch64": "arm64"}
+DEFAULT_REPOSITORY = "ascendkit/verl"
+
+
+def host_arch() -> str:
+    machine = platform.machine()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    stack_id: str
+    chip_id: str
+    os_name: str
+    arch: Arch
+    dockerfile: str
+    base_image: str
+    base_mirrors: tuple[str, ...]
+    buildargs: tuple[tuple[str, str], ...]  # never holds a secret: these land in `docker history`
+    repository: str
+    tags: tuple[str, ...]
+    expected: Expected
+    no_cache: bool = False
+    manifest_dir: Path = Path("manifests")
+    secrets: BuildSecrets = field(default_factory=BuildSecrets, repr=False)
+
+    @property
+    def platform(self) -> str:
+        return f"linux/{DOCKER_ARCH[self.arch]}"
+
+    @property
+    def refs(self) -> list[str]:
+        return [f"{self.repository}:{t}" for t in self.tags]
+
+    @property
+    def manifest_name(self) -> str:
+        return self.tags[0]
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as JSON-able data, with secrets reduced to what kind they are."""
+        return {
+            "stack": self.stack_id,
+            "chip": self.chip_id,
+            "os": self.os_name,
+            "arch": self.arch,
+            "platform": self.platform,
+            "base_image": self.base_image,
+            "buildargs": dict(self.buildargs),
+            "tags": self.refs,
+            "no_cache": self.no_cache,
+            "ca_bundle": bool(self.secrets.ca_bundle),
+            "secret_env": [name for name, _ in self.secrets.env],
+            "manifest": str(self.manifest_dir / f"{self.manifest_name}.json"),
+        }
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image_id: str
+    refs: list[str]
+    arch: str
+    duration_s: float
+    steps_total: int
+    steps_cached: int
+    checks: list[Check]
+    manifest_json: Path
+    manifest_md: Path
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "image_id": self.image_id,
+            "tags": self.refs,
+            "arch": self.arch,
+            "duration_s": round(self.duration_s, 1),
+            "steps_total": self.steps_total,
+            "steps_cached": self.steps_cached,
+            "manifest": str(self.manifest_json),
+            "manifest_md": str(self.manifest_md),
+        }
+
+
+def default_ca_bundle() -> Path | None:
+    """The host's bundle when the environment names one (a TLS-intercepting proxy needs it)."""
+    for name in ("PIP_CERT", "SSL_CERT_FILE"):
+        value = os.environ.get(name)
+        if value and Path(value).is_file():
+            return Path(value)
+    return None
+
+
+def plan_build(
+    loaded: LoadedMatrix,
+    hw: str,
+    *,
+    stack: str | None = None,
+    os_name: str | None = None,
+    arch: str | None = None,
+    base_image: str | None = None,
+    base_registry: str | None = None,
+    ca_bundle: Path | None = None,
+    use_default_ca: bool = True,
+    pip_index_url: str | None = None,
+    repository: str = DEFAULT_REPOSITORY,
+    no_cache: bool = False,
+    manifest_dir: Path = Path("manifests"),
+) -> BuildPlan:
+    target = plan_target(loaded, hw, stack, os_name)
+    matrix = loaded.matrix
+    st = matrix.stacks[target.stack_id]
+    chosen_arch = arch or host_arch()
+    if chosen_arch not in st.arches:
+        raise InputError(f"stack {target.stack_id!r} is not built for --arch {chosen_arch!r}; choose one of: {', '.join(st.arches)}")
+    if base_image and base_registry:
+        raise InputError("--base-image names the whole base; --base-registry only its registry: give one")
+    base = base_image or base_image_ref(matrix, st, target.chip_id, target.os_name, registry=base_registry)
+    buildargs = [("BASE_IMAGE", base)]
+    env: list[tuple[str, str]] = []
+    if pip_index_url:
+        public, with_credentials = split_credentials(pip_index_url)
+        buildargs.append(("PIP_INDEX_URL", public))
+        if with_credentials:
+            env.append(("PIP_INDEX_URL", with_credentials))
+    ca_path = ca_bundle or (default_ca_bundle() if use_default_ca else None)
+    secrets = BuildSecrets(read_ca_bundle(ca_path) if ca_path else b"", tuple(env))
+    ctx = build_context(loaded, target)
+    substitutions = {"${BASE_IMAGE}": base, "${SOC_VERSION}": ctx.soc_version}
+    full = tags.full_tag(st, target.chip_id, target.os_name)
+    names = [full, *tags.alias_tags(target.stack_id, st, target.chip_id, target.os_name)]
+    expected = Expected(
+        stack_id=target.stack_id,
+        chip_id=target.chip_id,
+        skus=tuple(s for s in st.skus if matrix.skus[s].chip == target.chip_id),
+        os_name=target.os_name,
+        arch=chosen_arch,
+        python=st.python,
+        cann=st.cann,
+        base_image=base,
+        packages=tuple(sorted(expected_packages(st).items())),
+        labels=tuple((k, substitutions.get(v, v)) for k, v in ctx.labels),
+    )
+    return BuildPlan(
+        stack_id=target.stack_id,
+        chip_id=target.chip_id,
+        os_name=target.os_name,
+        arch=chosen_arch,  # narrowed to Arch by the membership check above
+        dockerfile=render_dockerfile(loaded, target),
+        base_image=base,
+        base_mirrors=tuple(f"{m}/{matrix.base_image.repository}" for m in matrix.base_image.mirrors.values()),
+        buildargs=tuple(buildargs),
+        repository=repository,
+        tags=tuple(f"{name}-{chosen_arch}" for name in names),
+        expected=expected,
+        no_cache=no_cache,
+        manifest_dir=manifest_dir,
+        secrets=secrets,
+    )
+
+
+def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 20) -> str:
+    """Fail within seconds when the base is neither local nor reachable; returns where it was found."""
+    try:
+        client.inspect_image(plan.base_image)
+        return "local"
+    except NotFound:
+        pass
+    quick = connect(timeout=timeout)
+    try:
+        quick.inspect_distribution(plan.base_image)
+        return "registry"
+    except (DockerException, requests.exceptions.RequestException, OSError) as exc:
+        reason = str(exc).splitlines()[0][:300]
+    finally:
+        quick.close()
+    mirrors = "\n".join(f"    --base-registry {m.rsplit('/', 1)[0]}" for m in plan.base_mirrors)
+    raise Unavailable(
+        f"base image {plan.base_image} is not on this engine and its registry cannot be reached ({reason}).\n"
+        f"  Use a mirror of the CANN images:\n{mirrors}\n"
+        "  or a base you already have: --base-image REF (pull or `docker load` it first)"
+    )
+
+
+def _remove_containers(client: docker.APIClient, ids: list[str]) -> None:
+    for cid in ids:
+        try:
+            client.remove_container(cid, force=True)
+        except NotFound:
+            pass
+        except DockerException:
+            time.sleep(1)  # the engine may still be tearing the step down; one more try
+            with contextlib.suppress(DockerException):
+                client.remove_container(cid, force=True)
+
+
+def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -> str:
+    with tempfile.TemporaryDirectory(prefix="ascendkit-context-") as context, ExitStack() as cleanup:
+        Path(context, "Dockerfile").write_text(plan.dockerfile, encoding="utf-8")
+        buildargs = dict(plan.buildargs)
+        network_mode = None
+        if plan.secrets:
+            server = cleanup.enter_context(SecretServer(plan.secrets))
+            buildargs[SECRETS_ARG] = server.url
+            network_mode = "host"  # the RUN steps reach the secret server on 127.0.0.1
+        stream = client.build(
+            path=context,
+            dockerfile="Dockerfile",
+            buildargs=buildargs,
+            decode=True,
+            rm=True,
+            forcerm=True,  # intermediate containers go even when a step fails
+            nocache=plan.no_cache,
+            pull=False,
+            network_mode=network_mode,
+            platform=plan.platform if plan.arch != host_arch() else None,
+        )
+        try:
+            for event in stream:
+                progress.feed(event)
+        except KeyboardInterrupt:
+            client.close()  # dropping the connection makes the engine cancel the build
+            raise
+        except (DockerException, requests.exceptions.RequestException) as exc:
+            progress.error = progress.error or f"lost the engine: {exc}"
+        finally:
+            progress.close()
+    if progress.error or not progress.image_id:
+        progress.error = progress.error or "the engine reported no image"
+        raise BuildFailed(progress.failure_message())
+    return progress.image_id
+
+
+def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | None = None) -> BuildResult:
+    started = time.monotonic()
+    ensure_base_image(client, plan)
+    progress = BuildProgress(reporter or QuietReporter())
+    try:
+        image_id = _build(client, plan, progress)
+    except KeyboardInterrupt:
+        fresh = connect(timeout=60)  # the build's own connection was closed to cancel it
+        time.sleep(1)
+        _remove_containers(fresh, progress.containers)
+        raise Interrupted("interrupted: the build was stopped; no tag was created and its containers were removed") from None
+    except BuildFailed:
+        _remove_containers(client, progress.containers)
+        raise
+    facts = collect_facts(client, image_id)
+    checks = compare(facts, plan.expected)
+    data = manifest_data(facts, plan.expected, checks, plan.refs)
+    manifest_json, manifest_md = write_manifest(plan.manifest_dir, plan.manifest_name, data)
+    bad = failures(checks)
+    if bad:
+        lines = "\n".join(f"    {c.name}: expected {c.expected}, found {c.actual}" for c in bad)
+        raise VerifyFailed(f"image {image_id[:19]} does not match the matrix; nothing was tagged:\n{lines}\n  manifest: {manifest_md}")
+    for ref in plan.refs:
+        repository, tag = ref.rsplit(":", 1)
+        client.tag(image_id, repository, tag, force=True)
+    return BuildResult(
+        image_id=image_id,
+        refs=plan.refs,
+        arch=plan.arch,
+        duration_s=time.monotonic() - started,
+        steps_total=progress.cacheable_steps,
+        steps_cached=progress.cached_steps,
+        checks=checks,
+        manifest_json=manifest_json,
+        manifest_md=manifest_md,
+    )

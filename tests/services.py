@@ -1,0 +1,259 @@
+"""Start and stop the real parts the integration tests use, on a CI-like machine where we are root.
+
+    python -m tests.services start [--arm64]   # install what is missing, start, write the env file
+    python -m tests.services stop              # stop what start started
+
+* dockerd from Debian's docker.io, on a private socket, data root and exec root;
+* the CNCF distribution registry (Debian's docker-registry) on 127.0.0.1;
+* the stand-in CANN base image: Debian 12 with Python 3.11 and a clearly labelled placeholder of
+  the CANN layout (set_env.sh scripts, a version file, no CANN binaries), made with debootstrap
+  because the real CANN base cannot be pulled on these machines. With --arm64 an arm64 stand-in
+  is made too, through qemu-user-static.
+
+The env file (``$ASCENDKIT_SERVICES_DIR/env``, default /tmp/ascendkit-services/env) holds
+DOCKER_HOST, ASCENDKIT_REGISTRY and ASCENDKIT_STANDIN_IMAGE[_ARM64] for the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import docker
+from docker.errors import NotFound
+
+STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
+ENV_FILE = STATE / "env"
+SOCKET = STATE / "docker.sock"
+REGISTRY_PORT = int(os.environ.get("ASCENDKIT_REGISTRY_PORT", "5000"))
+STANDIN_REPO = "ascendkit-standin/cann"
+# The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
+STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}
+STANDIN_VERSION = "2"  # bump when the stand-in's contents change
+DEBIAN_MIRROR = os.environ.get("ASCENDKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+# What the CANN images bring that the template's system step installs anyway; preinstalled so the
+# step is quick, as it is on the real base.
+STANDIN_PACKAGES = "ca-certificates,python3,python3-pip,git,gcc,g++,make,cmake,libnuma-dev"
+
+
+def log(message: str) -> None:
+    print(f"[services] {message}", file=sys.stderr, flush=True)
+
+
+def run(*argv: str, **kwargs: object) -> None:
+    subprocess.run(argv, check=True, **kwargs)  # type: ignore[call-overload]
+
+
+def install_packages(arm64: bool) -> None:
+    wanted = {"dockerd": "docker.io", "docker-registry": "docker-registry", "debootstrap": "debootstrap"}
+    if arm64:
+        wanted["qemu-aarch64-static"] = "qemu-user-static"
+        wanted["update-binfmts"] = "binfmt-support"
+    missing = [pkg for exe, pkg in wanted.items() if shutil.which(exe) is None and not Path("/usr/sbin", exe).exists()]
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        sys.exit(f"[services] need {', '.join(missing)}: run as root, or install them first")
+    log(f"installing {' '.join(missing)}")
+    run("apt-get", "update", "-qq")
+    run("apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+def _alive(pid_file: Path) -> bool:
+    try:
+        os.kill(int(pid_file.read_text()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _wait(what: str, ready: object, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if ready():  # type: ignore[operator]
+                return
+        except Exception:
+            pass
+        time.sleep(0.5)
+    sys.exit(f"[services] {what} did not become ready in {seconds:.0f}s; see {STATE}")
+
+
+def start_dockerd() -> None:
+    pid_file = STATE / "docker.pid"
+    if _alive(pid_file):
+        return
+    log(f"starting dockerd on unix://{SOCKET}")
+    with (STATE / "dockerd.log").open("ab") as out:
+        subprocess.Popen(
+            [
+                "dockerd",
+                "--host",
+                f"unix://{SOCKET}",
+                "--data-root",
+                str(STATE / "docker-data"),
+                "--exec-root",
+                str(STATE / "docker-exec"),
+                "--pidfile",
+                str(pid_file),
+            ],
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    _wait("dockerd", lambda: docker.APIClient(base_url=f"unix://{SOCKET}").ping())
+
+
+def start_registry() -> None:
+    pid_file = STATE / "registry.pid"
+    if _alive(pid_file):
+        return
+    config = STATE / "registry.yml"
+    config.write_text(
+        "version: 0.1\n"
+        "log:\n  level: warn\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {STATE / 'registry-data'}\n  delete:\n    enabled: true\n"
+        f"http:\n  addr: 127.0.0.1:{REGISTRY_PORT}\n"
+    )
+    log(f"starting the registry on 127.0.0.1:{REGISTRY_PORT}")
+    exe = shutil.which("docker-registry") or "/usr/bin/docker-registry"
+    with (STATE / "registry.log").open("ab") as out:
+        proc = subprocess.Popen([exe, "serve", str(config)], stdout=out, stderr=out, start_new_session=True)
+    pid_file.write_text(str(proc.pid))
+    _wait("the registry", lambda: urllib.request.urlopen(f"http://127.0.0.1:{REGISTRY_PORT}/v2/", timeout=2).status == 200)
+
+
+SET_ENV = """\
+# STAND-IN for the CANN toolkit's set_env.sh (ascendkit CI): exports the variables, ships no CANN.
+export ASCEND_TOOLKIT_HOME=/usr/local/Ascend/ascend-toolkit/latest
+export ASCEND_HOME_PATH=${ASCEND_TOOLKIT_HOME}
+export ASCEND_OPP_PATH=${ASCEND_TOOLKIT_HOME}/opp
+export LD_LIBRARY_PATH=${ASCEND_TOOLKIT_HOME}/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}
+"""
+ATB_SET_ENV = """\
+# STAND-IN for NNAL/ATB's set_env.sh (ascendkit CI): honours --cxx_abi like the real one.
+abi=1
+for arg in "$@"; do case "$arg" in --cxx_abi=*) abi="${arg#--cxx_abi=}" ;; esac; done
+export ATB_HOME_PATH=/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_${abi}
+"""
+README = """\
+This is NOT CANN. It is the stand-in base image of ascendkit's CI: Debian 12 with Python 3.11 and
+the directory layout, set_env.sh scripts and version file of a CANN 8.3.RC1 image, so that the
+production Dockerfile template and build code can run where the official CANN images cannot be
+pulled. It contains no Ascend software and cannot drive an NPU.
+"""
+
+
+def _add_standin_layout(root: Path, deb_arch: str) -> None:
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}[deb_arch]
+    toolkit = root / "usr/local/Ascend/ascend-toolkit"
+    version_dir = toolkit / "8.3.RC1"
+    (version_dir / f"{machine}-linux").mkdir(parents=True, exist_ok=True)
+    (version_dir / f"{machine}-linux/ascend_toolkit_install.info").write_text(
+        "package_name=Ascend-cann-toolkit (ascendkit CI stand-in, no CANN inside)\nversion=8.3.RC1\n"
+    )
+    (version_dir / "STANDIN-README.txt").write_text(README)
+    latest = toolkit / "latest"
+    if not latest.is_symlink():
+        latest.symlink_to("8.3.RC1")
+    (toolkit / "set_env.sh").write_text(SET_ENV)
+    atb = root / "usr/local/Ascend/nnal/atb"
+    atb.mkdir(parents=True, exist_ok=True)
+    (atb / "set_env.sh").write_text(ATB_SET_ENV)
+    # CANN images ship their own Python install; Debian marks its system Python as externally managed.
+    for marker in root.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
+        marker.unlink()
+
+
+def enable_arm64_emulation() -> None:
+    binfmt = Path("/proc/sys/fs/binfmt_misc")
+    if not (binfmt / "status").exists():
+        run("mount", "-t", "binfmt_misc", "binfmt_misc", str(binfmt))
+    if not (binfmt / "qemu-aarch64").exists():
+        run("update-binfmts", "--enable", "qemu-aarch64")
+
+
+def build_standin(client: docker.APIClient, deb_arch: str) -> str:
+    ref = f"{STANDIN_REPO}:{STANDIN_TAGS[deb_arch]}"
+    try:
+        labels = client.inspect_image(ref)["Config"].get("Labels") or {}
+        if labels.get("io.ascendkit.standin.version") == STANDIN_VERSION:
+            return ref
+    except NotFound:
+        pass
+    log(f"building the stand-in base {ref} with debootstrap ({deb_arch})")
+    with tempfile.TemporaryDirectory(prefix="ascendkit-standin-", dir=STATE) as tmp:
+        root = Path(tmp) / "rootfs"
+        run("debootstrap", "--variant=minbase", f"--arch={deb_arch}", f"--include={STANDIN_PACKAGES}", "bookworm", str(root), DEBIAN_MIRROR)
+        _add_standin_layout(root, deb_arch)
+        archive = Path(tmp) / "rootfs.tar"
+        with tarfile.open(archive, "w") as tar:
+            tar.add(root, arcname=".")
+        changes = [
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV LANG=C.UTF-8",
+            'LABEL io.ascendkit.standin="true"',
+            f'LABEL io.ascendkit.standin.version="{STANDIN_VERSION}"',
+            'LABEL org.opencontainers.image.description="STAND-IN for a CANN 8.3.RC1 base: Debian 12 + Python 3.11, no CANN inside"',
+            'CMD ["/bin/bash"]',
+        ]
+        client.import_image_from_file(str(archive), repository=STANDIN_REPO, tag=STANDIN_TAGS[deb_arch], changes=changes)
+    return ref
+
+
+def start(arm64: bool) -> None:
+    STATE.mkdir(parents=True, exist_ok=True)
+    install_packages(arm64)
+    start_dockerd()
+    start_registry()
+    client = docker.APIClient(base_url=f"unix://{SOCKET}", timeout=600)
+    env = {
+        "DOCKER_HOST": f"unix://{SOCKET}",
+        "ASCENDKIT_REGISTRY": f"127.0.0.1:{REGISTRY_PORT}",
+        "ASCENDKIT_STANDIN_IMAGE": build_standin(client, "amd64"),
+    }
+    if arm64:
+        enable_arm64_emulation()
+        env["ASCENDKIT_STANDIN_IMAGE_ARM64"] = build_standin(client, "arm64")
+    ENV_FILE.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    log(f"ready; environment in {ENV_FILE}")
+
+
+def stop() -> None:
+    for name in ("registry", "docker"):
+        pid_file = STATE / f"{name}.pid"
+        if not _alive(pid_file):
+            continue
+        pid = int(pid_file.read_text())
+        log(f"stopping {name} (pid {pid})")
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _alive(pid_file):
+            time.sleep(0.3)
+        if _alive(pid_file):
+            os.kill(pid, signal.SIGKILL)
+        pid_file.unlink(missing_ok=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["start", "stop"])
+    parser.add_argument("--arm64", action="store_true", help="also make the arm64 stand-in (qemu)")
+    args = parser.parse_args()
+    if args.action == "start":
+        start(args.arm64)
+    else:
+        stop()
+
+
+if __name__ == "__main__":
+    main()
