@@ -5,13 +5,19 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 HW     ?= a3
 STACK  ?=
+ARCH   ?=
 RENDERED := Dockerfile.a2 Dockerfile.a3 $(wildcard dockerfiles/*/Dockerfile.*)
+SERVICES_DIR ?= /tmp/ascendkit-services
+SERVICES_ENV := $(SERVICES_DIR)/env
+# ASCENDKIT_ARM64=1 also makes the arm64 stand-in (qemu) and runs the slow arm64 build test.
+ARM64_FLAG := $(if $(filter 1,$(ASCENDKIT_ARM64)),--arm64)
+export ASCENDKIT_SERVICES_DIR := $(SERVICES_DIR)
 
 .DEFAULT_GOAL := help
-.PHONY: help install render check lint unit test bench clean
+.PHONY: help install render check build lint unit services services-stop test bench clean
 
 help: ## List every target with one line each
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +35,10 @@ render: $(STAMP) ## Validate the matrix and write every generated file (Dockerfi
 check: $(STAMP) ## Fail if a generated file differs from what the matrix and templates produce
 	$(BIN)/ascendkit render --check
 
+build: $(STAMP) ## Build, verify and tag the image for HW (and STACK, ARCH) on the official CANN base
+	$(BIN)/ascendkit matrix validate
+	$(BIN)/ascendkit build --hw $(HW)$(if $(STACK), --stack $(STACK))$(if $(ARCH), --arch $(ARCH))
+
 lint: $(STAMP) ## ruff, mypy --strict, hadolint on every rendered Dockerfile, render --check
 	$(BIN)/ruff check buildkit tests benchmarks
 	$(BIN)/ruff format --check buildkit tests benchmarks
@@ -37,13 +47,25 @@ lint: $(STAMP) ## ruff, mypy --strict, hadolint on every rendered Dockerfile, re
 	$(BIN)/ascendkit matrix validate
 	$(BIN)/ascendkit render --check
 
-unit: $(STAMP) ## Run the test suite
-	$(BIN)/pytest
+unit: $(STAMP) ## Run the tests that need no Docker engine
+	$(BIN)/pytest -m "not docker"
 
-test: lint unit ## Lint and run every test (what CI runs)
+services: $(STAMP) ## As root: start dockerd, the registry on 127.0.0.1:5000 and the stand-in CANN base
+	$(BIN)/python -m tests.services start $(ARM64_FLAG)
+	@echo "now: set -a; . $(SERVICES_ENV); set +a"
 
-bench: $(STAMP) ## Print timings of `ascendkit --help` and `render --all --check`
+services-stop: $(STAMP) ## Stop what `make services` started
+	$(BIN)/python -m tests.services stop
+
+test: lint ## Lint, start the engine/registry/stand-in, run every test, stop them again (what CI runs)
+	$(BIN)/python -m tests.services start $(ARM64_FLAG)
+	set -a; . $(SERVICES_ENV); set +a; ASCENDKIT_REQUIRE_DOCKER=1 $(BIN)/pytest; status=$$?; \
+	  $(BIN)/python -m tests.services stop; exit $$status
+
+bench: $(STAMP) ## CLI timings; with `make services` running, build timings, size and wasted bytes too
 	$(BIN)/python benchmarks/bench_cli.py
+	@if [ -f $(SERVICES_ENV) ]; then set -a; . $(SERVICES_ENV); set +a; $(BIN)/python benchmarks/bench_build.py; \
+	  else echo "bench_build: skipped (run \`make services\` first for build benchmarks)"; fi
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

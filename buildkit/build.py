@@ -202,10 +202,11 @@ def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 
         quick.inspect_distribution(plan.base_image)
         return "registry"
     except (DockerException, requests.exceptions.RequestException, OSError) as exc:
-        reason = str(exc).splitlines()[0][:300]
+        reason = (getattr(exc, "explanation", None) or str(exc)).splitlines()[0][:300]
     finally:
         quick.close()
     mirrors = "\n".join(f"    --base-registry {m.rsplit('/', 1)[0]}" for m in plan.base_mirrors)
+    mirrors = mirrors or "    --base-registry HOST/PATH (where your mirror serves the CANN images)"
     raise Unavailable(
         f"base image {plan.base_image} is not on this engine and its registry cannot be reached ({reason}).\n"
         f"  Use a mirror of the CANN images:\n{mirrors}\n"

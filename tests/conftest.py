@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import docker
 import pytest
 from typer.testing import CliRunner
 
+from buildkit.engine import connect
+from buildkit.errors import Unavailable
 from buildkit.matrix import LoadedMatrix, load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,3 +73,64 @@ def line_of(text: str, needle: str, occurrence: int = 1) -> int:
     """1-based line number of the n-th line containing ``needle``."""
     hits = [i for i, line in enumerate(text.splitlines(), 1) if needle in line]
     return hits[occurrence - 1]
+
+
+# ---- integration: the real Docker engine, registry and stand-in base ---------------------------
+
+TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"
+
+
+@dataclass(frozen=True)
+class DockerEnv:
+    client: docker.APIClient
+    standin: str
+    registry: str  # HOST:PORT
+    env: dict[str, str]
+
+    def ascendkit(self, *args: str, cwd: Path, check: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run the installed console script exactly as a user would."""
+        exe = Path(sys.executable).with_name("ascendkit")
+        proc = subprocess.run([str(exe), *args], cwd=cwd, env=self.env, capture_output=True, text=True, check=False)
+        if check and proc.returncode != 0:
+            pytest.fail(f"ascendkit {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        return proc
+
+    def containers(self) -> set[str]:
+        return {c["Id"] for c in self.client.containers(all=True)}
+
+
+@pytest.fixture(scope="session")
+def docker_env() -> DockerEnv:
+    """The engine, registry and stand-in that `make test` starts. In CI a missing engine fails the
+    tests instead of skipping them; elsewhere they are skipped with the reason."""
+    required = os.environ.get("CI", "").lower() in ("1", "true") or os.environ.get("ASCENDKIT_REQUIRE_DOCKER") == "1"
+    standin, registry = os.environ.get("ASCENDKIT_STANDIN_IMAGE"), os.environ.get("ASCENDKIT_REGISTRY")
+    problem = None
+    if not (standin and registry):
+        problem = "ASCENDKIT_STANDIN_IMAGE / ASCENDKIT_REGISTRY are not set: `make test` starts the engine, registry and stand-in base"
+    else:
+        try:
+            client = connect()
+        except Unavailable as exc:
+            problem = str(exc)
+    if problem:
+        if required:
+            pytest.fail(f"integration tests need the Docker engine: {problem}")
+        pytest.skip(problem)
+    assert standin and registry
+    return DockerEnv(client, standin, registry, dict(os.environ))
+
+
+@pytest.fixture(scope="session")
+def built(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The test stack built for a3/x86_64 and pushed to the local registry, as `ascendkit build` does it."""
+    workdir = tmp_path_factory.mktemp("build")
+    proc = docker_env.ascendkit(
+        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
+        "--push", "--registry", f"{docker_env.registry}/it", "--json", "--quiet",
+        cwd=workdir, check=True,
+    )  # fmt: skip
+    result: dict[str, Any] = json.loads(proc.stdout)
+    result["workdir"] = workdir
+    result["stderr"] = proc.stderr
+    return result

@@ -38,7 +38,7 @@ REGISTRY_PORT = int(os.environ.get("ASCENDKIT_REGISTRY_PORT", "5000"))
 STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
 STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}
-STANDIN_VERSION = "2"  # bump when the stand-in's contents change
+STANDIN_VERSION = "3"  # bump when the stand-in's contents change
 DEBIAN_MIRROR = os.environ.get("ASCENDKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # What the CANN images bring that the template's system step installs anyway; preinstalled so the
 # step is quick, as it is on the real base.
@@ -172,6 +172,9 @@ def _add_standin_layout(root: Path, deb_arch: str) -> None:
     # CANN images ship their own Python install; Debian marks its system Python as externally managed.
     for marker in root.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
         marker.unlink()
+    # debootstrap leaves its downloaded packages and indexes behind; a published base would not.
+    for leftover in [*root.glob("var/cache/apt/archives/*.deb"), *root.glob("var/lib/apt/lists/*_*")]:
+        leftover.unlink()
 
 
 def enable_arm64_emulation() -> None:

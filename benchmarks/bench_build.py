@@ -1,0 +1,177 @@
+"""Build benchmarks on the real engine, with the test stack on the stand-in base.
+
+Prints a table and writes JSON (default benchmarks/results/build.json); asserts nothing.
+
+* cold build (--no-cache), no-op rebuild, rebuild after bumping only the most volatile pin (verl):
+  wall time, which steps re-ran, bytes of layers reused;
+* ascendkit's overhead over a raw docker-py build of the same Dockerfile (both fully cached, so the
+  difference is planning, the base-image check, verification and tagging);
+* image size, and wasted bytes: files shadowed or deleted by later layers, plus leftover caches.
+
+Needs DOCKER_HOST and ASCENDKIT_STANDIN_IMAGE (`make services`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import posixpath  # paths inside layer tarballs, not on this machine
+import statistics
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from buildkit.build import BuildPlan, plan_build, run_build
+from buildkit.engine import connect
+from buildkit.matrix import parse_matrix
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"
+CACHE_DIRS = ("root/.cache/", "var/cache/apt/", "var/lib/apt/lists/", "tmp/", "var/tmp/")
+
+
+def plan(text: str, manifest_dir: Path, standin: str) -> BuildPlan:
+    loaded = parse_matrix(text, TEST_MATRIX)
+    return plan_build(loaded, "a3", arch="x86_64", base_image=standin, repository="bench/verl", manifest_dir=manifest_dir)
+
+
+def layer_ids(client: docker.APIClient, image: str) -> dict[str, int]:
+    return {h["Id"]: h["Size"] for h in client.history(image) if h["Id"] != "<missing>"}
+
+
+def raw_build_seconds(client: docker.APIClient, p: BuildPlan, runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as ctx:
+            Path(ctx, "Dockerfile").write_text(p.dockerfile)
+            start = time.perf_counter()
+            for _event in client.build(path=ctx, buildargs=dict(p.buildargs), decode=True, rm=True, forcerm=True):
+                pass
+            samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def waste(client: docker.APIClient, image: str, base_layers: int) -> dict[str, int]:
+    """Bytes in layers that the final filesystem does not show, and cache files it still holds.
+
+    Waste is split by where the hidden bytes were written: the base image's layers (not ours to
+    fix) or the layers ascendkit's Dockerfile added.
+    """
+    blob = b"".join(client.get_image(image))
+    seen: dict[str, tuple[int, int]] = {}  # path -> (layer index, size) of the newest copy so far
+    hidden = {"base": 0, "ascendkit": 0}
+    shadowed = deleted = 0
+
+    def owner(layer: int) -> str:
+        return "base" if layer < base_layers else "ascendkit"
+
+    with tarfile.open(fileobj=io.BytesIO(blob)) as outer:
+        manifest = json.load(outer.extractfile("manifest.json"))  # type: ignore[arg-type]
+        for index, layer_name in enumerate(manifest[0]["Layers"]):
+            with tarfile.open(fileobj=outer.extractfile(layer_name)) as layer:
+                for entry in layer.getmembers():
+                    path = entry.name.removeprefix("./")
+                    base = posixpath.basename(path)
+                    if base.startswith(".wh."):
+                        target = posixpath.join(posixpath.dirname(path), base.removeprefix(".wh."))
+                        for old in [p for p in seen if p == target or p.startswith(target + "/")]:
+                            where, size = seen.pop(old)
+                            deleted += size
+                            hidden[owner(where)] += size
+                        continue
+                    if entry.isfile():
+                        if path in seen:
+                            where, size = seen[path]
+                            shadowed += size
+                            hidden[owner(where)] += size
+                        seen[path] = (index, entry.size)
+    leftover = sum(size for path, (_, size) in seen.items() if path.startswith(CACHE_DIRS))
+    return {
+        "files_bytes": sum(size for _, size in seen.values()),
+        "shadowed_bytes": shadowed,
+        "deleted_bytes": deleted,
+        "wasted_in_base_layers": hidden["base"],
+        "wasted_in_ascendkit_layers": hidden["ascendkit"],
+        "leftover_cache_bytes": leftover,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "build.json")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each cached measurement (median)")
+    args = parser.parse_args()
+    standin = os.environ.get("ASCENDKIT_STANDIN_IMAGE")
+    if not standin:
+        raise SystemExit("ASCENDKIT_STANDIN_IMAGE is not set: run `make services` and source its env file")
+    client = connect()
+    text = TEST_MATRIX.read_text()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as manifests:
+        base = plan(text, Path(manifests), standin)
+        cold = run_build(client, BuildPlan(**{**base.__dict__, "no_cache": True}))
+        results["cold"] = {"seconds": round(cold.duration_s, 2), "steps": cold.steps_total, "cached": cold.steps_cached}
+        noop = [run_build(client, base) for _ in range(args.runs)]
+        ascendkit_noop = statistics.median(r.duration_s for r in noop)
+        results["noop"] = {"seconds": round(ascendkit_noop, 2), "steps": noop[0].steps_total, "cached": noop[0].steps_cached}
+        before = layer_ids(client, cold.image_id)
+        bumped = plan(text.replace('version: "3.7"', 'version: "3.8"'), Path(manifests), standin)
+        bump = run_build(client, bumped)
+        after = layer_ids(client, bump.image_id)
+        reused = sum(size for layer, size in after.items() if layer in before)
+        results["bump_verl"] = {
+            "seconds": round(bump.duration_s, 2),
+            "steps_rerun": bump.steps_total - bump.steps_cached,
+            "steps": bump.steps_total,
+            "bytes_reused": reused,
+            "bytes_new": sum(size for layer, size in after.items() if layer not in before),
+        }
+        raw = raw_build_seconds(client, base, args.runs)
+        results["overhead"] = {
+            "ascendkit_noop_s": round(ascendkit_noop, 2),
+            "raw_docker_py_noop_s": round(raw, 2),
+            "overhead_s": round(ascendkit_noop - raw, 2),
+        }
+        info = client.inspect_image(cold.image_id)
+        base_layers = len(client.inspect_image(standin)["RootFS"]["Layers"])
+        results["image"] = {"size_bytes": info["Size"], **waste(client, cold.image_id, base_layers)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    mb = 1024 * 1024
+    rows = [
+        ("cold build (--no-cache)", f"{results['cold']['seconds']:.1f}s", f"{results['cold']['cached']}/{results['cold']['steps']} cached"),
+        ("no-op rebuild", f"{results['noop']['seconds']:.1f}s", f"{results['noop']['cached']}/{results['noop']['steps']} cached"),
+        (
+            "bump verl only",
+            f"{results['bump_verl']['seconds']:.1f}s",
+            f"{results['bump_verl']['steps_rerun']} step(s) re-ran, {results['bump_verl']['bytes_reused'] / mb:.0f} MiB reused, "
+            f"{results['bump_verl']['bytes_new'] / 1024:.0f} KiB new",
+        ),
+        (
+            "raw docker-py no-op build",
+            f"{raw:.2f}s",
+            f"ascendkit overhead {results['overhead']['overhead_s']:.2f}s (preflight, verify, tag)",
+        ),
+        ("image size", f"{results['image']['size_bytes'] / mb:.0f} MiB", ""),
+        (
+            "wasted bytes",
+            f"{(results['image']['shadowed_bytes'] + results['image']['deleted_bytes']) / 1024:.0f} KiB",
+            f"shadowed {results['image']['shadowed_bytes'] / 1024:.0f} KiB, deleted {results['image']['deleted_bytes'] / 1024:.0f} KiB; "
+            f"written by ascendkit's layers {results['image']['wasted_in_ascendkit_layers'] / 1024:.0f} KiB, "
+            f"by the base {results['image']['wasted_in_base_layers'] / 1024:.0f} KiB; "
+            f"leftover caches {results['image']['leftover_cache_bytes'] / 1024:.0f} KiB",
+        ),
+    ]
+    for name, value, note in rows:
+        print(f"{name:<28} {value:>10}  {note}")
+    print(f"(JSON: {args.out})")
+
+
+if __name__ == "__main__":
+    main()

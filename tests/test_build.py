@@ -1,0 +1,184 @@
+"""`ascendkit build` against the real Docker engine, with the test stack on the stand-in base."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from buildkit.errors import ExitCode
+from buildkit.matrix import load_matrix
+from tests.conftest import TEST_MATRIX, DockerEnv
+
+pytestmark = pytest.mark.docker
+
+
+def _labels(env: DockerEnv, ref: str) -> dict[str, str]:
+    return dict(env.client.inspect_image(ref)["Config"]["Labels"])
+
+
+def test_labels_and_manifest_match_the_matrix(docker_env: DockerEnv, built: dict[str, Any]) -> None:
+    stack = load_matrix(TEST_MATRIX).matrix.stacks["teststack"]
+    labels = _labels(docker_env, built["tags"][0])
+    for component, pin in stack.pins().items():
+        assert labels[f"io.ascendkit.version.{component.replace('_', '-')}"] == pin.version
+    assert labels["io.ascendkit.stack"] == "teststack"
+    assert labels["io.ascendkit.standin"] == "true"  # inherited: an image on the stand-in says so
+    assert labels["org.opencontainers.image.base.name"] == docker_env.standin
+
+    manifest = json.loads((built["workdir"] / built["manifest"]).read_text())
+    assert manifest["passed"] is True
+    assert manifest["image"]["id"] == built["image_id"]
+    assert {c["status"] for c in manifest["checks"]} == {"pass"}
+    installed = {p["name"]: p["version"] for p in manifest["packages"]}
+    for pin in stack.pins().values():
+        assert installed[pin.package or ""] == pin.version
+    assert manifest["cann"] == {
+        "version": "8.3.RC1",
+        "source": "/usr/local/Ascend/ascend-toolkit/latest/x86_64-linux/ascend_toolkit_install.info",
+    }
+    md = (built["workdir"] / built["manifest_md"]).read_text()
+    assert "Verification: **passed**" in md and "| package idna | 3.7 | 3.7 | pass |" in md
+
+
+def test_json_result_and_tags(built: dict[str, Any]) -> None:
+    assert built["image_id"].startswith("sha256:")
+    assert built["tags"] == [
+        "ascendkit/verl:verl3.7-cann8.3.rc1-torch_npu2.0.0-a3-debian12-py3.11-x86_64",
+        "ascendkit/verl:teststack-a3-debian12-x86_64",
+        "ascendkit/verl:teststack-a3-x86_64",
+        "ascendkit/verl:latest-a3-x86_64",
+    ]
+    assert built["steps_total"] >= 15 and 0 <= built["steps_cached"] <= built["steps_total"]
+    assert built["duration_s"] > 0
+    assert len({p["digest"] for p in built["pushed"]}) == 1  # every tag points at one pushed manifest
+    assert built["index"] is None and built["index_missing"] == ["aarch64"]
+    assert "[10/" in built["stderr"] and "built and verified" in built["stderr"]
+
+
+def test_rebuild_without_change_is_fully_cached(docker_env: DockerEnv, built: dict[str, Any]) -> None:
+    proc = docker_env.ascendkit(
+        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin, "--json", "-q",
+        cwd=built["workdir"], check=True,
+    )  # fmt: skip
+    again = json.loads(proc.stdout)
+    assert again["image_id"] == built["image_id"]
+    assert again["steps_cached"] == again["steps_total"] == built["steps_total"]
+
+
+def test_impossible_pin_fails_cleanly(docker_env: DockerEnv, tmp_path: Path) -> None:
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text(TEST_MATRIX.read_text().replace('version: "3.7"', 'version: "99.0"'))
+    before = docker_env.containers()
+    proc = docker_env.ascendkit(
+        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(bad), "--base-image", docker_env.standin, "--repo", "failing/verl", "-q",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.BUILD_FAILED, proc.stderr
+    assert "ascendkit: build failed at step" in proc.stderr
+    assert "idna==99.0" in proc.stderr and "No matching distribution found for idna==99.0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert docker_env.client.images(name="failing/verl") == []
+    assert docker_env.containers() == before
+    assert not (tmp_path / "manifests").exists()
+
+
+def test_unreachable_base_image_fails_fast_with_the_options(docker_env: DockerEnv, tmp_path: Path) -> None:
+    proc = docker_env.ascendkit(
+        "build", "--hw", "a3", "--matrix", str(TEST_MATRIX), "--base-image", "registry.invalid/ascend/cann:8.3.rc1-a3-ubuntu22.04-py3.11",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.UNAVAILABLE
+    assert "is not on this engine and its registry cannot be reached" in proc.stderr
+    assert "--base-registry" in proc.stderr and "--base-image REF" in proc.stderr
+
+
+def test_ctrl_c_stops_the_build_and_leaves_nothing(docker_env: DockerEnv, tmp_path: Path) -> None:
+    before = docker_env.containers()
+    exe = Path(sys.executable).with_name("ascendkit")
+    argv = [str(exe), "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin]
+    argv += ["--no-cache", "--repo", "interrupted/verl"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=docker_env.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "apt-get update" in line:  # a RUN step whose container is running right now
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=120) == ExitCode.INTERRUPTED, "".join(seen) + rest
+    assert "no tag was created and its containers were removed" in rest
+    assert docker_env.client.images(name="interrupted/verl") == []
+    assert docker_env.containers() == before
+
+
+def _scan_saved_image(env: DockerEnv, image_id: str, needles: dict[str, bytes]) -> dict[str, list[str]]:
+    """Every place (layer file, config, manifest) where each needle occurs in `docker save`."""
+    found: dict[str, list[str]] = {name: [] for name in needles}
+    blob = b"".join(env.client.get_image(image_id))
+    with tarfile.open(fileobj=io.BytesIO(blob)) as outer:
+        for member in outer.getmembers():
+            data = outer.extractfile(member)
+            if data is None:
+                continue
+            content = data.read()
+            if member.name.endswith("layer.tar"):
+                with tarfile.open(fileobj=io.BytesIO(content)) as layer:
+                    for entry in layer.getmembers():
+                        handle = layer.extractfile(entry) if entry.isfile() else None
+                        body = handle.read() if handle else b""
+                        names = f"{entry.name} {entry.linkname}".encode()
+                        for name, needle in needles.items():
+                            if needle in body or needle in names:
+                                found[name].append(f"{member.name}:{entry.name}")
+            else:
+                for name, needle in needles.items():
+                    if needle in content:
+                        found[name].append(member.name)
+    return found
+
+
+def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, tmp_path: Path) -> None:
+    # A CA bundle with one certificate nobody else has, and a credential in the index URL.
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ascendkit-test-ca"]
+    subprocess.run([*openssl, "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    unique = cert.read_text().splitlines()[5].encode()  # a base64 line from the middle of the cert
+    host_bundle = Path(docker_env.env.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt"))
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_bytes(host_bundle.read_bytes() + cert.read_bytes())
+    token = "s3cr3t-ascendkit-token-4f9c2"
+    proc = docker_env.ascendkit(
+        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
+        "--ca-bundle", str(bundle), "--pip-index-url", f"https://ascendkit-bot:{token}@pypi.org/simple",
+        "--no-cache", "--repo", "secrets/verl", "--json", "-q",
+        cwd=tmp_path, check=True,
+    )  # fmt: skip
+    image_id = json.loads(proc.stdout)["image_id"]
+    assert token not in proc.stdout + proc.stderr  # nor in the build's own log
+
+    found = _scan_saved_image(
+        docker_env,
+        image_id,
+        {"ca": unique, "token": token.encode(), "control": b"idna==3.7"},
+    )
+    assert found["control"], "the scan must find what the build did write (the pin in constraints.txt)"
+    assert found["ca"] == [] and found["token"] == []
+
+    history = json.dumps(docker_env.client.history(image_id))
+    config = json.dumps(docker_env.client.inspect_image(image_id))
+    for text in (history, config):
+        # the one-build secret URL travels in ftp_proxy: its value must not be recorded anywhere
+        # (the build-env helper's own text names the variable, which is fine)
+        assert token not in text and unique.decode() not in text
+        assert "ftp_proxy=" not in text and "http://127.0.0.1:" not in text
+    assert "PIP_INDEX_URL=https://pypi.org/simple" in history  # the public part of the index URL is fine
+    assert "ascendkit-bot" not in history + config

@@ -1,0 +1,110 @@
+"""Build planning (what --dry-run prints): tags, base image, build args, secrets kept apart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from buildkit.build import plan_build
+from buildkit.cli import app
+from buildkit.errors import ExitCode, InputError
+from buildkit.matrix import LoadedMatrix, load_matrix
+from tests.conftest import MATRIX, ROOT
+
+TEST_MATRIX = ROOT / "tests/fixtures/test_matrix.yaml"
+PEM = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+
+
+def test_plan_for_the_default_stack(loaded: LoadedMatrix) -> None:
+    plan = plan_build(loaded, "a3", arch="aarch64", use_default_ca=False)
+    assert plan.base_image == "quay.io/ascend/cann:8.3.rc1-a3-ubuntu22.04-py3.11"
+    assert plan.platform == "linux/arm64"
+    assert plan.refs == [
+        "ascendkit/verl:verl0.6.1-cann8.3.rc1-torch_npu2.7.1-a3-ubuntu22.04-py3.11-aarch64",
+        "ascendkit/verl:cann8.3-a3-ubuntu22.04-aarch64",
+        "ascendkit/verl:cann8.3-a3-aarch64",
+        "ascendkit/verl:latest-a3-aarch64",
+    ]
+    assert dict(plan.expected.packages)["torch-npu"] == "2.7.1"
+    labels = dict(plan.expected.labels)
+    assert labels["org.opencontainers.image.base.name"] == plan.base_image
+    assert labels["io.ascendkit.soc-version"] == "ascend910_9391"
+    assert plan.dockerfile == (ROOT / "Dockerfile.a3").read_text()
+
+
+def test_mirror_and_local_base(loaded: LoadedMatrix) -> None:
+    plan = plan_build(loaded, "a2-box16", base_registry="quay.nju.edu.cn/ascend", use_default_ca=False)
+    assert plan.base_image == "quay.nju.edu.cn/ascend/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
+    assert dict(plan.buildargs)["BASE_IMAGE"] == plan.base_image
+    assert "swr.cn-south-1.myhuaweicloud.com/ascendhub/cann" in plan.base_mirrors
+    with pytest.raises(InputError, match="give one"):
+        plan_build(loaded, "a3", base_image="x:y", base_registry="m/a", use_default_ca=False)
+
+
+def test_credentials_never_become_build_args(loaded: LoadedMatrix, tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(PEM)
+    plan = plan_build(loaded, "a3", ca_bundle=ca, pip_index_url="https://bot:t0k3n@mirror.example.com/simple")
+    assert dict(plan.buildargs)["PIP_INDEX_URL"] == "https://mirror.example.com/simple"
+    assert "t0k3n" not in json.dumps(plan.describe())
+    assert plan.secrets.ca_bundle == PEM
+    assert plan.secrets.env == (("PIP_INDEX_URL", "https://bot:t0k3n@mirror.example.com/simple"),)
+    assert "t0k3n" not in repr(plan)
+
+
+def test_default_ca_from_environment(loaded: LoadedMatrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ca = tmp_path / "host.pem"
+    ca.write_bytes(PEM)
+    monkeypatch.delenv("PIP_CERT", raising=False)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    assert plan_build(loaded, "a3").secrets.ca_bundle == PEM
+    assert plan_build(loaded, "a3", use_default_ca=False).secrets.ca_bundle == b""
+
+
+def test_unsupported_arch(loaded: LoadedMatrix) -> None:
+    with pytest.raises(InputError, match="not built for --arch 'riscv64'"):
+        plan_build(loaded, "a3", arch="riscv64", use_default_ca=False)
+
+
+def test_test_stack_plan() -> None:
+    plan = plan_build(load_matrix(TEST_MATRIX), "a3", arch="x86_64", use_default_ca=False)
+    assert plan.refs[0] == "ascendkit/verl:verl3.7-cann8.3.rc1-torch_npu2.0.0-a3-debian12-py3.11-x86_64"
+    assert dict(plan.expected.packages) == {
+        "h11": "0.15.0",
+        "idna": "3.7",
+        "iniconfig": "2.0.0",
+        "markdown-it-py": "2.0.0",
+        "markupsafe": "2.0.1",
+        "six": "1.16.0",
+        "tomli": "2.0.0",
+        "wcwidth": "0.2.13",
+    }
+
+
+def test_dry_run_json(runner: CliRunner) -> None:
+    result = runner.invoke(
+        app, ["build", "--hw", "a3", "--dry-run", "--json", "--no-ca-bundle", "--arch", "x86_64", "--matrix", str(MATRIX)]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["dry_run"] is True
+    assert data["plan"]["tags"][0].endswith("-a3-ubuntu22.04-py3.11-x86_64")
+    assert data["plan"]["ca_bundle"] is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--push"], "--push needs --registry"),
+        (["--registry", "nohost"], "expected HOST[:PORT]/REPO"),
+        (["--ca-bundle", "/nonexistent.pem"], "cannot read"),
+        (["--arch", "ppc64le"], "not built for --arch 'ppc64le'"),
+    ],
+)
+def test_bad_build_options(runner: CliRunner, argv: list[str], message: str) -> None:
+    result = runner.invoke(app, ["build", "--hw", "a3", "--dry-run", *argv, "--matrix", str(MATRIX)])
+    assert result.exit_code == ExitCode.INVALID_INPUT
+    assert message in result.stderr

@@ -1,0 +1,55 @@
+"""Build secrets: credential splitting, the CA bundle check, and the one-build loopback server."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from buildkit.errors import InputError
+from buildkit.secrets import BuildSecrets, SecretServer, read_ca_bundle, split_credentials
+
+PEM = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+
+
+def test_split_credentials() -> None:
+    assert split_credentials("https://pypi.org/simple") == ("https://pypi.org/simple", None)
+    public, full = split_credentials("https://bot:t0k3n@mirror.example.com:8443/pypi/simple")
+    assert public == "https://mirror.example.com:8443/pypi/simple"
+    assert full == "https://bot:t0k3n@mirror.example.com:8443/pypi/simple"
+
+
+def test_ca_bundle_must_be_pem(tmp_path: Path) -> None:
+    good = tmp_path / "ca.pem"
+    good.write_bytes(PEM)
+    assert read_ca_bundle(good) == PEM
+    bad = tmp_path / "ca.der"
+    bad.write_bytes(b"\x30\x82")
+    with pytest.raises(InputError, match="not a PEM certificate bundle"):
+        read_ca_bundle(bad)
+    with pytest.raises(InputError, match="cannot read"):
+        read_ca_bundle(tmp_path / "missing.pem")
+
+
+def test_env_script_quotes_values() -> None:
+    secrets = BuildSecrets(PEM, (("PIP_INDEX_URL", "https://u:p'q@h/simple"),))
+    assert secrets.env_script() == b"export PIP_INDEX_URL='https://u:p'\"'\"'q@h/simple'\n"
+    assert b"p'q" in secrets.values()  # the password alone is scanned for too
+    assert not BuildSecrets()
+
+
+def test_server_serves_only_under_its_token_and_stops() -> None:
+    secrets = BuildSecrets(PEM, (("PIP_INDEX_URL", "https://u:p@h/simple"),))
+    with SecretServer(secrets) as server:
+        assert server.url.startswith("http://127.0.0.1:")
+        assert urllib.request.urlopen(f"{server.url}/ca.pem").read() == PEM
+        assert urllib.request.urlopen(f"{server.url}/env").read() == b"export PIP_INDEX_URL=https://u:p@h/simple\n"
+        base = server.url.rsplit("/", 1)[0]
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"{base}/wrong-token/ca.pem")
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"{server.url}/other")
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"{server.url}/ca.pem", timeout=2)
