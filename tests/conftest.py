@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,12 +126,14 @@ def docker_env() -> DockerEnv:
 def built(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The test stack built for a3/x86_64 and pushed to the local registry, as `ascendkit build` does it."""
     workdir = tmp_path_factory.mktemp("build")
+    repo = f"it-{uuid.uuid4().hex[:8]}"  # the registry outlives test runs: each run gets its own repository
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
-        "--push", "--registry", f"{docker_env.registry}/it", "--json", "--quiet",
+        "--push", "--registry", f"{docker_env.registry}/{repo}", "--json", "--quiet",
         cwd=workdir, check=True,
     )  # fmt: skip
     result: dict[str, Any] = json.loads(proc.stdout)
     result["workdir"] = workdir
+    result["repo"] = repo
     result["stderr"] = proc.stderr
     return result

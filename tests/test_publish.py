@@ -22,7 +22,7 @@ def test_push_delete_pull_by_digest_round_trip(docker_env: DockerEnv, built: dic
     before = client.inspect_image(built["image_id"])
     client.remove_image(built["image_id"], force=True, noprune=True)  # every local tag goes
     assert client.images(name="ascendkit/verl") == [] or all(built["image_id"] != i["Id"] for i in client.images())
-    repository = f"{docker_env.registry}/it"
+    repository = f"{docker_env.registry}/{built['repo']}"
     client.pull(repository, tag=digest)
     after = client.inspect_image(f"{repository}@{digest}")
     assert after["Id"] == built["image_id"]  # same config digest
@@ -33,13 +33,13 @@ def test_push_delete_pull_by_digest_round_trip(docker_env: DockerEnv, built: dic
 
 
 def test_index_refused_while_an_arch_is_missing(docker_env: DockerEnv, built: dict[str, Any]) -> None:
-    proc = docker_env.ascendkit("publish", built["tags"][0], "--registry", f"{docker_env.registry}/it", cwd=built["workdir"])
+    proc = docker_env.ascendkit("publish", built["tags"][0], "--registry", f"{docker_env.registry}/{built['repo']}", cwd=built["workdir"])
     assert proc.returncode == ExitCode.PUBLISH_FAILED
     assert "refusing to publish the multi-arch index" in proc.stderr and "no aarch64 image" in proc.stderr
     registry = Registry(docker_env.registry)
     index_name = built["tags"][0].rsplit(":", 1)[1].removesuffix("-x86_64")
-    assert registry.get_manifest("it", index_name) is None
-    assert registry.get_manifest("it", f"{index_name}-x86_64") is not None
+    assert registry.get_manifest(built["repo"], index_name) is None
+    assert registry.get_manifest(built["repo"], f"{index_name}-x86_64") is not None
 
 
 def test_publish_needs_a_passed_build_manifest(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
@@ -66,14 +66,22 @@ def test_arm64_build_completes_the_multi_arch_index(docker_env: DockerEnv, built
         pytest.skip("no arm64 stand-in: `make test` makes one when ASCENDKIT_ARM64=1 (qemu emulation)")
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "aarch64", "--matrix", str(TEST_MATRIX), "--base-image", standin_arm64,
-        "--push", "--registry", f"{docker_env.registry}/it", "--json", "-q",
+        "--push", "--registry", f"{docker_env.registry}/{built['repo']}", "--json", "-q",
         cwd=built["workdir"], check=True,
     )  # fmt: skip
     result = json.loads(proc.stdout)
     assert result["arch"] == "aarch64" and result["index_missing"] == []
-    assert len(result["index"]) == 3  # the full tag and two aliases (teststack is the test matrix's default: + latest)
+    index_refs = [p["ref"].split("@")[0].rsplit(":", 1)[1] for p in result["index"]]
+    # the arch-less names: the full tag and the aliases (teststack is its matrix's default: latest too)
+    assert index_refs == [
+        "verl3.7-cann8.3.rc1-torch_npu2.0.0-a3-debian12-py3.11",
+        "teststack-a3-debian12",
+        "teststack-a3",
+        "latest-a3",
+    ]
+    assert len({p["digest"] for p in result["index"]}) == 1
     registry = Registry(docker_env.registry)
-    index = registry.get_manifest("it", "verl3.7-cann8.3.rc1-torch_npu2.0.0-a3-debian12-py3.11")
+    index = registry.get_manifest(built["repo"], "verl3.7-cann8.3.rc1-torch_npu2.0.0-a3-debian12-py3.11")
     assert index is not None and index.media_type == DOCKER_LIST
     platforms = {m["platform"]["architecture"]: m["digest"] for m in index.json()["manifests"]}
     assert platforms == {"amd64": built["pushed"][0]["digest"], "arm64": result["pushed"][0]["digest"]}
