@@ -9,7 +9,6 @@ the build manifest -> tag. A failure or Ctrl-C leaves no tag and no container be
 from __future__ import annotations
 
 import contextlib
-import os
 import platform
 import tempfile
 import time
@@ -29,7 +28,7 @@ from buildkit.matrix import LoadedMatrix
 from buildkit.model import Arch
 from buildkit.progress import BuildProgress, QuietReporter, Reporter
 from buildkit.render import SECRETS_ARG, base_image_ref, build_context, expected_packages, plan_target, render_dockerfile
-from buildkit.secrets import BuildSecrets, SecretServer, read_ca_bundle, split_credentials
+from buildkit.secrets import BuildSecrets, SecretServer, default_ca_bundle, read_ca_bundle, split_credentials
 from buildkit.verify import Check, Expected, collect_facts, compare, failures, manifest_data, write_manifest
 
 DOCKER_ARCH: dict[str, str] = {"x86_64": "amd64", "aarch64": "arm64"}
@@ -111,15 +110,6 @@ class BuildResult:
             "manifest": str(self.manifest_json),
             "manifest_md": str(self.manifest_md),
         }
-
-
-def default_ca_bundle() -> Path | None:
-    """The host's bundle when the environment names one (a TLS-intercepting proxy needs it)."""
-    for name in ("PIP_CERT", "SSL_CERT_FILE"):
-        value = os.environ.get(name)
-        if value and Path(value).is_file():
-            return Path(value)
-    return None
 
 
 def plan_build(

@@ -20,15 +20,19 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from buildkit import __version__, generate, tables
+from buildkit.availability import PinCheck, check_matrix, summarize
 from buildkit.build import DEFAULT_REPOSITORY, plan_build, run_build
 from buildkit.engine import connect
 from buildkit.errors import AscendkitError, ExitCode, Finding, InputError, MatrixError
 from buildkit.fsio import write_atomic
 from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_stack
+from buildkit.model import ARCHES
+from buildkit.pkgindex import IndexClient
 from buildkit.progress import Step
 from buildkit.publish import LocalImage, load_local_image, missing_arches, publish_index, push_image
 from buildkit.registry import Registry, RegistryRef
 from buildkit.render import all_targets, base_image_ref, plan_target, render_dockerfile
+from buildkit.secrets import default_ca_bundle
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -49,6 +53,7 @@ MatrixPath = Annotated[
     typer.Option("--matrix", "-m", help="Path of the compatibility matrix.", envvar="ASCENDKIT_MATRIX"),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+ArchChoice = Annotated[str | None, typer.Option("--arch", help="aarch64 or x86_64 (build default: this machine's).")]
 
 # Piped output is not cut to 80 columns: tables stay readable in logs and CI.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
@@ -230,6 +235,64 @@ def matrix_show(
     out.print(table)
 
 
+@matrix_app.command("verify")
+@user_errors
+def matrix_verify(
+    stack: Annotated[str | None, typer.Option("--stack", "-s", help="Only this stack; default: all.")] = None,
+    arch: ArchChoice = None,
+    index: Annotated[
+        list[str] | None, typer.Option("--index", help="NAME=URL: ask this mirror instead of the matrix's index NAME (repeatable).")
+    ] = None,
+    ca_bundle: Annotated[
+        Path | None, typer.Option("--ca-bundle", help="PEM bundle for the indexes (default: $PIP_CERT/$SSL_CERT_FILE).")
+    ] = None,
+    as_json: JsonFlag = False,
+    matrix: MatrixPath = DEFAULT_MATRIX,
+) -> None:
+    """Check that every pin exists on its index for each arch and Python (exit 1: missing, 8: unverified)."""
+    loaded = load_matrix(matrix)
+    stacks = [resolve_stack(loaded, stack)[0]] if stack else None
+    if arch is not None and arch not in ARCHES:
+        raise InputError(f"--arch {arch!r}: choose one of {', '.join(ARCHES)}")
+    overrides = {}
+    for item in index or []:
+        name, sep, url = item.partition("=")
+        if not sep or name not in loaded.matrix.indexes or not url.startswith(("http://", "https://")):
+            raise InputError(f"--index {item!r}: expected NAME=URL with NAME one of {', '.join(loaded.matrix.indexes)}")
+        overrides[name] = url.rstrip("/")
+    client = IndexClient(ca_bundle=ca_bundle or default_ca_bundle())
+    checks = check_matrix(loaded.matrix, client, stacks=stacks, arches=[arch] if arch else None, index_urls=overrides)
+    counts = summarize(checks)
+    code = ExitCode.CHECK_FAILED if counts["missing"] else ExitCode.UNVERIFIED if counts["unverified"] else ExitCode.OK
+    if as_json:
+        _print_json({"summary": counts, "exit_code": int(code), "results": [c.describe() for c in checks]})
+    else:
+        _print_verify_table(checks, counts)
+    if code != ExitCode.OK:
+        raise typer.Exit(int(code))
+
+
+_MARK = {"found": "✓", "missing": "✗", "unverified": "?"}
+
+
+def _print_verify_table(checks: list[PinCheck], counts: dict[str, int]) -> None:
+    components = list(dict.fromkeys(c.component for c in checks))
+    table = RichTable(title="Pins on their indexes (✓ found, ✗ missing, ? unverified: index unreachable)")
+    table.add_column("stack / arch")
+    for component in components:
+        table.add_column(component.replace("_", "-"), justify="center")
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for c in checks:
+        rows.setdefault((c.stack, c.arch), {})[c.component] = _MARK[c.status]
+    for (stack_id, arch_name), cells in rows.items():
+        table.add_row(f"{stack_id} / {arch_name}", *(cells.get(component, "") for component in components))
+    out.print(table)
+    for c in checks:
+        if c.status != "found":
+            out.print(f"{_MARK[c.status]} {c.stack} {c.arch} {c.package}=={c.version}: {c.detail}")
+    out.print(f"{counts['found']} found, {counts['missing']} missing, {counts['unverified']} unverified")
+
+
 class TableFormatChoice(str, enum.Enum):
     md = "md"
     rst = "rst"
@@ -333,7 +396,6 @@ class StepPrinter:
             self.console.print(f"         | {line[:200]}")
 
 
-ArchChoice = Annotated[str | None, typer.Option("--arch", help="aarch64 or x86_64; default: this machine's.")]
 RegistryOption = Annotated[str | None, typer.Option("--registry", help="Push target HOST[:PORT]/REPO, e.g. 127.0.0.1:5000/ascendkit.")]
 ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where build manifests are written and read.")]
 
@@ -435,6 +497,7 @@ def build(
     if push and target is not None:
         image = LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags)
         summary.update(_publish(client, image, target, want_index=True, require_index=False))
+    summary["digest"] = summary["pushed"][0]["digest"] if summary.get("pushed") else None
     if as_json:
         _print_json(summary)
 

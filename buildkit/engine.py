@@ -11,8 +11,12 @@ from docker.utils import kwargs_from_env
 
 from buildkit.errors import Unavailable
 
+# A build step can be silent for a long time (vllm-ascend compiles its kernels without output);
+# the read timeout must outlast it, or a healthy build would be reported as a lost engine.
+BUILD_READ_TIMEOUT = 4 * 3600
 
-def connect(timeout: int = 900) -> docker.APIClient:
+
+def connect(timeout: int = BUILD_READ_TIMEOUT) -> docker.APIClient:
     """A low-level docker-py client for the engine named by DOCKER_HOST (default: the local socket)."""
     host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     try:

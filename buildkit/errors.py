@@ -22,6 +22,7 @@ class ExitCode(enum.IntEnum):
     BUILD_FAILED = 5  # a Dockerfile step failed
     VERIFY_FAILED = 6  # the built image does not match the matrix or its labels; nothing was tagged
     PUBLISH_FAILED = 7  # a push or the multi-arch index failed; nothing was reported as published
+    UNVERIFIED = 8  # nothing was found wrong, but some of it could not be checked (index unreachable)
     INTERRUPTED = 130  # Ctrl-C: the build was stopped and cleaned up
 
 

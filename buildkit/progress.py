@@ -88,6 +88,10 @@ class BuildProgress:
         if isinstance(aux, Mapping) and isinstance(aux.get("ID"), str):
             self.image_id = aux["ID"]
             return
+        status = event.get("status")
+        if isinstance(status, str):
+            self._pull_status(str(event.get("id", "")), status)
+            return
         text = event.get("stream")
         if not isinstance(text, str):
             return
@@ -124,6 +128,15 @@ class BuildProgress:
         if step is not None:
             step.output.append(line)
         self.reporter.output(step, line)
+
+    def _pull_status(self, layer: str, status: str) -> None:
+        """The engine pulling the base image: one line per layer state, not per progress tick."""
+        if status in ("Downloading", "Extracting", "Waiting", "Verifying Checksum"):
+            return
+        line = f"{layer}: {status}" if layer else status
+        if self.current is not None:
+            self.current.output.append(line)
+        self.reporter.output(self.current, line)
 
     def close(self) -> None:
         self._finish_current()

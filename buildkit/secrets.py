@@ -9,6 +9,7 @@ key. The image's build-env helper fetches both into /dev/shm and removes them wh
 from __future__ import annotations
 
 import http.server
+import os
 import secrets
 import shlex
 import threading
@@ -40,6 +41,15 @@ class BuildSecrets:
                 found.append(parts.password.encode())
             found.append(value.encode())
         return found
+
+
+def default_ca_bundle() -> Path | None:
+    """The host's bundle when the environment names one (what a TLS-intercepting proxy needs)."""
+    for name in ("PIP_CERT", "SSL_CERT_FILE"):
+        value = os.environ.get(name)
+        if value and Path(value).is_file():
+            return Path(value)
+    return None
 
 
 def read_ca_bundle(path: Path) -> bytes:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import docker
+import requests
 from docker.errors import DockerException, NotFound
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion
@@ -121,8 +122,8 @@ def run_probe(client: docker.APIClient, image_id: str, timeout: int = 300) -> di
         status = client.wait(cid, timeout=timeout)
         stdout = client.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace")
         stderr = client.logs(cid, stdout=False, stderr=True).decode("utf-8", "replace")
-    except (DockerException, OSError) as exc:
-        raise VerifyFailed(f"could not run the verification container: {exc}") from None
+    except (DockerException, requests.exceptions.RequestException, OSError) as exc:
+        raise VerifyFailed(f"could not run the verification container: {exc.__class__.__name__}: {exc}") from None
     finally:
         with contextlib.suppress(NotFound):
             client.remove_container(cid, force=True)

@@ -60,6 +60,7 @@ def test_json_result_and_tags(built: dict[str, Any]) -> None:
     assert built["duration_s"] > 0
     assert len({p["digest"] for p in built["pushed"]}) == 1  # every tag points at one pushed manifest
     assert built["index"] is None and built["index_missing"] == ["aarch64"]
+    assert built["digest"] == built["pushed"][0]["digest"]
     assert "[10/" in built["stderr"] and "built and verified" in built["stderr"]
 
 

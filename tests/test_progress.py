@@ -72,3 +72,24 @@ def test_success_records_image_id() -> None:
         progress.feed(event)
     assert progress.image_id == "sha256:98ea" and progress.error is None
     assert all(s.finished is not None for s in progress.steps)
+
+
+def test_base_image_pull_is_reported_per_layer_state() -> None:
+    recorder = Recorder()
+    progress = BuildProgress(recorder)
+    progress.feed({"stream": "Step 1/2 : FROM quay.io/ascend/cann:8.3.rc1-a3-ubuntu22.04-py3.11\n"})
+    pull: list[dict[str, Any]] = [
+        {"status": "Pulling from ascend/cann", "id": "8.3.rc1-a3-ubuntu22.04-py3.11"},
+        {"status": "Pulling fs layer", "id": "a1"},
+        {"status": "Downloading", "progressDetail": {"current": 1, "total": 9}, "id": "a1"},
+        {"status": "Download complete", "id": "a1"},
+        {"status": "Pull complete", "id": "a1"},
+    ]
+    for event in pull:
+        progress.feed(event)
+    assert [e for e in recorder.events if e.startswith("out")] == [
+        "out 8.3.rc1-a3-ubuntu22.04-py3.11: Pulling from ascend/cann",
+        "out a1: Pulling fs layer",
+        "out a1: Download complete",
+        "out a1: Pull complete",
+    ]

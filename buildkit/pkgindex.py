@@ -1,0 +1,169 @@
+"""Read a package index's simple API (PEP 691 JSON, PEP 503 HTML for mirrors that lack JSON).
+
+Answers one question per pin: which files of which versions does this index serve for a target
+platform and Python, not for this machine. An index that cannot be reached is reported as such,
+never as "not found".
+"""
+
+from __future__ import annotations
+
+import html.parser
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+
+
+@dataclass(frozen=True)
+class DistFile:
+    filename: str
+    version: Version
+    kind: str  # "wheel" or "sdist"
+    tags: frozenset[Tag]
+    requires_python: str | None
+    yanked: bool
+
+
+@dataclass(frozen=True)
+class Project:
+    name: str
+    files: tuple[DistFile, ...]
+
+
+class IndexUnreachable(Exception):
+    """The index did not answer (connection, timeout, TLS, 5xx): nothing can be said."""
+
+
+class ProjectMissing(Exception):
+    """The index answered: it has no such project."""
+
+
+def target_tags(arch: str, python: str) -> frozenset[Tag]:
+    """Wheel tags a manylinux CPython ``python`` on ``arch`` accepts (glibc up to 2.35)."""
+    major, minor = (int(p) for p in python.split("."))
+    platforms = [f"manylinux_2_{glibc}_{arch}" for glibc in range(35, 16, -1)]
+    platforms += [f"manylinux2014_{arch}"] + ([f"manylinux2010_{arch}", f"manylinux1_{arch}"] if arch == "x86_64" else [])
+    version = (major, minor)
+    tags = set(cpython_tags(version, platforms=platforms))
+    tags |= set(compatible_tags(version, interpreter=f"cp{major}{minor}", platforms=platforms))
+    return frozenset(tags)
+
+
+def _parse_file(filename: str, requires_python: str | None, yanked: bool) -> DistFile | None:
+    try:
+        if filename.endswith(".whl"):
+            _, version, _, tags = parse_wheel_filename(filename)
+            return DistFile(filename, version, "wheel", frozenset(tags), requires_python, yanked)
+        if filename.endswith((".tar.gz", ".zip")):
+            _, version = parse_sdist_filename(filename)
+            return DistFile(filename, version, "sdist", frozenset(), requires_python, yanked)
+    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+        return None
+    return None
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: list[tuple[str, str | None, bool]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag != "a":
+            return
+        attributes = dict(attrs)
+        href = attributes.get("href") or ""
+        name = urllib.parse.unquote(urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1])
+        self.files.append((name, attributes.get("data-requires-python"), "data-yanked" in attributes))
+
+
+class IndexClient:
+    """A caching, thread-safe reader of simple indexes."""
+
+    def __init__(self, *, ca_bundle: Path | None = None, timeout: float = 15.0, retries: int = 2) -> None:
+        self.session = requests.Session()
+        if ca_bundle is not None:
+            self.session.verify = str(ca_bundle)
+        self.timeout = timeout
+        self.retries = retries
+        self._cache: dict[tuple[str, str], Project | Exception] = {}
+        self._lock = threading.Lock()
+
+    def project(self, index_url: str, name: str) -> Project:
+        key = (index_url.rstrip("/"), canonicalize_name(name))
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is None:
+            try:
+                cached = self._fetch(*key)
+            except (IndexUnreachable, ProjectMissing) as exc:
+                cached = exc
+            with self._lock:
+                self._cache[key] = cached
+        if isinstance(cached, Exception):
+            raise cached
+        return cached
+
+    def _fetch(self, index_url: str, name: str) -> Project:
+        url = f"{index_url}/{name}/"
+        last = ""
+        for attempt in range(self.retries + 1):
+            try:
+                response = self.session.get(url, headers={"Accept": JSON_ACCEPT}, timeout=self.timeout)
+            except requests.RequestException as exc:
+                last = exc.__class__.__name__  # the full text repeats the URL and the pool's internals
+            else:
+                if response.status_code == 404:
+                    raise ProjectMissing(f"{index_url} has no project {name}")
+                if response.status_code == 200:
+                    return self._parse(name, response)
+                last = f"HTTP {response.status_code}"
+                if response.status_code < 500 and response.status_code != 429:
+                    break
+            if attempt < self.retries:
+                time.sleep(0.5 * 2**attempt)
+        raise IndexUnreachable(f"{urllib.parse.urlsplit(index_url).netloc} ({last})")
+
+    @staticmethod
+    def _parse(name: str, response: requests.Response) -> Project:
+        files: list[DistFile] = []
+        if "json" in response.headers.get("Content-Type", ""):
+            for entry in response.json().get("files", []):
+                parsed = _parse_file(entry["filename"], entry.get("requires-python"), bool(entry.get("yanked")))
+                if parsed:
+                    files.append(parsed)
+        else:
+            anchors = _Anchors()
+            anchors.feed(response.text)
+            for filename, requires_python, yanked in anchors.files:
+                parsed = _parse_file(html.unescape(filename), html.unescape(requires_python) if requires_python else None, yanked)
+                if parsed:
+                    files.append(parsed)
+        return Project(name, tuple(files))
+
+
+def installable(file: DistFile, tags: frozenset[Tag], python: str) -> bool:
+    """Would pip, on the target, take this file (before resolving dependencies)?"""
+    if file.yanked:
+        return False
+    if file.requires_python:
+        try:
+            if Version(python + ".0") not in SpecifierSet(file.requires_python):
+                return False
+        except (InvalidSpecifier, InvalidVersion):
+            pass  # pip ignores a malformed requires-python too
+    return file.kind == "sdist" or bool(file.tags & tags)
