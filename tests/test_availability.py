@@ -40,7 +40,7 @@ PROJECTS: dict[str, list[dict[str, Any]]] = {
 class FakeIndex(http.server.BaseHTTPRequestHandler):
     html: typing.ClassVar[bool] = False
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         name = self.path.strip("/").split("/")[-1]
         if name == "broken":
             self.send_error(503)
@@ -66,7 +66,7 @@ class FakeIndex(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
