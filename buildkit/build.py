@@ -29,6 +29,7 @@ from buildkit.model import Arch
 from buildkit.progress import BuildProgress, QuietReporter, Reporter
 from buildkit.render import SECRETS_ARG, base_image_ref, build_context, expected_packages, plan_target, render_dockerfile
 from buildkit.secrets import BuildSecrets, SecretServer, default_ca_bundle, read_ca_bundle, split_credentials
+from buildkit.settings import Mirrors
 from buildkit.verify import Check, Expected, collect_facts, compare, failures, manifest_data, write_manifest
 
 DOCKER_ARCH: dict[str, str] = {"x86_64": "amd64", "aarch64": "arm64"}
@@ -120,10 +121,8 @@ def plan_build(
     os_name: str | None = None,
     arch: str | None = None,
     base_image: str | None = None,
-    base_registry: str | None = None,
-    ca_bundle: Path | None = None,
+    mirrors: Mirrors | None = None,
     use_default_ca: bool = True,
-    pip_index_url: str | None = None,
     repository: str = DEFAULT_REPOSITORY,
     no_cache: bool = False,
     manifest_dir: Path = Path("manifests"),
@@ -134,19 +133,27 @@ def plan_build(
     chosen_arch = arch or host_arch()
     if chosen_arch not in st.arches:
         raise InputError(f"stack {target.stack_id!r} is not built for --arch {chosen_arch!r}; choose one of: {', '.join(st.arches)}")
+    mirrors = mirrors or Mirrors()
+    base_registry = mirrors.get("base_registry")
     if base_image and base_registry:
-        raise InputError("--base-image names the whole base; --base-registry only its registry: give one")
+        raise InputError(
+            f"--base-image names the whole base; base_registry (from {mirrors.origin['base_registry']}) only its registry: give one"
+        )
     base = base_image or base_image_ref(matrix, st, target.chip_id, target.os_name, registry=base_registry)
+    ctx = build_context(loaded, target)
+    declared = {name for name, _ in ctx.build_args}
     buildargs = [("BASE_IMAGE", base)]
     env: list[tuple[str, str]] = []
-    if pip_index_url:
-        public, with_credentials = split_credentials(pip_index_url)
-        buildargs.append(("PIP_INDEX_URL", public))
-        if with_credentials:
-            env.append(("PIP_INDEX_URL", with_credentials))
-    ca_path = ca_bundle or (default_ca_bundle() if use_default_ca else None)
+    for arg, value in mirrors.build_args().items():
+        if arg not in declared:
+            continue  # this stack's Dockerfile does not use that index or host
+        parts = [split_credentials(url) for url in value.split()]
+        buildargs.append((arg, " ".join(public for public, _ in parts)))
+        if any(full for _, full in parts):
+            env.append((arg, value))  # with credentials: served for the build, never a build arg
+    ca_setting = mirrors.get("ca_bundle")
+    ca_path = Path(ca_setting) if ca_setting else (default_ca_bundle() if use_default_ca else None)
     secrets = BuildSecrets(read_ca_bundle(ca_path) if ca_path else b"", tuple(env))
-    ctx = build_context(loaded, target)
     substitutions = {"${BASE_IMAGE}": base, "${SOC_VERSION}": ctx.soc_version}
     full = tags.full_tag(st, target.chip_id, target.os_name)
     names = [full, *tags.alias_tags(target.stack_id, st, target.chip_id, target.os_name)]

@@ -33,6 +33,7 @@ from buildkit.publish import LocalImage, load_local_image, missing_arches, publi
 from buildkit.registry import Registry, RegistryRef
 from buildkit.render import all_targets, base_image_ref, plan_target, render_dockerfile
 from buildkit.secrets import default_ca_bundle
+from buildkit.settings import resolve_mirrors
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,6 +55,17 @@ MatrixPath = Annotated[
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 ArchChoice = Annotated[str | None, typer.Option("--arch", help="aarch64 or x86_64 (build default: this machine's).")]
+PipIndexUrl = Annotated[str | None, typer.Option("--pip-index-url", help="PyPI mirror; credentials in a URL stay out of the image.")]
+PipExtraIndexUrl = Annotated[str | None, typer.Option("--pip-extra-index-url", help="Extra index(es), space separated.")]
+PytorchIndexUrl = Annotated[str | None, typer.Option("--pytorch-index-url", help="Mirror of the PyTorch CPU index (x86_64 torch).")]
+AscendIndexUrl = Annotated[str | None, typer.Option("--ascend-index-url", help="Mirror of Ascend's pip index.")]
+CaBundle = Annotated[
+    Path | None, typer.Option("--ca-bundle", help="PEM bundle for pip (default: $PIP_CERT or $SSL_CERT_FILE); never stored in an image.")
+]
+ConfigFile = Annotated[
+    Path | None,
+    typer.Option("--config", help="Mirror settings file (default: $ASCENDKIT_CONFIG, ./ascendkit.toml, ~/.config/ascendkit/config.toml)."),
+]
 
 # Piped output is not cut to 80 columns: tables stay readable in logs and CI.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
@@ -435,14 +447,16 @@ def build(
     base_registry: Annotated[
         str | None, typer.Option("--base-registry", help="Mirror of the CANN images, HOST/PATH (e.g. quay.nju.edu.cn/ascend).")
     ] = None,
-    ca_bundle: Annotated[
-        Path | None,
-        typer.Option("--ca-bundle", help="PEM bundle for pip (default: $PIP_CERT or $SSL_CERT_FILE); never stored in the image."),
-    ] = None,
+    ca_bundle: CaBundle = None,
     no_ca_bundle: Annotated[bool, typer.Option("--no-ca-bundle", help="Do not pass the host's CA bundle.")] = False,
-    pip_index_url: Annotated[
-        str | None, typer.Option("--pip-index-url", help="PyPI mirror; credentials in the URL stay out of the image.")
-    ] = None,
+    pip_index_url: PipIndexUrl = None,
+    pip_extra_index_url: PipExtraIndexUrl = None,
+    pytorch_index_url: PytorchIndexUrl = None,
+    ascend_index_url: AscendIndexUrl = None,
+    apt_mirror: Annotated[str | None, typer.Option("--apt-mirror", help="OS package mirror (serves /ubuntu, /ubuntu-ports, ...).")] = None,
+    github_url: Annotated[str | None, typer.Option("--github-url", help="GitHub mirror for source checkouts.")] = None,
+    gitcode_url: Annotated[str | None, typer.Option("--gitcode-url", help="gitcode mirror for source checkouts.")] = None,
+    config: ConfigFile = None,
     repository: Annotated[str, typer.Option("--repo", help="Local image repository to tag.")] = DEFAULT_REPOSITORY,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
     push: Annotated[bool, typer.Option("--push", help="Push the verified image to --registry, by digest.")] = False,
@@ -458,6 +472,20 @@ def build(
         raise InputError("--push needs --registry HOST[:PORT]/REPO")
     target = RegistryRef.parse(registry) if registry else None
     loaded = load_matrix(matrix)
+    mirrors = resolve_mirrors(
+        {
+            "pip_index_url": pip_index_url,
+            "pip_extra_index_url": pip_extra_index_url,
+            "pytorch_index_url": pytorch_index_url,
+            "ascend_index_url": ascend_index_url,
+            "apt_mirror": apt_mirror,
+            "github_url": github_url,
+            "gitcode_url": gitcode_url,
+            "base_registry": base_registry,
+            "ca_bundle": str(ca_bundle) if ca_bundle else None,
+        },
+        config=config,
+    )
     plan = plan_build(
         loaded,
         hw,
@@ -465,10 +493,8 @@ def build(
         os_name=os_name,
         arch=arch,
         base_image=base_image,
-        base_registry=base_registry,
-        ca_bundle=ca_bundle,
+        mirrors=mirrors,
         use_default_ca=not no_ca_bundle,
-        pip_index_url=pip_index_url,
         repository=repository,
         no_cache=no_cache,
         manifest_dir=manifest_dir,

@@ -185,14 +185,6 @@ def build_env_script(matrix: Matrix, stack: Stack) -> tuple[str, ...]:
     lines = [
         "# ascendkit: sourced by every pip layer of this image; holds no secrets.",
         'ascendkit_xtrace=0; case "$-" in *x*) ascendkit_xtrace=1; set +x ;; esac',
-        'case "$(uname -m)" in',
-    ]
-    for arch, urls in _arch_extra_indexes(matrix, stack):
-        export = f' export PIP_EXTRA_INDEX_URL="{urls}${{PIP_EXTRA_INDEX_URL:+ ${{PIP_EXTRA_INDEX_URL}}}}"' if urls else ""
-        lines.append(f"  {arch}){export} ;;")
-    lines += [
-        f'  *) echo "ascendkit: this image supports {", ".join(stack.arches)}, not $(uname -m)" >&2; exit 1 ;;',
-        "esac",
         "# A CA bundle and index credentials, when ascendkit serves them for this build: fetched to",
         "# memory-backed /dev/shm and removed when the RUN ends, so no layer ever contains them.",
         f'if [ -n "${{{SECRETS_ARG}:-}}" ]; then',
@@ -206,6 +198,14 @@ def build_env_script(matrix: Matrix, stack: Stack) -> tuple[str, ...]:
         '  . "${ascendkit_secrets}/env"',
         f"  unset {SECRETS_ARG}",
         "fi",
+        'case "$(uname -m)" in',
+    ]
+    for arch, urls in _arch_extra_indexes(matrix, stack):
+        export = f' export PIP_EXTRA_INDEX_URL="{urls}${{PIP_EXTRA_INDEX_URL:+ ${{PIP_EXTRA_INDEX_URL}}}}"' if urls else ""
+        lines.append(f"  {arch}){export} ;;")
+    lines += [
+        f'  *) echo "ascendkit: this image supports {", ".join(stack.arches)}, not $(uname -m)" >&2; exit 1 ;;',
+        "esac",
         'if [ "${ascendkit_xtrace}" = 1 ]; then set -x; fi',
     ]
     return tuple(lines)

@@ -160,6 +160,7 @@ def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, tmp_path:
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
         "--ca-bundle", str(bundle), "--pip-index-url", f"https://ascendkit-bot:{token}@pypi.org/simple",
+        "--pytorch-index-url", f"https://ascendkit-bot:{token}@pypi.org/simple",  # x86_64 torch's index, also credentialed
         "--no-cache", "--repo", "secrets/verl", "--json", "-q",
         cwd=tmp_path, check=True,
     )  # fmt: skip

@@ -12,6 +12,7 @@ from buildkit.build import plan_build
 from buildkit.cli import app
 from buildkit.errors import ExitCode, InputError
 from buildkit.matrix import LoadedMatrix, load_matrix
+from buildkit.settings import Mirrors
 from tests.conftest import MATRIX, ROOT
 
 TEST_MATRIX = ROOT / "tests/fixtures/test_matrix.yaml"
@@ -36,19 +37,31 @@ def test_plan_for_the_default_stack(loaded: LoadedMatrix) -> None:
 
 
 def test_mirror_and_local_base(loaded: LoadedMatrix) -> None:
-    plan = plan_build(loaded, "a2-box16", base_registry="quay.nju.edu.cn/ascend", use_default_ca=False)
+    plan = plan_build(
+        loaded, "a2-box16", mirrors=Mirrors({"base_registry": "quay.nju.edu.cn/ascend"}, {"base_registry": "flag"}), use_default_ca=False
+    )
     assert plan.base_image == "quay.nju.edu.cn/ascend/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
     assert dict(plan.buildargs)["BASE_IMAGE"] == plan.base_image
     assert "swr.cn-south-1.myhuaweicloud.com/ascendhub/cann" in plan.base_mirrors
     with pytest.raises(InputError, match="give one"):
-        plan_build(loaded, "a3", base_image="x:y", base_registry="m/a", use_default_ca=False)
+        plan_build(
+            loaded, "a3", base_image="x:y", mirrors=Mirrors({"base_registry": "m/a"}, {"base_registry": "flag"}), use_default_ca=False
+        )
 
 
 def test_credentials_never_become_build_args(loaded: LoadedMatrix, tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_bytes(PEM)
-    plan = plan_build(loaded, "a3", ca_bundle=ca, pip_index_url="https://bot:t0k3n@mirror.example.com/simple")
+    mirrors = Mirrors(
+        {
+            "ca_bundle": str(ca),
+            "pip_index_url": "https://bot:t0k3n@mirror.example.com/simple",
+            "pytorch_index_url": "https://mirror.example.com/torch-cpu",
+        }
+    )
+    plan = plan_build(loaded, "a3", mirrors=mirrors)
     assert dict(plan.buildargs)["PIP_INDEX_URL"] == "https://mirror.example.com/simple"
+    assert dict(plan.buildargs)["PYTORCH_INDEX_URL"] == "https://mirror.example.com/torch-cpu"
     assert "t0k3n" not in json.dumps(plan.describe())
     assert plan.secrets.ca_bundle == PEM
     assert plan.secrets.env == (("PIP_INDEX_URL", "https://bot:t0k3n@mirror.example.com/simple"),)
@@ -108,3 +121,17 @@ def test_bad_build_options(runner: CliRunner, argv: list[str], message: str) -> 
     result = runner.invoke(app, ["build", "--hw", "a3", "--dry-run", *argv, "--matrix", str(MATRIX)])
     assert result.exit_code == ExitCode.INVALID_INPUT
     assert message in result.stderr
+
+
+def test_only_declared_args_are_passed() -> None:
+    mirrors = Mirrors({"ascend_index_url": "https://ascend.example.com/pypi", "apt_mirror": "http://mirrors.example.com"})
+    plan = plan_build(load_matrix(TEST_MATRIX), "a3", arch="x86_64", mirrors=mirrors, use_default_ca=False)
+    assert "ASCEND_INDEX_URL" not in dict(plan.buildargs)  # the test stack's Dockerfile has no such ARG
+    assert dict(plan.buildargs)["APT_MIRROR"] == "http://mirrors.example.com"
+
+
+def test_credentials_in_extra_index_urls(loaded: LoadedMatrix) -> None:
+    extra = "https://a.example.com/simple https://bot:pw@b.example.com/simple"
+    plan = plan_build(loaded, "a3", mirrors=Mirrors({"pip_extra_index_url": extra}), use_default_ca=False)
+    assert dict(plan.buildargs)["PIP_EXTRA_INDEX_URL"] == "https://a.example.com/simple https://b.example.com/simple"
+    assert plan.secrets.env == (("PIP_EXTRA_INDEX_URL", extra),)

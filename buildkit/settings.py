@@ -1,0 +1,103 @@
+"""Where every network input of a build comes from: mirrors, indexes, the CA bundle.
+
+Each setting is taken from, in order: the command-line flag, the environment variable
+(``ASCENDKIT_<NAME>``), the config file, the matrix's default. The config file is the first of
+``--config FILE``, ``$ASCENDKIT_CONFIG``, ``./ascendkit.toml``, ``~/.config/ascendkit/config.toml``
+that exists; its settings live under ``[mirrors]``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from buildkit.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+# setting -> the Dockerfile build ARG it sets (None: used by ascendkit itself, not an ARG)
+SETTINGS: dict[str, str | None] = {
+    "pip_index_url": "PIP_INDEX_URL",
+    "pip_extra_index_url": "PIP_EXTRA_INDEX_URL",
+    "pytorch_index_url": "PYTORCH_INDEX_URL",
+    "ascend_index_url": "ASCEND_INDEX_URL",
+    "apt_mirror": "APT_MIRROR",
+    "github_url": "GITHUB_URL",
+    "gitcode_url": "GITCODE_URL",
+    "base_registry": None,
+    "ca_bundle": None,
+}
+URL_SETTINGS = ("pip_index_url", "pip_extra_index_url", "pytorch_index_url", "ascend_index_url", "apt_mirror", "github_url", "gitcode_url")
+
+
+def env_name(setting: str) -> str:
+    return f"ASCENDKIT_{setting.upper()}"
+
+
+def default_config_paths() -> list[Path]:
+    return [Path("ascendkit.toml"), Path.home() / ".config" / "ascendkit" / "config.toml"]
+
+
+@dataclass(frozen=True)
+class Mirrors:
+    values: dict[str, str] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)  # setting -> "flag", "env ASCENDKIT_X" or "config FILE"
+
+    def get(self, setting: str) -> str | None:
+        return self.values.get(setting)
+
+    def build_args(self) -> dict[str, str]:
+        """ARG name -> value for every URL setting that is set (credentials still inside)."""
+        return {arg: self.values[name] for name, arg in SETTINGS.items() if arg and name in self.values}
+
+
+def _read_config(path: Path) -> dict[str, str]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the config file: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML: {exc}") from None
+    unknown_sections = sorted(set(data) - {"mirrors"})
+    if unknown_sections:
+        raise InputError(f"{path}: unknown section(s) {', '.join(unknown_sections)}; settings go under [mirrors]")
+    section = data.get("mirrors", {})
+    result = {}
+    for key, value in section.items():
+        if key not in SETTINGS:
+            raise InputError(f"{path}: [mirrors] {key}: unknown setting; known: {', '.join(SETTINGS)}")
+        if not isinstance(value, str) or not value:
+            raise InputError(f"{path}: [mirrors] {key}: expected a non-empty string")
+        result[key] = value
+    return result
+
+
+def resolve_mirrors(flags: Mapping[str, str | None], *, config: Path | None = None, environ: Mapping[str, str] | None = None) -> Mirrors:
+    env = os.environ if environ is None else environ
+    config_path = config or (Path(env["ASCENDKIT_CONFIG"]) if env.get("ASCENDKIT_CONFIG") else None)
+    if config_path is None:
+        config_path = next((p for p in default_config_paths() if p.is_file()), None)
+    elif not config_path.is_file():
+        raise InputError(f"{config_path}: config file not found")
+    from_file = _read_config(config_path) if config_path else {}
+    values: dict[str, str] = {}
+    origin: dict[str, str] = {}
+    for name in SETTINGS:
+        flag = flags.get(name)
+        if flag:
+            values[name], origin[name] = flag, "flag"
+        elif env.get(env_name(name)):
+            values[name], origin[name] = env[env_name(name)], f"env {env_name(name)}"
+        elif name in from_file:
+            values[name], origin[name] = from_file[name], f"config {config_path}"
+    for name in URL_SETTINGS:
+        value = values.get(name)
+        if value and not all(part.startswith(("http://", "https://")) for part in value.split()):
+            raise InputError(f"{name} {value!r} (from {origin[name]}): expected http(s) URL(s)")
+    return Mirrors(values, origin)
