@@ -1,0 +1,16 @@
+"""The ``ascendkit`` command: a thin layer that parses options, calls one function, prints the result.
+
+User mistakes are printed as messages (never tracebacks) and mapped to the exit codes in
+:class:`buildkit.errors.ExitCode`. Each submodule registers its commands on the shared app.
+"""
+
+from __future__ import annotations
+
+from buildkit.cli import build_cmd, matrix_cmd, render_cmd
+from buildkit.cli.base import app
+
+__all__ = ["app", "build_cmd", "main", "matrix_cmd", "render_cmd"]
+
+
+def main() -> None:
+    app(prog_name="ascendkit")

@@ -1,0 +1,115 @@
+"""Shared pieces of the ``ascendkit`` command: the Typer apps, common options, error handling.
+
+User mistakes are printed as messages (never tracebacks) and mapped to the exit codes in
+:class:`buildkit.errors.ExitCode`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from buildkit import __version__
+from buildkit.errors import AscendkitError, ExitCode, Finding, MatrixError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+app = typer.Typer(
+    name="ascendkit",
+    help="Build, verify and ship verl-on-Ascend container images from one compatibility matrix.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    epilog=(
+        "Exit codes: 0 ok, 1 check failed (drift, missing pin), 2 invalid input, 3 output not writable, "
+        "4 engine/base image/registry unreachable, 5 build failed, 6 verification failed, 7 publish failed, "
+        "8 unverified (index unreachable), 130 interrupted."
+    ),
+)
+matrix_app = typer.Typer(help="Inspect and validate compat_matrix.yaml.", no_args_is_help=True)
+app.add_typer(matrix_app, name="matrix")
+
+MatrixPath = Annotated[
+    Path,
+    typer.Option("--matrix", "-m", help="Path of the compatibility matrix.", envvar="ASCENDKIT_MATRIX"),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+ArchChoice = Annotated[str | None, typer.Option("--arch", help="aarch64 or x86_64 (build default: this machine's).")]
+PipIndexUrl = Annotated[str | None, typer.Option("--pip-index-url", help="PyPI mirror; credentials in a URL stay out of the image.")]
+PipExtraIndexUrl = Annotated[str | None, typer.Option("--pip-extra-index-url", help="Extra index(es), space separated.")]
+PytorchIndexUrl = Annotated[str | None, typer.Option("--pytorch-index-url", help="Mirror of the PyTorch CPU index (x86_64 torch).")]
+AscendIndexUrl = Annotated[str | None, typer.Option("--ascend-index-url", help="Mirror of Ascend's pip index.")]
+CaBundle = Annotated[
+    Path | None, typer.Option("--ca-bundle", help="PEM bundle for pip (default: $PIP_CERT or $SSL_CERT_FILE); never stored in an image.")
+]
+ConfigFile = Annotated[
+    Path | None,
+    typer.Option("--config", help="Mirror settings file (default: $ASCENDKIT_CONFIG, ./ascendkit.toml, ~/.config/ascendkit/config.toml)."),
+]
+
+# Piped output is not cut to 80 columns: tables stay readable in logs and CI.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _fail(message: str, code: ExitCode) -> typer.Exit:
+    typer.echo(f"ascendkit: {message}", err=True)
+    return typer.Exit(int(code))
+
+
+def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn :class:`AscendkitError` into a message on stderr and its documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except MatrixError as exc:
+            typer.echo(exc.format(), err=True)
+            raise typer.Exit(int(exc.exit_code)) from None
+        except AscendkitError as exc:
+            raise _fail(str(exc), exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise _fail("interrupted", ExitCode.INTERRUPTED) from None
+
+    return wrapper
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def finding_json(f: Finding) -> dict[str, Any]:
+    return {
+        "file": str(f.location.path),
+        "line": f.location.line,
+        "column": f.location.column,
+        "field": f.field,
+        "message": f.message,
+        "valid": f.hint,
+        "rule": f.rule,
+        "severity": f.severity,
+    }
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"ascendkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """The exit codes are listed in the epilog of --help and in the README."""

@@ -1,0 +1,199 @@
+"""``ascendkit build`` and ``ascendkit publish``: images through the engine, to a registry."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from buildkit.build import DEFAULT_REPOSITORY, plan_build, run_build
+from buildkit.cli.base import (
+    ArchChoice,
+    AscendIndexUrl,
+    CaBundle,
+    ConfigFile,
+    JsonFlag,
+    MatrixPath,
+    PipExtraIndexUrl,
+    PipIndexUrl,
+    PytorchIndexUrl,
+    app,
+    out,
+    print_json,
+    user_errors,
+)
+from buildkit.engine import connect
+from buildkit.errors import InputError
+from buildkit.matrix import DEFAULT_MATRIX, load_matrix
+from buildkit.progress import Step
+from buildkit.publish import LocalImage, load_local_image, missing_arches, publish_index, push_image
+from buildkit.registry import Registry, RegistryRef
+from buildkit.settings import resolve_mirrors
+
+
+class StepPrinter:
+    """Progress for people on stderr: one line per step (number, instruction, cached, elapsed)."""
+
+    def __init__(self, show_output: bool) -> None:
+        self.console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+        self.show_output = show_output
+        self.started = time.monotonic()
+
+    def _clock(self) -> str:
+        return f"{time.monotonic() - self.started:6.1f}s"
+
+    def step_started(self, step: Step) -> None:
+        instruction = " ".join(step.instruction.split())
+        self.console.print(f"{self._clock()}  [{step.number}/{step.total}] {instruction[:120]}")
+
+    def step_finished(self, step: Step) -> None:
+        state = "cached" if step.cached else f"done in {step.elapsed:.1f}s"
+        self.console.print(f"{self._clock()}  [{step.number}/{step.total}] {state}")
+
+    def output(self, step: Step | None, line: str) -> None:
+        if self.show_output:
+            self.console.print(f"         | {line[:200]}")
+
+
+RegistryOption = Annotated[str | None, typer.Option("--registry", help="Push target HOST[:PORT]/REPO, e.g. 127.0.0.1:5000/ascendkit.")]
+ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where build manifests are written and read.")]
+
+
+def _publish(client: Any, image: LocalImage, target: RegistryRef, *, want_index: bool, require_index: bool) -> dict[str, Any]:
+    registry = Registry(target.host)
+    pushed = push_image(client, image, target, registry)
+    for p in pushed:
+        typer.echo(f"pushed {p.ref}", err=True)
+    result: dict[str, Any] = {"pushed": [p.describe() for p in pushed], "index": None, "index_missing": []}
+    if not want_index:
+        return result
+    missing = missing_arches(registry, target, image)
+    if missing and not require_index:
+        result["index_missing"] = missing
+        typer.echo(
+            f"multi-arch index not published yet: {', '.join(missing)} missing in {target.name} "
+            f"(build with --arch {missing[0]} --push, or `ascendkit publish` both images)",
+            err=True,
+        )
+        return result
+    index = publish_index(registry, target, image)
+    for p in index:
+        typer.echo(f"published index {p.ref}", err=True)
+    result["index"] = [p.describe() for p in index]
+    return result
+
+
+@app.command("build")
+@user_errors
+def build(
+    hw: Annotated[str, typer.Option("--hw", help="SKU (a2-box16, 900-podc, a3) or chip family (a2, a3).")],
+    stack: Annotated[str | None, typer.Option("--stack", "-s", help="Stack id; default: the matrix's default.")] = None,
+    os_name: Annotated[str | None, typer.Option("--os", help="Base OS; default: the stack's first.")] = None,
+    arch: ArchChoice = None,
+    base_image: Annotated[str | None, typer.Option("--base-image", help="Build FROM this image instead of the official CANN base.")] = None,
+    base_registry: Annotated[
+        str | None, typer.Option("--base-registry", help="Mirror of the CANN images, HOST/PATH (e.g. quay.nju.edu.cn/ascend).")
+    ] = None,
+    ca_bundle: CaBundle = None,
+    no_ca_bundle: Annotated[bool, typer.Option("--no-ca-bundle", help="Do not pass the host's CA bundle.")] = False,
+    pip_index_url: PipIndexUrl = None,
+    pip_extra_index_url: PipExtraIndexUrl = None,
+    pytorch_index_url: PytorchIndexUrl = None,
+    ascend_index_url: AscendIndexUrl = None,
+    apt_mirror: Annotated[str | None, typer.Option("--apt-mirror", help="OS package mirror (serves /ubuntu, /ubuntu-ports, ...).")] = None,
+    github_url: Annotated[str | None, typer.Option("--github-url", help="GitHub mirror for source checkouts.")] = None,
+    gitcode_url: Annotated[str | None, typer.Option("--gitcode-url", help="gitcode mirror for source checkouts.")] = None,
+    config: ConfigFile = None,
+    repository: Annotated[str, typer.Option("--repo", help="Local image repository to tag.")] = DEFAULT_REPOSITORY,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
+    push: Annotated[bool, typer.Option("--push", help="Push the verified image to --registry, by digest.")] = False,
+    registry: RegistryOption = None,
+    manifest_dir: ManifestDir = Path("manifests"),
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; do not build.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Show steps only, not their output.")] = False,
+    as_json: JsonFlag = False,
+    matrix: MatrixPath = DEFAULT_MATRIX,
+) -> None:
+    """Build, verify and tag one image (one stack, chip, OS and arch); optionally push it."""
+    if push and not registry:
+        raise InputError("--push needs --registry HOST[:PORT]/REPO")
+    target = RegistryRef.parse(registry) if registry else None
+    loaded = load_matrix(matrix)
+    mirrors = resolve_mirrors(
+        {
+            "pip_index_url": pip_index_url,
+            "pip_extra_index_url": pip_extra_index_url,
+            "pytorch_index_url": pytorch_index_url,
+            "ascend_index_url": ascend_index_url,
+            "apt_mirror": apt_mirror,
+            "github_url": github_url,
+            "gitcode_url": gitcode_url,
+            "base_registry": base_registry,
+            "ca_bundle": str(ca_bundle) if ca_bundle else None,
+        },
+        config=config,
+    )
+    plan = plan_build(
+        loaded,
+        hw,
+        stack=stack,
+        os_name=os_name,
+        arch=arch,
+        base_image=base_image,
+        mirrors=mirrors,
+        use_default_ca=not no_ca_bundle,
+        repository=repository,
+        no_cache=no_cache,
+        manifest_dir=manifest_dir,
+    )
+    if dry_run:
+        described = plan.describe()
+        if as_json:
+            print_json({"dry_run": True, "plan": described})
+        else:
+            for key, value in described.items():
+                out.print(f"{key:>12}: {value}")
+        return
+    client = connect()
+    typer.echo(
+        f"building {plan.refs[0]} ({plan.stack_id}, chip {plan.chip_id}, {plan.os_name}, {plan.arch}) FROM {plan.base_image}", err=True
+    )
+    result = run_build(client, plan, StepPrinter(show_output=not quiet))
+    summary: dict[str, Any] = result.describe()
+    typer.echo(
+        f"built and verified {result.image_id[:19]} in {result.duration_s:.1f}s "
+        f"({result.steps_cached}/{result.steps_total} steps cached); manifest {result.manifest_md}",
+        err=True,
+    )
+    for ref in result.refs:
+        typer.echo(f"tagged {ref}", err=True)
+    if push and target is not None:
+        image = LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags)
+        summary.update(_publish(client, image, target, want_index=True, require_index=False))
+    summary["digest"] = summary["pushed"][0]["digest"] if summary.get("pushed") else None
+    if as_json:
+        print_json(summary)
+
+
+@app.command("publish")
+@user_errors
+def publish(
+    images: Annotated[list[str], typer.Argument(help="Local images built by ascendkit (any of their tags).")],
+    registry: Annotated[str, typer.Option("--registry", help="HOST[:PORT]/REPO to push to.")],
+    no_index: Annotated[bool, typer.Option("--no-index", help="Push the per-arch images only.")] = False,
+    manifest_dir: ManifestDir = Path("manifests"),
+    as_json: JsonFlag = False,
+) -> None:
+    """Push verified images by digest, then the multi-arch index (refused if an arch is missing)."""
+    target = RegistryRef.parse(registry)
+    client = connect()
+    local = [load_local_image(client, ref, manifest_dir) for ref in images]
+    results = []
+    for i, image in enumerate(local):
+        last_of_group = all(other.index_names[0] != image.index_names[0] for other in local[i + 1 :])
+        results.append(_publish(client, image, target, want_index=not no_index and last_of_group, require_index=True))
+    if as_json:
+        print_json(results)

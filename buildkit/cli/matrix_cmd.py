@@ -1,0 +1,234 @@
+"""``ascendkit matrix ...``: read, validate and verify the compatibility matrix."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table as RichTable
+
+from buildkit import generate, tables
+from buildkit.availability import PinCheck, check_matrix, summarize
+from buildkit.cli.base import (
+    ArchChoice,
+    JsonFlag,
+    MatrixPath,
+    finding_json,
+    matrix_app,
+    out,
+    print_json,
+    user_errors,
+)
+from buildkit.errors import ExitCode, InputError, MatrixError
+from buildkit.fsio import write_atomic
+from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_stack
+from buildkit.model import ARCHES
+from buildkit.pkgindex import IndexClient
+from buildkit.render import base_image_ref
+from buildkit.secrets import default_ca_bundle
+
+
+@matrix_app.command("validate")
+@user_errors
+def matrix_validate(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = False) -> None:
+    """Check the matrix's structure and every compatibility rule; report all problems at once."""
+    try:
+        loaded = load_matrix(matrix)
+    except MatrixError as exc:
+        if not as_json:
+            raise
+        errors = [f for f in exc.findings if f.severity == "error"]
+        warnings = [f for f in exc.findings if f.severity != "error"]
+        print_json({"valid": False, "errors": [finding_json(f) for f in errors], "warnings": [finding_json(f) for f in warnings]})
+        raise typer.Exit(int(ExitCode.INVALID_INPUT)) from None
+    m = loaded.matrix
+    if as_json:
+        print_json({"valid": True, "errors": [], "warnings": [finding_json(f) for f in loaded.warnings]})
+        return
+    for warning in loaded.warnings:
+        typer.echo(warning.format(), err=True)
+    out.print(
+        f"{matrix}: valid — {len(m.stacks)} stacks (default {loaded.default_stack()}), "
+        f"{len(m.skus)} SKUs, {len(m.chips)} chips, {len(loaded.warnings)} warning(s)"
+    )
+
+
+@matrix_app.command("list")
+@user_errors
+def matrix_list(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = False) -> None:
+    """List the release lines (stacks)."""
+    loaded = load_matrix(matrix)
+    rows = [
+        {
+            "stack": name,
+            "default": s.default,
+            "cann": s.cann,
+            "python": s.python,
+            "torch_npu": s.torch_npu.version,
+            "vllm_ascend": s.vllm_ascend.version,
+            "verl": s.verl.version,
+            "os": list(s.os),
+            "arches": list(s.arches),
+            "skus": list(s.skus),
+        }
+        for name, s in loaded.matrix.stacks.items()
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    table = RichTable(title=f"Stacks in {matrix}")
+    for column in ("stack", "CANN", "Python", "torch_npu", "vllm-ascend", "verl", "OS", "arches", "SKUs"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            f"{r['stack']} (default)" if r["default"] else str(r["stack"]),
+            str(r["cann"]),
+            str(r["python"]),
+            str(r["torch_npu"]),
+            str(r["vllm_ascend"]),
+            str(r["verl"]),
+            ", ".join(r["os"]),  # type: ignore[arg-type]
+            ", ".join(r["arches"]),  # type: ignore[arg-type]
+            ", ".join(r["skus"]),  # type: ignore[arg-type]
+        )
+    out.print(table)
+
+
+@matrix_app.command("show")
+@user_errors
+def matrix_show(
+    stack: Annotated[str, typer.Argument(help="Stack id, e.g. cann8.3.")],
+    matrix: MatrixPath = DEFAULT_MATRIX,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show every pin of one stack, its base images and known issues."""
+    loaded = load_matrix(matrix)
+    name, s = resolve_stack(loaded, stack)
+    m = loaded.matrix
+    chips = sorted({m.skus[k].chip for k in s.skus})
+    bases = {f"{chip}/{os_name}": base_image_ref(m, s, chip, os_name) for chip in chips for os_name in s.os}
+    issues = [
+        {"severity": i.severity, "reason": i.reason}
+        for i in m.compat.known_issues
+        if i.torch_npu == s.torch_npu.version and i.cann == s.cann
+    ]
+    data = {"stack": name, **s.model_dump(mode="json", exclude_none=True), "base_images": bases, "known_issues": issues}
+    if as_json:
+        print_json(data)
+        return
+    table = RichTable(title=f"{name}{' (default)' if s.default else ''}: {s.description}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for key in ("cann", "python", "os", "arches", "skus", "atb_cxx_abi"):
+        value = getattr(s, key)
+        table.add_row(key, ", ".join(value) if isinstance(value, tuple) else str(value))
+    for component, pin in s.pins().items():
+        extra = [f"index {pin.index}"] + [f"{a}: {i}" for a, i in pin.index_by_arch.items()]
+        if pin.build_from_source:
+            extra.append("built from sdist")
+        table.add_row(component, f"{pin.version}  ({'; '.join(extra)})")
+    for component, git in s.git_pins().items():
+        repo = m.repos[git.repo]
+        table.add_row(component, f"{git.ref}  ({m.git_hosts[repo.host].url}/{repo.path}, {git.install})")
+    for pkg, spec in s.constraints.items():
+        table.add_row(f"constraint {pkg}", spec)
+    for arch, specs in s.constraints_by_arch.items():
+        for pkg, spec in specs.items():
+            table.add_row(f"constraint {pkg} ({arch})", spec)
+    for key, value in s.env.items():
+        table.add_row(f"env {key}", value)
+    for label, ref in bases.items():
+        table.add_row(f"base {label}", ref)
+    for issue in issues:
+        table.add_row(f"known issue ({issue['severity']})", issue["reason"])
+    out.print(table)
+
+
+@matrix_app.command("verify")
+@user_errors
+def matrix_verify(
+    stack: Annotated[str | None, typer.Option("--stack", "-s", help="Only this stack; default: all.")] = None,
+    arch: ArchChoice = None,
+    index: Annotated[
+        list[str] | None, typer.Option("--index", help="NAME=URL: ask this mirror instead of the matrix's index NAME (repeatable).")
+    ] = None,
+    ca_bundle: Annotated[
+        Path | None, typer.Option("--ca-bundle", help="PEM bundle for the indexes (default: $PIP_CERT/$SSL_CERT_FILE).")
+    ] = None,
+    as_json: JsonFlag = False,
+    matrix: MatrixPath = DEFAULT_MATRIX,
+) -> None:
+    """Check that every pin exists on its index for each arch and Python (exit 1: missing, 8: unverified)."""
+    loaded = load_matrix(matrix)
+    stacks = [resolve_stack(loaded, stack)[0]] if stack else None
+    if arch is not None and arch not in ARCHES:
+        raise InputError(f"--arch {arch!r}: choose one of {', '.join(ARCHES)}")
+    overrides = {}
+    for item in index or []:
+        name, sep, url = item.partition("=")
+        if not sep or name not in loaded.matrix.indexes or not url.startswith(("http://", "https://")):
+            raise InputError(f"--index {item!r}: expected NAME=URL with NAME one of {', '.join(loaded.matrix.indexes)}")
+        overrides[name] = url.rstrip("/")
+    client = IndexClient(ca_bundle=ca_bundle or default_ca_bundle())
+    checks = check_matrix(loaded.matrix, client, stacks=stacks, arches=[arch] if arch else None, index_urls=overrides)
+    counts = summarize(checks)
+    code = ExitCode.CHECK_FAILED if counts["missing"] else ExitCode.UNVERIFIED if counts["unverified"] else ExitCode.OK
+    if as_json:
+        print_json({"summary": counts, "exit_code": int(code), "results": [c.describe() for c in checks]})
+    else:
+        _print_verify_table(checks, counts)
+    if code != ExitCode.OK:
+        raise typer.Exit(int(code))
+
+
+_MARK = {"found": "✓", "missing": "✗", "unverified": "?"}
+
+
+def _print_verify_table(checks: list[PinCheck], counts: dict[str, int]) -> None:
+    components = list(dict.fromkeys(c.component for c in checks))
+    table = RichTable(title="Pins on their indexes (✓ found, ✗ missing, ? unverified: index unreachable)")
+    table.add_column("stack / arch")
+    for component in components:
+        table.add_column(component.replace("_", "-"), justify="center")
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for c in checks:
+        rows.setdefault((c.stack, c.arch), {})[c.component] = _MARK[c.status]
+    for (stack_id, arch_name), cells in rows.items():
+        table.add_row(f"{stack_id} / {arch_name}", *(cells.get(component, "") for component in components))
+    out.print(table)
+    for c in checks:
+        if c.status != "found":
+            out.print(f"{_MARK[c.status]} {c.stack} {c.arch} {c.package}=={c.version}: {c.detail}")
+    out.print(f"{counts['found']} found, {counts['missing']} missing, {counts['unverified']} unverified")
+
+
+class TableFormatChoice(str, enum.Enum):
+    md = "md"
+    rst = "rst"
+
+
+@matrix_app.command("table")
+@user_errors
+def matrix_table(
+    fmt: Annotated[TableFormatChoice, typer.Option("--format", "-f", help="Markdown or reStructuredText.")] = TableFormatChoice.md,
+    matrix: MatrixPath = DEFAULT_MATRIX,
+) -> None:
+    """Print the support tables (release lines and SKUs) generated from the matrix."""
+    loaded = load_matrix(matrix)
+    sys.stdout.write(tables.support_tables(loaded.matrix, fmt.value))
+
+
+@matrix_app.command("schema")
+@user_errors
+def matrix_schema(
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+) -> None:
+    """Print the JSON Schema of the matrix (for editor completion and validation)."""
+    text = generate.schema_text()
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(output, text)

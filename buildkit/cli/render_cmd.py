@@ -1,0 +1,60 @@
+"""``ascendkit render``: one Dockerfile, or every generated file (--all), or the drift check."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from buildkit import generate
+from buildkit.cli.base import MatrixPath, app, user_errors
+from buildkit.errors import ExitCode, InputError
+from buildkit.fsio import write_atomic
+from buildkit.matrix import DEFAULT_MATRIX, load_matrix
+from buildkit.render import all_targets, plan_target, render_dockerfile
+
+
+@app.command("render")
+@user_errors
+def render(
+    hw: Annotated[str | None, typer.Option("--hw", help="SKU (a2-box16, 900-podc, a3) or chip family (a2, a3).")] = None,
+    stack: Annotated[str | None, typer.Option("--stack", "-s", help="Stack id; default: the matrix's default stack.")] = None,
+    os_name: Annotated[str | None, typer.Option("--os", help="Base OS; default: the stack's first OS.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    render_all: Annotated[bool, typer.Option("--all", help="Write every generated file (Dockerfiles, schema, README tables).")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Re-render everything in memory (with or without --all); exit 1 with a diff if a file differs.")
+    ] = False,
+    matrix: MatrixPath = DEFAULT_MATRIX,
+) -> None:
+    """Render a Dockerfile for one SKU, or (with --all / --check) every generated file."""
+    if (render_all or check) and (hw or stack or os_name or output):
+        raise InputError("--all/--check cover every stack and SKU; drop --hw/--stack/--os/--output")
+    if not (render_all or check) and hw is None:
+        raise InputError("give --hw (e.g. --hw a3), or --all / --check")
+    loaded = load_matrix(matrix)
+    if check:
+        diffs = generate.check(loaded)
+        if diffs:
+            sys.stdout.write("".join(diffs))
+            typer.echo(f"ascendkit: {len(diffs)} generated file(s) are out of date; run `ascendkit render --all`", err=True)
+            raise typer.Exit(int(ExitCode.CHECK_FAILED))
+        count = len(generate.expected_outputs(loaded))
+        typer.echo(f"ascendkit: {count} generated files are up to date", err=True)
+        return
+    if render_all:
+        touched = generate.write_all(loaded)
+        for path in touched:
+            typer.echo(f"wrote {path}", err=True)
+        typer.echo(f"ascendkit: {len(all_targets(loaded))} Dockerfiles rendered, {len(touched)} file(s) changed", err=True)
+        return
+    assert hw is not None
+    target = plan_target(loaded, hw, stack, os_name)
+    text = render_dockerfile(loaded, target)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(output, text)
+        typer.echo(f"wrote {output} ({target.stack_id}, chip {target.chip_id}, {target.os_name})", err=True)
