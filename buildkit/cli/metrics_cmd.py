@@ -1,0 +1,124 @@
+"""``ascendkit metrics parse``, ``ascendkit compare`` and ``ascendkit baseline import``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table as RichTable
+
+from buildkit.cli.base import JsonFlag, app, out, print_json, user_errors
+from buildkit.compare import baseline_document, compare_runs, load_run
+from buildkit.errors import ExitCode, InputError
+from buildkit.fsio import write_atomic
+from buildkit.metrics import metric_names
+from buildkit.plot import plot_runs
+
+metrics_app = typer.Typer(help="Read verl console logs.", no_args_is_help=True)
+baseline_app = typer.Typer(help="Baselines from real GPU runs.", no_args_is_help=True)
+app.add_typer(metrics_app, name="metrics")
+app.add_typer(baseline_app, name="baseline")
+
+ExistingFile = Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)]
+
+
+@metrics_app.command("parse")
+@user_errors
+def metrics_parse(
+    log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="A verl console log.")],
+    as_json: JsonFlag = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="One row per step, one column per metric.")] = False,
+) -> None:
+    """Per-step metrics of a verl console log, in log order."""
+    if as_json and as_csv:
+        raise InputError("--json and --csv: choose one")
+    steps = load_run(log)
+    if as_json:
+        print_json({"steps": [{"step": s.step, "metrics": s.metrics} for s in steps]})
+        return
+    names = metric_names(steps)
+    if as_csv:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["step", *names])
+        for s in steps:
+            writer.writerow([s.step, *(repr(s.metrics[n]) if n in s.metrics else "" for n in names)])
+        sys.stdout.write(buffer.getvalue())
+        return
+    shown = [
+        n
+        for n in ("critic/rewards/mean", "actor/pg_loss", "actor/entropy", "response_length/mean", "timing_s/step", "perf/throughput")
+        if n in names
+    ]
+    table = RichTable(title=f"{log}: {len(steps)} steps, {len(names)} metrics (--json/--csv for all)")
+    table.add_column("step", justify="right")
+    for name in shown:
+        table.add_column(name, justify="right")
+    for s in steps:
+        table.add_row(str(s.step), *(f"{s.metrics[n]:.6g}" if n in s.metrics else "" for n in shown))
+    out.print(table)
+
+
+@app.command("compare")
+@user_errors
+def compare(
+    npu_log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="The NPU run's log.")],
+    baseline: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="A GPU run's log or baseline file.")],
+    metric: Annotated[list[str] | None, typer.Option("--metric", help="Metric to gate (repeatable, paired with --tolerance).")] = None,
+    tolerance: Annotated[list[float] | None, typer.Option("--tolerance", help="Its mean-error tolerance in percent.")] = None,
+    throughput_steps: Annotated[int, typer.Option("--throughput-steps", min=1, help="Steps averaged for the throughput ratio.")] = 4,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of reward, loss and throughput per step.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The seeds' accuracy gate: mean absolute error per metric, and the throughput ratio (exit 1 on fail)."""
+    metrics, tolerances = metric or [], tolerance or []
+    if len(metrics) != len(tolerances):
+        raise InputError(f"give one --tolerance per --metric ({len(metrics)} metric(s), {len(tolerances)} tolerance(s))")
+    npu, base = load_run(npu_log), load_run(baseline)
+    result = compare_runs(npu, base, list(zip(metrics, tolerances, strict=True)) or None, throughput_steps)
+    if plot is not None:
+        plot_runs(npu, base, plot, title=f"{npu_log.name} vs {baseline.name}")
+    if as_json:
+        print_json(result.describe())
+    else:
+        table = RichTable(title=f"{npu_log} against {baseline}")
+        for column in ("metric", "steps", "mean abs error", "mean abs error %", "tolerance %", "result"):
+            table.add_column(column)
+        for m in result.metrics:
+            table.add_row(
+                m.name,
+                str(m.steps),
+                f"{m.mean_abs_error:.6g}",
+                f"{m.mean_abs_error_pct:.3f}",
+                f"{m.tolerance_pct:g}",
+                "pass" if m.passed else "FAIL",
+            )
+        out.print(table)
+        ratio = "n/a (no perf/throughput in both runs)" if result.throughput_ratio is None else f"{result.throughput_ratio:.3f}"
+        out.print(f"throughput ratio (first {throughput_steps} steps, NPU / baseline): {ratio}")
+        out.print("PASS" if result.passed else "FAIL")
+    if not result.passed:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
+
+
+@baseline_app.command("import")
+@user_errors
+def baseline_import(
+    log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="A GPU run's verl console log.")],
+    name: Annotated[str, typer.Option("--name", help="Baseline name, e.g. a100-qwen2.5-0.5b-grpo.")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: baselines/<name>.json.")] = None,
+) -> None:
+    """Turn a real GPU run's log into a baseline file for `compare` and `smoke --baseline`."""
+    if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise InputError(f"--name {name!r}: letters, digits, '-', '_' and '.' only")
+    target = output or Path("baselines") / f"{name}.json"
+    if output is None:
+        target.parent.mkdir(exist_ok=True)
+    document = baseline_document(name, log)
+    write_atomic(target, json.dumps(document, indent=2) + "\n")
+    typer.echo(f"wrote {target}: {len(document['steps'])} steps from {log.name}", err=True)
