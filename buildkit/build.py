@@ -25,20 +25,18 @@ from buildkit import tags
 from buildkit.engine import connect
 from buildkit.errors import BuildFailed, InputError, Interrupted, Unavailable, VerifyFailed
 from buildkit.matrix import LoadedMatrix
-from buildkit.model import Arch
+from buildkit.model import DOCKER_ARCH, Arch, normalize_arch
 from buildkit.progress import BuildProgress, QuietReporter, Reporter
-from buildkit.render import SECRETS_ARG, base_image_ref, build_context, expected_packages, plan_target, render_dockerfile
+from buildkit.render import SECRETS_ARG, base_image_ref, build_context, expected_packages, plan_target, render_context, stack_skus_on_chip
 from buildkit.secrets import BuildSecrets, SecretServer, default_ca_bundle, read_ca_bundle, split_credentials
 from buildkit.settings import Mirrors
 from buildkit.verify import Check, Expected, collect_facts, compare, failures, manifest_data, write_manifest
 
-DOCKER_ARCH: dict[str, str] = {"x86_64": "amd64", "aarch64": "arm64"}
 DEFAULT_REPOSITORY = "ascendkit/verl"
 
 
 def host_arch() -> str:
-    machine = platform.machine()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    return normalize_arch(platform.machine())
 
 
 @dataclass(frozen=True)
@@ -160,7 +158,7 @@ def plan_build(
     expected = Expected(
         stack_id=target.stack_id,
         chip_id=target.chip_id,
-        skus=tuple(s for s in st.skus if matrix.skus[s].chip == target.chip_id),
+        skus=tuple(stack_skus_on_chip(loaded, st, target.chip_id)),
         os_name=target.os_name,
         arch=chosen_arch,
         python=st.python,
@@ -174,7 +172,7 @@ def plan_build(
         chip_id=target.chip_id,
         os_name=target.os_name,
         arch=chosen_arch,  # narrowed to Arch by the membership check above
-        dockerfile=render_dockerfile(loaded, target),
+        dockerfile=render_context(ctx),
         base_image=base,
         base_mirrors=tuple(f"{m}/{matrix.base_image.repository}" for m in matrix.base_image.mirrors.values()),
         buildargs=tuple(buildargs),

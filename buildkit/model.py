@@ -17,6 +17,12 @@ Arch = Literal["aarch64", "x86_64"]
 # debian12 has no official CANN image; it is the OS of the stand-in base used where CANN cannot be pulled.
 OsName = Literal["ubuntu22.04", "openeuler24.03", "debian12"]
 ARCHES: tuple[Arch, ...] = ("aarch64", "x86_64")
+DOCKER_ARCH: dict[str, str] = {"x86_64": "amd64", "aarch64": "arm64"}  # matrix arch -> OCI/Docker name
+
+
+def normalize_arch(name: str) -> str:
+    """``amd64``/``arm64`` (Docker, OCI) or ``x86_64``/``aarch64`` (uname) -> the matrix's name."""
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(name, name)
 
 
 def _pep440_version(value: str) -> str:

@@ -17,10 +17,8 @@ import docker
 from docker.errors import DockerException, NotFound
 
 from buildkit.errors import InputError, PublishFailed
+from buildkit.model import DOCKER_ARCH, normalize_arch
 from buildkit.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, RegistryRef
-
-DOCKER_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
-ARCH_OF_DOCKER = {v: k for k, v in DOCKER_ARCH.items()}
 
 
 @dataclass(frozen=True)
@@ -55,7 +53,7 @@ def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> 
         raise InputError(f"image {ref} is not on this engine; build it with `ascendkit build` first") from None
     labels = (inspect.get("Config") or {}).get("Labels") or {}
     version = labels.get("org.opencontainers.image.version")
-    arch = ARCH_OF_DOCKER.get(inspect.get("Architecture", ""), inspect.get("Architecture", ""))
+    arch = normalize_arch(inspect.get("Architecture", ""))
     if not version or "io.ascendkit.stack" not in labels:
         raise InputError(f"image {ref} was not built by ascendkit (no io.ascendkit.* labels)")
     manifest_path = manifest_dir / f"{version}-{arch}.json"

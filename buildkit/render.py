@@ -449,10 +449,14 @@ def _environment(templates: Path) -> jinja2.Environment:
 
 
 def render_dockerfile(loaded: LoadedMatrix, target: RenderTarget, templates: Path = TEMPLATES_DIR) -> str:
+    return render_context(build_context(loaded, target), templates)
+
+
+def render_context(ctx: DockerfileContext, templates: Path = TEMPLATES_DIR) -> str:
     env = _environment(templates)
     try:
         template = env.get_template("Dockerfile.j2")
     except jinja2.TemplateNotFound as exc:
         raise InputError(f"{templates}: template {exc.name} not found") from None
-    text = template.render(ctx=build_context(loaded, target))
+    text = template.render(ctx=ctx)
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"

@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion
 
 from buildkit.errors import VerifyFailed
 from buildkit.fsio import write_atomic
+from buildkit.model import normalize_arch
 
 PROBE_LABEL = "io.ascendkit.probe"
 
@@ -172,7 +173,7 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
 
     python = ".".join(facts.python.split(".")[:2])
     os_id = f"{facts.os_release.get('ID', '?')}{facts.os_release.get('VERSION_ID', '')}"
-    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(facts.machine, facts.machine)
+    machine = normalize_arch(facts.machine)
     checks = [
         check("python", expected.python, python, python == expected.python),
         check("arch", expected.arch, machine, machine == expected.arch),
