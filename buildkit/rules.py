@@ -7,7 +7,7 @@ file/line/column.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from packaging.specifiers import SpecifierSet
@@ -64,6 +64,11 @@ def _stacks(matrix: Matrix) -> Iterator[tuple[str, Stack]]:
     yield from matrix.stacks.items()
 
 
+def _no_fact(path: PathKey, what: str, table: str, key: str, known: Iterable[str]) -> Violation:
+    """A stack needs a fact the compat tables do not hold: say which row to add."""
+    return Violation(path, f"no {what} is recorded", hint=f'add compat.{table}."{key}" (known: {", ".join(known)})')
+
+
 @rule("torch-npu-matches-torch")
 def torch_npu_matches_torch(matrix: Matrix) -> Iterator[Violation]:
     """torch_npu X.Y.Z[.postN] needs torch == X.Y.Z exactly."""
@@ -109,11 +114,7 @@ def python_supported_by_torch(matrix: Matrix) -> Iterator[Violation]:
         line = minor_line(stack.torch.version)
         spec = table.get(line)
         if spec is None:
-            yield Violation(
-                ("stacks", name, "torch", "version"),
-                f"no Python range is recorded for torch {line}",
-                hint=f'add compat.torch_python."{line}" (known: {", ".join(table)})',
-            )
+            yield _no_fact(("stacks", name, "torch", "version"), f"Python range for torch {line}", "torch_python", line, table)
         elif Version(stack.python) not in SpecifierSet(spec):
             yield Violation(
                 ("stacks", name, "python"),
@@ -129,11 +130,7 @@ def python_offered_by_cann_base(matrix: Matrix) -> Iterator[Violation]:
         line = cann_minor(stack.cann)
         offered = table.get(line)
         if offered is None:
-            yield Violation(
-                ("stacks", name, "cann"),
-                f"no base-image Python versions are recorded for CANN {line}",
-                hint=f'add compat.cann_python."{line}" (known: {", ".join(table)})',
-            )
+            yield _no_fact(("stacks", name, "cann"), f"base-image Python for CANN {line}", "cann_python", line, table)
         elif stack.python not in offered:
             yield Violation(
                 ("stacks", name, "python"),
@@ -149,10 +146,8 @@ def torch_npu_matches_cann(matrix: Matrix) -> Iterator[Violation]:
         version = stack.torch_npu.version
         canns = table.get(version)
         if canns is None:
-            yield Violation(
-                ("stacks", name, "torch_npu", "version"),
-                f"no CANN release is recorded for torch_npu {version}",
-                hint=f'add compat.torch_npu_cann."{version}", or pick one of: {", ".join(table)}',
+            yield _no_fact(
+                ("stacks", name, "torch_npu", "version"), f"CANN release for torch_npu {version}", "torch_npu_cann", version, table
             )
         elif stack.cann not in canns:
             fits = [v for v, cs in table.items() if stack.cann in cs]

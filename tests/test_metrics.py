@@ -15,6 +15,14 @@ from buildkit.metrics import parse_line, parse_log, parse_value
 from tests.conftest import ROOT
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"
+GPU_STEP1 = {
+    "actor/entropy": 1.2345,
+    "critic/rewards/mean": 0.52,
+    "actor/pg_loss": 0.012,
+    "actor/lr": 2e-06,
+    "response_length/mean": 84.0,
+    "perf/throughput": 2000.0,
+}
 
 
 @pytest.mark.parametrize(
@@ -57,14 +65,7 @@ def test_old_verl_log() -> None:
 def test_new_verl_log_with_noise_and_cut_lines() -> None:
     steps = parse_log((LOGS / "gpu_new_verl.log").read_text().splitlines())
     assert [s.step for s in steps] == [1, 2, 3, 4, 5]
-    assert steps[0].metrics == {
-        "actor/entropy": 1.2345,
-        "critic/rewards/mean": 0.52,
-        "actor/pg_loss": 0.012,
-        "actor/lr": 2e-06,
-        "response_length/mean": 84.0,
-        "perf/throughput": 2000.0,
-    }
+    assert steps[0].metrics == GPU_STEP1
     assert steps[1].metrics["actor/kl_loss"] == -8.16e-06  # behind an ANSI-coloured prefix with ip=
     assert steps[2].metrics == {"critic/rewards/mean": 0.71, "actor/pg_loss": 0.004, "perf/throughput": 2200.0}  # cut wrapper dropped
     assert steps[3].metrics == {"critic/rewards/mean": 0.79, "actor/pg_loss": 0.0015, "perf/throughput": 2200.0}  # cut key dropped
@@ -95,17 +96,7 @@ def test_parse_command_json(runner: CliRunner) -> None:
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     assert [s["step"] for s in data["steps"]] == [1, 2, 3, 4, 5]
-    assert data["steps"][0] == {
-        "step": 1,
-        "metrics": {
-            "actor/entropy": 1.2345,
-            "critic/rewards/mean": 0.52,
-            "actor/pg_loss": 0.012,
-            "actor/lr": 2e-06,
-            "response_length/mean": 84.0,
-            "perf/throughput": 2000.0,
-        },
-    }
+    assert data["steps"][0] == {"step": 1, "metrics": GPU_STEP1}
 
 
 def test_parse_command_csv_and_table(runner: CliRunner) -> None:
