@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import platform
+import shutil
 import tempfile
 import time
 from contextlib import ExitStack
@@ -27,7 +28,16 @@ from buildkit.errors import BuildFailed, InputError, Interrupted, Unavailable, V
 from buildkit.matrix import LoadedMatrix
 from buildkit.model import DOCKER_ARCH, Arch, normalize_arch
 from buildkit.progress import BuildProgress, QuietReporter, Reporter
-from buildkit.render import SECRETS_ARG, base_image_ref, build_context, expected_packages, plan_target, render_context, stack_skus_on_chip
+from buildkit.render import (
+    DOCTOR_SOURCE,
+    SECRETS_ARG,
+    base_image_ref,
+    build_context,
+    expected_packages,
+    plan_target,
+    render_context,
+    stack_skus_on_chip,
+)
 from buildkit.secrets import BuildSecrets, SecretServer, default_ca_bundle, read_ca_bundle, split_credentials
 from buildkit.settings import Mirrors
 from buildkit.verify import Check, Expected, collect_facts, compare, failures, manifest_data, write_manifest
@@ -224,6 +234,9 @@ def _remove_containers(client: docker.APIClient, ids: list[str]) -> None:
 def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -> str:
     with tempfile.TemporaryDirectory(prefix="ascendkit-context-") as context, ExitStack() as cleanup:
         Path(context, "Dockerfile").write_text(plan.dockerfile, encoding="utf-8")
+        doctor = Path(context, DOCTOR_SOURCE)  # the one file the Dockerfile COPYs, at its repository path
+        doctor.parent.mkdir(parents=True)
+        shutil.copyfile(Path(__file__).with_name("doctor.py"), doctor)
         buildargs = dict(plan.buildargs)
         network_mode = None
         if plan.secrets:

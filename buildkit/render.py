@@ -7,6 +7,7 @@ depends on nothing but the matrix and the templates: no clock, no network, no en
 from __future__ import annotations
 
 import functools
+import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,9 @@ TOOLKIT_SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
 ATB_SET_ENV = "/usr/local/Ascend/nnal/atb/set_env.sh"
 ENTRYPOINT = "/usr/local/bin/ascendkit-entrypoint"
 BUILD_ENV = "/usr/local/lib/ascendkit/build-env.sh"
+DOCTOR_SOURCE = "buildkit/doctor.py"  # relative to the build context (the repository root)
+DOCTOR_PATH = "/usr/local/lib/ascendkit/doctor.py"
+IMAGE_INFO_FILE = "/etc/ascendkit/image.json"
 # The classic builder passes predefined proxy build args to RUN but keeps them out of
 # `docker history` and the cache key; ascendkit uses this one to hand the pip layers the loopback
 # URL where it serves a CA bundle and index credentials for the length of one build.
@@ -111,7 +115,10 @@ class DockerfileContext:
     git_pins: tuple[Pin, ...]
     pythonpath_dirs: tuple[str, ...]
     tail_steps: tuple[InstallStep, ...]
+    last_step: InstallStep
     entrypoint_lines: tuple[str, ...]
+    doctor_wrapper: tuple[str, ...]
+    image_info: str
     labels: tuple[tuple[str, str], ...] = field(default=())
 
 
@@ -258,8 +265,11 @@ def _steps(stack: Stack) -> tuple[tuple[InstallStep, ...], tuple[InstallStep, ..
     if stack.mbridge is not None and not stack.git_pins():
         tail.append(InstallStep("mbridge", (_pin(stack, "mbridge"),)))
     tail.append(InstallStep("transformers", (_pin(stack, "transformers"),)))
-    tail.append(InstallStep("verl (the most volatile layer: bumping verl rebuilds only this)", (_pin(stack, "verl"),)))
     return tuple(steps), tuple(tail)
+
+
+def _verl_step(stack: Stack) -> InstallStep:
+    return InstallStep("verl (the most volatile layer: bumping verl rebuilds only this)", (_pin(stack, "verl"),))
 
 
 def cann_env(stack: Stack) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
@@ -403,6 +413,24 @@ def build_context(loaded: LoadedMatrix, target: RenderTarget) -> DockerfileConte
         f"if [ -f {ATB_SET_ENV} ]; then source {ATB_SET_ENV} --cxx_abi={stack.atb_cxx_abi}; fi",
         'exec "$@"',
     )
+    image_info = {
+        "stack": target.stack_id,
+        "chip": target.chip_id,
+        "chip_name": chip.name,
+        "soc_names": list(chip.soc_names),
+        "skus": skus,
+        "os": target.os_name,
+        "cann": stack.cann,
+        "python": stack.python,
+        "atb_cxx_abi": stack.atb_cxx_abi,
+    }  # no versions: doctor reads those from the constraints file, and verl's must not touch this layer
+    doctor_wrapper = (
+        "#!/bin/sh",
+        "# ascendkit inside the image: `ascendkit doctor` only (the full CLI runs on the build host).",
+        f'if [ "${{1:-}}" = doctor ]; then shift; exec python3 {DOCTOR_PATH} "$@"; fi',
+        r'echo "ascendkit: this image carries only \`ascendkit doctor\`" >&2',
+        "exit 2",
+    )
     return DockerfileContext(
         target=target,
         stack=stack,
@@ -424,7 +452,10 @@ def build_context(loaded: LoadedMatrix, target: RenderTarget) -> DockerfileConte
         git_pins=git_pins,
         pythonpath_dirs=tuple(c.directory for c in checkouts if c.install == "pythonpath"),
         tail_steps=tail,
+        last_step=_verl_step(stack),
         entrypoint_lines=entrypoint,
+        doctor_wrapper=doctor_wrapper,
+        image_info=json.dumps(image_info, sort_keys=True, separators=(",", ":")),
         labels=_labels(loaded, target, stack, skus),
     )
 
@@ -445,6 +476,9 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.globals["git_revisions_file"] = GIT_REVISIONS_FILE
     env.globals["entrypoint"] = ENTRYPOINT
     env.globals["build_env"] = BUILD_ENV
+    env.globals["doctor_source"] = DOCTOR_SOURCE
+    env.globals["doctor_path"] = DOCTOR_PATH
+    env.globals["image_info_file"] = IMAGE_INFO_FILE
     return env
 
 

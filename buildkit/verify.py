@@ -89,6 +89,8 @@ class ImageFacts:
     cann_version: str | None
     cann_source: str | None
     env: dict[str, str | None]
+    doctor_exit: int | None = None  # `ascendkit doctor` inside the image; None: the image has none
+    doctor_report: dict[str, Any] | None = None
 
 
 def normalize(name: str) -> str:
@@ -114,9 +116,9 @@ def parse_cann_version(files: dict[str, str | None]) -> tuple[str | None, str | 
     return None, None
 
 
-def run_probe(client: docker.APIClient, image_id: str, timeout: int = 300) -> dict[str, Any]:
-    """Run PROBE in a container of ``image_id`` (no network); the container is always removed."""
-    container = client.create_container(image_id, command=["python3", "-c", PROBE], network_disabled=True, labels={PROBE_LABEL: "1"})
+def run_in_image(client: docker.APIClient, image_id: str, command: list[str], timeout: int = 300) -> tuple[int, str, str]:
+    """Run ``command`` in a short-lived container (no network, the image's entrypoint); always removed."""
+    container = client.create_container(image_id, command=command, network_disabled=True, labels={PROBE_LABEL: "1"})
     cid = container["Id"]
     try:
         client.start(cid)
@@ -128,8 +130,13 @@ def run_probe(client: docker.APIClient, image_id: str, timeout: int = 300) -> di
     finally:
         with contextlib.suppress(NotFound):
             client.remove_container(cid, force=True)
-    if status.get("StatusCode") != 0:
-        raise VerifyFailed(f"the verification probe exited with {status.get('StatusCode')}:\n{stderr[-2000:]}")
+    return int(status.get("StatusCode", -1)), stdout, stderr
+
+
+def run_probe(client: docker.APIClient, image_id: str) -> dict[str, Any]:
+    code, stdout, stderr = run_in_image(client, image_id, ["python3", "-c", PROBE])
+    if code != 0:
+        raise VerifyFailed(f"the verification probe exited with {code}:\n{stderr[-2000:]}")
     try:
         data: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -143,6 +150,11 @@ def collect_facts(client: docker.APIClient, image_id: str) -> ImageFacts:
     if probe.get("pip_list") is None:
         raise VerifyFailed(f"`pip list` failed in the image: {probe.get('pip_error', '')}")
     version, source = parse_cann_version(probe.get("cann_files") or {})
+    doctor_exit, out, _ = run_in_image(client, image_id, ["ascendkit", "doctor", "--json"])
+    try:
+        doctor_report = json.loads(out)
+    except ValueError:
+        doctor_report = None
     return ImageFacts(
         image_id=image_id,
         architecture=str(inspect.get("Architecture", "")),
@@ -154,6 +166,8 @@ def collect_facts(client: docker.APIClient, image_id: str) -> ImageFacts:
         cann_version=version,
         cann_source=source,
         env=dict(probe.get("env") or {}),
+        doctor_exit=doctor_exit,
+        doctor_report=doctor_report,
     )
 
 
@@ -185,6 +199,11 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
         checks.append(check("cann", expected.cann, facts.cann_version, facts.cann_version.lower() == expected.cann.lower()))
     home = facts.env.get("ASCEND_HOME_PATH")
     checks.append(check("env ASCEND_HOME_PATH", "set", home, bool(home)))
+    # doctor's preflight: 0 (ready) or 10 (no NPU on the build host) pass; 1 is a failed check
+    doctor_failures = [c["name"] for c in (facts.doctor_report or {}).get("checks", []) if c["status"] == "error"]
+    doctor_ok = facts.doctor_exit in (0, 10) and facts.doctor_report is not None
+    found = f"exit {facts.doctor_exit}" + (f": failed {', '.join(doctor_failures)}" if doctor_failures else "")
+    checks.append(check("ascendkit doctor (preflight)", "exit 0 or 10", found, doctor_ok))
     for dist, version in expected.packages:
         got = facts.packages.get(normalize(dist))
         checks.append(check(f"package {dist}", version, got, _version_matches(got, version)))
@@ -214,6 +233,7 @@ def manifest_data(facts: ImageFacts, expected: Expected, checks: list[Check], re
         "os_release": {k: facts.os_release.get(k, "") for k in ("ID", "VERSION_ID", "PRETTY_NAME")},
         "cann": {"version": facts.cann_version, "source": facts.cann_source},
         "passed": not failures(checks),
+        "doctor": facts.doctor_report,
         "checks": [c.__dict__ for c in checks],
         "labels": dict(sorted(facts.labels.items())),
         "packages": [{"name": n, "version": v} for n, v in sorted(facts.packages.items())],

@@ -1,0 +1,19 @@
+"""``ascendkit doctor`` on a host; images carry the same module behind a small wrapper."""
+
+from __future__ import annotations
+
+import typer
+
+from buildkit import doctor as checks
+from buildkit.cli.base import JsonFlag, app, print_json
+
+
+@app.command("doctor")
+def doctor(as_json: JsonFlag = False) -> None:
+    """Check pins, the CANN environment, the driver and the NPUs here (exit 1: failed, 10: no devices, preflight only)."""
+    code, report = checks.run()
+    if as_json:
+        print_json(report)
+    else:
+        typer.echo(checks.format_report(report))
+    raise typer.Exit(code)
