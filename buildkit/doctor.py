@@ -90,12 +90,18 @@ def check_cann_env(where: Environment, info: dict[str, Any]) -> list[Check]:
     else:
         checks.append(Check("ASCEND_HOME_PATH", "ok", home))
     library_path = where.getenv("LD_LIBRARY_PATH")
-    toolkit_lib = f"{home}/lib64" if home else ""
-    if home and toolkit_lib not in library_path.split(":") and f"{home.rstrip('/')}/lib64" not in library_path:
+    toolkit_lib = f"{home.rstrip('/')}/lib64" if home else ""
+    if not library_path:
+        checks.append(Check("LD_LIBRARY_PATH", "error", "not set"))
+    elif toolkit_lib and toolkit_lib not in library_path.split(":"):
         checks.append(Check("LD_LIBRARY_PATH", "error", f"does not contain {toolkit_lib}"))
     else:
         checks.append(
-            Check("LD_LIBRARY_PATH", "ok" if library_path else "error", "toolkit libraries on the path" if library_path else "not set")
+            Check(
+                "LD_LIBRARY_PATH",
+                "ok" if toolkit_lib else "skip",
+                "toolkit libraries on the path" if toolkit_lib else "no toolkit to look for",
+            )
         )
     atb = where.getenv("ATB_HOME_PATH")
     abi = info.get("atb_cxx_abi")

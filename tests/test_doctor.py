@@ -111,6 +111,12 @@ def test_missing_cann_environment_fails(tmp_path: Path) -> None:
     assert statuses(report)["ASCEND_HOME_PATH"] == "error"
 
 
+def test_library_path_must_hold_the_toolkit(tmp_path: Path) -> None:
+    code, report = doctor.run(Environment(image_root(tmp_path), {**GOOD_ENV, "LD_LIBRARY_PATH": "/usr/lib"}))
+    assert code == EXIT_FAILED
+    assert next(c["detail"] for c in report["checks"] if c["name"] == "LD_LIBRARY_PATH") == f"does not contain {HOME}/lib64"
+
+
 def test_wrong_atb_abi_fails(tmp_path: Path) -> None:
     env = {**GOOD_ENV, "ATB_HOME_PATH": "/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_1"}
     code, report = doctor.run(Environment(image_root(tmp_path), env))
