@@ -191,6 +191,13 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
     checks = [
         check("python", expected.python, python, python == expected.python),
         check("arch", expected.arch, machine, machine == expected.arch),
+        # what the registry index will advertise: it must be the arch the image really runs as
+        check(
+            "image config architecture",
+            expected.arch,
+            normalize_arch(facts.architecture),
+            normalize_arch(facts.architecture) == expected.arch,
+        ),
         check("os", expected.os_name, os_id, os_id == expected.os_name),
     ]
     if facts.cann_version is None:

@@ -38,7 +38,7 @@ REGISTRY_PORT = int(os.environ.get("ASCENDKIT_REGISTRY_PORT", "5000"))
 STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
 STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}
-STANDIN_VERSION = "3"  # bump when the stand-in's contents change
+STANDIN_VERSION = "4"  # bump when the stand-in's contents change
 DEBIAN_MIRROR = os.environ.get("ASCENDKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # What the CANN images bring that the template's system step installs anyway; preinstalled so the
 # step is quick, as it is on the real base.
@@ -209,7 +209,14 @@ def build_standin(client: docker.APIClient, deb_arch: str) -> str:
             'LABEL org.opencontainers.image.description="STAND-IN for a CANN 8.3.RC1 base: Debian 12 + Python 3.11, no CANN inside"',
             'CMD ["/bin/bash"]',
         ]
-        client.import_image_from_file(str(archive), repository=STANDIN_REPO, tag=STANDIN_TAGS[deb_arch], changes=changes)
+        # docker-py's import has no platform argument, and without one the engine records its own
+        # architecture in the image config: an arm64 rootfs would claim to be amd64. The CLI has one.
+        argv = ["docker", "--host", f"unix://{SOCKET}", "import", "--platform", f"linux/{deb_arch}"]
+        for change in changes:
+            argv += ["--change", change]
+        run(*argv, str(archive), ref, stdout=subprocess.DEVNULL)
+        if client.inspect_image(ref)["Architecture"] != deb_arch:
+            sys.exit(f"[services] {ref} was imported with the wrong architecture")
     return ref
 
 
