@@ -17,6 +17,9 @@ DOCKER_HOST, ASCENDKIT_REGISTRY and ASCENDKIT_STANDIN_IMAGE[_ARM64] for the test
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
+import json
 import os
 import shutil
 import signal
@@ -38,7 +41,7 @@ REGISTRY_PORT = int(os.environ.get("ASCENDKIT_REGISTRY_PORT", "5000"))
 STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
 STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}
-STANDIN_VERSION = "4"  # bump when the stand-in's contents change
+STANDIN_VERSION = "5"  # bump when the stand-in's contents change
 DEBIAN_MIRROR = os.environ.get("ASCENDKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # What the CANN images bring that the template's system step installs anyway; preinstalled so the
 # step is quick, as it is on the real base.
@@ -177,6 +180,14 @@ def _add_standin_layout(root: Path, deb_arch: str) -> None:
         leftover.unlink()
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def enable_arm64_emulation() -> None:
     binfmt = Path("/proc/sys/fs/binfmt_misc")
     if not (binfmt / "status").exists():
@@ -198,25 +209,41 @@ def build_standin(client: docker.APIClient, deb_arch: str) -> str:
         root = Path(tmp) / "rootfs"
         run("debootstrap", "--variant=minbase", f"--arch={deb_arch}", f"--include={STANDIN_PACKAGES}", "bookworm", str(root), DEBIAN_MIRROR)
         _add_standin_layout(root, deb_arch)
-        archive = Path(tmp) / "rootfs.tar"
-        with tarfile.open(archive, "w") as tar:
+        layer = Path(tmp) / "layer.tar"
+        with tarfile.open(layer, "w") as tar:
             tar.add(root, arcname=".")
-        changes = [
-            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "ENV LANG=C.UTF-8",
-            'LABEL io.ascendkit.standin="true"',
-            f'LABEL io.ascendkit.standin.version="{STANDIN_VERSION}"',
-            'LABEL org.opencontainers.image.description="STAND-IN for a CANN 8.3.RC1 base: Debian 12 + Python 3.11, no CANN inside"',
-            'CMD ["/bin/bash"]',
-        ]
-        # docker-py's import has no platform argument, and without one the engine records its own
-        # architecture in the image config: an arm64 rootfs would claim to be amd64. The CLI has one.
-        argv = ["docker", "--host", f"unix://{SOCKET}", "import", "--platform", f"linux/{deb_arch}"]
-        for change in changes:
-            argv += ["--change", change]
-        run(*argv, str(archive), ref, stdout=subprocess.DEVNULL)
+        # Written in `docker save` format and loaded, rather than `docker import`ed: import records
+        # the engine's own architecture (an arm64 rootfs would claim amd64) and this engine
+        # ignores import's platform; a loaded image keeps the config exactly as written.
+        config = {
+            "architecture": deb_arch,
+            "os": "linux",
+            "config": {
+                "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"],
+                "Cmd": ["/bin/bash"],
+                "Labels": {
+                    "io.ascendkit.standin": "true",
+                    "io.ascendkit.standin.version": STANDIN_VERSION,
+                    "org.opencontainers.image.description": "STAND-IN for a CANN 8.3.RC1 base: Debian 12 + Python 3.11, no CANN inside",
+                },
+            },
+            "rootfs": {"type": "layers", "diff_ids": [f"sha256:{_sha256(layer)}"]},
+            "history": [{"created_by": "ascendkit CI stand-in: debootstrap bookworm + placeholder CANN layout"}],
+        }
+        config_bytes = json.dumps(config, sort_keys=True).encode()
+        config_name = f"{hashlib.sha256(config_bytes).hexdigest()}.json"
+        manifest = json.dumps([{"Config": config_name, "RepoTags": [ref], "Layers": ["layer/layer.tar"]}]).encode()
+        image = Path(tmp) / "image.tar"
+        with tarfile.open(image, "w") as tar:
+            for name, body in (("manifest.json", manifest), (config_name, config_bytes)):
+                info = tarfile.TarInfo(name)
+                info.size = len(body)
+                tar.addfile(info, io.BytesIO(body))
+            tar.add(layer, arcname="layer/layer.tar")
+        with image.open("rb") as data:
+            client.load_image(data)
         if client.inspect_image(ref)["Architecture"] != deb_arch:
-            sys.exit(f"[services] {ref} was imported with the wrong architecture")
+            sys.exit(f"[services] {ref} was loaded with the wrong architecture")
     return ref
 
 
