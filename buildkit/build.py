@@ -195,17 +195,17 @@ def plan_build(
     )
 
 
-def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 20) -> str:
-    """Fail within seconds when the base is neither local nor reachable; returns where it was found."""
+def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 20) -> None:
+    """Fail within seconds when the base is neither on the engine nor reachable in its registry."""
     try:
         client.inspect_image(plan.base_image)
-        return "local"
+        return
     except NotFound:
         pass
     quick = connect(timeout=timeout)
     try:
         quick.inspect_distribution(plan.base_image)
-        return "registry"
+        return
     except (DockerException, requests.exceptions.RequestException, OSError) as exc:
         reason = (getattr(exc, "explanation", None) or str(exc)).splitlines()[0][:300]
     finally:

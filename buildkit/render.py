@@ -96,7 +96,6 @@ class GitCheckout:
 @dataclass(frozen=True)
 class DockerfileContext:
     target: RenderTarget
-    stack: Stack
     header: tuple[str, ...]
     base_registry: str
     base_image: str
@@ -433,7 +432,6 @@ def build_context(loaded: LoadedMatrix, target: RenderTarget) -> DockerfileConte
     )
     return DockerfileContext(
         target=target,
-        stack=stack,
         header=header,
         base_registry=matrix.base_image.registry,
         base_image=f"${{BASE_REGISTRY}}/{matrix.base_image.repository}:{base_tag}",

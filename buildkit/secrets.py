@@ -32,16 +32,6 @@ class BuildSecrets:
     def env_script(self) -> bytes:
         return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in self.env).encode()
 
-    def values(self) -> list[bytes]:
-        """Every secret byte string, for scanning images: the CA body and each credential."""
-        found = [self.ca_bundle] if self.ca_bundle else []
-        for _, value in self.env:
-            parts = urllib.parse.urlsplit(value)
-            if parts.password:
-                found.append(parts.password.encode())
-            found.append(value.encode())
-        return found
-
 
 def default_ca_bundle() -> Path | None:
     """The host's bundle when the environment names one (what a TLS-intercepting proxy needs)."""

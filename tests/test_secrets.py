@@ -36,7 +36,6 @@ def test_ca_bundle_must_be_pem(tmp_path: Path) -> None:
 def test_env_script_quotes_values() -> None:
     secrets = BuildSecrets(PEM, (("PIP_INDEX_URL", "https://u:p'q@h/simple"),))
     assert secrets.env_script() == b"export PIP_INDEX_URL='https://u:p'\"'\"'q@h/simple'\n"
-    assert b"p'q" in secrets.values()  # the password alone is scanned for too
     assert not BuildSecrets()
 
 
