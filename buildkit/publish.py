@@ -125,8 +125,8 @@ def index_body(members: dict[str, Manifest]) -> tuple[bytes, str]:
     return json.dumps(body, indent=2, sort_keys=True).encode(), media_type
 
 
-def publish_index(registry: Registry, target: RegistryRef, image: LocalImage) -> list[Published]:
-    """Publish the multi-arch index for ``image``'s names; refuse while any arch is missing."""
+def index_members(registry: Registry, target: RegistryRef, image: LocalImage) -> tuple[dict[str, Manifest], list[str]]:
+    """The per-arch manifests the registry holds for ``image``'s names, and the arches it lacks."""
     members: dict[str, Manifest] = {}
     missing = []
     for arch in image.arches:
@@ -135,6 +135,13 @@ def publish_index(registry: Registry, target: RegistryRef, image: LocalImage) ->
             missing.append(arch)
         else:
             members[arch] = manifest
+    return members, missing
+
+
+def publish_index(
+    registry: Registry, target: RegistryRef, image: LocalImage, members: dict[str, Manifest], missing: list[str]
+) -> list[Published]:
+    """Publish the multi-arch index for ``image``'s names; refuse while any arch is missing."""
     if missing:
         raise PublishFailed(
             f"refusing to publish the multi-arch index {target.name}:{image.index_names[0]}: "
@@ -149,7 +156,3 @@ def publish_index(registry: Registry, target: RegistryRef, image: LocalImage) ->
             raise PublishFailed(f"{target.name}:{name}: the registry does not serve the index just written")
         published.append(Published(f"{target.name}:{name}@{digest}", digest, None))
     return published
-
-
-def missing_arches(registry: Registry, target: RegistryRef, image: LocalImage) -> list[str]:
-    return [a for a in image.arches if registry.get_manifest(target.repository, f"{image.index_names[0]}-{a}") is None]

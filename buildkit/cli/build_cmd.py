@@ -29,7 +29,7 @@ from buildkit.engine import connect
 from buildkit.errors import InputError
 from buildkit.matrix import DEFAULT_MATRIX, load_matrix
 from buildkit.progress import Step
-from buildkit.publish import LocalImage, load_local_image, missing_arches, publish_index, push_image
+from buildkit.publish import LocalImage, index_members, load_local_image, publish_index, push_image
 from buildkit.registry import Registry, RegistryRef
 from buildkit.settings import resolve_mirrors
 
@@ -70,7 +70,7 @@ def _publish(client: Any, image: LocalImage, target: RegistryRef, *, want_index:
     result: dict[str, Any] = {"pushed": [p.describe() for p in pushed], "index": None, "index_missing": []}
     if not want_index:
         return result
-    missing = missing_arches(registry, target, image)
+    members, missing = index_members(registry, target, image)
     if missing and not require_index:
         result["index_missing"] = missing
         typer.echo(
@@ -79,7 +79,7 @@ def _publish(client: Any, image: LocalImage, target: RegistryRef, *, want_index:
             err=True,
         )
         return result
-    index = publish_index(registry, target, image)
+    index = publish_index(registry, target, image, members, missing)
     for p in index:
         typer.echo(f"published index {p.ref}", err=True)
     result["index"] = [p.describe() for p in index]
