@@ -14,7 +14,9 @@ ARM64_FLAG := $(if $(filter 1,$(ASCENDKIT_ARM64)),--arm64)
 export ASCENDKIT_SERVICES_DIR := $(SERVICES_DIR)
 
 .DEFAULT_GOAL := help
-.PHONY: help install render check build lint unit services services-stop test bench clean
+SMOKE_OUT ?= smoke-out/$(HW)
+SMOKE_ARGS = --hw $(HW) --out $(SMOKE_OUT)$(if $(MODEL), --model-path $(MODEL))$(if $(STEPS), --steps $(STEPS))$(if $(BASELINE), --baseline $(BASELINE))$(if $(DEVICES), --devices $(DEVICES))
+.PHONY: help install render check build lint unit services services-stop test smoke bench clean
 
 help: ## List every target with one line each
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,8 +42,8 @@ build: $(STAMP) ## Build, verify and tag the image for HW (and STACK, ARCH) on t
 	$(BIN)/ascendkit build --hw $(HW)$(if $(STACK), --stack $(STACK))$(if $(ARCH), --arch $(ARCH))
 
 lint: $(STAMP) ## ruff, mypy --strict, hadolint on every rendered Dockerfile, render --check
-	$(BIN)/ruff check buildkit tests benchmarks
-	$(BIN)/ruff format --check buildkit tests benchmarks
+	$(BIN)/ruff check buildkit tests benchmarks smoke_tests
+	$(BIN)/ruff format --check buildkit tests benchmarks smoke_tests
 	$(BIN)/mypy
 	$(BIN)/hadolint --config .hadolint.yaml $(RENDERED)
 	$(BIN)/ascendkit matrix validate
@@ -61,6 +63,18 @@ test: lint ## Lint, start the engine/registry/stand-in, run every test, stop the
 	$(BIN)/python -m tests.services start $(ARM64_FLAG)
 	set -a; . $(SERVICES_ENV); set +a; ASCENDKIT_REQUIRE_DOCKER=1 $(BIN)/pytest; status=$$?; \
 	  $(BIN)/python -m tests.services stop; exit $$status
+
+smoke: $(STAMP) ## GRPO smoke test of the HW image here (IMAGE= MODEL= STEPS= BASELINE= DEVICES=); STANDIN=1 on machines without CANN
+ifeq ($(STANDIN),1)
+	$(BIN)/python -m tests.services start
+	set -a; . $(SERVICES_ENV); set +a; \
+	  image=$$($(BIN)/ascendkit build --hw $(HW) --matrix tests/fixtures/test_matrix.yaml --base-image "$$ASCENDKIT_STANDIN_IMAGE" \
+	    --repo ascendkit-standin/verl --manifest-dir $(SERVICES_DIR)/manifests --quiet --json \
+	    | $(BIN)/python -c 'import json, sys; print(json.load(sys.stdin)["tags"][0])') && \
+	  $(BIN)/ascendkit smoke --image "$$image" $(SMOKE_ARGS)
+else
+	$(BIN)/ascendkit smoke$(if $(IMAGE), --image $(IMAGE)) $(SMOKE_ARGS)
+endif
 
 bench: $(STAMP) ## CLI timings; with `make services` running, build timings, size and wasted bytes too
 	$(BIN)/python benchmarks/bench_cli.py

@@ -23,6 +23,8 @@ class ExitCode(enum.IntEnum):
     VERIFY_FAILED = 6  # the built image does not match the matrix or its labels; nothing was tagged
     PUBLISH_FAILED = 7  # a push or the multi-arch index failed; nothing was reported as published
     UNVERIFIED = 8  # nothing was found wrong, but some of it could not be checked (index unreachable)
+    TIMED_OUT = 9  # smoke: the run outlived --timeout; the container was killed and removed, the log kept
+    NO_DEVICES = 10  # doctor/smoke: no Ascend devices here; the preflight ran, the NPU work did not
     INTERRUPTED = 130  # Ctrl-C: the build was stopped and cleaned up
 
 

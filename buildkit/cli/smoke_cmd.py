@@ -1,0 +1,104 @@
+"""``ascendkit smoke``: the GRPO smoke job in an image, on this host's NPUs, with a report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from buildkit import smoke as sm
+from buildkit.build import DEFAULT_REPOSITORY, host_arch
+from buildkit.cli.base import JsonFlag, MatrixPath, app, print_json, user_errors
+from buildkit.compare import load_run
+from buildkit.engine import connect
+from buildkit.errors import InputError
+from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_hw
+from buildkit.render import plan_target
+from buildkit.tags import full_tag
+
+
+def _pairs(items: list[str], option: str) -> dict[str, str]:
+    result = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"{option} {item!r}: expected KEY=VALUE")
+        result[key] = value
+    return result
+
+
+@app.command("smoke")
+@user_errors
+def smoke(
+    hw: Annotated[str, typer.Option("--hw", help="SKU: a2-box16, 900-podc or a3 (its NPUs per node size the job).")],
+    image: Annotated[
+        str | None,
+        typer.Option(
+            "--image", envvar="ASCENDKIT_SMOKE_IMAGE", help="Image to test; default: the local build of the default stack for --hw."
+        ),
+    ] = None,
+    model_path: Annotated[
+        Path | None,
+        typer.Option("--model-path", exists=True, file_okay=False, help="Host directory of Qwen2.5-0.5B-Instruct (mounted read-only)."),
+    ] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option("--data", exists=True, file_okay=False, help="Directory with gsm8k train.parquet/test.parquet; default: generated."),
+    ] = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Training steps.")] = 5,
+    baseline: Annotated[
+        Path | None, typer.Option("--baseline", exists=True, dir_okay=False, help="A GPU run's log or baseline file: apply the gate.")
+    ] = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds for doctor and the job together.")] = 1800,
+    out: Annotated[Path, typer.Option("--out", help="Report directory: report.json, report.md, report.png, the logs.")] = Path("smoke-out"),
+    devices: Annotated[str | None, typer.Option("--devices", help="NPU ids to use, e.g. 0-7 (default: all of the SKU's).")] = None,
+    privileged: Annotated[bool, typer.Option("--privileged", help="Run privileged instead of with explicit devices.")] = False,
+    override: Annotated[
+        list[str] | None, typer.Option("--override", help="Extra Hydra override KEY=VALUE for main_ppo (repeatable).")
+    ] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="Extra environment KEY=VALUE in the job (repeatable).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not echo the job's log.")] = False,
+    as_json: JsonFlag = False,
+    matrix: MatrixPath = DEFAULT_MATRIX,
+) -> None:
+    """Run doctor and a short GRPO job in the image with the SKU's devices; judge it and write a report.
+
+    Exit 0 passed, 1 failed, 9 timed out, 10 no Ascend devices here (preflight only).
+    """
+    loaded = load_matrix(matrix)
+    target = resolve_hw(loaded, hw)
+    if target.sku_id is None:
+        skus = ", ".join(s for s, sku in loaded.matrix.skus.items() if sku.chip == target.chip_id)
+        raise InputError(f"--hw {hw} names a chip family; smoke needs the SKU (its NPU count): one of {skus}")
+    for item in override or []:
+        if "=" not in item:
+            raise InputError(f"--override {item!r}: expected a Hydra override KEY=VALUE")
+    if image is None:
+        rendered = plan_target(loaded, target.sku_id, None, None)
+        st = loaded.matrix.stacks[rendered.stack_id]
+        image = f"{DEFAULT_REPOSITORY}:{full_tag(st, rendered.chip_id, rendered.os_name)}-{host_arch()}"
+    request = sm.SmokeRequest(
+        sku_id=target.sku_id,
+        sku=loaded.matrix.skus[target.sku_id],
+        chip_id=target.chip_id,
+        image=image,
+        out=out,
+        steps=steps,
+        timeout=timeout,
+        model_path=model_path,
+        data_path=data,
+        baseline=load_run(baseline) if baseline else None,
+        baseline_name=baseline.name if baseline else None,
+        visible=sm.parse_visible(devices) if devices else None,
+        privileged=privileged,
+        overrides=tuple(override or []),
+        env=_pairs(env or [], "--env"),
+    )
+    client = connect()
+    typer.echo(f"smoke: {image} on --hw {target.sku_id}; report in {out}/", err=True)
+    report = sm.run_smoke(client, request, echo=None if quiet or as_json else sm.stderr_echo)
+    if as_json:
+        print_json(report.data)
+    typer.echo(f"smoke: {report.outcome}: {report.message} (exit {report.exit_code}); see {out / 'report.md'}", err=True)
+    raise typer.Exit(report.exit_code)

@@ -1,0 +1,591 @@
+"""``ascendkit smoke``: does this image train? A short GRPO run on the host's NPUs, judged.
+
+The container gets exactly what the SKU needs and nothing more: one ``/dev/davinciN`` per NPU plus
+the three control devices, the host's driver files read-only, a large ``/dev/shm`` and host
+networking for multi-card HCCL, never ``--privileged`` unless asked. Two containers run from the
+same settings: ``ascendkit doctor`` first, then (if the host has NPUs and doctor passed) the job
+from ``smoke_tests/grpo_smoke.yaml``. Both are always removed; the log is kept.
+
+Outcomes and exit codes (README, "Exit codes"):
+
+    passed      0   the job ran the requested steps and passed every check (and the baseline gate)
+    failed      1   doctor, the job or a check failed
+    timed-out   9   the run outlived --timeout: the container was killed and removed, the log kept
+    no-devices 10   no Ascend devices on this host: doctor's preflight ran in the image, GRPO did not
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shlex
+import string
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from pydantic import Field, StrictInt, StrictStr, ValidationError
+
+from buildkit.compare import REWARD, THROUGHPUT, Comparison, compare_runs
+from buildkit.doctor import EXIT_NO_DEVICES, Check
+from buildkit.errors import ExitCode, Finding, InputError, OutputError, Unavailable
+from buildkit.fsio import write_atomic
+from buildkit.metrics import StepMetrics, is_finite, parse_log, series
+from buildkit.model import Frozen, Sku
+from buildkit.render import LABEL_PREFIX
+from buildkit.yamlsource import YamlSourceError, format_path, load_yaml
+
+SMOKE_DIR = Path(__file__).resolve().parent.parent / "smoke_tests"
+JOB_FILE = SMOKE_DIR / "grpo_smoke.yaml"
+SMOKE_LABEL = f"{LABEL_PREFIX}.smoke"
+
+# Where the host's directories appear in the container.
+SMOKE_FILES = "/opt/ascendkit-smoke"  # smoke_tests/, read-only (the data generator)
+OUT_DIR = "/smoke/out"  # --out, writable: generated data
+MODEL_DIR = "/smoke/model"  # --model-path, read-only
+DATA_DIR = "/smoke/data"  # --data, read-only
+
+CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+# The driver lives on the host, never in the image (facts: "Running a container on an NPU host").
+DRIVER_FILES_REQUIRED = ("/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/version.info")
+DRIVER_FILES_OPTIONAL = ("/usr/local/dcmi", "/usr/local/bin/npu-smi", "/etc/ascend_install.info")
+SHM_SIZE = "16g"  # what verl's NPU CI gives its containers
+
+
+class StackExtras(Frozen):
+    env: dict[StrictStr, StrictStr] = Field(default={})
+    overrides: tuple[StrictStr, ...] = ()
+
+
+class JobSpec(Frozen):
+    """``smoke_tests/grpo_smoke.yaml``: the job, with placeholders the SKU fills in."""
+
+    command: tuple[StrictStr, ...] = Field(min_length=1)
+    tensor_parallel: StrictInt = Field(gt=0)
+    prompts_per_npu: StrictInt = Field(gt=0)
+    env: dict[StrictStr, StrictStr] = Field(default={})
+    overrides: tuple[StrictStr, ...] = ()
+    stacks: dict[StrictStr, StackExtras] = Field(default={})
+
+
+PLACEHOLDERS = ("npus", "nnodes", "tp", "batch", "steps", "model", "data")
+
+
+def load_job(path: Path = JOB_FILE) -> JobSpec:
+    """Read and check a job file; errors name the file, line and field."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the smoke job: {exc.strerror}") from None
+    try:
+        data, source, syntax = load_yaml(text, path)
+    except YamlSourceError as exc:
+        raise InputError("\n".join(f.format() for f in exc.findings)) from None
+    findings = list(syntax)
+    try:
+        job = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = tuple(p for p in err["loc"] if p != "[key]")
+            findings.append(Finding(source.locate(loc), format_path(loc), err["msg"]))
+        raise InputError("\n".join(f.format() for f in findings)) from None
+    for index, item in enumerate(job.overrides):
+        for _, name, _, _ in string.Formatter().parse(item):
+            if name is not None and name not in PLACEHOLDERS:
+                loc = ("overrides", index)
+                findings.append(
+                    Finding(source.locate(loc), format_path(loc), f"unknown placeholder {{{name}}}", hint=", ".join(PLACEHOLDERS))
+                )
+    if findings:
+        raise InputError("\n".join(f.format() for f in findings))
+    return job
+
+
+@dataclass(frozen=True)
+class JobValues:
+    """What fills the job's placeholders."""
+
+    npus: int
+    nnodes: int
+    tp: int
+    batch: int
+    steps: int
+    model: str
+    data: str
+
+
+def job_values(job: JobSpec, sku: Sku, *, steps: int, nnodes: int = 1, model: str = MODEL_DIR, data: str = DATA_DIR) -> JobValues:
+    if sku.npus_per_node % job.tensor_parallel:
+        raise InputError(f"tensor_parallel {job.tensor_parallel} does not divide the SKU's {sku.npus_per_node} NPUs per node")
+    return JobValues(
+        npus=sku.npus_per_node,
+        nnodes=nnodes,
+        tp=job.tensor_parallel,
+        batch=job.prompts_per_npu * sku.npus_per_node * nnodes,
+        steps=steps,
+        model=model,
+        data=data,
+    )
+
+
+def job_argv(job: JobSpec, values: JobValues, stack_id: str | None, extra: tuple[str, ...] = ()) -> list[str]:
+    """The training command: the entry, the filled overrides, the stack's extras, then the user's."""
+    fill = {k: str(v) for k, v in values.__dict__.items()}
+    extras = job.stacks.get(stack_id or "", StackExtras())
+    return [*job.command, *(o.format_map(fill) for o in (*job.overrides, *extras.overrides)), *extra]
+
+
+def job_env(job: JobSpec, stack_id: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    extras = job.stacks.get(stack_id or "", StackExtras())
+    return {**job.env, **extras.env, **(extra or {})}
+
+
+# ---------------------------------------------------------------------------------------------
+# Devices
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """What the container gets from the host. No NPUs at all means a preflight-only run."""
+
+    npus: tuple[str, ...]
+    control: tuple[str, ...]
+    driver_files: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def has_npus(self) -> bool:
+        return bool(self.npus)
+
+
+def parse_visible(text: str) -> list[int]:
+    """``0-3,8`` -> [0, 1, 2, 3, 8] (the ASCEND_VISIBLE_DEVICES form)."""
+    ids: list[int] = []
+    for part in text.split(","):
+        first, sep, last = part.strip().partition("-")
+        try:
+            ids += list(range(int(first), int(last) + 1)) if sep else [int(first)]
+        except ValueError:
+            raise InputError(f"--devices {text!r}: expected NPU ids like 0-7 or 0,1,2,3") from None
+    if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
+        raise InputError(f"--devices {text!r}: expected distinct NPU ids like 0-7 or 0,1,2,3")
+    return sorted(ids)
+
+
+def plan_devices(sku_id: str, sku: Sku, visible: list[int] | None = None, host_root: Path = Path("/")) -> DevicePlan:
+    """The SKU's devices and driver files as found on this host.
+
+    A host with no ``/dev/davinciN`` gets an empty plan (preflight only). A host with some NPUs
+    must have every one the SKU (or ``--devices``) names, the control devices and the driver.
+    """
+
+    def on_host(path: str) -> bool:
+        return (host_root / path.lstrip("/")).exists()
+
+    present = sorted(int(p.name.removeprefix("davinci")) for p in (host_root / "dev").glob("davinci*") if p.name[7:].isdigit())
+    if not present:
+        return DevicePlan((), (), (), notes=("no /dev/davinci* on this host: preflight only",))
+    wanted = visible if visible is not None else list(range(sku.npus_per_node))
+    if visible is None and len(present) < sku.npus_per_node:
+        raise InputError(
+            f"--hw {sku_id} ({sku.product}) has {sku.npus_per_node} NPUs per node, this host shows {len(present)} "
+            f"(/dev/davinci{present[0]}..{present[-1]}); pick the ones to use with --devices, e.g. --devices 0-{len(present) - 1}"
+        )
+    missing = [f"/dev/davinci{i}" for i in wanted if i not in present]
+    missing += [d for d in CONTROL_DEVICES if not on_host(d)]
+    missing += [f for f in DRIVER_FILES_REQUIRED if not on_host(f)]
+    if missing:
+        raise InputError(f"this host lacks what --hw {sku_id} needs: {', '.join(missing)} (is the Ascend driver installed?)")
+    optional = [f for f in DRIVER_FILES_OPTIONAL if on_host(f)]
+    notes = tuple(f"{f} not on this host: not mounted" for f in DRIVER_FILES_OPTIONAL if f not in optional)
+    return DevicePlan(
+        npus=tuple(f"/dev/davinci{i}" for i in wanted),
+        control=CONTROL_DEVICES,
+        driver_files=(*DRIVER_FILES_REQUIRED, *optional),
+        notes=notes,
+    )
+
+
+def host_config_args(plan: DevicePlan, mounts: dict[str, tuple[str, str]], *, privileged: bool) -> dict[str, Any]:
+    """Arguments of docker-py's ``create_host_config`` for the smoke containers.
+
+    ``mounts`` maps host paths to (container path, mode). Multi-card runs get the host network
+    (HCCL and Ray talk over it) and a 16 GiB ``/dev/shm``.
+    """
+    binds = {host: {"bind": target, "mode": mode} for host, (target, mode) in mounts.items()}
+    binds.update({f: {"bind": f, "mode": "ro"} for f in plan.driver_files})
+    args: dict[str, Any] = {
+        "binds": binds,
+        "devices": [f"{d}:{d}:rwm" for d in (*plan.npus, *plan.control)],
+        "shm_size": SHM_SIZE,
+        "privileged": privileged,
+    }
+    if len(plan.npus) > 1:
+        args["network_mode"] = "host"
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# Containers
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int | None  # None when the container was killed for the timeout
+    timed_out: bool
+    stdout: str  # the container's stdout, when asked for (doctor's JSON)
+
+
+def _stream(client: docker.APIClient, cid: str, log_path: Path, echo: Callable[[str], None] | None) -> None:
+    with log_path.open("wb") as log:
+        pending = b""
+        for chunk in client.logs(cid, stream=True, follow=True, stdout=True, stderr=True):
+            log.write(chunk)
+            log.flush()
+            if echo is None:
+                continue
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                echo(line.decode("utf-8", "replace"))
+        if echo is not None and pending:
+            echo(pending.decode("utf-8", "replace"))
+
+
+def run_container(
+    client: docker.APIClient,
+    image: str,
+    command: list[str],
+    *,
+    log_path: Path,
+    deadline: float,
+    host_config: dict[str, Any] | None = None,
+    environment: dict[str, str] | None = None,
+    echo: Callable[[str], None] | None = None,
+    want_stdout: bool = False,
+) -> RunResult:
+    """Run ``command`` in ``image``, stream its output to ``log_path``, stop it at ``deadline``
+    (a ``time.monotonic()`` value), and always remove it."""
+    try:
+        created = client.create_container(
+            image,
+            command=command,
+            environment=environment or {},
+            host_config=client.create_host_config(**(host_config or {})),
+            labels={SMOKE_LABEL: "1"},
+        )
+    except (DockerException, requests.exceptions.RequestException) as exc:
+        raise Unavailable(f"cannot create the smoke container from {image}: {exc}") from None
+    cid = created["Id"]
+    timed_out, code, stdout = False, None, ""
+    streamer: threading.Thread | None = None
+    try:
+        client.start(cid)
+        streamer = threading.Thread(target=_stream, args=(client, cid, log_path, echo), daemon=True)
+        streamer.start()
+        try:
+            status = client.wait(cid, timeout=max(math.ceil(deadline - time.monotonic()), 1))
+            code = int(status.get("StatusCode", -1))
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            timed_out = True
+            with contextlib.suppress(NotFound, APIError):
+                client.kill(cid)
+        streamer.join(timeout=30)
+        if want_stdout and not timed_out:
+            stdout = client.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace")
+    except (DockerException, requests.exceptions.RequestException) as exc:
+        raise Unavailable(f"the smoke container failed to run: {exc}") from None
+    finally:
+        with contextlib.suppress(NotFound, DockerException, requests.exceptions.RequestException):
+            client.remove_container(cid, force=True)
+    return RunResult(code, timed_out, stdout)
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging
+
+
+def judge(steps: list[StepMetrics], requested: int) -> list[Check]:
+    """The checks that need no baseline: steps done, finite numbers, rewards in [0, 1], throughput > 0."""
+    checks: list[Check] = []
+    done = max((s.step for s in steps), default=0)
+    checks.append(
+        Check("steps completed", "ok" if done >= requested else "error", f"the log shows step {done} of {requested}")
+        if steps
+        else Check("steps completed", "error", f"no step metrics in the log (0 of {requested})")
+    )
+    bad = [f"step {s.step} {name}={value}" for s in steps for name, value in s.metrics.items() if not is_finite(value)]
+    checks.append(Check("finite metrics", "error" if bad else "ok", "; ".join(bad[:5]) or "no NaN or inf in any metric"))
+    rewards = series(steps, REWARD)
+    if not rewards:
+        checks.append(Check("rewards in [0, 1]", "error", f"no {REWARD} in the log"))
+    else:
+        outside = [f"step {k}: {v}" for k, v in sorted(rewards.items()) if not (is_finite(v) and 0.0 <= v <= 1.0)]
+        detail = "; ".join(outside[:5]) or f"{len(rewards)} steps, {min(rewards.values()):.4g}..{max(rewards.values()):.4g}"
+        checks.append(Check("rewards in [0, 1]", "error" if outside else "ok", detail))
+    throughput = series(steps, THROUGHPUT)
+    if not throughput:
+        checks.append(Check("throughput > 0", "error", f"no {THROUGHPUT} in the log"))
+    else:
+        slow = [f"step {k}: {v}" for k, v in sorted(throughput.items()) if not (is_finite(v) and v > 0)]
+        mean = sum(throughput.values()) / len(throughput)
+        detail = "; ".join(slow[:5]) or f"mean {mean:.4g} tokens/s/device over {len(throughput)} steps"
+        checks.append(Check("throughput > 0", "error" if slow else "ok", detail))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class SmokeRequest:
+    sku_id: str
+    sku: Sku
+    chip_id: str
+    image: str
+    out: Path
+    steps: int = 5
+    timeout: float = 1800.0
+    model_path: Path | None = None
+    data_path: Path | None = None
+    baseline: list[StepMetrics] | None = None
+    baseline_name: str | None = None
+    visible: list[int] | None = None
+    privileged: bool = False
+    overrides: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    job: JobSpec | None = None
+    host_root: Path = Path("/")
+
+
+@dataclass
+class SmokeReport:
+    outcome: str
+    exit_code: int
+    message: str
+    data: dict[str, Any]
+
+
+def _image_labels(client: docker.APIClient, ref: str) -> tuple[str, dict[str, str]]:
+    try:
+        info = client.inspect_image(ref)
+    except ImageNotFound:
+        if "/" not in ref:
+            raise Unavailable(f"image {ref} is not on this engine; build it (`ascendkit build --hw ...`) or pass --image") from None
+        try:
+            client.pull(ref)
+            info = client.inspect_image(ref)
+        except (DockerException, requests.exceptions.RequestException) as exc:
+            raise Unavailable(f"image {ref} is not on this engine and could not be pulled: {exc}") from None
+    except (DockerException, requests.exceptions.RequestException) as exc:
+        raise Unavailable(f"cannot inspect {ref}: {exc}") from None
+    return str(info["Id"]), dict((info.get("Config") or {}).get("Labels") or {})
+
+
+def check_image_chip(ref: str, labels: dict[str, str], sku_id: str, chip_id: str) -> str | None:
+    """The image's chip must be the SKU's (an A3 image on a 910B host fails at run time); returns its stack."""
+    chip = labels.get(f"{LABEL_PREFIX}.chip")
+    if chip is None:
+        raise InputError(f"{ref} has no {LABEL_PREFIX}.chip label: not an ascendkit image, so its chip cannot be checked")
+    if chip != chip_id:
+        raise InputError(f"{ref} is built for chip {chip!r}; --hw {sku_id} needs an image for chip {chip_id!r}")
+    return labels.get(f"{LABEL_PREFIX}.stack")
+
+
+def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[str], None] | None = None) -> SmokeReport:
+    """Doctor, then (on a host with NPUs) the GRPO job; writes report.json, report.md and a PNG to ``out``."""
+    started = time.monotonic()
+    deadline = started + request.timeout
+    job = request.job or load_job()
+    image_id, labels = _image_labels(client, request.image)
+    stack_id = check_image_chip(request.image, labels, request.sku_id, request.chip_id)
+    devices = plan_devices(request.sku_id, request.sku, request.visible, request.host_root)
+    if devices.has_npus and request.model_path is None:
+        raise InputError(
+            "--model-path is required on a host with NPUs (a local Qwen2.5-0.5B-Instruct; README: 'Smoke test on an NPU host')"
+        )
+    values = job_values(job, request.sku, steps=request.steps, data=DATA_DIR if request.data_path else f"{OUT_DIR}/data")
+    argv = job_argv(job, values, stack_id, request.overrides)
+    env = job_env(job, stack_id, request.env)
+    try:
+        request.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"--out {request.out}: cannot create the report directory: {exc.strerror}") from None
+    mounts: dict[str, tuple[str, str]] = {str(SMOKE_DIR): (SMOKE_FILES, "ro"), str(request.out.resolve()): (OUT_DIR, "rw")}
+    if request.model_path is not None:
+        mounts[str(request.model_path.resolve())] = (MODEL_DIR, "ro")
+    if request.data_path is not None:
+        mounts[str(request.data_path.resolve())] = (DATA_DIR, "ro")
+    host_config = host_config_args(devices, mounts, privileged=request.privileged)
+    data: dict[str, Any] = {
+        "format": "ascendkit-smoke/1",
+        "sku": request.sku_id,
+        "product": request.sku.product,
+        "image": {"ref": request.image, "id": image_id, "stack": stack_id, "chip": request.chip_id},
+        "settings": {
+            "steps": request.steps,
+            "timeout_s": request.timeout,
+            "devices": list(devices.npus),
+            "privileged": request.privileged,
+            "network": host_config.get("network_mode", "default"),
+            "model_path": str(request.model_path) if request.model_path else None,
+            "data": str(request.data_path) if request.data_path else "generated (smoke_tests/gsm8k_synth.py)",
+            "baseline": request.baseline_name,
+        },
+        "host_notes": list(devices.notes),
+        "doctor": None,
+        "job": None,
+        "checks": [],
+        "comparison": None,
+        "files": {"doctor_log": "doctor.log"},
+    }
+
+    def finish(outcome: str, code: ExitCode, message: str) -> SmokeReport:
+        data.update(outcome=outcome, exit_code=int(code), message=message)
+        write_reports(request.out, data)
+        return SmokeReport(outcome, int(code), message, data)
+
+    doctor = run_container(
+        client,
+        image_id,
+        ["ascendkit", "doctor", "--json"],
+        log_path=request.out / "doctor.log",
+        deadline=min(deadline, time.monotonic() + 600),
+        host_config=host_config,
+        want_stdout=True,
+    )
+    if doctor.timed_out:
+        return finish("timed-out", ExitCode.TIMED_OUT, "doctor did not finish before the timeout")
+    with contextlib.suppress(ValueError):
+        data["doctor"] = json.loads(doctor.stdout)
+    if doctor.exit_code == EXIT_NO_DEVICES and not devices.has_npus:
+        return finish(
+            "no-devices",
+            ExitCode.NO_DEVICES,
+            "no Ascend devices on this host: doctor's preflight passed in the image; GRPO not run",
+        )
+    if doctor.exit_code == EXIT_NO_DEVICES:
+        return finish("failed", ExitCode.CHECK_FAILED, "the host's NPUs were mounted but doctor sees none in the container")
+    if doctor.exit_code != 0:
+        return finish("failed", ExitCode.CHECK_FAILED, f"doctor failed in the image (exit {doctor.exit_code}); see doctor.log")
+
+    script = [] if request.data_path else [shlex.join(["python3", f"{SMOKE_FILES}/gsm8k_synth.py", "--out", f"{OUT_DIR}/data"])]
+    command = ["sh", "-c", "set -e; " + "; ".join([*script, "exec " + shlex.join(argv)])]
+    data["job"] = {"command": argv, "env": env}
+    data["files"]["job_log"] = "job.log"
+    result = run_container(
+        client, image_id, command, log_path=request.out / "job.log", deadline=deadline, host_config=host_config, environment=env, echo=echo
+    )
+    steps = parse_log((request.out / "job.log").read_text(encoding="utf-8", errors="replace").splitlines())
+    data["job"].update(exit_code=result.exit_code, timed_out=result.timed_out, steps_logged=len(steps))
+    checks = judge(steps, request.steps)
+    comparison: Comparison | None = None
+    if request.baseline is not None and steps:
+        try:
+            comparison = compare_runs(steps, request.baseline, None, 4)
+            data["comparison"] = comparison.describe()
+        except InputError as exc:  # e.g. the runs share no step: a failed gate, not a lost report
+            checks.append(Check("baseline gate", "error", str(exc)))
+    data["checks"] = [c.__dict__ for c in checks]
+    if steps:
+        from buildkit.plot import plot_runs
+
+        plot_runs(steps, request.baseline, request.out / "report.png", title=f"GRPO smoke on {request.sku_id}: {request.image}")
+        data["files"]["plot"] = "report.png"
+    if result.timed_out:
+        return finish("timed-out", ExitCode.TIMED_OUT, f"the job outlived --timeout {request.timeout:g}s: killed and removed; log kept")
+    if result.exit_code != 0:
+        return finish("failed", ExitCode.CHECK_FAILED, f"the job exited with {result.exit_code}; see job.log")
+    failed = [c.name for c in checks if c.status == "error"]
+    if comparison is not None and not comparison.passed:
+        failed += [f"baseline gate: {m.name}" for m in comparison.metrics if not m.passed]
+    if failed:
+        return finish("failed", ExitCode.CHECK_FAILED, "failed: " + ", ".join(failed))
+    return finish("passed", ExitCode.OK, f"{request.steps} GRPO steps trained and passed every check")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def report_markdown(data: dict[str, Any]) -> str:
+    def cell(text: Any) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    image = data["image"]
+    settings = data["settings"]
+    lines = [
+        f"# GRPO smoke test: {data['outcome'].upper()}",
+        "",
+        f"{data['message']} (exit {data['exit_code']}).",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| SKU | `{data['sku']}` ({cell(data['product'])}) |",
+        f"| image | `{cell(image['ref'])}` (`{image['id'][:19]}`), stack `{image['stack']}`, chip `{image['chip']}` |",
+        f"| steps | {settings['steps']} (timeout {settings['timeout_s']:g} s) |",
+        f"| devices | {', '.join(settings['devices']) or 'none (preflight only)'} |",
+        f"| network | {settings['network']}{', privileged' if settings['privileged'] else ''} |",
+        f"| model | {cell(settings['model_path'] or '-')} |",
+        f"| data | {cell(settings['data'])} |",
+        f"| baseline | {cell(settings['baseline'] or '-')} |",
+    ]
+    for note in data["host_notes"]:
+        lines.append(f"\n> {note}")
+    doctor = data.get("doctor")
+    if doctor:
+        lines += ["", f"## Doctor: {doctor.get('outcome', '?')}", "", "| check | status | detail |", "|---|---|---|"]
+        lines += [f"| {cell(c['name'])} | {c['status']} | {cell(c['detail'])} |" for c in doctor.get("checks", [])]
+    if data["checks"]:
+        lines += ["", "## Training checks", "", "| check | status | detail |", "|---|---|---|"]
+        lines += [f"| {cell(c['name'])} | {c['status']} | {cell(c['detail'])} |" for c in data["checks"]]
+    comparison = data.get("comparison")
+    if comparison:
+        lines += [
+            "",
+            "## Against the baseline",
+            "",
+            "| metric | steps | mean abs error | % | tolerance % | result |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, m in comparison["metrics"].items():
+            error = "n/a" if m["mean_abs_error"] is None else f"{m['mean_abs_error']:.6g}"
+            pct = "n/a" if m["mean_abs_error_pct"] is None else f"{m['mean_abs_error_pct']:.3f}"
+            lines.append(f"| `{name}` | {m['steps']} | {error} | {pct} | {m['tolerance_pct']:g} | {'pass' if m['pass'] else 'FAIL'} |")
+        ratio = comparison.get("throughput_ratio")
+        lines += ["", f"Throughput ratio (NPU / baseline): {'n/a' if ratio is None else f'{ratio:.3f}'}"]
+    files = data["files"]
+    lines += ["", "## Files", ""]
+    lines += [f"- {kind.replace('_', ' ')}: `{name}`" for kind, name in files.items()]
+    if "plot" in files:
+        lines += ["", f"![reward, loss and throughput per step]({files['plot']})"]
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(out: Path, data: dict[str, Any]) -> None:
+    clean = _json_safe(data)
+    write_atomic(out / "report.json", json.dumps(clean, indent=2) + "\n")
+    write_atomic(out / "report.md", report_markdown(clean))
+
+
+def stderr_echo(line: str) -> None:
+    sys.stderr.write(f"  | {line}\n")

@@ -1,0 +1,283 @@
+"""The smoke job without an engine: the job file, per-SKU values, device plans, judging, reports,
+and the gsm8k-format data generator."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pyarrow.parquet as pq
+import pytest
+
+from buildkit import smoke as sm
+from buildkit.doctor import Check
+from buildkit.errors import InputError
+from buildkit.matrix import load_matrix
+from buildkit.metrics import StepMetrics
+
+SKUS = load_matrix().matrix.skus
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gsm8k_synth", sm.SMOKE_DIR / "gsm8k_synth.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _override(argv: list[str], key: str) -> str:
+    values = [a.split("=", 1)[1] for a in argv if a.startswith(key + "=")]
+    assert len(values) == 1, f"{key} appears {len(values)} times in {argv}"
+    return values[0]
+
+
+# --- the job ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("sku_id", "npus", "batch"), [("a3", 16, 32), ("a2-box16", 16, 32), ("900-podc", 8, 16)])
+def test_per_sku_values_come_from_the_matrix(sku_id: str, npus: int, batch: int) -> None:
+    job = sm.load_job()
+    argv = sm.job_argv(job, sm.job_values(job, SKUS[sku_id], steps=3), "cann8.3")
+    assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    assert _override(argv, "algorithm.adv_estimator") == "grpo"
+    assert _override(argv, "trainer.n_gpus_per_node") == str(npus)
+    assert _override(argv, "trainer.nnodes") == "1"
+    assert _override(argv, "actor_rollout_ref.rollout.tensor_model_parallel_size") == "2"
+    assert _override(argv, "data.train_batch_size") == str(batch)
+    assert _override(argv, "trainer.total_training_steps") == "3"
+    assert _override(argv, "trainer.logger") == "console"
+    assert _override(argv, "actor_rollout_ref.model.path") == sm.MODEL_DIR
+    assert not [a for a in argv if "{" in a or "}" in a], "every placeholder is filled"
+    # verl splits batch x n rollouts evenly over the data-parallel ranks
+    assert (batch * int(_override(argv, "actor_rollout_ref.rollout.n"))) % npus == 0
+
+
+def test_old_release_lines_get_their_extras_and_users_come_last() -> None:
+    job = sm.load_job()
+    values = sm.job_values(job, SKUS["a3"], steps=2)
+    argv = sm.job_argv(job, values, "cann8.1", ("trainer.test_freq=-1",))
+    assert "trainer.device=npu" in argv
+    assert argv[-1] == "trainer.test_freq=-1"
+    assert sm.job_env(job, "cann8.1", {"X": "1"})["VLLM_ATTENTION_BACKEND"] == "XFORMERS"
+    assert "VLLM_ATTENTION_BACKEND" not in sm.job_env(job, "cann8.3")
+    assert "trainer.device=npu" not in sm.job_argv(job, values, "cann8.3")
+
+
+def test_a_bad_job_file_names_file_line_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "job.yaml"
+    bad.write_text("command: [python3]\ntensor_parallel: 2\nprompts_per_npu: 1\noverrides:\n  - a={npus}\n  - b={gpus}\n")
+    with pytest.raises(InputError) as err:
+        sm.load_job(bad)
+    assert f"{bad}:6:" in str(err.value) and "overrides[1]" in str(err.value) and "{gpus}" in str(err.value)
+    bad.write_text("command: [python3]\ntensor_parallel: two\nprompts_per_npu: 1\nextra: 1\n")
+    with pytest.raises(InputError) as err:
+        sm.load_job(bad)
+    assert f"{bad}:2:" in str(err.value) and "tensor_parallel" in str(err.value) and "extra" in str(err.value)
+
+
+def test_tensor_parallel_must_divide_the_npus() -> None:
+    job = sm.load_job().model_copy(update={"tensor_parallel": 3})
+    with pytest.raises(InputError, match="does not divide the SKU's 16 NPUs"):
+        sm.job_values(job, SKUS["a3"], steps=1)
+
+
+# --- devices ---------------------------------------------------------------------------------
+
+
+def npu_host(tmp_path: Path, npus: int, *, control: bool = True, driver: bool = True, optional: bool = True) -> Path:
+    root = tmp_path / "host"
+    (root / "dev").mkdir(parents=True)
+    for n in range(npus):
+        (root / f"dev/davinci{n}").touch()
+    paths = [
+        *(sm.CONTROL_DEVICES if control else ()),
+        *(sm.DRIVER_FILES_REQUIRED if driver else ()),
+        *(sm.DRIVER_FILES_OPTIONAL if optional else ()),
+    ]
+    for path in paths:
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()
+    return root
+
+
+def test_a_host_without_npus_gets_a_preflight_plan(tmp_path: Path) -> None:
+    plan = sm.plan_devices("a3", SKUS["a3"], host_root=npu_host(tmp_path, 0, control=False, driver=False, optional=False))
+    assert not plan.has_npus and plan.driver_files == () and "preflight only" in plan.notes[0]
+    args = sm.host_config_args(plan, {}, privileged=False)
+    assert args["devices"] == [] and "network_mode" not in args
+
+
+def test_a_full_a3_host_gets_every_device_and_the_driver_read_only(tmp_path: Path) -> None:
+    plan = sm.plan_devices("a3", SKUS["a3"], host_root=npu_host(tmp_path, 16))
+    assert plan.npus == tuple(f"/dev/davinci{i}" for i in range(16))
+    args = sm.host_config_args(plan, {"/models/q": (sm.MODEL_DIR, "ro")}, privileged=False)
+    assert "/dev/davinci15:/dev/davinci15:rwm" in args["devices"]
+    assert {"/dev/davinci_manager:/dev/davinci_manager:rwm", "/dev/devmm_svm:/dev/devmm_svm:rwm", "/dev/hisi_hdc:/dev/hisi_hdc:rwm"} <= set(
+        args["devices"]
+    )
+    assert len(args["devices"]) == 19
+    assert args["privileged"] is False and args["network_mode"] == "host" and args["shm_size"] == "16g"
+    for path in (*sm.DRIVER_FILES_REQUIRED, *sm.DRIVER_FILES_OPTIONAL):
+        assert args["binds"][path] == {"bind": path, "mode": "ro"}
+    assert args["binds"]["/models/q"] == {"bind": sm.MODEL_DIR, "mode": "ro"}
+
+
+def test_a_host_with_fewer_npus_than_the_sku_is_refused_with_the_way_out(tmp_path: Path) -> None:
+    root = npu_host(tmp_path, 8)
+    with pytest.raises(InputError, match=r"16 NPUs per node, this host shows 8 .*--devices 0-7"):
+        sm.plan_devices("a3", SKUS["a3"], host_root=root)
+    plan = sm.plan_devices("a3", SKUS["a3"], sm.parse_visible("0-3,6"), host_root=root)
+    assert plan.npus == ("/dev/davinci0", "/dev/davinci1", "/dev/davinci2", "/dev/davinci3", "/dev/davinci6")
+    with pytest.raises(InputError, match="/dev/davinci9"):
+        sm.plan_devices("a3", SKUS["a3"], [8, 9], host_root=root)
+
+
+def test_missing_control_devices_or_driver_are_named(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="/dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc"):
+        sm.plan_devices("900-podc", SKUS["900-podc"], host_root=npu_host(tmp_path / "a", 8, control=False))
+    with pytest.raises(InputError, match="/usr/local/Ascend/driver/lib64"):
+        sm.plan_devices("900-podc", SKUS["900-podc"], host_root=npu_host(tmp_path / "b", 8, driver=False))
+    plan = sm.plan_devices("900-podc", SKUS["900-podc"], host_root=npu_host(tmp_path / "c", 8, optional=False))
+    assert plan.driver_files == sm.DRIVER_FILES_REQUIRED and len(plan.notes) == 3
+
+
+@pytest.mark.parametrize("text", ["", "a", "3-1", "1,1", "-1", "0-"])
+def test_bad_device_lists_are_refused(text: str) -> None:
+    with pytest.raises(InputError, match="--devices"):
+        sm.parse_visible(text)
+
+
+# --- judging ---------------------------------------------------------------------------------
+
+
+def run(*rows: tuple[float, float, float]) -> list[StepMetrics]:
+    return [
+        StepMetrics(i, {"critic/rewards/mean": r, "actor/pg_loss": loss, "perf/throughput": t})
+        for i, (r, loss, t) in enumerate(rows, start=1)
+    ]
+
+
+def statuses(checks: list[Check]) -> dict[str, str]:
+    return {c.name: c.status for c in checks}
+
+
+def test_a_good_run_passes_every_check() -> None:
+    checks = sm.judge(run((0.1, 0.01, 900.0), (0.2, -0.02, 1100.0), (0.25, 0.0, 1000.0)), 3)
+    assert set(statuses(checks).values()) == {"ok"}
+    detail = {c.name: c.detail for c in checks}
+    assert detail["throughput > 0"] == "mean 1000 tokens/s/device over 3 steps"
+    assert detail["rewards in [0, 1]"] == "3 steps, 0.1..0.25"
+
+
+def test_each_failure_is_caught_and_named() -> None:
+    assert statuses(sm.judge(run((0.1, 0.0, 9.0)), 3))["steps completed"] == "error"
+    nan = sm.judge(run((0.1, math.nan, 9.0), (0.1, 0.0, 9.0)), 2)
+    assert statuses(nan)["finite metrics"] == "error" and "step 1 actor/pg_loss=nan" in nan[1].detail
+    high = sm.judge(run((1.5, 0.0, 9.0)), 1)
+    assert statuses(high)["rewards in [0, 1]"] == "error" and "step 1: 1.5" in high[2].detail
+    assert statuses(sm.judge(run((0.5, 0.0, 0.0)), 1))["throughput > 0"] == "error"
+    empty = statuses(sm.judge([], 5))
+    assert empty == {"steps completed": "error", "finite metrics": "ok", "rewards in [0, 1]": "error", "throughput > 0": "error"}
+
+
+def _report_data(outcome: str) -> dict[str, object]:
+    return {
+        "outcome": outcome,
+        "exit_code": 1,
+        "message": "failed: finite metrics",
+        "sku": "a3",
+        "product": "Atlas 800T A3",
+        "image": {"ref": "r:1", "id": "sha256:" + "a" * 64, "stack": "cann8.3", "chip": "a3"},
+        "settings": {
+            "steps": 2,
+            "timeout_s": 60.0,
+            "devices": [],
+            "privileged": False,
+            "network": "default",
+            "model_path": None,
+            "data": "x",
+            "baseline": None,
+        },
+        "host_notes": [],
+        "doctor": None,
+        "checks": [{"name": "finite metrics", "status": "error", "detail": "step 1 actor/pg_loss=nan"}],
+        "comparison": {
+            "metrics": {
+                "critic/rewards/mean": {
+                    "mean_abs_error": math.nan,
+                    "mean_abs_error_pct": None,
+                    "steps": 2,
+                    "tolerance_pct": 4.0,
+                    "pass": False,
+                }
+            },
+            "throughput_ratio": 0.5,
+        },
+        "files": {"doctor_log": "doctor.log", "job_log": "job.log", "plot": "report.png"},
+    }
+
+
+def test_reports_are_valid_json_deterministic_and_readable(tmp_path: Path) -> None:
+    sm.write_reports(tmp_path, _report_data("failed"))
+    first = (tmp_path / "report.json").read_bytes(), (tmp_path / "report.md").read_bytes()
+    sm.write_reports(tmp_path, _report_data("failed"))
+    assert ((tmp_path / "report.json").read_bytes(), (tmp_path / "report.md").read_bytes()) == first
+    data = json.loads(first[0])  # NaN became null: strict JSON parsers accept it
+    assert data["comparison"]["metrics"]["critic/rewards/mean"]["mean_abs_error"] is None
+    text = first[1].decode()
+    assert text.startswith("# GRPO smoke test: FAILED")
+    assert "| finite metrics | error | step 1 actor/pg_loss=nan |" in text
+    assert "| `critic/rewards/mean` | 2 | n/a | n/a | 4 | FAIL |" in text
+    assert "Throughput ratio (NPU / baseline): 0.500" in text
+    assert "![reward, loss and throughput per step](report.png)" in text
+
+
+# --- the data generator ----------------------------------------------------------------------
+
+
+def test_the_generator_is_deterministic_and_writes_verls_gsm8k_schema(tmp_path: Path) -> None:
+    gen = _generator()
+    for out in (tmp_path / "a", tmp_path / "b"):
+        assert gen.main(["--out", str(out), "--train", "40", "--test", "10", "--seed", "7"]) == 0
+    for split in ("train", "test"):
+        assert (tmp_path / "a" / f"{split}.parquet").read_bytes() == (tmp_path / "b" / f"{split}.parquet").read_bytes()
+    table = pq.read_table(tmp_path / "a" / "train.parquet")
+    assert table.column_names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    assert str(table.schema.field("prompt").type) == "list<element: struct<role: string, content: string>>"
+    assert str(table.schema.field("extra_info").type) == "struct<split: string, index: int64, answer: string, question: string>"
+    rows = table.to_pylist()
+    assert len(rows) == 40 and [r["extra_info"]["index"] for r in rows] == list(range(40))
+    for row in rows:
+        assert row["data_source"] == "openai/gsm8k" and row["ability"] == "math"
+        assert row["reward_model"]["style"] == "rule"
+        (message,) = row["prompt"]
+        question = row["extra_info"]["question"]
+        assert message == {"role": "user", "content": question + ' Let\'s think step by step and output the final answer after "####".'}
+        answer = row["extra_info"]["answer"]
+        truth = answer.split("####")[1].strip().replace(",", "")
+        assert row["reward_model"]["ground_truth"] == truth and truth.isdigit()
+    test_rows = pq.read_table(tmp_path / "a" / "test.parquet").to_pylist()
+    assert {r["extra_info"]["split"] for r in test_rows} == {"test"}
+    other = gen.rows("train", 40, 8)
+    assert [r["extra_info"]["question"] for r in other] != [r["extra_info"]["question"] for r in rows], "the seed matters"
+
+
+def test_the_worked_answers_are_right() -> None:
+    """Every `a op b = c` in a worked answer is true, and the last one is the ground truth."""
+    gen = _generator()
+    ops = {"*": int.__mul__, "+": int.__add__, "-": int.__sub__}
+    for row in gen.rows("train", 300, 0):
+        answer = row["extra_info"]["answer"]
+        equations = re.findall(r"(\d+) ([*+-]) (\d+) = (\d+)", answer)
+        assert equations or "divided among" in answer, answer
+        for a, op, b, c in equations:
+            assert ops[op](int(a), int(b)) == int(c), answer
+        if equations and "divided among" not in answer:
+            assert equations[-1][3] == row["reward_model"]["ground_truth"], answer
+        assert int(row["reward_model"]["ground_truth"]) >= 0

@@ -1,0 +1,104 @@
+"""`ascendkit smoke` against the real engine with the image built on the stand-in base (no NPU
+here): doctor runs for real in the container and the run ends as "no devices"; the container
+runner's timeout, log and clean-up are exercised with real containers."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from buildkit import smoke as sm
+from buildkit.errors import ExitCode
+from buildkit.matrix import DEFAULT_MATRIX
+from tests.conftest import DockerEnv
+
+pytestmark = pytest.mark.docker
+MATRIX = Path(__file__).resolve().parents[1] / DEFAULT_MATRIX  # the shipped SKUs; the image is the test stack's
+
+
+def _smoke_containers(env: DockerEnv) -> list[Any]:
+    return list(env.client.containers(all=True, filters={"label": sm.SMOKE_LABEL}))
+
+
+def test_smoke_on_a_host_without_npus_runs_doctor_and_stops_there(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+    before = docker_env.containers()
+    out = tmp_path / "report"
+    proc = docker_env.ascendkit(
+        "smoke", "--matrix", str(MATRIX), "--hw", "a3", "--image", built["tags"][0], "--out", str(out), "--timeout", "300", cwd=tmp_path
+    )
+    assert proc.returncode == ExitCode.NO_DEVICES, proc.stderr
+    assert "no Ascend devices on this host: doctor's preflight passed in the image; GRPO not run" in proc.stderr
+    assert docker_env.containers() == before, "the smoke containers were removed"
+    report = json.loads((out / "report.json").read_text())
+    assert report["outcome"] == "no-devices" and report["exit_code"] == 10
+    assert report["doctor"]["exit_code"] == 10 and report["doctor"]["devices"] == 0
+    assert {c["name"]: c["status"] for c in report["doctor"]["checks"]}["pinned packages"] == "ok"
+    assert report["job"] is None and report["settings"]["devices"] == [] and report["settings"]["privileged"] is False
+    assert json.loads((out / "doctor.log").read_text())["outcome"].startswith("no Ascend devices")
+    assert (out / "report.md").read_text().startswith("# GRPO smoke test: NO-DEVICES")
+    assert not (out / "job.log").exists()
+
+
+def test_smoke_refuses_an_image_for_another_chip_before_running_anything(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    before = docker_env.containers()
+    out = tmp_path / "report"
+    proc = docker_env.ascendkit(
+        "smoke", "--matrix", str(MATRIX), "--hw", "900-podc", "--image", built["tags"][0], "--out", str(out), cwd=tmp_path
+    )
+    assert proc.returncode == ExitCode.INVALID_INPUT, proc.stderr
+    assert "is built for chip 'a3'; --hw 900-podc needs an image for chip 'a2'" in proc.stderr
+    assert not out.exists() and docker_env.containers() == before
+
+
+def test_smoke_reports_a_missing_image_as_unavailable(docker_env: DockerEnv, tmp_path: Path) -> None:
+    proc = docker_env.ascendkit(
+        "smoke", "--matrix", str(MATRIX), "--hw", "a3", "--image", "no-such-image:1", "--out", str(tmp_path / "r"), cwd=tmp_path
+    )
+    assert proc.returncode == ExitCode.UNAVAILABLE
+    assert "image no-such-image:1 is not on this engine" in proc.stderr
+
+
+def test_a_job_that_outlives_the_timeout_is_killed_removed_and_its_log_kept(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    log = tmp_path / "job.log"
+    lines: list[str] = []
+    started = time.monotonic()
+    result = sm.run_container(
+        docker_env.client,
+        built["image_id"],
+        ["sh", "-c", "echo step:1 - critic/rewards/mean:0.5; sleep 600"],
+        log_path=log,
+        deadline=time.monotonic() + 3,
+        echo=lines.append,
+    )
+    assert result.timed_out and result.exit_code is None
+    assert time.monotonic() - started < 60
+    assert "step:1 - critic/rewards/mean:0.5" in log.read_text()
+    assert lines[:1] == ["step:1 - critic/rewards/mean:0.5"]
+    assert _smoke_containers(docker_env) == []
+
+
+def test_a_finished_job_keeps_its_exit_code_output_and_stdout(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    result = sm.run_container(
+        docker_env.client,
+        built["image_id"],
+        ["sh", "-c", "echo out; echo err >&2; test -d /dev/shm && df -k /dev/shm | tail -1; exit 3"],
+        log_path=log,
+        deadline=time.monotonic() + 120,
+        host_config=sm.host_config_args(sm.DevicePlan((), (), ()), {str(tmp_path): ("/smoke/out", "rw")}, privileged=False),
+        want_stdout=True,
+    )
+    assert result.exit_code == 3 and not result.timed_out
+    text = log.read_text()
+    assert "out" in text and "err" in text
+    assert "err" not in result.stdout.split("\n")[1:2]  # stdout alone, stderr apart
+    assert str(16 * 1024 * 1024) in text, "/dev/shm is 16 GiB as the SKU's containers get it"
+    assert _smoke_containers(docker_env) == []
