@@ -527,6 +527,14 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def _devices_cell(devices: list[str]) -> str:
+    if not devices:
+        return "none (preflight only)"
+    if len(devices) <= 4:
+        return ", ".join(devices)
+    return f"{len(devices)} NPUs: {devices[0]} .. {devices[-1]}"
+
+
 def report_markdown(data: dict[str, Any]) -> str:
     def cell(text: Any) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
@@ -543,7 +551,7 @@ def report_markdown(data: dict[str, Any]) -> str:
         f"| SKU | `{data['sku']}` ({cell(data['product'])}) |",
         f"| image | `{cell(image['ref'])}` (`{image['id'][:19]}`), stack `{image['stack']}`, chip `{image['chip']}` |",
         f"| steps | {settings['steps']} (timeout {settings['timeout_s']:g} s) |",
-        f"| devices | {', '.join(settings['devices']) or 'none (preflight only)'} |",
+        f"| devices | {_devices_cell(settings['devices'])} |",
         f"| network | {settings['network']}{', privileged' if settings['privileged'] else ''} |",
         f"| model | {cell(settings['model_path'] or '-')} |",
         f"| data | {cell(settings['data'])} |",

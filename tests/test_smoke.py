@@ -9,6 +9,7 @@ import math
 import re
 from pathlib import Path
 from types import ModuleType
+from typing import Any, cast
 
 import pyarrow.parquet as pq
 import pytest
@@ -17,7 +18,7 @@ from buildkit import smoke as sm
 from buildkit.doctor import Check
 from buildkit.errors import InputError
 from buildkit.matrix import load_matrix
-from buildkit.metrics import StepMetrics
+from buildkit.metrics import StepMetrics, parse_log
 
 SKUS = load_matrix().matrix.skus
 
@@ -91,7 +92,7 @@ def test_tensor_parallel_must_divide_the_npus() -> None:
 
 def npu_host(tmp_path: Path, npus: int, *, control: bool = True, driver: bool = True, optional: bool = True) -> Path:
     root = tmp_path / "host"
-    (root / "dev").mkdir(parents=True)
+    (root / "dev").mkdir(parents=True, exist_ok=True)
     for n in range(npus):
         (root / f"dev/davinci{n}").touch()
     paths = [
@@ -281,3 +282,129 @@ def test_the_worked_answers_are_right() -> None:
         if equations and "divided among" not in answer:
             assert equations[-1][3] == row["reward_model"]["ground_truth"], answer
         assert int(row["reward_model"]["ground_truth"]) >= 0
+
+
+# --- the whole run, on a fake NPU host and a fake engine -------------------------------------
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+class FakeEngine:
+    """Stands in for docker-py's APIClient where no NPU exists: records what smoke asks for and
+    plays back doctor's JSON and a real verl log (the tests' fixture logs)."""
+
+    def __init__(self, doctor_code: int, job_log: Path, job_code: int = 0) -> None:
+        self.doctor_code, self.job_log, self.job_code = doctor_code, job_log, job_code
+        self.created: list[dict[str, Any]] = []
+        self.removed: list[str] = []
+
+    def inspect_image(self, ref: str) -> dict[str, Any]:
+        return {"Id": "sha256:" + "b" * 64, "Config": {"Labels": {"io.ascendkit.chip": "a3", "io.ascendkit.stack": "cann8.3"}}}
+
+    def create_host_config(self, **kwargs: Any) -> dict[str, Any]:
+        return kwargs
+
+    def create_container(self, image: str, **kwargs: Any) -> dict[str, str]:
+        self.created.append({"image": image, **kwargs})
+        return {"Id": f"c{len(self.created)}"}
+
+    def _is_doctor(self, cid: str) -> bool:
+        return bool(self.created[int(cid[1:]) - 1]["command"][:2] == ["ascendkit", "doctor"])
+
+    def start(self, cid: str) -> None:
+        pass
+
+    def wait(self, cid: str, timeout: int) -> dict[str, int]:
+        return {"StatusCode": self.doctor_code if self._is_doctor(cid) else self.job_code}
+
+    def logs(self, cid: str, stream: bool = False, **kwargs: Any) -> Any:
+        body = (
+            json.dumps({"outcome": "ready", "exit_code": self.doctor_code, "checks": []}).encode()
+            if self._is_doctor(cid)
+            else self.job_log.read_bytes()
+        )
+        return iter([body[:100], body[100:]]) if stream else body
+
+    def kill(self, cid: str) -> None:
+        pass
+
+    def remove_container(self, cid: str, force: bool = False) -> None:
+        self.removed.append(cid)
+
+
+def smoke_request(tmp_path: Path, **kwargs: Any) -> sm.SmokeRequest:
+    (tmp_path / "model").mkdir(exist_ok=True)
+    settings: dict[str, Any] = {
+        "sku_id": "a3",
+        "sku": SKUS["a3"],
+        "chip_id": "a3",
+        "image": "ascendkit/verl:test",
+        "out": tmp_path / "out",
+        "model_path": tmp_path / "model",
+        "host_root": npu_host(tmp_path, 16),
+        **kwargs,
+    }
+    return sm.SmokeRequest(**settings)
+
+
+def test_on_an_npu_host_doctor_then_the_job_run_with_the_skus_devices_and_pass(tmp_path: Path) -> None:
+    engine = FakeEngine(0, LOGS / "npu_old_verl.log")
+    report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path))
+    assert (report.outcome, report.exit_code) == ("passed", 0), report.message
+    doctor, job = engine.created
+    assert doctor["command"] == ["ascendkit", "doctor", "--json"]
+    assert job["host_config"] == doctor["host_config"], "doctor sees exactly what the job sees"
+    config = job["host_config"]
+    assert len(config["devices"]) == 19 and config["network_mode"] == "host" and config["privileged"] is False
+    assert config["binds"][str((tmp_path / "model").resolve())] == {"bind": sm.MODEL_DIR, "mode": "ro"}
+    assert config["binds"][str(sm.SMOKE_DIR)] == {"bind": sm.SMOKE_FILES, "mode": "ro"}
+    script = job["command"][2]
+    assert script.startswith(
+        "set -e; python3 /opt/ascendkit-smoke/gsm8k_synth.py --out /smoke/out/data; exec python3 -m verl.trainer.main_ppo"
+    )
+    assert "trainer.n_gpus_per_node=16" in script and "data.train_files=/smoke/out/data/train.parquet" in script
+    assert engine.removed == ["c1", "c2"]
+    out = tmp_path / "out"
+    assert (out / "job.log").read_bytes() == (LOGS / "npu_old_verl.log").read_bytes()
+    data = json.loads((out / "report.json").read_text())
+    assert data["job"]["steps_logged"] == 5 and data["files"]["plot"] == "report.png"
+    assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_with_a_baseline_the_seeds_gate_decides(tmp_path: Path) -> None:
+    engine = FakeEngine(0, LOGS / "npu_old_verl.log")
+    baseline = parse_log((LOGS / "gpu_new_verl.log").read_text().splitlines())
+    report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path, baseline=baseline, baseline_name="gpu_new_verl.log"))
+    assert report.outcome == "passed"
+    comparison = report.data["comparison"]
+    # rewards |0.5-0.52|+|0.6-0.58|+|0.7-0.71|+|0.8-0.79|+|0.81-0.8| = 0.07 over 5 steps
+    assert comparison["metrics"]["critic/rewards/mean"]["mean_abs_error_pct"] == pytest.approx(1.4)
+    # losses |0.01-0.012|+|-0.02+0.015|+|0.005-0.004|+|0.001-0.0015|+0 = 0.0085 over 5 steps
+    assert comparison["metrics"]["actor/pg_loss"]["mean_abs_error_pct"] == pytest.approx(0.17)
+    assert comparison["throughput_ratio"] == pytest.approx(1150 / 2100)
+    strict = [StepMetrics(s.step, {**s.metrics, "critic/rewards/mean": s.metrics["critic/rewards/mean"] + 0.05}) for s in baseline]
+    report = sm.run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path, baseline=strict))
+    assert (report.outcome, report.exit_code) == ("failed", 1) and "baseline gate: critic/rewards/mean" in report.message
+
+
+def test_the_job_is_judged_and_failures_keep_the_report(tmp_path: Path) -> None:
+    short = sm.run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path, steps=8))
+    assert short.outcome == "failed" and short.message == "failed: steps completed"
+    crashed = sm.run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log", job_code=137)), smoke_request(tmp_path))
+    assert crashed.outcome == "failed" and "the job exited with 137" in crashed.message
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["outcome"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("doctor_code", "message"), [(1, "doctor failed in the image (exit 1)"), (10, "doctor sees none in the container")]
+)
+def test_a_failing_doctor_stops_the_run_before_the_job(tmp_path: Path, doctor_code: int, message: str) -> None:
+    engine = FakeEngine(doctor_code, LOGS / "npu_old_verl.log")
+    report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path))
+    assert (report.outcome, report.exit_code) == ("failed", 1) and message in report.message
+    assert len(engine.created) == 1 and engine.removed == ["c1"]
+
+
+def test_an_npu_host_needs_the_model(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="--model-path is required"):
+        sm.run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path, model_path=None))
