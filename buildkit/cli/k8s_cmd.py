@@ -1,0 +1,104 @@
+"""``ascendkit k8s render`` and ``ascendkit k8s validate``: manifests for Ascend clusters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from buildkit import k8s
+from buildkit.cli.base import JsonFlag, MatrixPath, app, user_errors
+from buildkit.errors import ExitCode, InputError
+from buildkit.fsio import write_atomic
+from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_hw
+
+k8s_app = typer.Typer(help="Kubernetes manifests for published images (Job, KubeRay RayJob).", no_args_is_help=True)
+app.add_typer(k8s_app, name="k8s")
+
+
+@k8s_app.command("render")
+@user_errors
+def k8s_render(
+    hw: Annotated[str, typer.Option("--hw", help="SKU: a2-box16, 900-podc or a3.")],
+    image: Annotated[str, typer.Option("--image", help="REPO@sha256:<digest>, as `ascendkit publish` printed it.")],
+    command: Annotated[list[str] | None, typer.Argument(help="--job train: the command to run, after `--`.")] = None,
+    nodes: Annotated[int, typer.Option("--nodes", help="1: a batch/v1 Job; N > 1: a KubeRay RayJob with N-1 workers.")] = 1,
+    job: Annotated[str, typer.Option("--job", help="smoke (the GRPO smoke job) or train (your command after --).")] = "smoke",
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace of the objects.")] = None,
+    pull_secret: Annotated[str | None, typer.Option("--pull-secret", help="imagePullSecret for a private registry.")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Object name (default verl-<job>-<sku>[-<N>n]).")] = None,
+    arch: Annotated[str, typer.Option("--arch", help="The image's architecture: selects host-arch nodes.")] = "aarch64",
+    model_path: Annotated[str, typer.Option("--model-path", help="Model directory on every node (hostPath).")] = k8s.DEFAULT_MODEL_PATH,
+    model_pvc: Annotated[str | None, typer.Option("--model-pvc", help="Take the model from this PVC instead.")] = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Smoke job training steps.")] = 5,
+    deadline: Annotated[int, typer.Option("--deadline", min=1, help="activeDeadlineSeconds of the job.")] = 3600,
+    override: Annotated[list[str] | None, typer.Option("--override", help="Extra Hydra override KEY=VALUE (smoke job).")] = None,
+    allow_tag: Annotated[bool, typer.Option("--allow-tag", help="Accept an image tag without digest (warns).")] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here (atomically) instead of stdout.")] = None,
+    as_json: JsonFlag = False,
+    matrix: MatrixPath = DEFAULT_MATRIX,
+) -> None:
+    """Render the Job (one node) or RayJob (several) for an SKU and an image by digest."""
+    loaded = load_matrix(matrix)
+    target = resolve_hw(loaded, hw)
+    if target.sku_id is None:
+        skus = ", ".join(s for s, sku in loaded.matrix.skus.items() if sku.chip == target.chip_id)
+        raise InputError(f"--hw {hw} names a chip family; pods are sized by the SKU: one of {skus}")
+    for item in override or []:
+        if "=" not in item:
+            raise InputError(f"--override {item!r}: expected a Hydra override KEY=VALUE")
+    request = k8s.K8sRequest(
+        sku_id=target.sku_id,
+        sku=loaded.matrix.skus[target.sku_id],
+        image=image,
+        nodes=nodes,
+        job=job,
+        command=tuple(command or ()),
+        namespace=namespace,
+        name=name,
+        pull_secret=pull_secret,
+        arch=arch,
+        model_path=model_path,
+        model_pvc=model_pvc,
+        steps=steps,
+        deadline_s=deadline,
+        allow_tag=allow_tag,
+        overrides=tuple(override or ()),
+    )
+    text = k8s.render(request)
+    for warning in request.warnings:
+        typer.echo(f"ascendkit: warning: {warning}", err=True)
+    if as_json:
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": k8s.as_documents(text)}, indent=2) + "\n"
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    write_atomic(output, text)
+    typer.echo(f"wrote {output}", err=True)
+
+
+@k8s_app.command(
+    "validate",
+    help=(
+        f"Check manifests offline: core objects against the Kubernetes {k8s.KUBERNETES_VERSION} OpenAPI schemas, "
+        f"RayJobs against the ray.io/v1 fields of KubeRay {k8s.KUBERAY_VERSION} and their pod templates (exit 1 on a problem)."
+    ),
+)
+@user_errors
+def k8s_validate(
+    files: Annotated[
+        list[Path], typer.Argument(exists=True, dir_okay=False, readable=True, help="YAML (multi-document) or JSON List files.")
+    ],
+) -> None:
+    failed = False
+    for path in files:
+        count, problems = k8s.validate_file(path)
+        for problem in problems:
+            typer.echo(problem.format(str(path)), err=True)
+        failed = failed or bool(problems)
+        state = f"{len(problems)} problem(s)" if problems else "valid"
+        typer.echo(f"{path}: {count} document(s) {state} (Kubernetes {k8s.KUBERNETES_VERSION}, KubeRay {k8s.KUBERAY_VERSION} RayJob)")
+    if failed:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
