@@ -213,3 +213,12 @@ def resolve_hw(loaded: LoadedMatrix, hw: str) -> HardwareTarget:
     close = difflib.get_close_matches(hw, names, n=1)
     suggestion = f" (did you mean {close[0]!r}?)" if close else ""
     raise InputError(f"unknown --hw {hw!r}{suggestion}; SKUs: {', '.join(matrix.skus)}; chip families: {', '.join(matrix.chips)}")
+
+
+def resolve_sku(loaded: LoadedMatrix, hw: str, why: str) -> tuple[str, Sku, str]:
+    """``--hw`` for commands that need one SKU (its NPU count), not a chip family: (id, SKU, chip)."""
+    target = resolve_hw(loaded, hw)
+    if target.sku_id is None:
+        skus = ", ".join(s for s, sku in loaded.matrix.skus.items() if sku.chip == target.chip_id)
+        raise InputError(f"--hw {hw} names a chip family; {why}: one of {skus}")
+    return target.sku_id, loaded.matrix.skus[target.sku_id], target.chip_id

@@ -143,6 +143,14 @@ def job_argv(job: JobSpec, values: JobValues, stack_id: str | None, extra: tuple
     return [*job.command, *(o.format_map(fill) for o in (*job.overrides, *extras.overrides)), *extra]
 
 
+def check_overrides(items: list[str]) -> tuple[str, ...]:
+    """``--override`` values: Hydra overrides are KEY=VALUE (``+KEY=VALUE`` adds a key)."""
+    for item in items:
+        if "=" not in item:
+            raise InputError(f"--override {item!r}: expected a Hydra override KEY=VALUE")
+    return tuple(items)
+
+
 def job_env(job: JobSpec, stack_id: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
     extras = job.stacks.get(stack_id or "", StackExtras())
     return {**job.env, **extras.env, **(extra or {})}
@@ -295,6 +303,8 @@ def run_container(
             status = client.wait(cid, timeout=max(math.ceil(deadline - time.monotonic()), 1))
             code = int(status.get("StatusCode", -1))
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            if time.monotonic() < deadline - 1:  # not our timeout: the engine went away
+                raise
             timed_out = True
             with contextlib.suppress(NotFound, APIError):
                 client.kill(cid)

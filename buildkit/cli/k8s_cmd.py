@@ -9,10 +9,11 @@ from typing import Annotated
 import typer
 
 from buildkit import k8s
+from buildkit import smoke as sm
 from buildkit.cli.base import JsonFlag, MatrixPath, app, user_errors
-from buildkit.errors import ExitCode, InputError
+from buildkit.errors import ExitCode
 from buildkit.fsio import write_atomic
-from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_hw
+from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_sku
 
 k8s_app = typer.Typer(help="Kubernetes manifests for published images (Job, KubeRay RayJob).", no_args_is_help=True)
 app.add_typer(k8s_app, name="k8s")
@@ -42,16 +43,11 @@ def k8s_render(
 ) -> None:
     """Render the Job (one node) or RayJob (several) for an SKU and an image by digest."""
     loaded = load_matrix(matrix)
-    target = resolve_hw(loaded, hw)
-    if target.sku_id is None:
-        skus = ", ".join(s for s, sku in loaded.matrix.skus.items() if sku.chip == target.chip_id)
-        raise InputError(f"--hw {hw} names a chip family; pods are sized by the SKU: one of {skus}")
-    for item in override or []:
-        if "=" not in item:
-            raise InputError(f"--override {item!r}: expected a Hydra override KEY=VALUE")
+    sku_id, sku, _ = resolve_sku(loaded, hw, "pods are sized by the SKU")
+    overrides = sm.check_overrides(override or [])
     request = k8s.K8sRequest(
-        sku_id=target.sku_id,
-        sku=loaded.matrix.skus[target.sku_id],
+        sku_id=sku_id,
+        sku=sku,
         image=image,
         nodes=nodes,
         job=job,
@@ -65,7 +61,7 @@ def k8s_render(
         steps=steps,
         deadline_s=deadline,
         allow_tag=allow_tag,
-        overrides=tuple(override or ()),
+        overrides=overrides,
     )
     text = k8s.render(request)
     for warning in request.warnings:

@@ -13,7 +13,7 @@ from buildkit.cli.base import JsonFlag, MatrixPath, app, print_json, user_errors
 from buildkit.compare import load_run
 from buildkit.engine import connect
 from buildkit.errors import InputError
-from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_hw
+from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_sku
 from buildkit.render import plan_target
 from buildkit.tags import full_tag
 
@@ -67,21 +67,16 @@ def smoke(
     Exit 0 passed, 1 failed, 9 timed out, 10 no Ascend devices here (preflight only).
     """
     loaded = load_matrix(matrix)
-    target = resolve_hw(loaded, hw)
-    if target.sku_id is None:
-        skus = ", ".join(s for s, sku in loaded.matrix.skus.items() if sku.chip == target.chip_id)
-        raise InputError(f"--hw {hw} names a chip family; smoke needs the SKU (its NPU count): one of {skus}")
-    for item in override or []:
-        if "=" not in item:
-            raise InputError(f"--override {item!r}: expected a Hydra override KEY=VALUE")
+    sku_id, sku, chip_id = resolve_sku(loaded, hw, "smoke needs the SKU (its NPU count)")
+    overrides = sm.check_overrides(override or [])
     if image is None:
-        rendered = plan_target(loaded, target.sku_id, None, None)
+        rendered = plan_target(loaded, sku_id, None, None)
         st = loaded.matrix.stacks[rendered.stack_id]
         image = f"{DEFAULT_REPOSITORY}:{full_tag(st, rendered.chip_id, rendered.os_name)}-{host_arch()}"
     request = sm.SmokeRequest(
-        sku_id=target.sku_id,
-        sku=loaded.matrix.skus[target.sku_id],
-        chip_id=target.chip_id,
+        sku_id=sku_id,
+        sku=sku,
+        chip_id=chip_id,
         image=image,
         out=out,
         steps=steps,
@@ -92,11 +87,11 @@ def smoke(
         baseline_name=baseline.name if baseline else None,
         visible=sm.parse_visible(devices) if devices else None,
         privileged=privileged,
-        overrides=tuple(override or []),
+        overrides=overrides,
         env=_pairs(env or [], "--env"),
     )
     client = connect()
-    typer.echo(f"smoke: {image} on --hw {target.sku_id}; report in {out}/", err=True)
+    typer.echo(f"smoke: {image} on --hw {sku_id}; report in {out}/", err=True)
     report = sm.run_smoke(client, request, echo=None if quiet or as_json else sm.stderr_echo)
     if as_json:
         print_json(report.data)
