@@ -428,8 +428,10 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
     env = job_env(job, stack_id, request.env)
     try:
         request.out.mkdir(parents=True, exist_ok=True)
+        for stale in ("doctor.log", "job.log", "report.png"):  # a report never points at an earlier run's files
+            (request.out / stale).unlink(missing_ok=True)
     except OSError as exc:
-        raise OutputError(f"--out {request.out}: cannot create the report directory: {exc.strerror}") from None
+        raise OutputError(f"--out {request.out}: cannot use the report directory: {exc.strerror}") from None
     mounts: dict[str, tuple[str, str]] = {str(SMOKE_DIR): (SMOKE_FILES, "ro"), str(request.out.resolve()): (OUT_DIR, "rw")}
     if request.model_path is not None:
         mounts[str(request.model_path.resolve())] = (MODEL_DIR, "ro")

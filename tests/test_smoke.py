@@ -399,10 +399,13 @@ def test_the_job_is_judged_and_failures_keep_the_report(tmp_path: Path) -> None:
     ("doctor_code", "message"), [(1, "doctor failed in the image (exit 1)"), (10, "doctor sees none in the container")]
 )
 def test_a_failing_doctor_stops_the_run_before_the_job(tmp_path: Path, doctor_code: int, message: str) -> None:
+    assert sm.run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path)).outcome == "passed"
     engine = FakeEngine(doctor_code, LOGS / "npu_old_verl.log")
     report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path))
     assert (report.outcome, report.exit_code) == ("failed", 1) and message in report.message
     assert len(engine.created) == 1 and engine.removed == ["c1"]
+    out = tmp_path / "out"
+    assert not (out / "job.log").exists() and not (out / "report.png").exists(), "nothing left from the earlier run"
 
 
 def test_an_npu_host_needs_the_model(tmp_path: Path) -> None:
