@@ -187,7 +187,7 @@ def plan_build(
         base_mirrors=tuple(f"{m}/{matrix.base_image.repository}" for m in matrix.base_image.mirrors.values()),
         buildargs=tuple(buildargs),
         repository=repository,
-        tags=tuple(f"{name}-{chosen_arch}" for name in names),
+        tags=tuple(tags.arch_tag(name, chosen_arch) for name in names),
         expected=expected,
         no_cache=no_cache,
         manifest_dir=manifest_dir,

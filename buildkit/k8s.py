@@ -12,10 +12,11 @@ templates against the core schemas.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,12 @@ class K8sRequest:
     deadline_s: int = 3600
     allow_tag: bool = False
     overrides: tuple[str, ...] = ()
-    warnings: list[str] = field(default_factory=list, compare=False)
+
+
+@dataclass(frozen=True)
+class Manifests:
+    text: str  # YAML documents
+    warnings: tuple[str, ...]  # accepted, but worth saying (a tag with --allow-tag)
 
 
 def check_image(ref: str, allow_tag: bool) -> str | None:
@@ -105,8 +111,8 @@ def _default_name(request: K8sRequest) -> str:
     return f"verl-{request.job}-{request.sku_id}" + (f"-{request.nodes}n" if request.nodes > 1 else "")
 
 
-def check_request(request: K8sRequest) -> K8sRequest:
-    """Every refusal happens here, before anything is rendered or written."""
+def check_request(request: K8sRequest) -> tuple[str, ...]:
+    """Every refusal happens here, before anything is rendered or written; returns the warnings."""
     if request.nodes < 1:
         raise InputError(f"--nodes {request.nodes}: at least 1")
     if request.job not in ("smoke", "train"):
@@ -118,8 +124,6 @@ def check_request(request: K8sRequest) -> K8sRequest:
     if request.arch not in HOST_ARCH:
         raise InputError(f"--arch {request.arch!r}: one of {', '.join(HOST_ARCH)}")
     warning = check_image(request.image, request.allow_tag)
-    if warning:
-        request.warnings.append(warning)
     limit = RAYJOB_NAME_MAX if request.nodes > 1 else 63
     check_name(request.name or _default_name(request), "--name", limit=limit)
     if request.namespace is not None:
@@ -130,11 +134,11 @@ def check_request(request: K8sRequest) -> K8sRequest:
         check_name(request.model_pvc, "--model-pvc", limit=253, pattern=_DNS_SUBDOMAIN)
     if not request.model_path.startswith("/"):
         raise InputError(f"--model-path {request.model_path!r}: an absolute path on the nodes")
-    return request
+    return (warning,) if warning else ()
 
 
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES_DIR / "k8s"),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -142,20 +146,20 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.filters["tojson"] = _tojson
+    return env
 
 
 def _tojson(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def render(request: K8sRequest) -> str:
+def render(request: K8sRequest) -> Manifests:
     """The manifests as YAML documents (a ConfigMap first for the smoke job)."""
-    request = check_request(request)
+    warnings = check_request(request)
     env = _env()
-    env.filters["tojson"] = _tojson
     name = request.name or _default_name(request)
     sku = request.sku
-    job_spec = sm.load_job()
     labels = [
         (f"{APP_LABEL}/name", "ascendkit-verl"),
         (f"{APP_LABEL}/instance", name),
@@ -173,6 +177,7 @@ def render(request: K8sRequest) -> str:
     limits = {**npus, "memory": f"{sku.k8s_memory_gib_request}Gi"}
     smoke = request.job == "smoke"
     if smoke:
+        job_spec = sm.load_job()
         values = sm.job_values(job_spec, sku, steps=request.steps, nnodes=request.nodes, data=f"{sm.OUT_DIR}/data")
         argv = sm.job_argv(job_spec, values, None, request.overrides)
         job_env = sorted(sm.job_env(job_spec, None).items())
@@ -197,7 +202,7 @@ def render(request: K8sRequest) -> str:
                     "npu_resources": npus,
                     "driver_mounts": driver_mounts,
                     "smoke_data": smoke,
-                    "container": "ray-head" if role == "ray-head" else "ray-worker" if role == "ray-worker" else "verl",
+                    "container": role if multi else "verl",
                     "args": args,
                     "env": job_env,
                     "requests": requests,
@@ -241,7 +246,7 @@ def render(request: K8sRequest) -> str:
                 }
             )
         )
-    return "---\n".join(docs)
+    return Manifests("---\n".join(docs), warnings)
 
 
 def as_documents(text: str, source: str = "<manifest>") -> list[dict[str, Any]]:
@@ -287,13 +292,17 @@ def _validate_core(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return []
 
 
-def _validate_rayjob(doc: dict[str, Any]) -> list[tuple[str, str]]:
+@functools.cache
+def _rayjob_validator() -> Any:
     import jsonschema
 
-    schema = json.loads(RAYJOB_SCHEMA_FILE.read_text(encoding="utf-8"))
+    return jsonschema.Draft7Validator(json.loads(RAYJOB_SCHEMA_FILE.read_text(encoding="utf-8")))
+
+
+def _validate_rayjob(doc: dict[str, Any]) -> list[tuple[str, str]]:
     problems = [
         (".".join(str(p) for p in err.absolute_path), err.message)
-        for err in sorted(jsonschema.Draft7Validator(schema).iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+        for err in sorted(_rayjob_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
     ]
     name = str((doc.get("metadata") or {}).get("name", ""))
     if len(name) > RAYJOB_NAME_MAX:

@@ -373,7 +373,6 @@ class SmokeRequest:
     privileged: bool = False
     overrides: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
-    job: JobSpec | None = None
     host_root: Path = Path("/")
 
 
@@ -415,7 +414,7 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
     """Doctor, then (on a host with NPUs) the GRPO job; writes report.json, report.md and a PNG to ``out``."""
     started = time.monotonic()
     deadline = started + request.timeout
-    job = request.job or load_job()
+    job = load_job()
     image_id, labels = _image_labels(client, request.image)
     stack_id = check_image_chip(request.image, labels, request.sku_id, request.chip_id)
     devices = plan_devices(request.sku_id, request.sku, request.visible, request.host_root)

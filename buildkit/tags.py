@@ -14,6 +14,11 @@ def full_tag(stack: Stack, chip_id: str, os_name: str) -> str:
     return f"verl{stack.verl.version}-cann{stack.cann.lower()}-torch_npu{stack.torch_npu.version}-{chip_id}-{os_name}-py{stack.python}"
 
 
+def arch_tag(tag: str, arch: str) -> str:
+    """What ``ascendkit build`` tags locally: every tag above, per architecture."""
+    return f"{tag}-{arch}"
+
+
 def alias_tags(stack_id: str, stack: Stack, chip_id: str, os_name: str) -> list[str]:
     """Moving aliases for a built image; the first OS of a stack also gets the short forms."""
     tags = [f"{stack_id}-{chip_id}-{os_name}"]

@@ -41,8 +41,8 @@ def pods(doc: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("nodes", [1, 2])
 @pytest.mark.parametrize("sku_id", sorted(SKUS))
 def test_golden_manifests_per_sku_are_current_and_valid(sku_id: str, nodes: int) -> None:
-    text = k8s.render(k8s.K8sRequest(sku_id, SKUS[sku_id], DIGEST_REF, nodes=nodes))
-    assert text == k8s.render(k8s.K8sRequest(sku_id, SKUS[sku_id], DIGEST_REF, nodes=nodes)), "deterministic"
+    text = k8s.render(k8s.K8sRequest(sku_id, SKUS[sku_id], DIGEST_REF, nodes=nodes)).text
+    assert text == k8s.render(k8s.K8sRequest(sku_id, SKUS[sku_id], DIGEST_REF, nodes=nodes)).text, "deterministic"
     golden = GOLDEN / f"{'job' if nodes == 1 else 'rayjob'}-{sku_id}.yaml"
     if UPDATE:
         golden.write_text(text)
@@ -56,7 +56,7 @@ def test_golden_manifests_per_sku_are_current_and_valid(sku_id: str, nodes: int)
 def test_every_pod_takes_the_skus_npus_nodes_and_driver(sku_id: str) -> None:
     sku = SKUS[sku_id]
     for nodes in (1, 3):
-        configmap, workload = docs_of(k8s.render(k8s.K8sRequest(sku_id, sku, DIGEST_REF, nodes=nodes)))
+        configmap, workload = docs_of(k8s.render(k8s.K8sRequest(sku_id, sku, DIGEST_REF, nodes=nodes)).text)
         assert configmap["kind"] == "ConfigMap"
         assert configmap["data"]["gsm8k_synth.py"] == (ROOT / "smoke_tests" / "gsm8k_synth.py").read_text()
         assert workload["kind"] == ("Job" if nodes == 1 else "RayJob")
@@ -175,7 +175,7 @@ def test_a_tag_is_accepted_only_when_asked_and_then_warned_about() -> None:
 
 
 def test_validate_names_the_document_and_field_of_each_problem(tmp_path: Path) -> None:
-    configmap, rayjob = docs_of(k8s.render(k8s.K8sRequest("a3", SKUS["a3"], DIGEST_REF, nodes=2)))
+    configmap, rayjob = docs_of(k8s.render(k8s.K8sRequest("a3", SKUS["a3"], DIGEST_REF, nodes=2)).text)
     rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "two"
     rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
     rayjob["spec"]["entrypint"] = "x"

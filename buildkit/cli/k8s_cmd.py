@@ -63,9 +63,10 @@ def k8s_render(
         allow_tag=allow_tag,
         overrides=overrides,
     )
-    text = k8s.render(request)
-    for warning in request.warnings:
+    manifests = k8s.render(request)
+    for warning in manifests.warnings:
         typer.echo(f"ascendkit: warning: {warning}", err=True)
+    text = manifests.text
     if as_json:
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": k8s.as_documents(text)}, indent=2) + "\n"
     if output is None:

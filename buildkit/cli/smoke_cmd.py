@@ -15,7 +15,7 @@ from buildkit.engine import connect
 from buildkit.errors import InputError
 from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_sku
 from buildkit.render import plan_target
-from buildkit.tags import full_tag
+from buildkit.tags import arch_tag, full_tag
 
 
 def _pairs(items: list[str], option: str) -> dict[str, str]:
@@ -72,7 +72,7 @@ def smoke(
     if image is None:
         rendered = plan_target(loaded, sku_id, None, None)
         st = loaded.matrix.stacks[rendered.stack_id]
-        image = f"{DEFAULT_REPOSITORY}:{full_tag(st, rendered.chip_id, rendered.os_name)}-{host_arch()}"
+        image = f"{DEFAULT_REPOSITORY}:{arch_tag(full_tag(st, rendered.chip_id, rendered.os_name), host_arch())}"
     request = sm.SmokeRequest(
         sku_id=sku_id,
         sku=sku,
