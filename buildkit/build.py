@@ -25,6 +25,7 @@ from docker.errors import DockerException, NotFound
 from buildkit import tags
 from buildkit.engine import connect
 from buildkit.errors import BuildFailed, InputError, Interrupted, Unavailable, VerifyFailed
+from buildkit.lock import LockFile, LockTarget, lock_inputs, lock_problem, read_lock
 from buildkit.matrix import LoadedMatrix
 from buildkit.model import DOCKER_ARCH, Arch, normalize_arch
 from buildkit.progress import BuildProgress, QuietReporter, Reporter
@@ -34,6 +35,7 @@ from buildkit.render import (
     base_image_ref,
     build_context,
     expected_packages,
+    lock_path,
     plan_target,
     render_context,
     stack_skus_on_chip,
@@ -41,6 +43,7 @@ from buildkit.render import (
 from buildkit.secrets import BuildSecrets, SecretServer, default_ca_bundle, read_ca_bundle, split_credentials
 from buildkit.settings import Mirrors
 from buildkit.verify import Check, Expected, collect_facts, compare, failures, manifest_data, write_manifest
+from buildkit.wheelhouse import current_lock, missing_from
 
 DEFAULT_REPOSITORY = "ascendkit/verl"
 
@@ -65,6 +68,9 @@ class BuildPlan:
     no_cache: bool = False
     manifest_dir: Path = Path("manifests")
     secrets: BuildSecrets = field(default_factory=BuildSecrets, repr=False)
+    lock_files: tuple[tuple[str, Path], ...] = ()  # (path in the build context, file) for each arch's lock
+    lock_status: str = "resolved"  # of this arch's lock: "resolved" (hashes enforced) or "unresolved"
+    warnings: tuple[str, ...] = ()
 
     @property
     def platform(self) -> str:
@@ -92,6 +98,10 @@ class BuildPlan:
             "no_cache": self.no_cache,
             "ca_bundle": bool(self.secrets.ca_bundle),
             "secret_env": [name for name, _ in self.secrets.env],
+            "lock": lock_path(self.stack_id, self.arch),
+            "lock_status": self.lock_status,
+            "offline_wheelhouse": str(self.secrets.wheelhouse) if self.secrets.wheelhouse else None,
+            "warnings": list(self.warnings),
             "manifest": str(self.manifest_dir / f"{self.manifest_name}.json"),
         }
 
@@ -134,7 +144,10 @@ def plan_build(
     repository: str = DEFAULT_REPOSITORY,
     no_cache: bool = False,
     manifest_dir: Path = Path("manifests"),
+    wheelhouse: Path | None = None,
 ) -> BuildPlan:
+    """Everything one build needs, checked before the engine is touched. ``wheelhouse`` makes the
+    build offline: pip installs only from that directory, which must hold every locked package."""
     target = plan_target(loaded, hw, stack, os_name)
     matrix = loaded.matrix
     st = matrix.stacks[target.stack_id]
@@ -161,7 +174,10 @@ def plan_build(
             env.append((arg, value))  # with credentials: served for the build, never a build arg
     ca_setting = mirrors.get("ca_bundle")
     ca_path = Path(ca_setting) if ca_setting else (default_ca_bundle() if use_default_ca else None)
-    secrets = BuildSecrets(read_ca_bundle(ca_path) if ca_path else b"", tuple(env))
+    lock_files, lock, warnings = _check_locks(loaded, target.stack_id, chosen_arch, wheelhouse)
+    lock_status = "resolved" if lock.resolved else "unresolved"
+    locked = tuple((p.key, p.version) for _, p in lock.packages)
+    secrets = BuildSecrets(read_ca_bundle(ca_path) if ca_path else b"", tuple(env), wheelhouse)
     substitutions = {"${BASE_IMAGE}": base, "${SOC_VERSION}": ctx.soc_version}
     full = tags.full_tag(st, target.chip_id, target.os_name)
     names = [full, *tags.alias_tags(target.stack_id, st, target.chip_id, target.os_name)]
@@ -176,6 +192,8 @@ def plan_build(
         base_image=base,
         packages=tuple(sorted(expected_packages(st).items())),
         labels=tuple((k, substitutions.get(v, v)) for k, v in ctx.labels),
+        lock=lock_path(target.stack_id, chosen_arch) if lock_status == "resolved" else "",
+        locked=locked,
     )
     return BuildPlan(
         stack_id=target.stack_id,
@@ -192,7 +210,42 @@ def plan_build(
         no_cache=no_cache,
         manifest_dir=manifest_dir,
         secrets=secrets,
+        lock_files=lock_files,
+        lock_status=lock_status,
+        warnings=warnings,
     )
+
+
+def _check_locks(
+    loaded: LoadedMatrix, stack_id: str, arch: str, wheelhouse: Path | None
+) -> tuple[tuple[tuple[str, Path], ...], LockFile, tuple[str, ...]]:
+    """The Dockerfile copies every arch's lock: each must be current. This arch's decides whether
+    hashes are enforced; an offline build needs it resolved and the wheelhouse complete."""
+    files = []
+    for lock_arch in loaded.matrix.stacks[stack_id].arches:
+        inputs = lock_inputs(loaded, LockTarget(stack_id, lock_arch))
+        problem = lock_problem(loaded.root, inputs)
+        if problem is not None:
+            raise InputError(f"{problem} (the image carries it; nothing was built)")
+        files.append((inputs.target.path, loaded.root / inputs.target.path))
+    this = LockTarget(stack_id, arch)  # type: ignore[arg-type]  # arch was checked against the stack
+    lock = read_lock(loaded.root / this.path)
+    warnings = []
+    if wheelhouse is not None:
+        lock = current_lock(loaded, this)
+        missing = missing_from(wheelhouse, lock)
+        if missing:
+            shown = "\n".join(f"    {m}" for m in missing[:20]) + (f"\n    ... and {len(missing) - 20} more" if len(missing) > 20 else "")
+            raise InputError(
+                f"--wheelhouse {wheelhouse} lacks {len(missing)} locked package(s) of {this.path}:\n{shown}\n"
+                f"  fill it with: ascendkit wheelhouse --stack {stack_id} --arch {arch} -o {wheelhouse}"
+            )
+    elif not lock.resolved:
+        warnings.append(
+            f"{this.path} is unresolved ({lock.header.get('reason', 'no reason recorded')}): this image installs its "
+            "pins without hash checks; run `ascendkit lock` where the index answers to enforce them"
+        )
+    return tuple(files), lock, tuple(warnings)
 
 
 def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 20) -> None:
@@ -237,6 +290,9 @@ def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -
         doctor = Path(context, DOCTOR_SOURCE)  # the one file the Dockerfile COPYs, at its repository path
         doctor.parent.mkdir(parents=True)
         shutil.copyfile(Path(__file__).with_name("doctor.py"), doctor)
+        for relative, source in plan.lock_files:  # the Dockerfile COPYs them from the context root
+            (Path(context) / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, Path(context) / relative)
         buildargs = dict(plan.buildargs)
         network_mode = None
         if plan.secrets:

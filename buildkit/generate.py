@@ -1,7 +1,8 @@
 """Every file the repository keeps generated from the matrix, and the drift check over them.
 
 ``ascendkit render --all`` writes them; ``ascendkit render --check`` re-renders them in memory and
-reports a unified diff for each committed file that differs, is missing, or is left over.
+reports a unified diff for each committed file that differs, is missing, or is left over, and a
+line for each lock (``locks/``) that is missing, stale or left over (``ascendkit lock`` fixes those).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from pathlib import Path
 
 from buildkit.errors import InputError, OutputError
 from buildkit.fsio import write_atomic
+from buildkit.lock import lock_inputs, lock_problem, lock_targets
 from buildkit.matrix import LoadedMatrix
 from buildkit.model import Matrix
-from buildkit.render import TEMPLATES_DIR, RenderTarget, all_targets, render_dockerfile
+from buildkit.render import LOCKS_DIR, TEMPLATES_DIR, RenderTarget, all_targets, render_dockerfile
 from buildkit.tables import support_tables
 
 DOCKERFILES_DIR = "dockerfiles"
@@ -101,7 +103,28 @@ def check(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[str]:
     for stale in stale_files(root, expected):
         old = (root / stale).read_text(encoding="utf-8")
         diffs.append("".join(difflib.unified_diff(old.splitlines(keepends=True), [], fromfile=f"a/{stale}", tofile="/dev/null")))
+    diffs += lock_problems(loaded)
     return diffs
+
+
+def lock_problems(loaded: LoadedMatrix) -> list[str]:
+    """One line per lock that is missing, stale (its matrix inputs changed) or left over.
+
+    Locks are not re-rendered here (that needs the index); their header's inputs-sha256 is compared
+    with the matrix, which is enough to know a lock no longer describes its stack."""
+    problems = []
+    wanted = set()
+    for target in lock_targets(loaded):
+        wanted.add(target.path)
+        problem = lock_problem(loaded.root, lock_inputs(loaded, target))
+        if problem is not None:
+            problems.append(f"lock: {problem}\n")
+    base = loaded.root / LOCKS_DIR
+    for path in sorted(base.glob("*.txt")) if base.is_dir() else []:
+        relative = path.relative_to(loaded.root).as_posix()
+        if relative not in wanted:
+            problems.append(f"lock: {relative} belongs to no stack and arch of the matrix: delete it\n")
+    return problems
 
 
 def write_all(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[str]:

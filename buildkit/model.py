@@ -180,6 +180,13 @@ class Stack(Frozen):
     verl: PypiPin
     constraints: dict[PackageName, VersionSpecifier] = {}
     constraints_by_arch: dict[Arch, dict[PackageName, VersionSpecifier]] = {}
+    overrides: dict[PackageName, VersionSpecifier] = Field(
+        default={},
+        description=(
+            "requirements that replace what any dependency declares for that package when the lock is resolved "
+            "(the layered install lets a later pin win; say why next to each one)"
+        ),
+    )
     env: dict[Annotated[StrictStr, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], StrictStr] = {}
 
     def pins(self) -> dict[str, PypiPin]:

@@ -7,6 +7,7 @@ never as "not found".
 
 from __future__ import annotations
 
+import hashlib
 import html.parser
 import threading
 import time
@@ -37,6 +38,8 @@ class DistFile:
     tags: frozenset[Tag]
     requires_python: str | None
     yanked: bool
+    url: str = ""  # absolute
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,14 +67,14 @@ def target_tags(arch: str, python: str) -> frozenset[Tag]:
     return frozenset(tags)
 
 
-def _parse_file(filename: str, requires_python: str | None, yanked: bool) -> DistFile | None:
+def _parse_file(filename: str, requires_python: str | None, yanked: bool, url: str = "", sha256: str | None = None) -> DistFile | None:
     try:
         if filename.endswith(".whl"):
             _, version, _, tags = parse_wheel_filename(filename)
-            return DistFile(filename, version, "wheel", frozenset(tags), requires_python, yanked)
+            return DistFile(filename, version, "wheel", frozenset(tags), requires_python, yanked, url, sha256)
         if filename.endswith((".tar.gz", ".zip")):
             _, version = parse_sdist_filename(filename)
-            return DistFile(filename, version, "sdist", frozenset(), requires_python, yanked)
+            return DistFile(filename, version, "sdist", frozenset(), requires_python, yanked, url, sha256)
     except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
         return None
     return None
@@ -80,7 +83,7 @@ def _parse_file(filename: str, requires_python: str | None, yanked: bool) -> Dis
 class _Anchors(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.files: list[tuple[str, str | None, bool]] = []
+        self.files: list[tuple[str, str | None, bool, str]] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag != "a":
@@ -88,7 +91,7 @@ class _Anchors(html.parser.HTMLParser):
         attributes = dict(attrs)
         href = attributes.get("href") or ""
         name = urllib.parse.unquote(urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1])
-        self.files.append((name, attributes.get("data-requires-python"), "data-yanked" in attributes))
+        self.files.append((name, attributes.get("data-requires-python"), "data-yanked" in attributes, href))
 
 
 class IndexClient:
@@ -130,7 +133,7 @@ class IndexClient:
                 if response.status_code == 404:
                     raise ProjectMissing(f"{index_url} has no project {name}")
                 if response.status_code == 200:
-                    return self._parse(name, response)
+                    return self._parse(name, response, response.url or url)
                 last = f"HTTP {response.status_code}"
                 if response.status_code < 500 and response.status_code != 429:
                     break
@@ -139,18 +142,23 @@ class IndexClient:
         raise IndexUnreachable(f"{urllib.parse.urlsplit(index_url).netloc} ({last})")
 
     @staticmethod
-    def _parse(name: str, response: requests.Response) -> Project:
+    def _parse(name: str, response: requests.Response, page_url: str) -> Project:
         files: list[DistFile] = []
         if "json" in response.headers.get("Content-Type", ""):
             for entry in response.json().get("files", []):
-                parsed = _parse_file(entry["filename"], entry.get("requires-python"), bool(entry.get("yanked")))
+                url = urllib.parse.urljoin(page_url, entry.get("url", ""))
+                sha256 = (entry.get("hashes") or {}).get("sha256")
+                parsed = _parse_file(entry["filename"], entry.get("requires-python"), bool(entry.get("yanked")), url, sha256)
                 if parsed:
                     files.append(parsed)
         else:
             anchors = _Anchors()
             anchors.feed(response.text)
-            for filename, requires_python, yanked in anchors.files:
-                parsed = _parse_file(html.unescape(filename), html.unescape(requires_python) if requires_python else None, yanked)
+            for filename, requires_python, yanked, href in anchors.files:
+                url, _, fragment = urllib.parse.urljoin(page_url, html.unescape(href)).partition("#")
+                sha256 = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else None
+                python = html.unescape(requires_python) if requires_python else None
+                parsed = _parse_file(html.unescape(filename), python, yanked, url, sha256)
                 if parsed:
                     files.append(parsed)
         return Project(name, tuple(files))
@@ -167,3 +175,34 @@ def installable(file: DistFile, tags: frozenset[Tag], python: str) -> bool:
         except (InvalidSpecifier, InvalidVersion):
             pass  # pip ignores a malformed requires-python too
     return file.kind == "sdist" or bool(file.tags & tags)
+
+
+class HashMismatch(Exception):
+    """A downloaded file's sha256 is not the one expected."""
+
+
+def download(session: requests.Session, url: str, dest: Path, sha256s: frozenset[str], timeout: float = 60.0) -> str:
+    """Stream ``url`` to ``dest`` (via a temporary name), accepting it only if its sha256 is one of
+    ``sha256s``; returns the digest. Nothing is left at ``dest`` on any failure."""
+    digest = hashlib.sha256()
+    partial = dest.with_name(f".{dest.name}.part")
+    try:
+        with session.get(url, stream=True, timeout=timeout) as response:
+            if response.status_code != 200:
+                raise IndexUnreachable(f"{urllib.parse.urlsplit(url).netloc} (HTTP {response.status_code} for {dest.name})")
+            with partial.open("wb") as out:
+                for chunk in response.iter_content(chunk_size=1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+    except requests.RequestException as exc:
+        partial.unlink(missing_ok=True)
+        raise IndexUnreachable(f"{urllib.parse.urlsplit(url).netloc} ({exc.__class__.__name__} for {dest.name})") from None
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    found = digest.hexdigest()
+    if found not in sha256s:
+        partial.unlink(missing_ok=True)
+        raise HashMismatch(f"{dest.name}: sha256 {found} is not one the lock allows")
+    partial.replace(dest)
+    return found

@@ -30,12 +30,16 @@ BUILD_ENV = "/usr/local/lib/ascendkit/build-env.sh"
 DOCTOR_SOURCE = "buildkit/doctor.py"  # relative to the build context (the repository root)
 DOCTOR_PATH = "/usr/local/lib/ascendkit/doctor.py"
 IMAGE_INFO_FILE = "/etc/ascendkit/image.json"
+LOCKS_DIR = "locks"  # relative to the matrix's directory, and to the build context
+IMAGE_LOCKS_DIR = "/etc/ascendkit/locks"
 # The classic builder passes predefined proxy build args to RUN but keeps them out of
 # `docker history` and the cache key; ascendkit uses this one to hand the pip layers the loopback
 # URL where it serves a CA bundle and index credentials for the length of one build.
 SECRETS_ARG = "ftp_proxy"
 LABEL_PREFIX = "io.ascendkit"
 PRIMARY_INDEX = "pypi"  # read by pip from PIP_INDEX_URL; every other index is an extra one
+BUILD_LAYER = "build"  # lock section of the source builds' build requirements
+GIT_LAYER = "git"  # lock section of the PyPI pins installed with the git checkouts
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class InstallStep:
     """One RUN layer of Python packages, with the shell around the pip call prepared here."""
 
     title: str
+    layer: str  # the section of the lock this step installs (see buildkit.lock)
     pins: tuple[Pin, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # variables for the pip call only
     before: tuple[str, ...] = ()
@@ -116,6 +121,7 @@ class DockerfileContext:
     tail_steps: tuple[InstallStep, ...]
     last_step: InstallStep
     entrypoint_lines: tuple[str, ...]
+    lock_files: tuple[str, ...]
     doctor_wrapper: tuple[str, ...]
     image_info: str
     labels: tuple[tuple[str, str], ...] = field(default=())
@@ -186,7 +192,33 @@ _FETCH_SECRETS = "; ".join(
 )
 
 
-def build_env_script(matrix: Matrix, stack: Stack) -> tuple[str, ...]:
+# ascendkit_install LAYER PIN...: what each pip layer runs. With this arch's lock resolved, it
+# installs the LAYER section of the lock with every hash enforced and no build isolation (the
+# build requirements are locked too); the locked versions join the constraints file. A lock marked
+# unresolved (its index was unreachable when it was made) falls back to the version pins, loudly.
+_INSTALL_FUNCTION = (
+    "ascendkit_install() {",
+    '  local layer="$1" flags=() section=/tmp/ascendkit-layer.txt; shift',
+    '  if [ -n "${ASCENDKIT_NO_BINARY:-}" ]; then flags+=(--no-binary "${ASCENDKIT_NO_BINARY}"); fi',
+    '  if grep -qx "# status: resolved" "${ascendkit_lock}"; then',
+    '    awk -v want="# layer: ${layer}" \'/^# layer: /{on = ($0 == want); next} on\' "${ascendkit_lock}" > "${section}"',
+    '    if grep -q "^[A-Za-z0-9]" "${section}"; then',
+    "      ${ASCENDKIT_LAUNCHER:-} python3 -m pip install --no-cache-dir --require-hashes --no-build-isolation \\",
+    '        "${flags[@]}" -r "${section}"',
+    f'      grep -o "^[A-Za-z0-9][^ ]*==[^ ]*" "${{section}}" >> {CONSTRAINTS_FILE}',
+    "    else",
+    '      echo "ascendkit: lock layer ${layer}: nothing new, earlier layers installed all of it"',
+    "    fi",
+    '    rm -f "${section}"',
+    '  elif [ "$#" -gt 0 ]; then',
+    '    echo "ascendkit: WARNING: ${ascendkit_lock} is unresolved; installing $* by version pins, hashes NOT enforced" >&2',
+    f'    ${{ASCENDKIT_LAUNCHER:-}} python3 -m pip install --no-cache-dir -c {CONSTRAINTS_FILE} "${{flags[@]}}" "$@"',
+    "  fi",
+    "}",
+)
+
+
+def build_env_script(matrix: Matrix, stack_id: str, stack: Stack) -> tuple[str, ...]:
     """The helper every pip layer sources. It holds no secrets: it fetches them, when served."""
     lines = [
         "# ascendkit: sourced by every pip layer of this image; holds no secrets.",
@@ -212,6 +244,8 @@ def build_env_script(matrix: Matrix, stack: Stack) -> tuple[str, ...]:
     lines += [
         f'  *) echo "ascendkit: this image supports {", ".join(stack.arches)}, not $(uname -m)" >&2; exit 1 ;;',
         "esac",
+        f'ascendkit_lock="{IMAGE_LOCKS_DIR}/{stack_id}-$(uname -m).txt"',
+        *_INSTALL_FUNCTION,
         'if [ "${ascendkit_xtrace}" = 1 ]; then set -x; fi',
     ]
     return tuple(lines)
@@ -222,6 +256,7 @@ def _steps(stack: Stack) -> tuple[tuple[InstallStep, ...], tuple[InstallStep, ..
     steps = [
         InstallStep(
             "torch, torch_npu and torchvision (pinned together: a loose torchvision replaces torch)",
+            "torch",
             (_pin(stack, "torch"), _pin(stack, "torchvision"), _pin(stack, "torch_npu")),
         )
     ]
@@ -229,6 +264,7 @@ def _steps(stack: Stack) -> tuple[tuple[InstallStep, ...], tuple[InstallStep, ..
         steps.append(
             InstallStep(
                 "triton-ascend (the CUDA triton shares its import name and must go first)",
+                "triton-ascend",
                 (_pin(stack, "triton_ascend"),),
                 before=(f"python3 -m pip uninstall -y triton {_pin(stack, 'triton_ascend').dist}",),
             )
@@ -242,9 +278,18 @@ def _steps(stack: Stack) -> tuple[tuple[InstallStep, ...], tuple[InstallStep, ..
             "python3 -m pip install --no-cache-dir --no-deps --force-reinstall "
             f"{_pin(stack, 'triton_ascend').requirement}; fi",
         )
+    if any(pin.build_from_source for pin in stack.pins().values()):
+        steps.append(
+            InstallStep(
+                "what the source builds below need (their build-system requires, from the lock), so\n"
+                "#    they build without isolation against the torch installed above",
+                BUILD_LAYER,
+            )
+        )
     steps.append(
         InstallStep(
             "vllm from source with no device target: vllm-ascend supplies the NPU platform",
+            "vllm",
             (_pin(stack, "vllm"),),
             env=(("VLLM_TARGET_DEVICE", "empty"),),
             after=after_vllm,
@@ -253,6 +298,7 @@ def _steps(stack: Stack) -> tuple[tuple[InstallStep, ...], tuple[InstallStep, ..
     steps.append(
         InstallStep(
             "vllm-ascend with its custom kernels compiled against CANN for ${SOC_VERSION}",
+            "vllm-ascend",
             (_pin(stack, "vllm_ascend"),),
             env=(("COMPILE_CUSTOM_KERNELS", "1"), ("SOC_VERSION", '"${SOC_VERSION}"')),
             # Through the entrypoint: the same sourcing of set_env.sh (with the ATB ABI) as at run time.
@@ -262,13 +308,37 @@ def _steps(stack: Stack) -> tuple[tuple[InstallStep, ...], tuple[InstallStep, ..
     )
     tail = []
     if stack.mbridge is not None and not stack.git_pins():
-        tail.append(InstallStep("mbridge", (_pin(stack, "mbridge"),)))
-    tail.append(InstallStep("transformers", (_pin(stack, "transformers"),)))
+        tail.append(InstallStep("mbridge", "mbridge", (_pin(stack, "mbridge"),)))
+    tail.append(InstallStep("transformers", "transformers", (_pin(stack, "transformers"),)))
     return tuple(steps), tuple(tail)
 
 
 def _verl_step(stack: Stack) -> InstallStep:
-    return InstallStep("verl (the most volatile layer: bumping verl rebuilds only this)", (_pin(stack, "verl"),))
+    return InstallStep("verl (the most volatile layer: bumping verl rebuilds only this)", "verl", (_pin(stack, "verl"),))
+
+
+def git_pip_pins(stack: Stack) -> tuple[Pin, ...]:
+    """PyPI pins installed in the git-checkout layer (mbridge rides with MindSpeed)."""
+    return (_pin(stack, "mbridge"),) if stack.mbridge is not None and stack.git_pins() else ()
+
+
+def install_layers(stack: Stack) -> list[tuple[str, tuple[Pin, ...]]]:
+    """Every pip layer of the image in build order, as (lock section, the pins it installs).
+
+    This is what ``ascendkit lock`` splits a resolution by: each locked package goes to the first
+    layer that needs it, so every layer installs from the lock with hashes enforced."""
+    steps, tail = _steps(stack)
+    layers = [(step.layer, step.pins) for step in steps]
+    if stack.git_pins():
+        layers.append((GIT_LAYER, git_pip_pins(stack)))
+    layers += [(step.layer, step.pins) for step in tail]
+    layers.append(("verl", _verl_step(stack).pins))
+    return layers
+
+
+def lock_path(stack_id: str, arch: str) -> str:
+    """A lock's path relative to the matrix's directory (and inside the build context)."""
+    return f"{LOCKS_DIR}/{stack_id}-{arch}.txt"
 
 
 def cann_env(stack: Stack) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
@@ -387,7 +457,7 @@ def build_context(loaded: LoadedMatrix, target: RenderTarget) -> DockerfileConte
         )
         for component, git in stack.git_pins().items()
     )
-    git_pins = (_pin(stack, "mbridge"),) if stack.mbridge is not None and checkouts else ()
+    git_pins = git_pip_pins(stack)
     git_title = " + ".join([f"{c.name} {c.ref}" for c in checkouts] + [p.requirement for p in git_pins])
     constraints = tuple(f"{name}{spec}" for name, spec in sorted(stack.constraints.items()))
     arch_constraints = tuple(
@@ -441,7 +511,8 @@ def build_context(loaded: LoadedMatrix, target: RenderTarget) -> DockerfileConte
         soc_version=chip.soc_version,
         constraints=constraints,
         arch_constraints=arch_constraints,
-        build_env_lines=build_env_script(matrix, stack),
+        build_env_lines=build_env_script(matrix, target.stack_id, stack),
+        lock_files=tuple(lock_path(target.stack_id, arch) for arch in stack.arches),
         env_roots=env_roots,
         env=env,
         steps=steps,
@@ -477,6 +548,8 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.globals["doctor_source"] = DOCTOR_SOURCE
     env.globals["doctor_path"] = DOCTOR_PATH
     env.globals["image_info_file"] = IMAGE_INFO_FILE
+    env.globals["image_locks_dir"] = IMAGE_LOCKS_DIR
+    env.globals["git_layer"] = GIT_LAYER
     return env
 
 

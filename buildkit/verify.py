@@ -67,6 +67,8 @@ class Expected:
     base_image: str
     packages: tuple[tuple[str, str], ...]  # (distribution, exact version)
     labels: tuple[tuple[str, str], ...]
+    lock: str = ""  # the resolved lock the image installed from ("" when its arch's lock is unresolved)
+    locked: tuple[tuple[str, str], ...] = ()  # every package of that lock: (name, version)
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,15 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
     for dist, version in expected.packages:
         got = facts.packages.get(normalize(dist))
         checks.append(check(f"package {dist}", version, got, _version_matches(got, version)))
+    if expected.lock:
+        wrong = [
+            f"{name} {facts.packages.get(normalize(name), 'missing')}"
+            for name, version in expected.locked
+            if not _version_matches(facts.packages.get(normalize(name)), version)
+        ]
+        want = f"{len(expected.locked)} packages of {expected.lock}"
+        got_text = "all at their locked versions" if not wrong else "not as locked: " + ", ".join(wrong[:10])
+        checks.append(check("lock", want, got_text, not wrong))
     for key, value in expected.labels:
         got = facts.labels.get(key)
         checks.append(check(f"label {key}", value, got, got == value))

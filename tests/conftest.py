@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from buildkit.engine import connect
 from buildkit.errors import Unavailable
+from buildkit.lock import lock_inputs, lock_targets, render_unresolved
 from buildkit.matrix import LoadedMatrix, load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +68,7 @@ def repo_copy(tmp_path: Path) -> Path:
     for name in ("compat_matrix.yaml", "README.md", "Dockerfile.a2", "Dockerfile.a3", "compat_matrix.schema.json"):
         shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(ROOT / "dockerfiles", dest / "dockerfiles")
+    shutil.copytree(ROOT / "locks", dest / "locks")
     return dest
 
 
@@ -79,6 +81,16 @@ def line_of(text: str, needle: str, occurrence: int = 1) -> int:
 # ---- integration: the real Docker engine, registry and stand-in base ---------------------------
 
 TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"
+
+
+def write_unresolved_locks(matrix: Path, reason: str = "test: the pins were changed on purpose") -> None:
+    """Locks marked unresolved, current for ``matrix``: its builds take the unhashed fallback path
+    (what a target whose index cannot be reached gets), for tests that change pins on purpose."""
+    loaded = load_matrix(matrix)
+    for target in lock_targets(loaded):
+        path = loaded.root / target.path
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(render_unresolved(lock_inputs(loaded, target), reason), encoding="utf-8")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import pytest
 
 from buildkit.errors import ExitCode
 from buildkit.matrix import load_matrix
-from tests.conftest import TEST_MATRIX, DockerEnv
+from tests.conftest import TEST_MATRIX, DockerEnv, write_unresolved_locks
 
 pytestmark = pytest.mark.docker
 
@@ -77,6 +77,7 @@ def test_rebuild_without_change_is_fully_cached(docker_env: DockerEnv, built: di
 def test_impossible_pin_fails_cleanly(docker_env: DockerEnv, tmp_path: Path) -> None:
     bad = tmp_path / "matrix.yaml"
     bad.write_text(TEST_MATRIX.read_text().replace('version: "3.7"', 'version: "99.0"'))
+    write_unresolved_locks(bad)  # no lock can hold a pin that does not exist: pip meets it in the build
     before = docker_env.containers()
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(bad), "--base-image", docker_env.standin, "--repo", "failing/verl", "-q",

@@ -33,7 +33,7 @@ def test_drift_in_a_dockerfile_is_reported_and_fixed(repo_copy: Path, runner: Cl
     result = runner.invoke(app, ["render", "--check", "--matrix", str(repo_copy / "compat_matrix.yaml")])
     assert result.exit_code == ExitCode.CHECK_FAILED
     assert "--- a/Dockerfile.a3" in result.stdout and "+++ b/Dockerfile.a3" in result.stdout
-    assert "-    python3 -m pip install --no-cache-dir -c /etc/ascendkit/constraints.txt verl==0.6.0;" in result.stdout
+    assert "-    ascendkit_install verl verl==0.6.0;" in result.stdout
     assert "1 generated file(s) are out of date" in result.stderr
 
     result = runner.invoke(app, ["render", "--all", "--matrix", str(repo_copy / "compat_matrix.yaml")])
@@ -47,10 +47,14 @@ def test_matrix_change_without_rerender_fails_check(repo_copy: Path) -> None:
     matrix = repo_copy / "compat_matrix.yaml"
     matrix.write_text(matrix.read_text().replace("      version: 0.9.1  # 0.9.0", "      version: 0.9.0  # 0.9.0"))
     diffs = generate.check(load_matrix(matrix))
-    changed = sorted(d.splitlines()[1].removeprefix("+++ b/") for d in diffs)
+    locks = [d for d in diffs if d.startswith("lock: ")]
+    changed = sorted(d.splitlines()[1].removeprefix("+++ b/") for d in diffs if d not in locks)
     assert changed == ["README.md"] + [
         f"dockerfiles/cann9.1/Dockerfile.{c}-{o}" for c in ("a2", "a3") for o in ("openeuler24.03", "ubuntu22.04")
     ]
+    # ... and both of the stack's locks no longer describe it
+    stale = "is stale: the matrix changed since it was made; run `ascendkit lock --stack cann9.1"
+    assert locks == [f"lock: locks/cann9.1-{arch}.txt {stale} --arch {arch}`\n" for arch in ("aarch64", "x86_64")]
 
 
 def test_stale_and_missing_files(repo_copy: Path) -> None:

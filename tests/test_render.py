@@ -100,8 +100,8 @@ def test_x86_takes_torch_from_the_cpu_index(loaded: LoadedMatrix) -> None:
     assert "'  aarch64) ;;'" in text
     assert "ARG PYTORCH_INDEX_URL=https://download.pytorch.org/whl/cpu\n" in text
     # Every pip layer sources the same helper, so sdist builds resolve torch the way the torch layer did.
-    pip_layers = [i for i in instructions(text) if i.startswith("RUN") and "pip install" in i]
-    assert len(pip_layers) == 7
+    pip_layers = [i for i in instructions(text) if i.startswith("RUN") and "ascendkit_install " in i]
+    assert len(pip_layers) == 8  # torch, triton-ascend, build, vllm, vllm-ascend, git, transformers, verl
     assert all(". /usr/local/lib/ascendkit/build-env.sh;" in layer for layer in pip_layers)
 
 
@@ -139,10 +139,23 @@ def test_stack_without_triton_ascend_has_no_triton_step(loaded: LoadedMatrix) ->
 
 def test_vllm_and_vllm_ascend_built_from_source(loaded: LoadedMatrix) -> None:
     text = render(loaded, "a3")
-    assert "VLLM_TARGET_DEVICE=empty python3 -m pip install" in text
-    assert "--no-binary vllm vllm==0.11.0" in text
-    assert 'COMPILE_CUSTOM_KERNELS=1 SOC_VERSION="${SOC_VERSION}" /usr/local/bin/ascendkit-entrypoint python3 -m pip install' in text
-    assert "--no-binary vllm-ascend vllm-ascend==0.11.0" in text
+    assert "VLLM_TARGET_DEVICE=empty ASCENDKIT_NO_BINARY=vllm ascendkit_install vllm vllm==0.11.0;" in text
+    assert (
+        'COMPILE_CUSTOM_KERNELS=1 SOC_VERSION="${SOC_VERSION}" ASCENDKIT_LAUNCHER=/usr/local/bin/ascendkit-entrypoint '
+        "ASCENDKIT_NO_BINARY=vllm-ascend ascendkit_install vllm-ascend vllm-ascend==0.11.0;"
+    ) in text
+    # their build requirements come from the lock, in a layer of their own right before them
+    build = text.index("    ascendkit_install build\n")
+    assert text.index("ascendkit_install triton-ascend ") < build < text.index("ascendkit_install vllm ")
+
+
+def test_pip_layers_install_their_lock_section_with_hashes(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a3")
+    assert "COPY locks/cann8.3-aarch64.txt locks/cann8.3-x86_64.txt /etc/ascendkit/locks/\n" in text
+    assert """'ascendkit_lock="/etc/ascendkit/locks/cann8.3-$(uname -m).txt"'""" in text
+    assert "python3 -m pip install --no-cache-dir --require-hashes --no-build-isolation" in text
+    # a lock left unresolved (index unreachable) falls back to the pins, and says so
+    assert "hashes NOT enforced" in text
 
 
 @pytest.mark.parametrize(("stack", "abi"), [("cann8.3", 0), ("cann8.5", 1)])

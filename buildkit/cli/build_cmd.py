@@ -112,6 +112,10 @@ def build(
     push: Annotated[bool, typer.Option("--push", help="Push the verified image to --registry, by digest.")] = False,
     registry: RegistryOption = None,
     manifest_dir: ManifestDir = Path("manifests"),
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Air-gapped: pip installs only from --wheelhouse, with no network in the pip steps.")
+    ] = False,
+    wheelhouse: Annotated[Path | None, typer.Option("--wheelhouse", help="Directory from `ascendkit wheelhouse` (with --offline).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; do not build.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Show steps only, not their output.")] = False,
     as_json: JsonFlag = False,
@@ -120,6 +124,8 @@ def build(
     """Build, verify and tag one image (one stack, chip, OS and arch); optionally push it."""
     if push and not registry:
         raise InputError("--push needs --registry HOST[:PORT]/REPO")
+    if offline != (wheelhouse is not None):
+        raise InputError("--offline and --wheelhouse DIR go together: an offline build installs every package from DIR")
     target = RegistryRef.parse(registry) if registry else None
     loaded = load_matrix(matrix)
     mirrors = resolve_mirrors(
@@ -148,7 +154,10 @@ def build(
         repository=repository,
         no_cache=no_cache,
         manifest_dir=manifest_dir,
+        wheelhouse=wheelhouse,
     )
+    for warning in plan.warnings:
+        typer.echo(f"ascendkit: warning: {warning}", err=True)
     if dry_run:
         described = plan.describe()
         if as_json:

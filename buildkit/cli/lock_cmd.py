@@ -1,0 +1,151 @@
+"""``ascendkit lock`` and ``ascendkit wheelhouse``: hash-locked requirements and their artifacts."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table as RichTable
+
+from buildkit.cli.base import (
+    AscendIndexUrl,
+    CaBundle,
+    ConfigFile,
+    JsonFlag,
+    MatrixPath,
+    PipIndexUrl,
+    PytorchIndexUrl,
+    app,
+    out,
+    print_json,
+    user_errors,
+)
+from buildkit.errors import ExitCode, InputError
+from buildkit.lock import LockOutcome, LockTarget, index_urls_for, lock_all, lock_targets
+from buildkit.matrix import DEFAULT_MATRIX, load_matrix
+from buildkit.model import ARCHES
+from buildkit.secrets import default_ca_bundle
+from buildkit.settings import Mirrors, resolve_mirrors
+from buildkit.wheelhouse import make_wheelhouse
+
+
+def _mirrors(
+    pip_index_url: str | None, pytorch_index_url: str | None, ascend_index_url: str | None, ca_bundle: Path | None, config: Path | None
+) -> Mirrors:
+    return resolve_mirrors(
+        {
+            "pip_index_url": pip_index_url,
+            "pytorch_index_url": pytorch_index_url,
+            "ascend_index_url": ascend_index_url,
+            "ca_bundle": str(ca_bundle) if ca_bundle else None,
+        },
+        config=config,
+    )
+
+
+def _ca(mirrors: Mirrors) -> Path | None:
+    setting = mirrors.get("ca_bundle")
+    return Path(setting) if setting else default_ca_bundle()
+
+
+@app.command("lock")
+@user_errors
+def lock(
+    stack: Annotated[str | None, typer.Option("--stack", "-s", help="Only this stack; default: every stack (same as --all).")] = None,
+    all_stacks: Annotated[bool, typer.Option("--all", help="Every stack of the matrix (the default).")] = False,
+    arch: Annotated[str | None, typer.Option("--arch", help="aarch64 or x86_64; default: every arch of each stack.")] = None,
+    upgrade: Annotated[
+        bool, typer.Option("--upgrade", help="Resolve afresh instead of keeping the current lock's versions where they fit.")
+    ] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=16, help="Targets resolved at once.")] = 4,
+    pip_index_url: PipIndexUrl = None,
+    pytorch_index_url: PytorchIndexUrl = None,
+    ascend_index_url: AscendIndexUrl = None,
+    ca_bundle: CaBundle = None,
+    config: ConfigFile = None,
+    as_json: JsonFlag = False,
+    matrix: MatrixPath = DEFAULT_MATRIX,
+) -> None:
+    """Write locks/<stack>-<arch>.txt: every package of the image, pinned with hashes, for the target.
+
+    Exit 0: all resolved; 1: a stack's pins do not resolve together (its lock is left as it was);
+    8: some lock is marked unresolved because its index could not be reached.
+    """
+    if stack and all_stacks:
+        raise InputError("give --stack S or --all, not both")
+    loaded = load_matrix(matrix)
+    targets = lock_targets(loaded, stack, arch)
+    mirrors = _mirrors(pip_index_url, pytorch_index_url, ascend_index_url, ca_bundle, config)
+    printing = threading.Lock()
+
+    def progress(outcome: LockOutcome) -> None:
+        with printing:
+            typer.echo(f"{outcome.target.name}: {outcome.status} ({outcome.seconds:.1f}s) {outcome.detail.splitlines()[0]}", err=True)
+
+    outcomes = lock_all(
+        loaded,
+        targets,
+        index_urls=index_urls_for(loaded, mirrors),
+        ca_bundle=_ca(mirrors),
+        upgrade=upgrade,
+        jobs=jobs,
+        on_done=None if as_json else progress,
+    )
+    failed = [o for o in outcomes if o.status == "failed"]
+    unresolved = [o for o in outcomes if o.status == "unresolved"]
+    code = ExitCode.CHECK_FAILED if failed else ExitCode.UNVERIFIED if unresolved else ExitCode.OK
+    if as_json:
+        print_json({"exit_code": int(code), "locks": [o.describe() for o in outcomes]})
+    else:
+        _print_table(outcomes)
+    if code != ExitCode.OK:
+        raise typer.Exit(int(code))
+
+
+def _print_table(outcomes: list[LockOutcome]) -> None:
+    table = RichTable(title="Locks (resolved: hashes enforced; unresolved: index unreachable; failed: pins conflict)")
+    for column in ("lock", "status", "packages", "changed", "seconds"):
+        table.add_column(column)
+    for o in outcomes:
+        table.add_row(o.target.path, o.status, str(o.packages or ""), "yes" if o.changed else "no", f"{o.seconds:.1f}")
+    out.print(table)
+    for o in outcomes:
+        if o.status != "resolved":
+            out.print(f"{o.target.name} {o.status}: {o.detail}")
+
+
+@app.command("wheelhouse")
+@user_errors
+def wheelhouse(
+    stack: Annotated[str, typer.Option("--stack", "-s", help="Stack whose lock to download.")],
+    arch: Annotated[str, typer.Option("--arch", help="aarch64 or x86_64.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory to fill (created if missing; files already there are reused).")],
+    pip_index_url: PipIndexUrl = None,
+    pytorch_index_url: PytorchIndexUrl = None,
+    ascend_index_url: AscendIndexUrl = None,
+    ca_bundle: CaBundle = None,
+    config: ConfigFile = None,
+    as_json: JsonFlag = False,
+    matrix: MatrixPath = DEFAULT_MATRIX,
+) -> None:
+    """Download every locked artifact of one stack and arch, each checked against the lock's hashes."""
+    if arch not in ARCHES:
+        raise InputError(f"--arch {arch!r}: choose one of {', '.join(ARCHES)}")
+    loaded = load_matrix(matrix)
+    target = lock_targets(loaded, stack, arch)[0]
+    mirrors = _mirrors(pip_index_url, pytorch_index_url, ascend_index_url, ca_bundle, config)
+    report = make_wheelhouse(
+        loaded, LockTarget(target.stack_id, target.arch), output, index_urls_for(loaded, mirrors), ca_bundle=_ca(mirrors)
+    )
+    if as_json:
+        print_json(report.describe())
+        return
+    for name in report.downloaded:
+        typer.echo(f"downloaded {name}", err=True)
+    typer.echo(
+        f"wheelhouse {output}: {len(report.downloaded) + len(report.reused)} files ({len(report.downloaded)} downloaded, "
+        f"{len(report.reused)} already there), {report.total_bytes / 1e6:.1f} MB, every one matching {target.path}",
+        err=True,
+    )
