@@ -4,7 +4,9 @@
 given instead) for the pinned version with a file the target can install: a matching wheel, or
 the sdist for pins built from source. Git refs are asked of their host with ``git ls-remote``.
 Every answer is one of: found, missing (with the versions that do exist), or unverified (the
-index or host could not be reached) - never a silent "ok".
+index or host could not be reached) - never a silent "ok". ``check_together`` then asks whether
+each (stack, arch) whose pins were all found resolves as a whole (the lock's resolution, nothing
+written): found, or conflict with the resolver's explanation.
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ import subprocess
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from packaging.version import Version
 
+from buildkit.lock import LockTarget, SdistReader, lock_inputs, lock_one, lock_problem, read_lock
+from buildkit.matrix import LoadedMatrix
 from buildkit.model import ARCHES, GitPin, Matrix, PypiPin, Stack
 from buildkit.pkgindex import IndexClient, IndexUnreachable, ProjectMissing, installable, target_tags
 from buildkit.render import dist_name
 
-Status = Literal["found", "missing", "unverified"]
+Status = Literal["found", "missing", "unverified", "conflict"]
+COMPONENT_SET = "co-resolution"  # the row of a (stack, arch) that checks every pin resolves together
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 
 
@@ -145,4 +151,44 @@ def check_matrix(
 
 
 def summarize(checks: list[PinCheck]) -> dict[str, int]:
-    return {status: sum(1 for c in checks if c.status == status) for status in ("found", "missing", "unverified")}
+    return {status: sum(1 for c in checks if c.status == status) for status in ("found", "missing", "unverified", "conflict")}
+
+
+def check_together(
+    loaded: LoadedMatrix,
+    checks: list[PinCheck],
+    index_urls: dict[str, str],
+    *,
+    ca_bundle: Path | None = None,
+    jobs: int = 4,
+    fresh: bool = False,
+) -> list[PinCheck]:
+    """One row per (stack, arch): do all its pins resolve together for the target?
+
+    A current, resolved lock already answers it: it is the resolver's output for exactly these
+    inputs. Otherwise (or with ``fresh``) the target is resolved as ``ascendkit lock`` would,
+    without writing. Not attempted (unverified) when one of its PyPI-style pins is missing or was
+    not verified (git refs are not part of the resolution)."""
+    client = IndexClient(ca_bundle=ca_bundle)
+    reader = SdistReader(client)
+    targets = list(dict.fromkeys((c.stack, c.arch) for c in checks))
+
+    def one(key: tuple[str, str]) -> PinCheck:
+        stack_id, arch = key
+        base = PinCheck(stack_id, arch, COMPONENT_SET, "every pin", "", "uv pip compile", "found")
+        pip_components = loaded.matrix.stacks[stack_id].pins()
+        rows = [c for c in checks if (c.stack, c.arch) == key and c.component in pip_components]
+        if any(c.status != "found" for c in rows):
+            return _with(base, "unverified", "not attempted: a pin is missing or its index did not answer")
+        target = LockTarget(stack_id, arch)  # type: ignore[arg-type]  # arches come from the matrix
+        if not fresh and lock_problem(loaded.root, lock_inputs(loaded, target)) is None:
+            lock = read_lock(loaded.root / target.path)
+            if lock.resolved:
+                return _with(base, "found", f"{target.path} is current: {len(lock.packages)} packages resolved from these pins")
+        outcome = lock_one(loaded, target, client=client, reader=reader, index_urls=index_urls, ca_bundle=ca_bundle, write=False)
+        if outcome.status == "resolved":
+            return _with(base, "found", outcome.detail)
+        return _with(base, "conflict" if outcome.status == "failed" else "unverified", outcome.detail)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, targets))

@@ -22,6 +22,7 @@ the gap is written down and checked for staleness like any other lock, never sil
 from __future__ import annotations
 
 import email.parser
+import functools
 import hashlib
 import json
 import os
@@ -441,6 +442,7 @@ def uv_binary() -> str:
     return str(find_uv_bin())
 
 
+@functools.lru_cache(maxsize=1)
 def uv_version() -> str:
     """``uv X.Y.Z``, without the build triple (the lock must not depend on the host)."""
     done = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True, check=False)
@@ -809,7 +811,8 @@ def lock_one(
         else:
             sources = [reader.metadata(index_urls[_index_of(inputs, dist)], dist, version) for dist, version in inputs.source_builds]
             previous = old if (old and not upgrade and "# status: resolved" in old) else None
-            resolution = resolve(inputs, sources, index_urls, ca_bundle=ca_bundle, previous=previous, client=client)
+            # narrowing hashes to the target's files costs an index query per package: only for a lock kept
+            resolution = resolve(inputs, sources, index_urls, ca_bundle=ca_bundle, previous=previous, client=client if write else None)
             text, status, count = render_lock(inputs, resolution), "resolved", sum(len(p) for p in resolution.layers.values())
             detail = f"{count} packages"
     except IndexUnreachable as exc:

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table as RichTable
 
 from buildkit import generate, tables
-from buildkit.availability import PinCheck, check_matrix, summarize
+from buildkit.availability import COMPONENT_SET, PinCheck, check_matrix, check_together, summarize
 from buildkit.cli.base import (
     ArchChoice,
     JsonFlag,
@@ -158,10 +158,15 @@ def matrix_verify(
     ca_bundle: Annotated[
         Path | None, typer.Option("--ca-bundle", help="PEM bundle for the indexes (default: $PIP_CERT/$SSL_CERT_FILE).")
     ] = None,
+    no_resolve: Annotated[bool, typer.Option("--no-resolve", help="Only look the pins up; skip resolving each stack as a whole.")] = False,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Resolve each stack even when its current lock already shows the pins resolve together.")
+    ] = False,
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
-    """Check that every pin exists on its index for each arch and Python (exit 1: missing, 8: unverified)."""
+    """Check that every pin exists on its index for each arch and Python, and that each stack's pins
+    resolve together (exit 1: missing or conflicting, 8: unverified)."""
     loaded = load_matrix(matrix)
     stacks = [resolve_stack(loaded, stack)[0]] if stack else None
     if arch is not None and arch not in ARCHES:
@@ -172,10 +177,15 @@ def matrix_verify(
         if not sep or name not in loaded.matrix.indexes or not url.startswith(("http://", "https://")):
             raise InputError(f"--index {item!r}: expected NAME=URL with NAME one of {', '.join(loaded.matrix.indexes)}")
         overrides[name] = url.rstrip("/")
-    client = IndexClient(ca_bundle=ca_bundle or default_ca_bundle())
+    ca = ca_bundle or default_ca_bundle()
+    client = IndexClient(ca_bundle=ca)
     checks = check_matrix(loaded.matrix, client, stacks=stacks, arches=[arch] if arch else None, index_urls=overrides)
+    if not no_resolve:
+        urls = {name: overrides.get(name, index.url) for name, index in loaded.matrix.indexes.items()}
+        checks += check_together(loaded, checks, urls, ca_bundle=ca, fresh=fresh)
     counts = summarize(checks)
-    code = ExitCode.CHECK_FAILED if counts["missing"] else ExitCode.UNVERIFIED if counts["unverified"] else ExitCode.OK
+    failed = counts["missing"] or counts["conflict"]
+    code = ExitCode.CHECK_FAILED if failed else ExitCode.UNVERIFIED if counts["unverified"] else ExitCode.OK
     if as_json:
         print_json({"summary": counts, "exit_code": int(code), "results": [c.describe() for c in checks]})
     else:
@@ -184,12 +194,12 @@ def matrix_verify(
         raise typer.Exit(int(code))
 
 
-_MARK = {"found": "✓", "missing": "✗", "unverified": "?"}
+_MARK = {"found": "✓", "missing": "✗", "unverified": "?", "conflict": "✗"}
 
 
 def _print_verify_table(checks: list[PinCheck], counts: dict[str, int]) -> None:
     components = list(dict.fromkeys(c.component for c in checks))
-    table = RichTable(title="Pins on their indexes (✓ found, ✗ missing, ? unverified: index unreachable)")
+    table = RichTable(title="Pins on their indexes, and each stack resolved as a whole (✓ found, ✗ missing/conflict, ? unverified)")
     table.add_column("stack / arch")
     for component in components:
         table.add_column(component.replace("_", "-"), justify="center")
@@ -201,8 +211,9 @@ def _print_verify_table(checks: list[PinCheck], counts: dict[str, int]) -> None:
     out.print(table)
     for c in checks:
         if c.status != "found":
-            out.print(f"{_MARK[c.status]} {c.stack} {c.arch} {c.package}=={c.version}: {c.detail}")
-    out.print(f"{counts['found']} found, {counts['missing']} missing, {counts['unverified']} unverified")
+            what = "all pins together" if c.component == COMPONENT_SET else f"{c.package}=={c.version}"
+            out.print(f"{_MARK[c.status]} {c.stack} {c.arch} {what}: {c.detail}")
+    out.print(f"{counts['found']} found, {counts['missing']} missing, {counts['conflict']} conflicting, {counts['unverified']} unverified")
 
 
 class TableFormatChoice(str, enum.Enum):
