@@ -108,6 +108,7 @@ class LockInputs:
     overrides: tuple[str, ...]
     indexes: tuple[tuple[str, str], ...]  # (name, matrix URL): the primary first, then the extras
     assigned: tuple[tuple[str, str], ...]  # (dist, index name) for every pin
+    triton_ascend: str = ""  # the triton-ascend pin's dist, when the stack has one (the CUDA triton must stay out)
 
     @property
     def platform(self) -> str:
@@ -166,8 +167,7 @@ def lock_inputs(loaded: LoadedMatrix, target: LockTarget) -> LockInputs:
     dists = {p.dist: p for _, pins in install_layers(stack) for p in pins}
     assigned = []
     for component, pin in stack.pins().items():
-        dist = pin.package or component.replace("_", "-")
-        assigned.append((dist, pin.index_for(target.arch)))
+        assigned.append((_pin_dist(stack, component), pin.index_for(target.arch)))
     used = sorted({index for _, index in assigned} - {PRIMARY_INDEX})
     constraints = {**stack.constraints, **stack.constraints_by_arch.get(target.arch, {})}
     return LockInputs(
@@ -179,7 +179,13 @@ def lock_inputs(loaded: LoadedMatrix, target: LockTarget) -> LockInputs:
         overrides=tuple(f"{name}{spec}" for name, spec in sorted(stack.overrides.items())),
         indexes=tuple((name, matrix.indexes[name].url) for name in [PRIMARY_INDEX, *used]),
         assigned=tuple(sorted(assigned)),
+        triton_ascend=_pin_dist(stack, "triton_ascend"),
     )
+
+
+def _pin_dist(stack: Stack, component: str) -> str:
+    pin = stack.pins().get(component)
+    return "" if pin is None else _canon(pin.package or component.replace("_", "-"))
 
 
 # --- reading sdists -------------------------------------------------------------------------------
@@ -612,7 +618,7 @@ def _check(inputs: LockInputs, packages: list[LockedPackage]) -> None:
         package = found.get(_canon(dist))
         if package is not None and package.source != index:
             problems.append(f"{dist} came from {package.source or 'an unknown index'}, but the matrix assigns it to {index}")
-    if "triton-ascend" in inputs.pinned and "triton" in found:
+    if inputs.triton_ascend and "triton" in found:
         problems.append(
             f"triton=={found['triton'].version} (the CUDA build, pulled in by {', '.join(found['triton'].via)}) "
             "would overwrite triton-ascend's files: pin or constrain what pulls it in"

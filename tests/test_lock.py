@@ -1,0 +1,309 @@
+"""`ascendkit lock`: inputs and their digest, reading sdists, splitting by layer, the lock file,
+staleness; then real resolutions against PyPI (the index these machines can reach)."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from buildkit.cli import app
+from buildkit.errors import ExitCode, InputError
+from buildkit.lock import (
+    LockedPackage,
+    LockFailed,
+    LockTarget,
+    Resolution,
+    SourceMetadata,
+    _check,
+    assign_layers,
+    install_layers_order,
+    lock_inputs,
+    lock_problem,
+    lock_targets,
+    parse_uv_output,
+    read_lock,
+    read_sdist,
+    render_lock,
+    render_unresolved,
+)
+from buildkit.matrix import LoadedMatrix, load_matrix
+from tests.conftest import ROOT, TEST_MATRIX
+
+UV_OUTPUT = """\
+attrs==21.4.0 \\
+    --hash=sha256:aaa \\
+    --hash=sha256:bbb
+    # via markdown-it-py
+    # from https://pypi.org/simple
+markdown-it-py==2.0.0 \\
+    --hash=sha256:ccc
+    # via
+    #   -r 01-torch.in
+    #   rich
+    # from https://pypi.org/simple
+rich==13.0.0 \\
+    --hash=sha256:ddd
+    # via -r 02-verl.in
+    # from https://pypi.org/simple
+torch==2.7.1 \\
+    --hash=sha256:eee
+    # via
+    #   -r 01-torch.in
+    #   -c constraints.txt
+    # from https://download.pytorch.org/whl/cpu
+"""
+
+
+def test_parse_uv_output_reads_hashes_parents_and_index() -> None:
+    packages = {p.key: p for p in parse_uv_output(UV_OUTPUT)}
+    assert list(packages) == ["attrs", "markdown-it-py", "rich", "torch"]
+    assert packages["attrs"].hashes == ["sha256:aaa", "sha256:bbb"]
+    assert packages["attrs"].via == ["markdown-it-py"]
+    assert packages["markdown-it-py"].via == ["-r 01-torch.in", "rich"]
+    assert packages["torch"].source == "https://download.pytorch.org/whl/cpu"
+
+
+def test_each_package_goes_to_the_first_layer_that_needs_it() -> None:
+    layers = assign_layers(parse_uv_output(UV_OUTPUT), {"torch": "01-torch.in", "verl": "02-verl.in"})
+    assert [p.key for p in layers["torch"]] == ["attrs", "markdown-it-py", "torch"]
+    # rich is verl's, and markdown-it-py (which rich needs too) was already installed by the torch layer
+    assert [p.key for p in layers["verl"]] == ["rich"]
+
+
+def test_a_package_no_layer_asks_for_is_an_error() -> None:
+    packages = parse_uv_output(UV_OUTPUT)
+    with pytest.raises(LockFailed, match="no layer asks for: rich"):
+        assign_layers(packages, {"torch": "01-torch.in"})
+
+
+def _sdist(path: Path, files: dict[str, str]) -> Path:
+    top = path.name.removesuffix(".tar.gz").removesuffix(".zip")
+    if path.name.endswith(".zip"):
+        with zipfile.ZipFile(path, "w") as archive:
+            for name, text in files.items():
+                archive.writestr(f"{top}/{name}", text)
+        return path
+    with tarfile.open(path, "w:gz") as archive:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_sdist_requirements_follow_includes_and_drop_index_options(tmp_path: Path) -> None:
+    sdist = _sdist(
+        tmp_path / "vllm-9.9.9.tar.gz",
+        {
+            "requirements/common.txt": "# comment\nregex\nnumpy < 2.0.0  # inline\n\n--extra-index-url https://x\n-r extra.txt\n",
+            "requirements/extra.txt": 'llguidance >= 0.7; platform_machine == "aarch64"\n',
+            "requirements/cuda.txt": "torch==9.9\n",  # another device's file: not read
+            "pyproject.toml": '[build-system]\nrequires = ["setuptools>=77", "torch == 2.8.0"]\n',
+            "setup.py": "",
+        },
+    )
+    meta = read_sdist(sdist, "vllm", "9.9.9", "0" * 64)
+    assert meta.requires_from == "requirements/common.txt"
+    assert meta.requires == ("regex", "numpy < 2.0.0", 'llguidance >= 0.7; platform_machine == "aarch64"')
+    assert meta.build_requires == ("setuptools>=77", "torch == 2.8.0")
+
+
+def test_sdist_without_requirement_files_uses_pkg_info_and_setuptools(tmp_path: Path) -> None:
+    sdist = _sdist(tmp_path / "pkg-1.0.zip", {"PKG-INFO": "Metadata-Version: 2.1\nName: pkg\nRequires-Dist: six>=1\n", "setup.py": ""})
+    meta = read_sdist(sdist, "pkg", "1.0", "0" * 64)
+    assert (meta.requires_from, meta.requires) == ("PKG-INFO", ("six>=1",))
+    assert meta.build_requires == ("setuptools>=40.8.0", "wheel")
+
+
+def test_a_bad_requirement_line_names_the_sdist_file_and_line(tmp_path: Path) -> None:
+    sdist = _sdist(tmp_path / "pkg-1.0.tar.gz", {"requirements.txt": "six\nnot a ( requirement\n"})
+    with pytest.raises(InputError, match=r"pkg-1.0.tar.gz: requirements.txt line 2: not a requirement"):
+        read_sdist(sdist, "pkg", "1.0", "0" * 64)
+
+
+@pytest.fixture
+def test_loaded() -> LoadedMatrix:
+    return load_matrix(TEST_MATRIX)
+
+
+def _copy_matrix(tmp_path: Path, replace: tuple[str, str] | None = None) -> Path:
+    """The test matrix with its locks in a scratch directory, optionally with one edit."""
+    path = tmp_path / "test_matrix.yaml"
+    text = TEST_MATRIX.read_text()
+    if replace:
+        assert replace[0] in text
+        text = text.replace(*replace)
+    path.write_text(text)
+    shutil.copytree(TEST_MATRIX.parent / "locks", tmp_path / "locks")
+    return path
+
+
+def test_inputs_follow_the_image_layers(test_loaded: LoadedMatrix) -> None:
+    inputs = lock_inputs(test_loaded, LockTarget("teststack", "x86_64"))
+    assert [layer for layer, _ in inputs.layers] == ["torch", "triton-ascend", "vllm", "vllm-ascend", "transformers", "verl"]
+    assert dict(inputs.layers)["torch"] == ("tomli==2.0.0", "h11==0.15.0", "markdown-it-py==2.0.0")
+    assert inputs.source_builds == (("markupsafe", "2.0.1"), ("iniconfig", "2.0.0"))
+    assert ("tomli", "pypi-again") in inputs.assigned  # torch's stand-in: its own index on x86_64
+    assert inputs.indexes == (("pypi", "https://pypi.org/simple"), ("pypi-again", "https://pypi.org/simple"))
+    assert inputs.platform == "x86_64-manylinux_2_35"
+    order = [layer for layer, _ in install_layers_order(inputs, with_build=True)]
+    assert order.index("build") == order.index("vllm") - 1  # right before the first source build
+
+
+def test_digest_changes_with_what_the_lock_depends_on_only(tmp_path: Path, test_loaded: LoadedMatrix) -> None:
+    target = LockTarget("teststack", "x86_64")
+    digest = lock_inputs(test_loaded, target).digest()
+    assert digest == lock_inputs(load_matrix(TEST_MATRIX), target).digest()
+    cases = {
+        "pin": ('version: "3.7"', 'version: "3.6"'),
+        "constraint": ('numpy: "<2.0.0"', 'numpy: "<1.27"'),
+        "override": ('      numpy: "<2.0.0"\n', '      numpy: "<2.0.0"\n    overrides:\n      six: "==1.16.0"\n'),
+        "index": ("url: https://pypi.org/simple\n    arg: PYTORCH", "url: https://mirror.example/simple\n    arg: PYTORCH"),
+    }
+    for name, edit in cases.items():
+        changed = tmp_path / name
+        changed.mkdir()
+        assert lock_inputs(load_matrix(_copy_matrix(changed, edit)), target).digest() != digest, name
+    unrelated = tmp_path / "unrelated"
+    unrelated.mkdir()
+    edited = load_matrix(_copy_matrix(unrelated, ("CI test stack on the stand-in base", "renamed")))
+    assert lock_inputs(edited, target).digest() == digest
+
+
+def _resolution() -> Resolution:
+    torch = LockedPackage("torch", "2.7.1", ["sha256:eee"], ["pins of layer torch"], "pypi")
+    verl = LockedPackage("verl", "0.6.1", ["sha256:fff", "sha256:ggg"], ["pins of layer verl"], "pypi")
+    source = SourceMetadata("vllm", "0.11.0", "vllm-0.11.0.tar.gz", "1" * 64, "requirements/common.txt", (), ("setuptools",))
+    return Resolution({"torch": [torch], "verl": [verl]}, (source,), "uv 0.13.9")
+
+
+def test_lock_file_round_trips_and_is_a_pip_requirements_file(test_loaded: LoadedMatrix, tmp_path: Path) -> None:
+    inputs = lock_inputs(test_loaded, LockTarget("teststack", "aarch64"))
+    text = render_lock(inputs, _resolution())
+    assert "# status: resolved\n" in text and f"# inputs-sha256: {inputs.digest()}\n" in text
+    assert "# layer: torch\ntorch==2.7.1 \\\n    --hash=sha256:eee\n    # index: pypi\n" in text
+    path = tmp_path / "x.txt"
+    path.write_text(text)
+    lock = read_lock(path)
+    assert lock.resolved and lock.source_builds == {"vllm"}
+    assert [(layer, p.key, p.version, p.hashes, p.source) for layer, p in lock.packages] == [
+        ("torch", "torch", "2.7.1", ["sha256:eee"], "pypi"),
+        ("verl", "verl", "0.6.1", ["sha256:fff", "sha256:ggg"], "pypi"),
+    ]
+    # what pip reads: every requirement line carries its hashes (comments are ignored by pip)
+    requirements = [line for line in text.splitlines() if line and not line.lstrip().startswith("#")]
+    assert requirements[0] == "torch==2.7.1 \\" and requirements[1] == "    --hash=sha256:eee"
+
+
+def test_unresolved_lock_says_why(test_loaded: LoadedMatrix, tmp_path: Path) -> None:
+    inputs = lock_inputs(test_loaded, LockTarget("teststack", "x86_64"))
+    path = tmp_path / "x.txt"
+    path.write_text(render_unresolved(inputs, "index pypi-again (https://pypi.org/simple) could not be reached"))
+    lock = read_lock(path)
+    assert not lock.resolved and lock.packages == []
+    assert lock.header["reason"].startswith("index pypi-again")
+
+
+def test_lock_problems_missing_stale_and_garbage(tmp_path: Path) -> None:
+    matrix = _copy_matrix(tmp_path)
+    loaded = load_matrix(matrix)
+    inputs = lock_inputs(loaded, LockTarget("teststack", "x86_64"))
+    assert lock_problem(loaded.root, inputs) is None  # the committed locks are current
+    (tmp_path / "s").mkdir()
+    stale_loaded = load_matrix(_copy_matrix(tmp_path / "s", ('version: "3.7"', 'version: "3.6"')))
+    stale = lock_problem(stale_loaded.root, lock_inputs(stale_loaded, LockTarget("teststack", "x86_64")))
+    assert stale == (
+        "locks/teststack-x86_64.txt is stale: the matrix changed since it was made; run `ascendkit lock --stack teststack --arch x86_64`"
+    )
+    (tmp_path / "locks" / "teststack-x86_64.txt").write_text("torch==1\n")
+    assert "teststack-x86_64.txt:1: not a locked requirement: 'torch==1'" in (lock_problem(loaded.root, inputs) or "")
+    (tmp_path / "locks" / "teststack-x86_64.txt").unlink()
+    assert lock_problem(loaded.root, inputs) == (
+        "locks/teststack-x86_64.txt is missing: run `ascendkit lock --stack teststack --arch x86_64`"
+    )
+
+
+def test_resolution_rules(test_loaded: LoadedMatrix) -> None:
+    inputs = lock_inputs(test_loaded, LockTarget("teststack", "x86_64"))
+    pins = [LockedPackage(name, version, ["sha256:x"], [], "pypi") for name, version in inputs.pinned.items()]
+    for p in pins:
+        if p.key == "tomli":
+            p.source = "pypi-again"
+    _check(inputs, pins)  # as the matrix says: fine
+    moved = [LockedPackage(p.name, "0.0.1" if p.key == "six" else p.version, p.hashes, [], p.source) for p in pins]
+    with pytest.raises(LockFailed, match=r"six==1\.16\.0 resolved as 0\.0\.1"):
+        _check(inputs, moved)
+    wrong_index = [LockedPackage(p.name, p.version, p.hashes, [], "pypi") for p in pins]
+    with pytest.raises(LockFailed, match="tomli came from pypi, but the matrix assigns it to pypi-again"):
+        _check(inputs, wrong_index)
+    cuda = [*pins, LockedPackage("triton", "3.3.1", ["sha256:y"], ["h11"], "pypi")]
+    _check(replace(inputs, triton_ascend=""), cuda)  # a stack without triton-ascend may have the CUDA triton
+    with pytest.raises(LockFailed, match=r"triton==3.3.1 \(the CUDA build, pulled in by h11\) would overwrite triton-ascend"):
+        _check(inputs, cuda)
+
+
+def test_every_stack_and_arch_has_a_target(test_loaded: LoadedMatrix) -> None:
+    assert [t.name for t in lock_targets(test_loaded)] == ["teststack-x86_64", "teststack-aarch64"]
+    with pytest.raises(InputError, match="unknown --stack 'nope'"):
+        lock_targets(test_loaded, "nope")
+
+
+def test_unreachable_index_writes_an_unresolved_lock_and_exits_8(tmp_path: Path, runner: CliRunner) -> None:
+    matrix = _copy_matrix(tmp_path)
+    result = runner.invoke(
+        app, ["lock", "--matrix", str(matrix), "--arch", "x86_64", "--pip-index-url", "http://127.0.0.1:9/simple", "--json"]
+    )
+    assert result.exit_code == ExitCode.UNVERIFIED, result.output
+    report = json.loads(result.stdout)["locks"]
+    assert [(r["lock"], r["status"], r["changed"]) for r in report] == [("locks/teststack-x86_64.txt", "unresolved", True)]
+    lock = read_lock(tmp_path / "locks" / "teststack-x86_64.txt")
+    assert not lock.resolved and "index pypi (http://127.0.0.1:9/simple) could not be reached" in lock.header["reason"]
+    # still current: an unresolved lock is checked for staleness like any other
+    assert lock_problem(tmp_path, lock_inputs(load_matrix(matrix), LockTarget("teststack", "x86_64"))) is None
+
+
+# --- against PyPI ---------------------------------------------------------------------------------
+
+
+def test_relocking_reproduces_the_committed_test_locks(tmp_path: Path, runner: CliRunner) -> None:
+    matrix = _copy_matrix(tmp_path)
+    result = runner.invoke(app, ["lock", "--matrix", str(matrix), "--json"])
+    assert result.exit_code == 0, result.output
+    assert [r["status"] for r in json.loads(result.stdout)["locks"]] == ["resolved", "resolved"]
+    for name in ("teststack-x86_64.txt", "teststack-aarch64.txt"):
+        assert (tmp_path / "locks" / name).read_text() == (TEST_MATRIX.parent / "locks" / name).read_text(), name
+
+
+def test_relocking_reproduces_a_committed_production_lock(tmp_path: Path, runner: CliRunner) -> None:
+    """vllm and vllm-ascend metadata from their sdists, the override, the build layer: the committed
+    cann8.3 aarch64 lock is what `ascendkit lock` makes today from the matrix."""
+    shutil.copy2(ROOT / "compat_matrix.yaml", tmp_path / "compat_matrix.yaml")
+    shutil.copytree(ROOT / "locks", tmp_path / "locks")
+    result = runner.invoke(app, ["lock", "--matrix", str(tmp_path / "compat_matrix.yaml"), "--stack", "cann8.3", "--arch", "aarch64"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "locks" / "cann8.3-aarch64.txt").read_text() == (ROOT / "locks" / "cann8.3-aarch64.txt").read_text()
+    lock = read_lock(ROOT / "locks" / "cann8.3-aarch64.txt")
+    layers = {p.key: layer for layer, p in lock.packages}
+    assert layers["torch-npu"] == "torch" and layers["setuptools-scm"] == "build" and layers["verl"] == "verl"
+    assert "triton" not in layers  # no CUDA triton next to triton-ascend
+    vllm = next(p for _, p in lock.packages if p.key == "vllm")
+    assert vllm.hashes == ["sha256:f435a64c24e9c4178d657a76f8edd8548ddc444012f7d06a9f79ac3a6392bfae"]  # the sdist's only
+
+
+def test_conflicting_pins_fail_and_leave_the_lock_alone(tmp_path: Path, runner: CliRunner) -> None:
+    matrix = _copy_matrix(tmp_path, ('      numpy: "<2.0.0"\n', '      numpy: "<2.0.0"\n      six: "<1.16"\n'))
+    before = (tmp_path / "locks" / "teststack-aarch64.txt").read_text()
+    result = runner.invoke(app, ["lock", "--matrix", str(matrix), "--arch", "aarch64"])
+    assert result.exit_code == ExitCode.CHECK_FAILED
+    assert "teststack-aarch64: the pins do not resolve together for aarch64-manylinux_2_35, Python 3.11" in result.stdout
+    assert "six" in result.stdout
+    assert (tmp_path / "locks" / "teststack-aarch64.txt").read_text() == before
