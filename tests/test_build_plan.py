@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from buildkit.cli import app
 from buildkit.errors import ExitCode, InputError
 from buildkit.matrix import LoadedMatrix, load_matrix
 from buildkit.settings import Mirrors
-from tests.conftest import MATRIX, ROOT
+from tests.conftest import MATRIX, ROOT, write_unresolved_locks
 
 TEST_MATRIX = ROOT / "tests/fixtures/test_matrix.yaml"
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
@@ -135,3 +136,41 @@ def test_credentials_in_extra_index_urls(loaded: LoadedMatrix) -> None:
     plan = plan_build(loaded, "a3", mirrors=Mirrors({"pip_extra_index_url": extra}), use_default_ca=False)
     assert dict(plan.buildargs)["PIP_EXTRA_INDEX_URL"] == "https://a.example.com/simple https://b.example.com/simple"
     assert plan.secrets.env == (("PIP_EXTRA_INDEX_URL", extra),)
+
+
+def test_plan_carries_both_locks_and_checks_every_locked_package() -> None:
+    plan = plan_build(load_matrix(TEST_MATRIX), "a3", arch="x86_64", use_default_ca=False)
+    assert [relative for relative, _ in plan.lock_files] == ["locks/teststack-x86_64.txt", "locks/teststack-aarch64.txt"]
+    assert plan.lock_status == "resolved" and plan.warnings == ()
+    assert plan.expected.lock == "locks/teststack-x86_64.txt"
+    assert ("wheel", "0.48.0") in plan.expected.locked  # the build layer's packages are verified too
+    assert plan.describe()["lock"] == "locks/teststack-x86_64.txt"
+
+
+def test_a_stale_lock_refuses_the_build(tmp_path: Path) -> None:
+    matrix = tmp_path / "test_matrix.yaml"
+    matrix.write_text(TEST_MATRIX.read_text().replace('version: "3.7"', 'version: "3.6"'))
+    shutil.copytree(TEST_MATRIX.parent / "locks", tmp_path / "locks")
+    with pytest.raises(InputError, match=r"locks/teststack-x86_64.txt is stale: .*\(the image carries it; nothing was built\)"):
+        plan_build(load_matrix(matrix), "a3", arch="x86_64", use_default_ca=False)
+
+
+def test_an_unresolved_lock_builds_with_a_warning(tmp_path: Path) -> None:
+    matrix = tmp_path / "test_matrix.yaml"
+    shutil.copy2(TEST_MATRIX, matrix)
+    write_unresolved_locks(matrix, "index pypi-again could not be reached")
+    plan = plan_build(load_matrix(matrix), "a3", arch="x86_64", use_default_ca=False)
+    assert plan.lock_status == "unresolved" and plan.expected.lock == ""
+    assert plan.warnings == (
+        "locks/teststack-x86_64.txt is unresolved (index pypi-again could not be reached): this image installs its pins "
+        "without hash checks; run `ascendkit lock` where the index answers to enforce them",
+    )
+    with pytest.raises(InputError, match="an offline build needs a resolved lock"):
+        plan_build(load_matrix(matrix), "a3", arch="x86_64", use_default_ca=False, wheelhouse=tmp_path)
+
+
+def test_offline_needs_both_flags(runner: CliRunner, tmp_path: Path) -> None:
+    for argv in (["--offline"], ["--wheelhouse", str(tmp_path)]):
+        result = runner.invoke(app, ["build", "--hw", "a3", "--dry-run", *argv, "--matrix", str(TEST_MATRIX)])
+        assert result.exit_code == ExitCode.INVALID_INPUT
+        assert "--offline and --wheelhouse DIR go together" in result.stderr

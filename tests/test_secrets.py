@@ -52,3 +52,23 @@ def test_server_serves_only_under_its_token_and_stops() -> None:
             urllib.request.urlopen(f"{server.url}/other")
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(f"{server.url}/ca.pem", timeout=2)
+
+
+def test_offline_build_serves_the_wheelhouse_as_pips_only_source(tmp_path: Path) -> None:
+    (tmp_path / "six-1.16.0-py2.py3-none-any.whl").write_bytes(b"wheel bytes")
+    (tmp_path / "MarkupSafe-2.0.1.tar.gz").write_bytes(b"sdist bytes")
+    with SecretServer(BuildSecrets(wheelhouse=tmp_path)) as server:
+        env = urllib.request.urlopen(f"{server.url}/env").read().decode()
+        assert "export PIP_NO_INDEX=1\n" in env
+        assert f"export PIP_FIND_LINKS={server.url}/wheels/\n" in env
+        # anything pip tries besides the wheelhouse goes to a proxy that is not there
+        assert "export https_proxy=http://127.0.0.1:9\n" in env and "export no_proxy=127.0.0.1,localhost\n" in env
+        listing = urllib.request.urlopen(f"{server.url}/wheels/").read().decode()
+        assert '<a href="MarkupSafe-2.0.1.tar.gz">' in listing and '<a href="six-1.16.0-py2.py3-none-any.whl">' in listing
+        assert urllib.request.urlopen(f"{server.url}/wheels/six-1.16.0-py2.py3-none-any.whl").read() == b"wheel bytes"
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"{server.url}/wheels/../ca.pem.whl")
+    with SecretServer(BuildSecrets(PEM)) as server:  # an online build has no wheelhouse to list
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"{server.url}/wheels/")
+        assert b"PIP_NO_INDEX" not in urllib.request.urlopen(f"{server.url}/env").read()
