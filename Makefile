@@ -79,6 +79,7 @@ endif
 bench: $(STAMP) ## CLI timings; with `make services` running, build timings, size and wasted bytes too
 	$(BIN)/python benchmarks/bench_cli.py
 	$(BIN)/python benchmarks/bench_verify.py
+	$(BIN)/python benchmarks/bench_lock.py
 	@if [ -f $(SERVICES_ENV) ]; then set -a; . $(SERVICES_ENV); set +a; $(BIN)/python benchmarks/bench_build.py; \
 	  else echo "bench_build: skipped (run \`make services\` first for build benchmarks)"; fi
 
