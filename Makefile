@@ -16,7 +16,7 @@ export ASCENDKIT_SERVICES_DIR := $(SERVICES_DIR)
 .DEFAULT_GOAL := help
 SMOKE_OUT ?= smoke-out/$(HW)
 SMOKE_ARGS = --hw $(HW) --out $(SMOKE_OUT)$(if $(MODEL), --model-path $(MODEL))$(if $(STEPS), --steps $(STEPS))$(if $(BASELINE), --baseline $(BASELINE))$(if $(DEVICES), --devices $(DEVICES))
-.PHONY: help install render check build lint unit services services-stop test smoke bench clean
+.PHONY: help install render check lock build lint unit services services-stop test smoke bench clean
 
 help: ## List every target with one line each
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)

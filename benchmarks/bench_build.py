@@ -18,6 +18,7 @@ import io
 import json
 import os
 import posixpath  # paths inside layer tarballs, not on this machine
+import shutil
 import statistics
 import tarfile
 import tempfile
@@ -29,16 +30,30 @@ import docker
 
 from buildkit.build import BuildPlan, plan_build, run_build
 from buildkit.engine import connect
-from buildkit.matrix import parse_matrix
+from buildkit.lock import index_urls_for, lock_all, lock_targets
+from buildkit.matrix import load_matrix
+from buildkit.secrets import default_ca_bundle
+from buildkit.settings import Mirrors
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"
 CACHE_DIRS = ("root/.cache/", "var/cache/apt/", "var/lib/apt/lists/", "tmp/", "var/tmp/")
 
 
-def plan(text: str, manifest_dir: Path, standin: str) -> BuildPlan:
-    loaded = parse_matrix(text, TEST_MATRIX)
-    return plan_build(loaded, "a3", arch="x86_64", base_image=standin, repository="bench/verl", manifest_dir=manifest_dir)
+def plan(matrix: Path, manifest_dir: Path, standin: str) -> BuildPlan:
+    return plan_build(load_matrix(matrix), "a3", arch="x86_64", base_image=standin, repository="bench/verl", manifest_dir=manifest_dir)
+
+
+def bumped_matrix(directory: Path) -> Path:
+    """The test matrix with verl's stand-in bumped, and its locks re-resolved (PyPI) as a user would."""
+    matrix = directory / "test_matrix.yaml"
+    matrix.write_text(TEST_MATRIX.read_text().replace('version: "3.7"', 'version: "3.6"'))
+    shutil.copytree(TEST_MATRIX.parent / "locks", directory / "locks")
+    loaded = load_matrix(matrix)
+    outcomes = lock_all(loaded, lock_targets(loaded), index_urls=index_urls_for(loaded, Mirrors()), ca_bundle=default_ca_bundle())
+    if any(o.status != "resolved" for o in outcomes):
+        raise SystemExit(f"re-locking the bumped test matrix failed: {[o.detail for o in outcomes]}")
+    return matrix
 
 
 def layer_ids(client: docker.APIClient, image: str) -> dict[str, int]:
@@ -50,9 +65,15 @@ def raw_build_seconds(client: docker.APIClient, p: BuildPlan, runs: int) -> floa
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as ctx:
             Path(ctx, "Dockerfile").write_text(p.dockerfile)
+            Path(ctx, "buildkit").mkdir()
+            shutil.copyfile(ROOT / "buildkit" / "doctor.py", Path(ctx, "buildkit", "doctor.py"))
+            for relative, text in p.lock_files:
+                Path(ctx, relative).parent.mkdir(parents=True, exist_ok=True)
+                Path(ctx, relative).write_text(text)
             start = time.perf_counter()
-            for _event in client.build(path=ctx, buildargs=dict(p.buildargs), decode=True, rm=True, forcerm=True):
-                pass
+            for event in client.build(path=ctx, buildargs=dict(p.buildargs), decode=True, rm=True, forcerm=True):
+                if "error" in event:
+                    raise SystemExit(f"raw docker-py build failed: {event['error']}")
             samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 
@@ -111,17 +132,16 @@ def main() -> None:
     if not standin:
         raise SystemExit("ASCENDKIT_STANDIN_IMAGE is not set: run `make services` and source its env file")
     client = connect()
-    text = TEST_MATRIX.read_text()
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as manifests:
-        base = plan(text, Path(manifests), standin)
+    with tempfile.TemporaryDirectory() as manifests, tempfile.TemporaryDirectory() as bump_dir:
+        base = plan(TEST_MATRIX, Path(manifests), standin)
         cold = run_build(client, BuildPlan(**{**base.__dict__, "no_cache": True}))
         results["cold"] = {"seconds": round(cold.duration_s, 2), "steps": cold.steps_total, "cached": cold.steps_cached}
         noop = [run_build(client, base) for _ in range(args.runs)]
         ascendkit_noop = statistics.median(r.duration_s for r in noop)
         results["noop"] = {"seconds": round(ascendkit_noop, 2), "steps": noop[0].steps_total, "cached": noop[0].steps_cached}
         before = layer_ids(client, cold.image_id)
-        bumped = plan(text.replace('version: "3.7"', 'version: "3.8"'), Path(manifests), standin)
+        bumped = plan(bumped_matrix(Path(bump_dir)), Path(manifests), standin)
         bump = run_build(client, bumped)
         after = layer_ids(client, bump.image_id)
         reused = sum(size for layer, size in after.items() if layer in before)

@@ -25,7 +25,7 @@ from docker.errors import DockerException, NotFound
 from buildkit import tags
 from buildkit.engine import connect
 from buildkit.errors import BuildFailed, InputError, Interrupted, Unavailable, VerifyFailed
-from buildkit.lock import LockFile, LockTarget, lock_inputs, lock_problem, read_lock
+from buildkit.lock import LockFile, LockTarget, lock_inputs, lock_problem, read_lock, section_texts
 from buildkit.matrix import LoadedMatrix
 from buildkit.model import DOCKER_ARCH, Arch, normalize_arch
 from buildkit.progress import BuildProgress, QuietReporter, Reporter
@@ -68,7 +68,7 @@ class BuildPlan:
     no_cache: bool = False
     manifest_dir: Path = Path("manifests")
     secrets: BuildSecrets = field(default_factory=BuildSecrets, repr=False)
-    lock_files: tuple[tuple[str, Path], ...] = ()  # (path in the build context, file) for each arch's lock
+    lock_files: tuple[tuple[str, str], ...] = ()  # (path in the build context, text): every lock section
     lock_status: str = "resolved"  # of this arch's lock: "resolved" (hashes enforced) or "unresolved"
     warnings: tuple[str, ...] = ()
 
@@ -218,16 +218,17 @@ def plan_build(
 
 def _check_locks(
     loaded: LoadedMatrix, stack_id: str, arch: str, wheelhouse: Path | None
-) -> tuple[tuple[tuple[str, Path], ...], LockFile, tuple[str, ...]]:
-    """The Dockerfile copies every arch's lock: each must be current. This arch's decides whether
-    hashes are enforced; an offline build needs it resolved and the wheelhouse complete."""
-    files = []
+) -> tuple[tuple[tuple[str, str], ...], LockFile, tuple[str, ...]]:
+    """The Dockerfile copies every arch's lock sections: each lock must be current. This arch's
+    decides whether hashes are enforced; an offline build needs it resolved and the wheelhouse
+    complete. The sections go into the context from the locks, whatever the tree holds."""
+    files: list[tuple[str, str]] = []
     for lock_arch in loaded.matrix.stacks[stack_id].arches:
         inputs = lock_inputs(loaded, LockTarget(stack_id, lock_arch))
         problem = lock_problem(loaded.root, inputs)
         if problem is not None:
             raise InputError(f"{problem} (the image carries it; nothing was built)")
-        files.append((inputs.target.path, loaded.root / inputs.target.path))
+        files += section_texts(loaded, inputs.target).items()
     this = LockTarget(stack_id, arch)  # type: ignore[arg-type]  # arch was checked against the stack
     lock = read_lock(loaded.root / this.path)
     warnings = []
@@ -290,9 +291,9 @@ def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -
         doctor = Path(context, DOCTOR_SOURCE)  # the one file the Dockerfile COPYs, at its repository path
         doctor.parent.mkdir(parents=True)
         shutil.copyfile(Path(__file__).with_name("doctor.py"), doctor)
-        for relative, source in plan.lock_files:  # the Dockerfile COPYs them from the context root
+        for relative, text in plan.lock_files:  # each pip layer COPYs its own from the context root
             (Path(context) / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, Path(context) / relative)
+            Path(context, relative).write_text(text, encoding="utf-8")
         buildargs = dict(plan.buildargs)
         network_mode = None
         if plan.secrets:

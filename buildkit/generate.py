@@ -14,7 +14,7 @@ from pathlib import Path
 
 from buildkit.errors import InputError, OutputError
 from buildkit.fsio import write_atomic
-from buildkit.lock import lock_inputs, lock_problem, lock_targets
+from buildkit.lock import lock_inputs, lock_problem, lock_targets, section_texts
 from buildkit.matrix import LoadedMatrix
 from buildkit.model import Matrix
 from buildkit.render import LOCKS_DIR, TEMPLATES_DIR, RenderTarget, all_targets, render_dockerfile
@@ -61,8 +61,13 @@ def readme_with_tables(readme: str, matrix: Matrix, readme_path: Path) -> str:
     return head + "\n\n" + support_tables(matrix, "md") + "\n" + readme[end:]
 
 
+def lock_section_outputs(loaded: LoadedMatrix) -> list[GeneratedFile]:
+    """The per-layer files of every lock on disk (what each pip layer of a Dockerfile COPYs)."""
+    return [GeneratedFile(path, text) for target in lock_targets(loaded) for path, text in section_texts(loaded, target).items()]
+
+
 def expected_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[GeneratedFile]:
-    files = dockerfile_outputs(loaded, templates)
+    files = dockerfile_outputs(loaded, templates) + lock_section_outputs(loaded)
     files.append(GeneratedFile(SCHEMA_FILE, schema_text()))
     readme = loaded.root / README_FILE
     if readme.is_file():
@@ -71,12 +76,12 @@ def expected_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> l
 
 
 def stale_files(root: Path, expected: list[GeneratedFile]) -> list[str]:
-    """Generated Dockerfiles on disk that no stack produces any more."""
+    """Generated Dockerfiles and lock sections on disk that nothing produces any more."""
     wanted = {f.path for f in expected}
-    base = root / DOCKERFILES_DIR
-    if not base.is_dir():
-        return []
-    found = [p.relative_to(root).as_posix() for p in sorted(base.rglob("Dockerfile.*")) if p.is_file()]
+    found = []
+    for base, pattern in ((root / DOCKERFILES_DIR, "**/Dockerfile.*"), (root / LOCKS_DIR, "*/*.txt")):
+        if base.is_dir():
+            found += [p.relative_to(root).as_posix() for p in sorted(base.glob(pattern)) if p.is_file()]
     return [p for p in found if p not in wanted]
 
 
@@ -149,6 +154,6 @@ def write_all(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[str
         (root / stale).unlink()
         touched.append(f"{stale} (removed)")
         parent = (root / stale).parent
-        if parent != root / DOCKERFILES_DIR and not any(parent.iterdir()):
+        if parent not in (root / DOCKERFILES_DIR, root / LOCKS_DIR) and not any(parent.iterdir()):
             parent.rmdir()
     return touched

@@ -121,7 +121,7 @@ class DockerfileContext:
     tail_steps: tuple[InstallStep, ...]
     last_step: InstallStep
     entrypoint_lines: tuple[str, ...]
-    lock_files: tuple[str, ...]
+    lock_sections: dict[str, str]  # layer -> its section files (every arch), as COPY sources
     doctor_wrapper: tuple[str, ...]
     image_info: str
     labels: tuple[tuple[str, str], ...] = field(default=())
@@ -193,15 +193,16 @@ _FETCH_SECRETS = "; ".join(
 
 
 # ascendkit_install LAYER PIN...: what each pip layer runs. With this arch's lock resolved, it
-# installs the LAYER section of the lock with every hash enforced and no build isolation (the
-# build requirements are locked too); the locked versions join the constraints file. A lock marked
-# unresolved (its index was unreachable when it was made) falls back to the version pins, loudly.
+# installs the layer's section of the lock (COPYed right before the step) with every hash enforced
+# and no build isolation (the build requirements are locked too); the locked versions join the
+# constraints file. A lock marked unresolved (its index was unreachable when it was made) falls
+# back to the version pins, loudly.
 _INSTALL_FUNCTION = (
     "ascendkit_install() {",
-    '  local layer="$1" flags=() section=/tmp/ascendkit-layer.txt; shift',
+    '  local layer="$1" flags=() section; shift',
+    f'  section="{IMAGE_LOCKS_DIR}/${{layer}}-$(uname -m).txt"',
     '  if [ -n "${ASCENDKIT_NO_BINARY:-}" ]; then flags+=(--no-binary "${ASCENDKIT_NO_BINARY}"); fi',
-    '  if grep -qx "# status: resolved" "${ascendkit_lock}"; then',
-    '    awk -v want="# layer: ${layer}" \'/^# layer: /{on = ($0 == want); next} on\' "${ascendkit_lock}" > "${section}"',
+    '  if grep -qx "# status: resolved" "${section}"; then',
     '    if grep -q "^[A-Za-z0-9]" "${section}"; then',
     "      ${ASCENDKIT_LAUNCHER:-} python3 -m pip install --no-cache-dir --require-hashes --no-build-isolation \\",
     '        "${flags[@]}" -r "${section}"',
@@ -209,9 +210,8 @@ _INSTALL_FUNCTION = (
     "    else",
     '      echo "ascendkit: lock layer ${layer}: nothing new, earlier layers installed all of it"',
     "    fi",
-    '    rm -f "${section}"',
     '  elif [ "$#" -gt 0 ]; then',
-    '    echo "ascendkit: WARNING: ${ascendkit_lock} is unresolved; installing $* by version pins, hashes NOT enforced" >&2',
+    '    echo "ascendkit: WARNING: the $(uname -m) lock is unresolved; installing $* by version pins, hashes NOT enforced" >&2',
     f'    ${{ASCENDKIT_LAUNCHER:-}} python3 -m pip install --no-cache-dir -c {CONSTRAINTS_FILE} "${{flags[@]}}" "$@"',
     "  fi",
     "}",
@@ -244,7 +244,6 @@ def build_env_script(matrix: Matrix, stack_id: str, stack: Stack) -> tuple[str, 
     lines += [
         f'  *) echo "ascendkit: this image supports {", ".join(stack.arches)}, not $(uname -m)" >&2; exit 1 ;;',
         "esac",
-        f'ascendkit_lock="{IMAGE_LOCKS_DIR}/{stack_id}-$(uname -m).txt"',
         *_INSTALL_FUNCTION,
         'if [ "${ascendkit_xtrace}" = 1 ]; then set -x; fi',
     ]
@@ -337,8 +336,22 @@ def install_layers(stack: Stack) -> list[tuple[str, tuple[Pin, ...]]]:
 
 
 def lock_path(stack_id: str, arch: str) -> str:
-    """A lock's path relative to the matrix's directory (and inside the build context)."""
+    """A lock's path relative to the matrix's directory."""
     return f"{LOCKS_DIR}/{stack_id}-{arch}.txt"
+
+
+def section_path(stack_id: str, layer: str, arch: str) -> str:
+    """One layer's part of a lock, relative to the matrix's directory (and the build context).
+
+    Each pip layer COPYs only its own section right before it runs, so a lock change rebuilds the
+    layers whose packages changed and those after them, nothing earlier (bumping verl: one layer)."""
+    return f"{LOCKS_DIR}/{stack_id}/{layer}-{arch}.txt"
+
+
+def lock_layers(stack: Stack) -> list[str]:
+    """The layer of every pip step of the image, in build order (each has a lock section)."""
+    steps, tail = _steps(stack)
+    return [s.layer for s in steps] + ([GIT_LAYER] if stack.git_pins() else []) + [s.layer for s in tail] + ["verl"]
 
 
 def cann_env(stack: Stack) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
@@ -512,7 +525,7 @@ def build_context(loaded: LoadedMatrix, target: RenderTarget) -> DockerfileConte
         constraints=constraints,
         arch_constraints=arch_constraints,
         build_env_lines=build_env_script(matrix, target.stack_id, stack),
-        lock_files=tuple(lock_path(target.stack_id, arch) for arch in stack.arches),
+        lock_sections={layer: " ".join(section_path(target.stack_id, layer, a) for a in stack.arches) for layer in lock_layers(stack)},
         env_roots=env_roots,
         env=env,
         steps=steps,

@@ -94,7 +94,7 @@ def test_every_outcome_against_a_fake_index(index_url: str) -> None:
     assert by[("x86_64", "transformers")].status == "missing"  # requires-python excludes 3.11
     assert by[("x86_64", "verl")].detail == f"no project idna on {index_url}"
     assert by[("x86_64", "triton_ascend")].status == "found"  # 0.2.13 fine; the yanked 0.2.14 is not offered
-    assert summarize(checks) == {"found": 9, "missing": 7, "unverified": 0}
+    assert summarize(checks) == {"found": 9, "missing": 7, "unverified": 0, "conflict": 0}
 
 
 def test_unreachable_index_is_unverified_not_missing(index_url: str) -> None:

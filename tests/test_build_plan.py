@@ -140,7 +140,12 @@ def test_credentials_in_extra_index_urls(loaded: LoadedMatrix) -> None:
 
 def test_plan_carries_both_locks_and_checks_every_locked_package() -> None:
     plan = plan_build(load_matrix(TEST_MATRIX), "a3", arch="x86_64", use_default_ca=False)
-    assert [relative for relative, _ in plan.lock_files] == ["locks/teststack-x86_64.txt", "locks/teststack-aarch64.txt"]
+    layers = ["torch", "triton-ascend", "build", "vllm", "vllm-ascend", "transformers", "verl"]
+    assert [relative for relative, _ in plan.lock_files] == [
+        f"locks/teststack/{layer}-{arch}.txt" for arch in ("x86_64", "aarch64") for layer in layers
+    ]
+    sections = dict(plan.lock_files)
+    assert sections["locks/teststack/verl-x86_64.txt"].splitlines()[1:3] == ["# status: resolved", "idna==3.7 \\"]
     assert plan.lock_status == "resolved" and plan.warnings == ()
     assert plan.expected.lock == "locks/teststack-x86_64.txt"
     assert ("wheel", "0.48.0") in plan.expected.locked  # the build layer's packages are verified too

@@ -33,6 +33,7 @@ from buildkit.lock import (
     read_sdist,
     render_lock,
     render_unresolved,
+    section_texts,
 )
 from buildkit.matrix import LoadedMatrix, load_matrix
 from tests.conftest import ROOT, TEST_MATRIX
@@ -279,8 +280,10 @@ def test_relocking_reproduces_the_committed_test_locks(tmp_path: Path, runner: C
     result = runner.invoke(app, ["lock", "--matrix", str(matrix), "--json"])
     assert result.exit_code == 0, result.output
     assert [r["status"] for r in json.loads(result.stdout)["locks"]] == ["resolved", "resolved"]
-    for name in ("teststack-x86_64.txt", "teststack-aarch64.txt"):
-        assert (tmp_path / "locks" / name).read_text() == (TEST_MATRIX.parent / "locks" / name).read_text(), name
+    committed = sorted(p.relative_to(TEST_MATRIX.parent).as_posix() for p in (TEST_MATRIX.parent / "locks").rglob("*.txt"))
+    assert len(committed) == 2 + 2 * 7  # the two locks and their per-layer sections
+    for name in committed:
+        assert (tmp_path / name).read_text() == (TEST_MATRIX.parent / name).read_text(), name
 
 
 def test_relocking_reproduces_a_committed_production_lock(tmp_path: Path, runner: CliRunner) -> None:
@@ -307,3 +310,19 @@ def test_conflicting_pins_fail_and_leave_the_lock_alone(tmp_path: Path, runner: 
     assert "teststack-aarch64: the pins do not resolve together for aarch64-manylinux_2_35, Python 3.11" in result.stdout
     assert "six" in result.stdout
     assert (tmp_path / "locks" / "teststack-aarch64.txt").read_text() == before
+
+
+def test_bumping_verl_changes_only_the_verl_section(tmp_path: Path, runner: CliRunner) -> None:
+    """Each pip layer COPYs only its own section, so this is what keeps a verl bump a one-layer rebuild."""
+    matrix = _copy_matrix(tmp_path, ('version: "3.7"', 'version: "3.6"'))  # verl's stand-in
+    loaded = load_matrix(matrix)
+    before = {path: text for t in lock_targets(loaded) for path, text in section_texts(load_matrix(TEST_MATRIX), t).items()}
+    result = runner.invoke(app, ["lock", "--matrix", str(matrix)])
+    assert result.exit_code == 0, result.output
+    after = {path: text for t in lock_targets(loaded) for path, text in section_texts(loaded, t).items()}
+    assert sorted(path for path in after if after[path] != before[path]) == [
+        "locks/teststack/verl-aarch64.txt",
+        "locks/teststack/verl-x86_64.txt",
+    ]
+    assert "idna==3.6 \\" in after["locks/teststack/verl-x86_64.txt"]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "locks" / "teststack").iterdir()) == sorted(after)

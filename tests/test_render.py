@@ -151,8 +151,13 @@ def test_vllm_and_vllm_ascend_built_from_source(loaded: LoadedMatrix) -> None:
 
 def test_pip_layers_install_their_lock_section_with_hashes(loaded: LoadedMatrix) -> None:
     text = render(loaded, "a3")
-    assert "COPY locks/cann8.3-aarch64.txt locks/cann8.3-x86_64.txt /etc/ascendkit/locks/\n" in text
-    assert """'ascendkit_lock="/etc/ascendkit/locks/cann8.3-$(uname -m).txt"'""" in text
+    # each pip layer COPYs its own section of both arches' locks right before it runs
+    for layer in ("torch", "triton-ascend", "build", "vllm", "vllm-ascend", "git", "transformers", "verl"):
+        copy = f"COPY locks/cann8.3/{layer}-aarch64.txt locks/cann8.3/{layer}-x86_64.txt /etc/ascendkit/locks/\n"
+        assert text.count(copy) == 1, layer
+    verl_copy = text.index("COPY locks/cann8.3/verl-aarch64.txt")
+    assert text.index("# 11. verl") < verl_copy < text.index("ascendkit_install verl verl==0.6.1")
+    assert """'  section="/etc/ascendkit/locks/${layer}-$(uname -m).txt"'""" in text
     assert "python3 -m pip install --no-cache-dir --require-hashes --no-build-isolation" in text
     # a lock left unresolved (index unreachable) falls back to the pins, and says so
     assert "hashes NOT enforced" in text
