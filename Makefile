@@ -34,8 +34,11 @@ render: $(STAMP) ## Validate the matrix and write every generated file (Dockerfi
 	$(BIN)/ascendkit render --all
 	@echo "Dockerfile for HW=$(HW)$(if $(STACK), STACK=$(STACK)): $(BIN)/ascendkit render --hw $(HW)$(if $(STACK), --stack $(STACK))"
 
-check: $(STAMP) ## Fail if a generated file differs from what the matrix and templates produce
+check: $(STAMP) ## Fail if a generated file or a lock differs from what the matrix and templates produce
 	$(BIN)/ascendkit render --check
+
+lock: $(STAMP) ## Re-lock every stack and arch (locks/); exit 8 when an index is unreachable and a lock stays unresolved
+	$(BIN)/ascendkit lock --all
 
 build: $(STAMP) ## Build, verify and tag the image for HW (and STACK, ARCH) on the official CANN base
 	$(BIN)/ascendkit matrix validate
