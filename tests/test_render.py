@@ -268,3 +268,17 @@ def test_hadolint_config_explains_every_ignore() -> None:
     assert ignores
     first = ignores[0]
     assert any(line.lstrip().startswith("#") for line in lines[:first]), "ignored rules need a comment saying why"
+
+
+def test_dockerignore_sends_every_file_the_committed_dockerfiles_copy() -> None:
+    """`docker build -f Dockerfile.a3 .` from the repository root must find every COPY source."""
+    from docker.utils.build import exclude_paths
+
+    patterns = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if line and not line.startswith("#")]
+    included = set(exclude_paths(str(ROOT), patterns))  # what the build context holds, as docker-py computes it
+    for dockerfile in [ROOT / "Dockerfile.a2", ROOT / "Dockerfile.a3", *sorted((ROOT / "dockerfiles").rglob("Dockerfile.*"))]:
+        for instruction in instructions(dockerfile.read_text()):
+            if instruction.startswith("COPY "):
+                for source in instruction.split()[1:-1]:
+                    assert source in included, f"{dockerfile.name}: {source} is excluded by .dockerignore"
+    assert "compat_matrix.yaml" not in included and "tests/test_render.py" not in included
