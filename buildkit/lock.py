@@ -860,9 +860,13 @@ def lock_one(
             text, status, count = render_lock(inputs, resolution), "resolved", sum(len(p) for p in resolution.layers.values())
             detail = f"{count} packages"
     except IndexUnreachable as exc:
-        text, status, detail, count = render_unresolved(inputs, f"an index could not be reached: {exc}"), "unresolved", str(exc), 0
+        reason = f"an index could not be reached: {exc}"
+        text, status, detail, count = render_unresolved(inputs, reason), "unresolved", reason, 0
     except (LockFailed, InputError) as exc:
         return LockOutcome(target, "failed", str(exc), seconds=time.monotonic() - started)
+    if status == "unresolved" and old is not None and lock_problem(loaded.root, inputs) is None and "\n# status: resolved\n" in old:
+        # an index that is down today does not undo a resolution of these very inputs: keep it
+        text, detail = old, f"{detail}; kept the current resolved lock"
     changed = text != old
     if write:
         if changed:

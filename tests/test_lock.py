@@ -258,8 +258,21 @@ def test_every_stack_and_arch_has_a_target(test_loaded: LoadedMatrix) -> None:
         lock_targets(test_loaded, "nope")
 
 
+def test_an_index_down_today_keeps_a_current_resolved_lock(tmp_path: Path, runner: CliRunner) -> None:
+    matrix = _copy_matrix(tmp_path)
+    before = (tmp_path / "locks" / "teststack-x86_64.txt").read_text()
+    argv = ["lock", "--matrix", str(matrix), "--arch", "x86_64", "--pip-index-url", "http://127.0.0.1:9/simple", "--json"]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == ExitCode.UNVERIFIED, result.output
+    [report] = json.loads(result.stdout)["locks"]
+    assert report["status"] == "unresolved" and report["changed"] is False
+    assert report["detail"].endswith("; kept the current resolved lock")
+    assert (tmp_path / "locks" / "teststack-x86_64.txt").read_text() == before
+
+
 def test_unreachable_index_writes_an_unresolved_lock_and_exits_8(tmp_path: Path, runner: CliRunner) -> None:
     matrix = _copy_matrix(tmp_path)
+    (tmp_path / "locks" / "teststack-x86_64.txt").unlink()  # nothing resolved to keep
     result = runner.invoke(
         app, ["lock", "--matrix", str(matrix), "--arch", "x86_64", "--pip-index-url", "http://127.0.0.1:9/simple", "--json"]
     )
