@@ -339,3 +339,20 @@ def test_bumping_verl_changes_only_the_verl_section(tmp_path: Path, runner: CliR
     ]
     assert "idna==3.6 \\" in after["locks/teststack/verl-x86_64.txt"]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "locks" / "teststack").iterdir()) == sorted(after)
+
+
+def test_matrix_verify_resolves_each_stack_as_a_whole(tmp_path: Path, runner: CliRunner) -> None:
+    ok = runner.invoke(app, ["matrix", "verify", "--matrix", str(TEST_MATRIX), "--arch", "aarch64", "--json"])
+    assert ok.exit_code == 0, ok.output
+    [together] = [r for r in json.loads(ok.stdout)["results"] if r["component"] == "co-resolution"]
+    assert together["status"] == "found"
+    assert together["detail"] == "locks/teststack-aarch64.txt is current: 21 packages resolved from these pins"
+
+    # every pin exists, but they cannot be installed together: a conflict, exit 1, the old lock untouched
+    matrix = _copy_matrix(tmp_path, ('      numpy: "<2.0.0"\n', '      numpy: "<2.0.0"\n      six: "<1.16"\n'))
+    bad = runner.invoke(app, ["matrix", "verify", "--matrix", str(matrix), "--arch", "aarch64", "--json"])
+    assert bad.exit_code == ExitCode.CHECK_FAILED, bad.output
+    data = json.loads(bad.stdout)
+    assert data["summary"]["conflict"] == 1 and data["summary"]["missing"] == 0
+    [together] = [r for r in data["results"] if r["component"] == "co-resolution"]
+    assert together["status"] == "conflict" and "six" in together["detail"]
