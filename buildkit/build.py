@@ -100,7 +100,7 @@ class BuildPlan:
             "secret_env": [name for name, _ in self.secrets.env],
             "lock": lock_path(self.stack_id, self.arch),
             "lock_status": self.lock_status,
-            "offline_wheelhouse": str(self.secrets.wheelhouse) if self.secrets.wheelhouse else None,
+            "offline": str(self.secrets.wheelhouse) if self.secrets.wheelhouse else None,
             "warnings": list(self.warnings),
             "manifest": str(self.manifest_dir / f"{self.manifest_name}.json"),
         }
@@ -194,6 +194,7 @@ def plan_build(
         labels=tuple((k, substitutions.get(v, v)) for k, v in ctx.labels),
         lock=lock_path(target.stack_id, chosen_arch) if lock_status == "resolved" else "",
         locked=locked,
+        unresolved_lock=lock_path(target.stack_id, chosen_arch) if lock_status != "resolved" else "",
     )
     return BuildPlan(
         stack_id=target.stack_id,

@@ -69,6 +69,7 @@ class Expected:
     labels: tuple[tuple[str, str], ...]
     lock: str = ""  # the resolved lock the image installed from ("" when its arch's lock is unresolved)
     locked: tuple[tuple[str, str], ...] = ()  # every package of that lock: (name, version)
+    unresolved_lock: str = ""  # the lock of this arch when it is unresolved: the manifest says so
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,8 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
         want = f"{len(expected.locked)} packages of {expected.lock}"
         got_text = "all at their locked versions" if not wrong else "not as locked: " + ", ".join(wrong[:10])
         checks.append(check("lock", want, got_text, not wrong))
+    elif expected.unresolved_lock:
+        checks.append(Check("lock", "hash-locked install", f"{expected.unresolved_lock} is unresolved: pins installed unhashed", "absent"))
     for key, value in expected.labels:
         got = facts.labels.get(key)
         checks.append(check(f"label {key}", value, got, got == value))

@@ -166,6 +166,7 @@ def test_an_unresolved_lock_builds_with_a_warning(tmp_path: Path) -> None:
     write_unresolved_locks(matrix, "index pypi-again could not be reached")
     plan = plan_build(load_matrix(matrix), "a3", arch="x86_64", use_default_ca=False)
     assert plan.lock_status == "unresolved" and plan.expected.lock == ""
+    assert plan.expected.unresolved_lock == "locks/teststack-x86_64.txt"  # the manifest will say so
     assert plan.warnings == (
         "locks/teststack-x86_64.txt is unresolved (index pypi-again could not be reached): this image installs its pins "
         "without hash checks; run `ascendkit lock` where the index answers to enforce them",
