@@ -185,3 +185,25 @@ def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, tmp_path:
         assert "ftp_proxy=" not in text and "http://127.0.0.1:" not in text
     assert "PIP_INDEX_URL=https://pypi.org/simple" in history  # the public part of the index URL is fine
     assert "ascendkit-bot" not in history + config
+
+
+def test_unresolved_lock_builds_by_pins_and_says_so(docker_env: DockerEnv, tmp_path: Path) -> None:
+    """What an arch whose index was unreachable at lock time gets: the version pins, loudly."""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(TEST_MATRIX.read_text())
+    write_unresolved_locks(matrix, "index pypi-again could not be reached (test)")
+    proc = docker_env.ascendkit(
+        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(matrix), "--base-image", docker_env.standin,
+        "--repo", "unlocked/verl", "--json",
+        cwd=tmp_path, check=True,
+    )  # fmt: skip
+    assert "ascendkit: warning: locks/teststack-x86_64.txt is unresolved (index pypi-again could not be reached (test))" in proc.stderr
+    assert "WARNING: the x86_64 lock is unresolved; installing idna==3.7 by version pins, hashes NOT enforced" in proc.stderr
+    manifest = json.loads((tmp_path / json.loads(proc.stdout)["manifest"]).read_text())
+    lock_check = next(c for c in manifest["checks"] if c["name"] == "lock")
+    assert lock_check == {
+        "name": "lock",
+        "expected": "hash-locked install",
+        "actual": "locks/teststack-x86_64.txt is unresolved: pins installed unhashed",
+        "status": "absent",
+    }
