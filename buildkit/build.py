@@ -289,7 +289,7 @@ def _remove_containers(client: docker.APIClient, ids: list[str]) -> None:
 def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -> str:
     with tempfile.TemporaryDirectory(prefix="ascendkit-context-") as context, ExitStack() as cleanup:
         Path(context, "Dockerfile").write_text(plan.dockerfile, encoding="utf-8")
-        doctor = Path(context, DOCTOR_SOURCE)  # the one file the Dockerfile COPYs, at its repository path
+        doctor = Path(context, DOCTOR_SOURCE)  # COPYed by the Dockerfile from its repository path
         doctor.parent.mkdir(parents=True)
         shutil.copyfile(Path(__file__).with_name("doctor.py"), doctor)
         for relative, text in plan.lock_files:  # each pip layer COPYs its own from the context root

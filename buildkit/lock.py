@@ -47,7 +47,7 @@ from buildkit.fsio import write_atomic
 from buildkit.matrix import LoadedMatrix
 from buildkit.model import ARCHES, Arch, Stack
 from buildkit.pkgindex import HashMismatch, IndexClient, IndexUnreachable, ProjectMissing, download, installable, target_tags
-from buildkit.render import BUILD_LAYER, PRIMARY_INDEX, install_layers, lock_layers, lock_path, section_path
+from buildkit.render import BUILD_LAYER, PRIMARY_INDEX, dist_name, install_layers, lock_layers, lock_path, section_path
 from buildkit.secrets import split_credentials
 from buildkit.settings import Mirrors
 
@@ -185,7 +185,7 @@ def lock_inputs(loaded: LoadedMatrix, target: LockTarget) -> LockInputs:
 
 def _pin_dist(stack: Stack, component: str) -> str:
     pin = stack.pins().get(component)
-    return "" if pin is None else _canon(pin.package or component.replace("_", "-"))
+    return "" if pin is None else _canon(pin.package or dist_name(component))
 
 
 # --- reading sdists -------------------------------------------------------------------------------

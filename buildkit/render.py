@@ -218,7 +218,7 @@ _INSTALL_FUNCTION = (
 )
 
 
-def build_env_script(matrix: Matrix, stack_id: str, stack: Stack) -> tuple[str, ...]:
+def build_env_script(matrix: Matrix, stack: Stack) -> tuple[str, ...]:
     """The helper every pip layer sources. It holds no secrets: it fetches them, when served."""
     lines = [
         "# ascendkit: sourced by every pip layer of this image; holds no secrets.",
@@ -350,8 +350,7 @@ def section_path(stack_id: str, layer: str, arch: str) -> str:
 
 def lock_layers(stack: Stack) -> list[str]:
     """The layer of every pip step of the image, in build order (each has a lock section)."""
-    steps, tail = _steps(stack)
-    return [s.layer for s in steps] + ([GIT_LAYER] if stack.git_pins() else []) + [s.layer for s in tail] + ["verl"]
+    return [layer for layer, _ in install_layers(stack)]
 
 
 def cann_env(stack: Stack) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
@@ -524,7 +523,7 @@ def build_context(loaded: LoadedMatrix, target: RenderTarget) -> DockerfileConte
         soc_version=chip.soc_version,
         constraints=constraints,
         arch_constraints=arch_constraints,
-        build_env_lines=build_env_script(matrix, target.stack_id, stack),
+        build_env_lines=build_env_script(matrix, stack),
         lock_sections={layer: " ".join(section_path(target.stack_id, layer, a) for a in stack.arches) for layer in lock_layers(stack)},
         env_roots=env_roots,
         env=env,
