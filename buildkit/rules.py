@@ -7,6 +7,7 @@ file/line/column.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -215,6 +216,25 @@ def _index_refs(matrix: Matrix, path: PathKey, pin: PypiPin) -> Iterator[Violati
     for arch, index in pin.index_by_arch.items():
         if index not in matrix.indexes:
             yield Violation((*path, "index_by_arch", arch), f"unknown index {index!r}", hint=known)
+
+
+_COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+@rule("git-ref-is-commit")
+def git_ref_is_commit(matrix: Matrix) -> Iterator[Violation]:
+    """A branch or tag can move, so the image it builds is not reproducible (a warning: the hosts
+    that would resolve it to a commit are not always reachable where the matrix is edited)."""
+    for name, stack in _stacks(matrix):
+        for component, git in stack.git_pins().items():
+            if not _COMMIT.match(git.ref):
+                yield Violation(
+                    ("stacks", name, component, "ref"),
+                    f"{component.replace('_', '-')} ref {git.ref!r} is a branch or tag, which can move; pin the commit it names "
+                    "(each build records it in /etc/ascendkit/git-revisions.txt)",
+                    hint="a commit id (7-40 hex digits)",
+                    severity="warning",
+                )
 
 
 @rule("hw-names-unambiguous")

@@ -49,6 +49,7 @@ def test_every_rule_has_tests_below() -> None:
         "references-exist",
         "hw-names-unambiguous",
         "build-args-unique",
+        "git-ref-is-commit",
     }
     assert set(rules.RULES) == tested
 
@@ -56,8 +57,10 @@ def test_every_rule_has_tests_below() -> None:
 def test_shipped_matrix_has_no_rule_errors(loaded: LoadedMatrix) -> None:
     found = rules.check(loaded.matrix)
     assert [(r, v) for r, v in found if v.severity == "error"] == []
-    # The one documented warning: the quickstart's torch_npu 2.7.1 on CANN 8.3.RC1.
-    assert [(r, v.path) for r, v in found] == [("known-issues", ("stacks", "cann8.3", "torch_npu", "version"))]
+    # The documented warnings: the quickstart's torch_npu 2.7.1 on CANN 8.3.RC1, and the git refs
+    # that are branches or tags (their hosts cannot be reached here to resolve them to commits).
+    assert [(r, v.path) for r, v in found if r == "known-issues"] == [("known-issues", ("stacks", "cann8.3", "torch_npu", "version"))]
+    assert len([r for r, _ in found if r == "git-ref-is-commit"]) == 6
 
 
 def test_torch_npu_matches_torch(loaded: LoadedMatrix) -> None:
@@ -204,3 +207,13 @@ def test_version_helpers(version: str, base: str, minor: str) -> None:
 def test_cann_minor() -> None:
     assert rules.cann_minor("8.3.RC1") == "8.3"
     assert rules.cann_minor("9.1.0") == "9.1"
+
+
+def test_git_ref_is_commit(loaded: LoadedMatrix) -> None:
+    m = loaded.matrix
+    found = {v.path: v for v in run("git-ref-is-commit", m)}
+    assert ("stacks", "cann8.3", "mindspeed", "ref") not in found  # f2b0977e is a commit
+    warning = found[("stacks", "cann9.1", "megatron_lm", "ref")]
+    assert warning.severity == "warning" and "'core_r0.16.0' is a branch or tag, which can move" in warning.message
+    pinned = changed(m, stacks__cann9_1__megatron_lm__ref="0123456789abcdef0123456789abcdef01234567")
+    assert ("stacks", "cann9.1", "megatron_lm", "ref") not in {v.path for v in run("git-ref-is-commit", pinned)}
