@@ -81,13 +81,16 @@ class SecretServer:
 
     def __init__(self, build_secrets: BuildSecrets) -> None:
         token = secrets.token_urlsafe(24)
+        # Bound first: the env script names the wheelhouse URL, so the port must be known before
+        # the handler (which serves that script) exists.
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/{token}"
         files = {"ca.pem": build_secrets.ca_bundle, "env": build_secrets.env_script(f"{self.url}/wheels/")}
         wheelhouse = build_secrets.wheelhouse
         wheels = {p.name: p for p in sorted(wheelhouse.iterdir()) if p.is_file()} if wheelhouse is not None else {}
-        listing = "".join(f'<a href="{urllib.parse.quote(name)}">{html.escape(name)}</a><br>\n' for name in wheels)
-        files["wheels/"] = f"<!DOCTYPE html>\n<html><body>\n{listing}</body></html>\n".encode() if wheelhouse else b""
+        if wheelhouse is not None:  # pip's find-links page: one link per file
+            listing = "".join(f'<a href="{urllib.parse.quote(name)}">{html.escape(name)}</a><br>\n' for name in wheels)
+            files["wheels/"] = f"<!DOCTYPE html>\n<html><body>\n{listing}</body></html>\n".encode()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -96,7 +99,7 @@ class SecretServer:
                     self._send_file(wheels[name.removeprefix("wheels/")])
                     return
                 body = files.get(name) if name else None
-                if body is None or (name == "wheels/" and wheelhouse is None):
+                if body is None:
                     self.send_error(404)
                     return
                 self.send_response(200)
