@@ -1,7 +1,8 @@
-"""Write files atomically: a reader (or a crash) never sees a half-written output."""
+"""File helpers: atomic writes (a reader, or a crash, never sees a half-written output) and hashing."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -38,3 +39,12 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def sha256_of(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (wheels and rootfs tarballs run to GBs)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -9,7 +9,6 @@ supply, so a gap is reported before the engine starts, not halfway through a bui
 
 from __future__ import annotations
 
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from packaging.utils import (
 )
 
 from buildkit.errors import InputError, OutputError, Unavailable
+from buildkit.fsio import sha256_of
 from buildkit.lock import LockedPackage, LockFile, LockTarget, lock_inputs, lock_problem, read_lock
 from buildkit.matrix import LoadedMatrix
 from buildkit.pkgindex import DistFile, HashMismatch, IndexClient, IndexUnreachable, ProjectMissing, download, installable, target_tags
@@ -84,14 +84,6 @@ def choose_file(files: tuple[DistFile, ...], package: LockedPackage, *, arch: st
         return wheels[0]
     sdists = sorted((f for f in candidates if f.kind == "sdist"), key=lambda f: f.filename)
     return sdists[0] if sdists else None
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _inventory(directory: Path) -> dict[tuple[str, str], list[Path]]:

@@ -34,6 +34,8 @@ from pathlib import Path
 import docker
 from docker.errors import NotFound
 
+from buildkit.fsio import sha256_of
+
 STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
 ENV_FILE = STATE / "env"
 SOCKET = STATE / "docker.sock"
@@ -180,14 +182,6 @@ def _add_standin_layout(root: Path, deb_arch: str) -> None:
         leftover.unlink()
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def enable_arm64_emulation() -> None:
     binfmt = Path("/proc/sys/fs/binfmt_misc")
     if not (binfmt / "status").exists():
@@ -227,7 +221,7 @@ def build_standin(client: docker.APIClient, deb_arch: str) -> str:
                     "org.opencontainers.image.description": "STAND-IN for a CANN 8.3.RC1 base: Debian 12 + Python 3.11, no CANN inside",
                 },
             },
-            "rootfs": {"type": "layers", "diff_ids": [f"sha256:{_sha256(layer)}"]},
+            "rootfs": {"type": "layers", "diff_ids": [f"sha256:{sha256_of(layer)}"]},
             "history": [{"created_by": "ascendkit CI stand-in: debootstrap bookworm + placeholder CANN layout"}],
         }
         config_bytes = json.dumps(config, sort_keys=True).encode()
