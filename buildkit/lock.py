@@ -109,6 +109,7 @@ class LockInputs:
     indexes: tuple[tuple[str, str], ...]  # (name, matrix URL): the primary first, then the extras
     assigned: tuple[tuple[str, str], ...]  # (dist, index name) for every pin
     triton_ascend: str = ""  # the triton-ascend pin's dist, when the stack has one (the CUDA triton must stay out)
+    order: tuple[str, ...] = ()  # every pip layer of the image in build order, the pinless build layer included
 
     @property
     def platform(self) -> str:
@@ -180,6 +181,7 @@ def lock_inputs(loaded: LoadedMatrix, target: LockTarget) -> LockInputs:
         indexes=tuple((name, matrix.indexes[name].url) for name in [PRIMARY_INDEX, *used]),
         assigned=tuple(sorted(assigned)),
         triton_ascend=_pin_dist(stack, "triton_ascend"),
+        order=tuple(lock_layers(stack)),
     )
 
 
@@ -475,12 +477,13 @@ def resolve(
             name = _canon(Requirement(requirement).name)
             if name not in pinned and requirement not in build:
                 build.append(requirement)  # a pinned package builds against its pin (no isolation)
-    layer_order = [layer for layer, _ in install_layers_order(inputs, bool(build))]
     with tempfile.TemporaryDirectory(prefix="ascendkit-lock-") as tmp:
         work = Path(tmp)
         layer_files = {}
-        for number, layer in enumerate(layer_order, start=1):
-            requirements = build if layer == BUILD_LAYER else list(layer_requirements[layer])
+        for number, layer in enumerate(inputs.order, start=1):
+            requirements = build if layer == BUILD_LAYER else list(layer_requirements.get(layer, ()))
+            if not requirements:
+                continue  # the build layer, when every build requirement is a pin of the stack
             filename = f"{number:02d}-{layer}.in"
             (work / filename).write_text("".join(f"{r}\n" for r in requirements), encoding="utf-8")
             layer_files[layer] = filename
@@ -584,18 +587,6 @@ def _keep_target_files(client: IndexClient, packages: list[LockedPackage], index
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(keep, packages))
-
-
-def install_layers_order(inputs: LockInputs, with_build: bool) -> list[tuple[str, tuple[str, ...]]]:
-    """The lock's layers in install order; the build layer sits right before the first source build."""
-    layers = list(inputs.layers)
-    if not with_build:
-        return layers
-    source = {_canon(dist) for dist, _ in inputs.source_builds}
-    for position, (_, requirements) in enumerate(layers):
-        if any(_canon(r.partition("==")[0]) in source for r in requirements):
-            return [*layers[:position], (BUILD_LAYER, ()), *layers[position:]]
-    return [*layers, (BUILD_LAYER, ())]
 
 
 def _redact(text: str, urls: object) -> str:

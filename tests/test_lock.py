@@ -24,7 +24,6 @@ from buildkit.lock import (
     SourceMetadata,
     _check,
     assign_layers,
-    install_layers_order,
     lock_inputs,
     lock_problem,
     lock_targets,
@@ -156,7 +155,7 @@ def test_inputs_follow_the_image_layers(test_loaded: LoadedMatrix) -> None:
     assert ("tomli", "pypi-again") in inputs.assigned  # torch's stand-in: its own index on x86_64
     assert inputs.indexes == (("pypi", "https://pypi.org/simple"), ("pypi-again", "https://pypi.org/simple"))
     assert inputs.platform == "x86_64-manylinux_2_35"
-    order = [layer for layer, _ in install_layers_order(inputs, with_build=True)]
+    order = list(inputs.order)
     assert order.index("build") == order.index("vllm") - 1  # right before the first source build
 
 
