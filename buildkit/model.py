@@ -154,6 +154,9 @@ class Compat(Frozen):
     torch_npu_cann: dict[PackageVersion, tuple[CannVersion, ...]]
     cann_python: dict[Annotated[StrictStr, Field(pattern=r"^\d+\.\d+$")], tuple[PythonVersion, ...]]
     known_issues: tuple[KnownIssue, ...] = ()
+    verl_npu_autodetect: PackageVersion = Field(
+        description="first verl release whose main_ppo sets trainer.device=npu by itself; older ones need the override"
+    )
 
 
 class Stack(Frozen):
