@@ -129,8 +129,11 @@ class DockerfileContext:
 
 SYSTEM_PACKAGES = {
     # git for source checkouts; compilers and cmake for vllm-ascend's custom kernels; numa for vllm.
-    "debian": ("ca-certificates", "git", "gcc", "g++", "make", "cmake", "libnuma-dev"),
-    "rpm": ("ca-certificates", "git", "gcc", "gcc-c++", "make", "cmake", "numactl-devel"),
+    # libsndfile: the soundfile wheel vllm's dependencies bring is pure Python on aarch64 and loads the
+    # system library; transformers imports it on the way to verl's main_ppo, which fails without it
+    # (found by running main_ppo --cfg job on the real cann8.3 aarch64 layers).
+    "debian": ("ca-certificates", "git", "gcc", "g++", "make", "cmake", "libnuma-dev", "libsndfile1"),
+    "rpm": ("ca-certificates", "git", "gcc", "gcc-c++", "make", "cmake", "numactl-devel", "libsndfile"),
 }
 
 
