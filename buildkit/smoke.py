@@ -19,8 +19,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import shlex
-import string
 import sys
 import threading
 import time
@@ -32,128 +32,25 @@ from typing import Any
 import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from pydantic import Field, StrictInt, StrictStr, ValidationError
 
 from buildkit.compare import REWARD, THROUGHPUT, Comparison, compare_runs
 from buildkit.doctor import EXIT_NO_DEVICES, Check
-from buildkit.errors import ExitCode, Finding, InputError, OutputError, Unavailable
+from buildkit.errors import ExitCode, InputError, OutputError, Unavailable
 from buildkit.fsio import write_atomic
+from buildkit.job import DATA_DIR, GENERATED_DATA, MODEL_DIR, OUT_DIR, SMOKE_DIR, SMOKE_FILES, ImageJob, Job, build_job, load_job
+from buildkit.jobwatch import JobWatch, Stall
 from buildkit.metrics import StepMetrics, is_finite, parse_log, series
-from buildkit.model import Frozen, Sku
+from buildkit.model import Sku
 from buildkit.render import LABEL_PREFIX
-from buildkit.yamlsource import YamlSourceError, format_path, load_yaml
+from buildkit.verlconfig import check_config, parse_printed_config
 
-SMOKE_DIR = Path(__file__).resolve().parent.parent / "smoke_tests"
-JOB_FILE = SMOKE_DIR / "grpo_smoke.yaml"
 SMOKE_LABEL = f"{LABEL_PREFIX}.smoke"
-
-# Where the host's directories appear in the container.
-SMOKE_FILES = "/opt/ascendkit-smoke"  # smoke_tests/, read-only (the data generator)
-OUT_DIR = "/smoke/out"  # --out, writable: generated data
-MODEL_DIR = "/smoke/model"  # --model-path, read-only
-DATA_DIR = "/smoke/data"  # --data, read-only
 
 CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 # The driver lives on the host, never in the image (facts: "Running a container on an NPU host").
 DRIVER_FILES_REQUIRED = ("/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/version.info")
 DRIVER_FILES_OPTIONAL = ("/usr/local/dcmi", "/usr/local/bin/npu-smi", "/etc/ascend_install.info")
 SHM_SIZE = "16g"  # what verl's NPU CI gives its containers
-
-
-class StackExtras(Frozen):
-    env: dict[StrictStr, StrictStr] = Field(default={})
-    overrides: tuple[StrictStr, ...] = ()
-
-
-class JobSpec(Frozen):
-    """``smoke_tests/grpo_smoke.yaml``: the job, with placeholders the SKU fills in."""
-
-    command: tuple[StrictStr, ...] = Field(min_length=1)
-    tensor_parallel: StrictInt = Field(gt=0)
-    prompts_per_npu: StrictInt = Field(gt=0)
-    env: dict[StrictStr, StrictStr] = Field(default={})
-    overrides: tuple[StrictStr, ...] = ()
-    stacks: dict[StrictStr, StackExtras] = Field(default={})
-
-
-PLACEHOLDERS = ("npus", "nnodes", "tp", "batch", "steps", "model", "data")
-
-
-def load_job(path: Path = JOB_FILE) -> JobSpec:
-    """Read and check a job file; errors name the file, line and field."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the smoke job: {exc.strerror}") from None
-    try:
-        data, source, syntax = load_yaml(text, path)
-    except YamlSourceError as exc:
-        raise InputError("\n".join(f.format() for f in exc.findings)) from None
-    findings = list(syntax)
-    try:
-        job = JobSpec.model_validate(data)
-    except ValidationError as exc:
-        for err in exc.errors():
-            loc = tuple(p for p in err["loc"] if p != "[key]")
-            findings.append(Finding(source.locate(loc), format_path(loc), err["msg"]))
-        raise InputError("\n".join(f.format() for f in findings)) from None
-    for index, item in enumerate(job.overrides):
-        for _, name, _, _ in string.Formatter().parse(item):
-            if name is not None and name not in PLACEHOLDERS:
-                loc = ("overrides", index)
-                findings.append(
-                    Finding(source.locate(loc), format_path(loc), f"unknown placeholder {{{name}}}", hint=", ".join(PLACEHOLDERS))
-                )
-    if findings:
-        raise InputError("\n".join(f.format() for f in findings))
-    return job
-
-
-@dataclass(frozen=True)
-class JobValues:
-    """What fills the job's placeholders."""
-
-    npus: int
-    nnodes: int
-    tp: int
-    batch: int
-    steps: int
-    model: str
-    data: str
-
-
-def job_values(job: JobSpec, sku: Sku, *, steps: int, nnodes: int = 1, model: str = MODEL_DIR, data: str = DATA_DIR) -> JobValues:
-    if sku.npus_per_node % job.tensor_parallel:
-        raise InputError(f"tensor_parallel {job.tensor_parallel} does not divide the SKU's {sku.npus_per_node} NPUs per node")
-    return JobValues(
-        npus=sku.npus_per_node,
-        nnodes=nnodes,
-        tp=job.tensor_parallel,
-        batch=job.prompts_per_npu * sku.npus_per_node * nnodes,
-        steps=steps,
-        model=model,
-        data=data,
-    )
-
-
-def job_argv(job: JobSpec, values: JobValues, stack_id: str | None, extra: tuple[str, ...] = ()) -> list[str]:
-    """The training command: the entry, the filled overrides, the stack's extras, then the user's."""
-    fill = {k: str(v) for k, v in values.__dict__.items()}
-    extras = job.stacks.get(stack_id or "", StackExtras())
-    return [*job.command, *(o.format_map(fill) for o in (*job.overrides, *extras.overrides)), *extra]
-
-
-def check_overrides(items: list[str]) -> tuple[str, ...]:
-    """``--override`` values: Hydra overrides are KEY=VALUE (``+KEY=VALUE`` adds a key)."""
-    for item in items:
-        if "=" not in item:
-            raise InputError(f"--override {item!r}: expected a Hydra override KEY=VALUE")
-    return tuple(items)
-
-
-def job_env(job: JobSpec, stack_id: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    extras = job.stacks.get(stack_id or "", StackExtras())
-    return {**job.env, **extras.env, **(extra or {})}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,9 +144,13 @@ def host_config_args(plan: DevicePlan, mounts: dict[str, tuple[str, str]], *, pr
 
 @dataclass(frozen=True)
 class RunResult:
-    exit_code: int | None  # None when the container was killed for the timeout
+    exit_code: int | None  # None when the container was killed (timeout or stall)
     timed_out: bool
-    stdout: str  # the container's stdout, when asked for (doctor's JSON)
+    stdout: str  # the container's stdout, when asked for (doctor's JSON, the printed config)
+    stalled: Stall | None = None  # the watcher stopped it: no progress
+
+
+POLL_S = 5.0  # how often a waiting run looks at its watcher
 
 
 def _stream(client: docker.APIClient, cid: str, log_path: Path, echo: Callable[[str], None] | None) -> None:
@@ -268,6 +169,26 @@ def _stream(client: docker.APIClient, cid: str, log_path: Path, echo: Callable[[
             echo(pending.decode("utf-8", "replace"))
 
 
+def _wait(client: docker.APIClient, cid: str, deadline: float, watch: JobWatch | None) -> tuple[int | None, Stall | None]:
+    """The container's exit code; None when the deadline passed or the watcher saw a stall."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, None
+        if watch is not None:
+            stall = watch.stalled()
+            if stall is not None:
+                return None, stall
+        poll = min(left, POLL_S) if watch is not None else left
+        asked = time.monotonic()
+        try:
+            status = client.wait(cid, timeout=max(math.ceil(poll), 1))
+            return int(status.get("StatusCode", -1)), None
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            if time.monotonic() - asked < poll - 1:  # answered early without a status: the engine went away
+                raise
+
+
 def run_container(
     client: docker.APIClient,
     image: str,
@@ -279,9 +200,10 @@ def run_container(
     environment: dict[str, str] | None = None,
     echo: Callable[[str], None] | None = None,
     want_stdout: bool = False,
+    watch: JobWatch | None = None,
 ) -> RunResult:
     """Run ``command`` in ``image``, stream its output to ``log_path``, stop it at ``deadline``
-    (a ``time.monotonic()`` value), and always remove it."""
+    (a ``time.monotonic()`` value) or when ``watch`` sees a stall, and always remove it."""
     try:
         created = client.create_container(
             image,
@@ -293,30 +215,32 @@ def run_container(
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"cannot create the smoke container from {image}: {exc}") from None
     cid = created["Id"]
-    timed_out, code, stdout = False, None, ""
+    code, stdout, stall = None, "", None
     streamer: threading.Thread | None = None
+
+    def feed(line: str) -> None:
+        if watch is not None:
+            watch.feed(line)
+        if echo is not None:
+            echo(line)
+
     try:
         client.start(cid)
-        streamer = threading.Thread(target=_stream, args=(client, cid, log_path, echo), daemon=True)
+        streamer = threading.Thread(target=_stream, args=(client, cid, log_path, feed if (echo or watch) else None), daemon=True)
         streamer.start()
-        try:
-            status = client.wait(cid, timeout=max(math.ceil(deadline - time.monotonic()), 1))
-            code = int(status.get("StatusCode", -1))
-        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-            if time.monotonic() < deadline - 1:  # not our timeout: the engine went away
-                raise
-            timed_out = True
+        code, stall = _wait(client, cid, deadline, watch)
+        if code is None:
             with contextlib.suppress(NotFound, APIError):
                 client.kill(cid)
         streamer.join(timeout=30)
-        if want_stdout and not timed_out:
+        if want_stdout and code is not None:
             stdout = client.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace")
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"the smoke container failed to run: {exc}") from None
     finally:
         with contextlib.suppress(NotFound, DockerException, requests.exceptions.RequestException):
             client.remove_container(cid, force=True)
-    return RunResult(code, timed_out, stdout)
+    return RunResult(code, code is None and stall is None, stdout, stall)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,6 +298,11 @@ class SmokeRequest:
     overrides: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     host_root: Path = Path("/")
+    first_autodetect: str = "0.7.0"  # compat.verl_npu_autodetect of the matrix
+    check_only: bool = False  # --check: the config check alone, on any host
+    config_check: bool = True  # --no-config-check: for images without verl (the CI test stack)
+    stall_after: float = 900.0  # seconds without a step line once Ray is up
+    progress: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -410,24 +339,91 @@ def check_image_chip(ref: str, labels: dict[str, str], sku_id: str, chip_id: str
     return labels.get(f"{LABEL_PREFIX}.stack")
 
 
+CHECK_TIMEOUT_S = 900.0  # importing verl's stack under emulation takes minutes; composing takes seconds
+# The config check imports main_ppo and lets Hydra compose; nothing touches an NPU, so torch must not
+# try to load torch_npu's device backend (that needs the host's driver, absent on a build host).
+CHECK_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+_CHECK_ERROR_HINTS = ("Could not override", "not in struct", "Could not append", "Error merging", "Error parsing", "Error:")
+_IMPORT_ERROR = re.compile(r"^(?:ModuleNotFoundError|ImportError|OSError): .*")
+
+
+def composition_error(log: str, code: int) -> str:
+    """Why a ``--cfg job`` run failed, in a sentence: verl missing, an import failing, or Hydra's message."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    imports = [line for line in lines if _IMPORT_ERROR.match(line)]
+    if any("No module named 'verl'" in line for line in lines):  # python -m says it its own way
+        return "verl is not installed in this image (No module named 'verl'): nothing here can run the job"
+    if imports:
+        return f"verl's main_ppo could not be imported in the image (exit {code}): {imports[-1]}"
+    hits = [line for line in lines if any(h in line for h in _CHECK_ERROR_HINTS)]
+    return f"verl refused the job's config (exit {code}): " + (" | ".join(hits[:3] or lines[-3:]) or "no output")
+
+
+def run_config_check(
+    client: docker.APIClient, image_id: str, job: Job, image: ImageJob, out: Path, deadline: float, *, first_autodetect: str
+) -> dict[str, Any]:
+    """The job's exact command with ``--cfg job`` in the image: verl composes its config and exits.
+
+    Writes the log to ``config-check.log`` and the composed config to ``job-config.yaml``; returns
+    the report's ``config_check`` section (``passed`` False with ``error`` when verl refused).
+    """
+    result = run_container(
+        client,
+        image_id,
+        job.check_argv(),
+        log_path=out / "config-check.log",
+        deadline=min(deadline, time.monotonic() + CHECK_TIMEOUT_S),
+        environment={**job.env, **CHECK_ENV},
+        want_stdout=True,
+    )
+    section: dict[str, Any] = {"command": job.check_argv(), "log": "config-check.log", "checks": []}
+    if result.exit_code is None:
+        return {**section, "passed": False, "error": "the config check did not finish before the timeout"}
+    if result.exit_code != 0:
+        log = (out / "config-check.log").read_text(encoding="utf-8", errors="replace")
+        return {**section, "passed": False, "error": composition_error(log, result.exit_code)}
+    printed = parse_printed_config(result.stdout)
+    if printed is None:
+        return {**section, "passed": False, "error": "the command exited 0 but printed no composed config (is --cfg job reaching Hydra?)"}
+    config, text = printed
+    write_atomic(out / "job-config.yaml", text)
+    checks = check_config(config, verl=image.verl, first_autodetect=first_autodetect)
+    failed = [c for c in checks if c.status == "error"]
+    section.update(config="job-config.yaml", checks=[c.__dict__ for c in checks], passed=not failed)
+    if failed:
+        section["error"] = "; ".join(f"{c.name}: {c.detail}" for c in failed)
+    return section
+
+
 def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[str], None] | None = None) -> SmokeReport:
-    """Doctor, then (on a host with NPUs) the GRPO job; writes report.json, report.md and a PNG to ``out``."""
+    """The config check, doctor, then (on a host with NPUs) the GRPO job; writes report.json,
+    report.md and a PNG to ``out``."""
     started = time.monotonic()
     deadline = started + request.timeout
-    job = load_job()
+    spec = load_job()
     image_id, labels = _image_labels(client, request.image)
-    stack_id = check_image_chip(request.image, labels, request.sku_id, request.chip_id)
-    devices = plan_devices(request.sku_id, request.sku, request.visible, request.host_root)
+    image = ImageJob(check_image_chip(request.image, labels, request.sku_id, request.chip_id), labels.get(f"{LABEL_PREFIX}.version.verl"))
+    if request.check_only:
+        devices = DevicePlan((), (), (), notes=("--check: the config check only, no devices used",))
+    else:
+        devices = plan_devices(request.sku_id, request.sku, request.visible, request.host_root)
     if devices.has_npus and request.model_path is None:
         raise InputError(
             "--model-path is required on a host with NPUs (a local Qwen2.5-0.5B-Instruct; README: 'Smoke test on an NPU host')"
         )
-    values = job_values(job, request.sku, steps=request.steps, data=DATA_DIR if request.data_path else f"{OUT_DIR}/data")
-    argv = job_argv(job, values, stack_id, request.overrides)
-    env = job_env(job, stack_id, request.env)
+    job = build_job(
+        spec,
+        request.sku,
+        image,
+        first_autodetect=request.first_autodetect,
+        steps=request.steps,
+        data=DATA_DIR if request.data_path else GENERATED_DATA,
+        extra=request.overrides,
+        extra_env=request.env,
+    )
     try:
         request.out.mkdir(parents=True, exist_ok=True)
-        for stale in ("doctor.log", "job.log", "report.png"):  # a report never points at an earlier run's files
+        for stale in ("doctor.log", "job.log", "report.png", "config-check.log", "job-config.yaml"):  # never an earlier run's files
             (request.out / stale).unlink(missing_ok=True)
     except OSError as exc:
         raise OutputError(f"--out {request.out}: cannot use the report directory: {exc.strerror}") from None
@@ -441,23 +437,25 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         "format": "ascendkit-smoke/1",
         "sku": request.sku_id,
         "product": request.sku.product,
-        "image": {"ref": request.image, "id": image_id, "stack": stack_id, "chip": request.chip_id},
+        "image": {"ref": request.image, "id": image_id, "stack": image.stack, "chip": request.chip_id, "verl": image.verl},
         "settings": {
             "steps": request.steps,
             "timeout_s": request.timeout,
+            "stall_s": request.stall_after,
             "devices": list(devices.npus),
             "privileged": request.privileged,
             "network": host_config.get("network_mode", "default"),
             "model_path": str(request.model_path) if request.model_path else None,
-            "data": str(request.data_path) if request.data_path else "generated (smoke_tests/gsm8k_synth.py)",
+            "data": str(request.data_path) if request.data_path else f"generated (smoke_tests/gsm8k_synth.py, {job.train_rows} rows)",
             "baseline": request.baseline_name,
         },
         "host_notes": list(devices.notes),
+        "job": {"command": job.argv, "env": job.env, "device_override": job.device_override},
+        "config_check": None,
         "doctor": None,
-        "job": None,
         "checks": [],
         "comparison": None,
-        "files": {"doctor_log": "doctor.log"},
+        "files": {},
     }
 
     def finish(outcome: str, code: ExitCode, message: str) -> SmokeReport:
@@ -465,6 +463,21 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         write_reports(request.out, data)
         return SmokeReport(outcome, int(code), message, data)
 
+    if request.config_check:
+        data["files"]["config_check_log"] = "config-check.log"
+        check = run_config_check(client, image_id, job, image, request.out, deadline, first_autodetect=request.first_autodetect)
+        data["config_check"] = check
+        if "config" in check:
+            data["files"]["job_config"] = check["config"]
+        if not check["passed"]:
+            return finish("failed", ExitCode.CHECK_FAILED, f"config check: {check['error']}; see config-check.log")
+        if request.check_only:
+            message = "verl composed the job's config in the image and it passes verl's start-up checks; nothing trained"
+            return finish("checked", ExitCode.OK, message)
+    elif request.check_only:
+        raise InputError("--check and --no-config-check exclude each other")
+
+    data["files"]["doctor_log"] = "doctor.log"
     doctor = run_container(
         client,
         image_id,
@@ -482,19 +495,28 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         return finish(
             "no-devices",
             ExitCode.NO_DEVICES,
-            "no Ascend devices on this host: doctor's preflight passed in the image; GRPO not run",
+            "no Ascend devices on this host: "
+            + ("the job's config passed verl's checks and " if request.config_check else "")
+            + "doctor's preflight passed in the image; GRPO not run",
         )
     if doctor.exit_code == EXIT_NO_DEVICES:
         return finish("failed", ExitCode.CHECK_FAILED, "the host's NPUs were mounted but doctor sees none in the container")
     if doctor.exit_code != 0:
         return finish("failed", ExitCode.CHECK_FAILED, f"doctor failed in the image (exit {doctor.exit_code}); see doctor.log")
 
-    script = [] if request.data_path else [shlex.join(["python3", f"{SMOKE_FILES}/gsm8k_synth.py", "--out", f"{OUT_DIR}/data"])]
-    command = ["sh", "-c", "set -e; " + "; ".join([*script, "exec " + shlex.join(argv)])]
-    data["job"] = {"command": argv, "env": env}
+    command = ["sh", "-c", job.shell(generate_data=request.data_path is None)]
     data["files"]["job_log"] = "job.log"
+    watch = JobWatch(steps=request.steps, stall_after=request.stall_after, progress=request.progress)
     result = run_container(
-        client, image_id, command, log_path=request.out / "job.log", deadline=deadline, host_config=host_config, environment=env, echo=echo
+        client,
+        image_id,
+        command,
+        log_path=request.out / "job.log",
+        deadline=deadline,
+        host_config=host_config,
+        environment=job.env,
+        echo=echo,
+        watch=watch,
     )
     steps = parse_log((request.out / "job.log").read_text(encoding="utf-8", errors="replace").splitlines())
     data["job"].update(exit_code=result.exit_code, timed_out=result.timed_out, steps_logged=len(steps))
@@ -512,8 +534,17 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
 
         plot_runs(steps, request.baseline, request.out / "report.png", title=f"GRPO smoke on {request.sku_id}: {request.image}")
         data["files"]["plot"] = "report.png"
+    if result.stalled is not None:
+        data["job"]["stall"] = result.stalled.describe()
+        return finish(
+            "stalled",
+            ExitCode.TIMED_OUT,
+            f"{result.stalled.summary}: killed and removed; likely: {result.stalled.causes[0]}",
+        )
     if result.timed_out:
-        return finish("timed-out", ExitCode.TIMED_OUT, f"the job outlived --timeout {request.timeout:g}s: killed and removed; log kept")
+        why = watch.diagnose(f"the job outlived --timeout {request.timeout:g}s at {watch.where()}")
+        data["job"]["stall"] = why.describe()
+        return finish("timed-out", ExitCode.TIMED_OUT, f"{why.summary}: killed and removed; likely: {why.causes[0]}")
     if result.exit_code != 0:
         return finish("failed", ExitCode.CHECK_FAILED, f"the job exited with {result.exit_code}; see job.log")
     failed = [c.name for c in checks if c.status == "error"]
@@ -570,6 +601,16 @@ def report_markdown(data: dict[str, Any]) -> str:
     ]
     for note in data["host_notes"]:
         lines.append(f"\n> {note}")
+    check = data.get("config_check")
+    if check:
+        state = "passed" if check["passed"] else "FAILED"
+        lines += ["", f"## Config check (verl composes the job in the image): {state}", ""]
+        lines += [f"`{cell(shlex.join(check['command']))}`"]
+        if check.get("error"):
+            lines += ["", f"> {cell(check['error'])}"]
+        if check["checks"]:
+            lines += ["", "| check | status | detail |", "|---|---|---|"]
+            lines += [f"| {cell(c['name'])} | {c['status']} | {cell(c['detail'])} |" for c in check["checks"]]
     doctor = data.get("doctor")
     if doctor:
         lines += ["", f"## Doctor: {doctor.get('outcome', '?')}", "", "| check | status | detail |", "|---|---|---|"]
@@ -577,6 +618,11 @@ def report_markdown(data: dict[str, Any]) -> str:
     if data["checks"]:
         lines += ["", "## Training checks", "", "| check | status | detail |", "|---|---|---|"]
         lines += [f"| {cell(c['name'])} | {c['status']} | {cell(c['detail'])} |" for c in data["checks"]]
+    stall = (data.get("job") or {}).get("stall")
+    if stall:
+        lines += ["", f"## Why the job stopped: {cell(stall['summary'])}", ""]
+        lines += [f"- {cell(cause)}" for cause in stall["likely_causes"]]
+        lines += ["", "Last lines of the log:", "", "```", *stall["last_lines"], "```"]
     comparison = data.get("comparison")
     if comparison:
         lines += [

@@ -7,24 +7,28 @@ import importlib.util
 import json
 import math
 import re
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
 import pyarrow.parquet as pq
 import pytest
+import requests
 
+from buildkit import job as jb
 from buildkit import smoke as sm
 from buildkit.doctor import Check
 from buildkit.errors import InputError
 from buildkit.matrix import load_matrix
 from buildkit.metrics import StepMetrics, parse_log
+from tests.upstream import compose_ppo_trainer
 
 SKUS = load_matrix().matrix.skus
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gsm8k_synth", sm.SMOKE_DIR / "gsm8k_synth.py")
+    spec = importlib.util.spec_from_file_location("gsm8k_synth", jb.SMOKE_DIR / "gsm8k_synth.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -35,56 +39,6 @@ def _override(argv: list[str], key: str) -> str:
     values = [a.split("=", 1)[1] for a in argv if a.startswith(key + "=")]
     assert len(values) == 1, f"{key} appears {len(values)} times in {argv}"
     return values[0]
-
-
-# --- the job ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("sku_id", "npus", "batch"), [("a3", 16, 32), ("a2-box16", 16, 32), ("900-podc", 8, 16)])
-def test_per_sku_values_come_from_the_matrix(sku_id: str, npus: int, batch: int) -> None:
-    job = sm.load_job()
-    argv = sm.job_argv(job, sm.job_values(job, SKUS[sku_id], steps=3), "cann8.3")
-    assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
-    assert _override(argv, "algorithm.adv_estimator") == "grpo"
-    assert _override(argv, "trainer.n_gpus_per_node") == str(npus)
-    assert _override(argv, "trainer.nnodes") == "1"
-    assert _override(argv, "actor_rollout_ref.rollout.tensor_model_parallel_size") == "2"
-    assert _override(argv, "data.train_batch_size") == str(batch)
-    assert _override(argv, "trainer.total_training_steps") == "3"
-    assert _override(argv, "trainer.logger") == "console"
-    assert _override(argv, "actor_rollout_ref.model.path") == sm.MODEL_DIR
-    assert not [a for a in argv if "{" in a or "}" in a], "every placeholder is filled"
-    # verl splits batch x n rollouts evenly over the data-parallel ranks
-    assert (batch * int(_override(argv, "actor_rollout_ref.rollout.n"))) % npus == 0
-
-
-def test_old_release_lines_get_their_extras_and_users_come_last() -> None:
-    job = sm.load_job()
-    values = sm.job_values(job, SKUS["a3"], steps=2)
-    argv = sm.job_argv(job, values, "cann8.1", ("trainer.test_freq=-1",))
-    assert "trainer.device=npu" in argv
-    assert argv[-1] == "trainer.test_freq=-1"
-    assert sm.job_env(job, "cann8.1", {"X": "1"})["VLLM_ATTENTION_BACKEND"] == "XFORMERS"
-    assert "VLLM_ATTENTION_BACKEND" not in sm.job_env(job, "cann8.3")
-    assert "trainer.device=npu" not in sm.job_argv(job, values, "cann8.3")
-
-
-def test_a_bad_job_file_names_file_line_and_field(tmp_path: Path) -> None:
-    bad = tmp_path / "job.yaml"
-    bad.write_text("command: [python3]\ntensor_parallel: 2\nprompts_per_npu: 1\noverrides:\n  - a={npus}\n  - b={gpus}\n")
-    with pytest.raises(InputError) as err:
-        sm.load_job(bad)
-    assert f"{bad}:6:" in str(err.value) and "overrides[1]" in str(err.value) and "{gpus}" in str(err.value)
-    bad.write_text("command: [python3]\ntensor_parallel: two\nprompts_per_npu: 1\nextra: 1\n")
-    with pytest.raises(InputError) as err:
-        sm.load_job(bad)
-    assert f"{bad}:2:" in str(err.value) and "tensor_parallel" in str(err.value) and "extra" in str(err.value)
-
-
-def test_tensor_parallel_must_divide_the_npus() -> None:
-    job = sm.load_job().model_copy(update={"tensor_parallel": 3})
-    with pytest.raises(InputError, match="does not divide the SKU's 16 NPUs"):
-        sm.job_values(job, SKUS["a3"], steps=1)
 
 
 # --- devices ---------------------------------------------------------------------------------
@@ -117,7 +71,7 @@ def test_a_host_without_npus_gets_a_preflight_plan(tmp_path: Path) -> None:
 def test_a_full_a3_host_gets_every_device_and_the_driver_read_only(tmp_path: Path) -> None:
     plan = sm.plan_devices("a3", SKUS["a3"], host_root=npu_host(tmp_path, 16))
     assert plan.npus == tuple(f"/dev/davinci{i}" for i in range(16))
-    args = sm.host_config_args(plan, {"/models/q": (sm.MODEL_DIR, "ro")}, privileged=False)
+    args = sm.host_config_args(plan, {"/models/q": (jb.MODEL_DIR, "ro")}, privileged=False)
     assert "/dev/davinci15:/dev/davinci15:rwm" in args["devices"]
     assert {"/dev/davinci_manager:/dev/davinci_manager:rwm", "/dev/devmm_svm:/dev/devmm_svm:rwm", "/dev/hisi_hdc:/dev/hisi_hdc:rwm"} <= set(
         args["devices"]
@@ -126,7 +80,7 @@ def test_a_full_a3_host_gets_every_device_and_the_driver_read_only(tmp_path: Pat
     assert args["privileged"] is False and args["network_mode"] == "host" and args["shm_size"] == "16g"
     for path in (*sm.DRIVER_FILES_REQUIRED, *sm.DRIVER_FILES_OPTIONAL):
         assert args["binds"][path] == {"bind": path, "mode": "ro"}
-    assert args["binds"]["/models/q"] == {"bind": sm.MODEL_DIR, "mode": "ro"}
+    assert args["binds"]["/models/q"] == {"bind": jb.MODEL_DIR, "mode": "ro"}
 
 
 def test_a_host_with_fewer_npus_than_the_sku_is_refused_with_the_way_out(tmp_path: Path) -> None:
@@ -290,16 +244,21 @@ LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 
 class FakeEngine:
-    """Stands in for docker-py's APIClient where no NPU exists: records what smoke asks for and
-    plays back doctor's JSON and a real verl log (the tests' fixture logs)."""
+    """Stands in for docker-py's APIClient where no NPU exists: records what smoke asks for, plays
+    back doctor's JSON and a real verl log (the tests' fixture logs), and answers the config check
+    as verl 0.6.1 does: its own ppo_trainer config, composed by Hydra from the PyPI wheel with the
+    command's overrides (exit 1 with Hydra's message when they do not compose)."""
 
-    def __init__(self, doctor_code: int, job_log: Path, job_code: int = 0) -> None:
-        self.doctor_code, self.job_log, self.job_code = doctor_code, job_log, job_code
+    VERL = "0.6.1"
+
+    def __init__(self, doctor_code: int, job_log: Path, job_code: int = 0, *, job_hangs: bool = False) -> None:
+        self.doctor_code, self.job_log, self.job_code, self.job_hangs = doctor_code, job_log, job_code, job_hangs
         self.created: list[dict[str, Any]] = []
         self.removed: list[str] = []
 
     def inspect_image(self, ref: str) -> dict[str, Any]:
-        return {"Id": "sha256:" + "b" * 64, "Config": {"Labels": {"io.ascendkit.chip": "a3", "io.ascendkit.stack": "cann8.3"}}}
+        labels = {"io.ascendkit.chip": "a3", "io.ascendkit.stack": "cann8.3", "io.ascendkit.version.verl": self.VERL}
+        return {"Id": "sha256:" + "b" * 64, "Config": {"Labels": labels}}
 
     def create_host_config(self, **kwargs: Any) -> dict[str, Any]:
         return kwargs
@@ -308,21 +267,44 @@ class FakeEngine:
         self.created.append({"image": image, **kwargs})
         return {"Id": f"c{len(self.created)}"}
 
-    def _is_doctor(self, cid: str) -> bool:
-        return bool(self.created[int(cid[1:]) - 1]["command"][:2] == ["ascendkit", "doctor"])
+    def _command(self, cid: str) -> list[str]:
+        return list(self.created[int(cid[1:]) - 1]["command"])
+
+    def _kind(self, cid: str) -> str:
+        command = self._command(cid)
+        if command[:2] == ["ascendkit", "doctor"]:
+            return "doctor"
+        return "check" if command[3:5] == ["--cfg", "job"] else "job"
+
+    def _check(self, cid: str) -> tuple[int, bytes]:
+        from hydra.errors import ConfigCompositionException
+        from omegaconf import OmegaConf
+
+        try:
+            config = compose_ppo_trainer(self.VERL, self._command(cid)[5:])
+        except ConfigCompositionException as exc:
+            return 1, f"{exc}\n{exc.__cause__}\n".encode()
+        return 0, ("ray init noise printed before the config\n" + OmegaConf.to_yaml(config)).encode()
 
     def start(self, cid: str) -> None:
         pass
 
     def wait(self, cid: str, timeout: int) -> dict[str, int]:
-        return {"StatusCode": self.doctor_code if self._is_doctor(cid) else self.job_code}
+        kind = self._kind(cid)
+        if kind == "job" and self.job_hangs:
+            time.sleep(timeout)
+            raise requests.exceptions.ReadTimeout("read timed out")
+        code = {"doctor": self.doctor_code, "job": self.job_code}.get(kind)
+        return {"StatusCode": self._check(cid)[0] if code is None else code}
 
     def logs(self, cid: str, stream: bool = False, **kwargs: Any) -> Any:
-        body = (
-            json.dumps({"outcome": "ready", "exit_code": self.doctor_code, "checks": []}).encode()
-            if self._is_doctor(cid)
-            else self.job_log.read_bytes()
-        )
+        kind = self._kind(cid)
+        if kind == "doctor":
+            body = json.dumps({"outcome": "ready", "exit_code": self.doctor_code, "checks": []}).encode()
+        elif kind == "check":
+            body = self._check(cid)[1]
+        else:
+            body = self.job_log.read_bytes()
         return iter([body[:100], body[100:]]) if stream else body
 
     def kill(self, cid: str) -> None:
@@ -351,20 +333,25 @@ def test_on_an_npu_host_doctor_then_the_job_run_with_the_skus_devices_and_pass(t
     engine = FakeEngine(0, LOGS / "npu_old_verl.log")
     report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path))
     assert (report.outcome, report.exit_code) == ("passed", 0), report.message
-    doctor, job = engine.created
+    check, doctor, job = engine.created
+    assert check["command"][:5] == ["python3", "-m", "verl.trainer.main_ppo", "--cfg", "job"]
+    assert check["command"][5:] == report.data["job"]["command"][3:], "the check runs the job's exact overrides"
+    assert check["environment"]["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0" and "devices" not in check["host_config"]
+    assert "trainer.device=npu" in check["command"], "verl 0.6.1 does not detect NPUs itself"
     assert doctor["command"] == ["ascendkit", "doctor", "--json"]
     assert job["host_config"] == doctor["host_config"], "doctor sees exactly what the job sees"
     config = job["host_config"]
     assert len(config["devices"]) == 19 and config["network_mode"] == "host" and config["privileged"] is False
-    assert config["binds"][str((tmp_path / "model").resolve())] == {"bind": sm.MODEL_DIR, "mode": "ro"}
-    assert config["binds"][str(sm.SMOKE_DIR)] == {"bind": sm.SMOKE_FILES, "mode": "ro"}
+    assert config["binds"][str((tmp_path / "model").resolve())] == {"bind": jb.MODEL_DIR, "mode": "ro"}
+    assert config["binds"][str(jb.SMOKE_DIR)] == {"bind": jb.SMOKE_FILES, "mode": "ro"}
     script = job["command"][2]
     assert script.startswith(
-        "set -e; python3 /opt/ascendkit-smoke/gsm8k_synth.py --out /smoke/out/data; exec python3 -m verl.trainer.main_ppo"
+        "set -e; python3 /opt/ascendkit-smoke/gsm8k_synth.py --out /smoke/out/data --train 256; exec python3 -m verl.trainer.main_ppo"
     )
     assert "trainer.n_gpus_per_node=16" in script and "data.train_files=/smoke/out/data/train.parquet" in script
-    assert engine.removed == ["c1", "c2"]
+    assert engine.removed == ["c1", "c2", "c3"]
     out = tmp_path / "out"
+    assert "device: npu" in (out / "job-config.yaml").read_text() and report.data["config_check"]["passed"]
     assert (out / "job.log").read_bytes() == (LOGS / "npu_old_verl.log").read_bytes()
     data = json.loads((out / "report.json").read_text())
     assert data["job"]["steps_logged"] == 5 and data["files"]["plot"] == "report.png"
@@ -403,7 +390,7 @@ def test_a_failing_doctor_stops_the_run_before_the_job(tmp_path: Path, doctor_co
     engine = FakeEngine(doctor_code, LOGS / "npu_old_verl.log")
     report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path))
     assert (report.outcome, report.exit_code) == ("failed", 1) and message in report.message
-    assert len(engine.created) == 1 and engine.removed == ["c1"]
+    assert len(engine.created) == 2 and engine.removed == ["c1", "c2"]
     out = tmp_path / "out"
     assert not (out / "job.log").exists() and not (out / "report.png").exists(), "nothing left from the earlier run"
 
@@ -411,3 +398,40 @@ def test_a_failing_doctor_stops_the_run_before_the_job(tmp_path: Path, doctor_co
 def test_an_npu_host_needs_the_model(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="--model-path is required"):
         sm.run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path, model_path=None))
+
+
+def test_a_config_verl_refuses_stops_the_run_before_doctor(tmp_path: Path) -> None:
+    engine = FakeEngine(0, LOGS / "npu_old_verl.log")
+    request = smoke_request(tmp_path, overrides=("actor_rollout_ref.rollout.gpu_memory_utilisation=0.5",))
+    report = sm.run_smoke(cast(Any, engine), request)
+    assert (report.outcome, report.exit_code) == ("failed", 1)
+    assert "config check: verl refused the job's config" in report.message and "gpu_memory_utilisation" in report.message
+    assert len(engine.created) == 1 and engine.removed == ["c1"], "neither doctor nor the job ran"
+    assert "## Config check (verl composes the job in the image): FAILED" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_check_alone_needs_no_devices_and_trains_nothing(tmp_path: Path) -> None:
+    engine = FakeEngine(0, LOGS / "npu_old_verl.log")
+    report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path, check_only=True, model_path=None, host_root=tmp_path))
+    assert (report.outcome, report.exit_code) == ("checked", 0), report.message
+    assert len(engine.created) == 1
+    names = {c["name"]: c["status"] for c in report.data["config_check"]["checks"]}
+    assert names == {"device": "ok", "batch split": "ok", "mini-batches": "ok", "rollout parallelism": "ok"}
+
+
+def test_a_job_that_never_steps_is_stopped_and_the_cause_named(tmp_path: Path) -> None:
+    """verl 0.6 with trainer.device=cuda: Ray comes up, the placement group waits for GPUs forever."""
+    log = tmp_path / "stuck.log"
+    log.write_text(
+        "2026-11-22 10:00:00,000 INFO worker.py:1888 -- Started a local Ray instance.\n"
+        "(autoscaler +1m2s) Warning: The following resource request cannot be scheduled right now: {'GPU': 1.0, 'CPU': 1.0}.\n"
+    )
+    engine = FakeEngine(0, log, job_hangs=True)
+    started = time.monotonic()
+    report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path, stall_after=0.5, timeout=120))
+    assert time.monotonic() - started < 30, "stopped at the stall, long before --timeout"
+    assert (report.outcome, report.exit_code) == ("stalled", 9)
+    assert report.message.startswith("no step line for") and "trainer.device is cuda" in report.message
+    stall = report.data["job"]["stall"]
+    assert "GPU" in stall["last_lines"][-1] and engine.removed == ["c1", "c2", "c3"]
+    assert "## Why the job stopped" in (tmp_path / "out" / "report.md").read_text()

@@ -1,6 +1,8 @@
 """`ascendkit smoke` against the real engine with the image built on the stand-in base (no NPU
-here): doctor runs for real in the container and the run ends as "no devices"; the container
-runner's timeout, log and clean-up are exercised with real containers."""
+here): the config check runs the job's command in the container and reports that the test stack
+carries no verl (its packages are small stand-ins); without the check, doctor runs for real and the
+run ends as "no devices". The container runner's timeout, stall, log and clean-up are exercised
+with real containers. The config check passing against real verl: tests/test_arm64_layers.py."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from buildkit import smoke as sm
 from buildkit.errors import ExitCode
+from buildkit.jobwatch import JobWatch
 from buildkit.matrix import DEFAULT_MATRIX
 from tests.conftest import DockerEnv
 
@@ -24,12 +27,35 @@ def _smoke_containers(env: DockerEnv) -> list[Any]:
     return list(env.client.containers(all=True, filters={"label": sm.SMOKE_LABEL}))
 
 
-def test_smoke_on_a_host_without_npus_runs_doctor_and_stops_there(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+def test_the_config_check_runs_the_jobs_command_in_the_image_and_stops_the_run(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
     before = docker_env.containers()
     out = tmp_path / "report"
     proc = docker_env.ascendkit(
         "smoke", "--matrix", str(MATRIX), "--hw", "a3", "--image", built["tags"][0], "--out", str(out), "--timeout", "300", cwd=tmp_path
     )
+    assert proc.returncode == ExitCode.CHECK_FAILED, proc.stderr
+    assert "config check: verl is not installed in this image (No module named 'verl')" in proc.stderr
+    assert docker_env.containers() == before, "the check's container was removed"
+    report = json.loads((out / "report.json").read_text())
+    check = report["config_check"]
+    assert check["command"][:5] == ["python3", "-m", "verl.trainer.main_ppo", "--cfg", "job"] and not check["passed"]
+    assert report["doctor"] is None and not (out / "doctor.log").exists(), "doctor and the job never ran"
+    assert "No module named 'verl'" in (out / "config-check.log").read_text()
+    alone = docker_env.ascendkit(
+        "smoke", "--matrix", str(MATRIX), "--hw", "a3", "--image", built["tags"][0], "--check", "--out", str(out), cwd=tmp_path
+    )
+    assert alone.returncode == ExitCode.CHECK_FAILED and "verl is not installed in this image" in alone.stderr
+
+
+def test_smoke_on_a_host_without_npus_runs_doctor_and_stops_there(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+    before = docker_env.containers()
+    out = tmp_path / "report"
+    proc = docker_env.ascendkit(
+        "smoke", "--matrix", str(MATRIX), "--hw", "a3", "--image", built["tags"][0], "--out", str(out), "--timeout", "300",
+        "--no-config-check", cwd=tmp_path,
+    )  # fmt: skip
     assert proc.returncode == ExitCode.NO_DEVICES, proc.stderr
     assert "no Ascend devices on this host: doctor's preflight passed in the image; GRPO not run" in proc.stderr
     assert docker_env.containers() == before, "the smoke containers were removed"
@@ -37,7 +63,8 @@ def test_smoke_on_a_host_without_npus_runs_doctor_and_stops_there(docker_env: Do
     assert report["outcome"] == "no-devices" and report["exit_code"] == 10
     assert report["doctor"]["exit_code"] == 10 and report["doctor"]["devices"] == 0
     assert {c["name"]: c["status"] for c in report["doctor"]["checks"]}["pinned packages"] == "ok"
-    assert report["job"] is None and report["settings"]["devices"] == [] and report["settings"]["privileged"] is False
+    assert report["config_check"] is None and report["settings"]["devices"] == [] and report["settings"]["privileged"] is False
+    assert "trainer.device=npu" not in report["job"]["command"], "the test stack's verl pin (3.7) detects NPUs itself"
     assert json.loads((out / "doctor.log").read_text())["outcome"].startswith("no Ascend devices")
     assert (out / "report.md").read_text().startswith("# GRPO smoke test: NO-DEVICES")
     assert not (out / "job.log").exists()
@@ -82,6 +109,23 @@ def test_a_job_that_outlives_the_timeout_is_killed_removed_and_its_log_kept(
     assert time.monotonic() - started < 60
     assert "step:1 - critic/rewards/mean:0.5" in log.read_text()
     assert lines[:1] == ["step:1 - critic/rewards/mean:0.5"]
+    assert _smoke_containers(docker_env) == []
+
+
+def test_a_job_that_stops_stepping_is_stopped_early_with_its_cause(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    watch = JobWatch(steps=5, stall_after=3)
+    started = time.monotonic()
+    script = (
+        "echo 'INFO worker.py:1888 -- Started a local Ray instance.'; "
+        "echo \"(autoscaler +5s) Warning: The following resource request cannot be scheduled right now: {'GPU': 1.0}\"; sleep 600"
+    )
+    result = sm.run_container(
+        docker_env.client, built["image_id"], ["sh", "-c", script], log_path=log, deadline=time.monotonic() + 300, watch=watch
+    )
+    assert result.stalled is not None and result.exit_code is None and not result.timed_out
+    assert time.monotonic() - started < 60, "stopped by the watcher, not the deadline"
+    assert "trainer.device is cuda" in result.stalled.causes[0]
     assert _smoke_containers(docker_env) == []
 
 

@@ -13,6 +13,7 @@ from buildkit.cli.base import JsonFlag, MatrixPath, app, print_json, user_errors
 from buildkit.compare import load_run
 from buildkit.engine import connect
 from buildkit.errors import InputError
+from buildkit.job import check_overrides
 from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_sku
 from buildkit.render import plan_target
 from buildkit.tags import arch_tag, full_tag
@@ -26,6 +27,10 @@ def _pairs(items: list[str], option: str) -> dict[str, str]:
             raise InputError(f"{option} {item!r}: expected KEY=VALUE")
         result[key] = value
     return result
+
+
+def _progress(line: str) -> None:
+    typer.echo(f"smoke: {line}", err=True)
 
 
 @app.command("smoke")
@@ -58,17 +63,32 @@ def smoke(
         list[str] | None, typer.Option("--override", help="Extra Hydra override KEY=VALUE for main_ppo (repeatable).")
     ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="Extra environment KEY=VALUE in the job (repeatable).")] = None,
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Only compose the job's config with verl in the image (--cfg job) and check it; any host."),
+    ] = False,
+    config_check: Annotated[
+        bool,
+        typer.Option("--config-check/--no-config-check", help="Run the config check before doctor and the job (default on)."),
+    ] = True,
+    stall_timeout: Annotated[
+        float, typer.Option("--stall-timeout", min=1, help="Stop the job when no step line follows Ray's start for this many seconds.")
+    ] = 900,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not echo the job's log.")] = False,
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
-    """Run doctor and a short GRPO job in the image with the SKU's devices; judge it and write a report.
+    """Check the job's config with verl in the image, run doctor and a short GRPO job with the SKU's
+    devices; judge it and write a report.
 
-    Exit 0 passed, 1 failed, 9 timed out, 10 no Ascend devices here (preflight only).
+    Exit 0 passed (or --check passed), 1 failed, 9 timed out or stalled, 10 no Ascend devices here
+    (config check and preflight only).
     """
     loaded = load_matrix(matrix)
     sku_id, sku, chip_id = resolve_sku(loaded, hw, "smoke needs the SKU (its NPU count)")
-    overrides = sm.check_overrides(override or [])
+    overrides = check_overrides(override or [])
+    if check and not config_check:
+        raise InputError("--check and --no-config-check exclude each other")
     if image is None:
         rendered = plan_target(loaded, sku_id, None, None)
         st = loaded.matrix.stacks[rendered.stack_id]
@@ -89,6 +109,11 @@ def smoke(
         privileged=privileged,
         overrides=overrides,
         env=_pairs(env or [], "--env"),
+        first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
+        check_only=check,
+        config_check=config_check,
+        stall_after=stall_timeout,
+        progress=None if as_json else _progress,
     )
     client = connect()
     typer.echo(f"smoke: {image} on --hw {sku_id}; report in {out}/", err=True)
