@@ -16,13 +16,14 @@ import functools
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import yaml
 
+from buildkit import job as jb
 from buildkit import smoke as sm
 from buildkit.errors import InputError
 from buildkit.model import Sku
@@ -75,6 +76,8 @@ class K8sRequest:
     deadline_s: int = 3600
     allow_tag: bool = False
     overrides: tuple[str, ...] = ()
+    image_job: jb.ImageJob = field(default_factory=lambda: jb.ImageJob(None, None))  # the image's stack and verl (its labels, or --stack)
+    first_autodetect: str = "0.7.0"  # compat.verl_npu_autodetect of the matrix
 
 
 @dataclass(frozen=True)
@@ -176,11 +179,18 @@ def render(request: K8sRequest) -> Manifests:
     requests = {**npus, "cpu": str(sku.k8s_cpu_request), "memory": f"{sku.k8s_memory_gib_request}Gi"}
     limits = {**npus, "memory": f"{sku.k8s_memory_gib_request}Gi"}
     smoke = request.job == "smoke"
+    data_args: list[str] = []
     if smoke:
-        job_spec = sm.load_job()
-        values = sm.job_values(job_spec, sku, steps=request.steps, nnodes=request.nodes, data=f"{sm.OUT_DIR}/data")
-        argv = sm.job_argv(job_spec, values, None, request.overrides)
-        job_env = sorted(sm.job_env(job_spec, None).items())
+        job = jb.build_job(
+            jb.load_job(),
+            sku,
+            request.image_job,
+            first_autodetect=request.first_autodetect,
+            steps=request.steps,
+            nnodes=request.nodes,
+            extra=request.overrides,
+        )
+        argv, job_env, data_args = job.argv, sorted(job.env.items()), job.data_command()
     else:
         argv, job_env = list(request.command), []
     driver_mounts = [{"name": n, "path": p, "type": t} for n, p, t in DRIVER_VOLUMES]
@@ -202,6 +212,7 @@ def render(request: K8sRequest) -> Manifests:
                     "npu_resources": npus,
                     "driver_mounts": driver_mounts,
                     "smoke_data": smoke,
+                    "data_args": data_args,
                     "container": role if multi else "verl",
                     "args": args,
                     "env": job_env,
@@ -219,7 +230,7 @@ def render(request: K8sRequest) -> Manifests:
     docs: list[str] = []
     meta = {"name": name, "namespace": request.namespace, "labels": labels, "title": title, "kubernetes_version": KUBERNETES_VERSION}
     if smoke:
-        generator = (sm.SMOKE_DIR / "gsm8k_synth.py").read_text(encoding="utf-8")
+        generator = (jb.SMOKE_DIR / "gsm8k_synth.py").read_text(encoding="utf-8")
         docs.append(env.get_template("configmap.yaml.j2").render(m={**meta, "configmap": configmap, "generator": generator}))
     if not multi:
         docs.append(env.get_template("job.yaml.j2").render(m={**meta, "deadline": request.deadline_s, "pod": pod(request.job, argv)}))

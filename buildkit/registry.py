@@ -150,3 +150,42 @@ class Registry:
                 f"registry {self.host}: writing {repository}:{reference} gave HTTP {response.status_code}: {response.text[:300]}"
             )
         return response.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def _docker_arch(arch: str) -> str:
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(arch, arch)
+
+
+def image_labels(ref: str, arch: str) -> dict[str, str]:
+    """The config labels of ``HOST[:PORT]/REPO@sha256:...`` (or ``:TAG``) as the registry serves them;
+    for a multi-arch index, of its ``arch`` member."""
+    name, _, digest = ref.partition("@")
+    if not digest:
+        last = name.rsplit("/", 1)
+        repo_part, _, tag = last[-1].partition(":")
+        name, digest = (f"{last[0]}/{repo_part}" if len(last) > 1 else repo_part), tag or "latest"
+    host, _, repository = name.partition("/")
+    if not repository or not ("." in host or ":" in host or host == "localhost"):
+        raise InputError(f"{ref}: no registry host in the reference, so its labels cannot be read")
+    registry = Registry(host, retries=1, timeout=10.0)
+    manifest = registry.get_manifest(repository, digest)
+    if manifest is None:
+        raise InputError(f"{ref}: the registry {host} has no such image")
+    body = manifest.json()
+    if manifest.media_type in (DOCKER_LIST, OCI_INDEX) or "manifests" in body:
+        wanted = _docker_arch(arch)
+        members = [m for m in body.get("manifests", []) if (m.get("platform") or {}).get("architecture") == wanted]
+        if not members:
+            raise InputError(f"{ref}: the index has no {wanted} image")
+        member = registry.get_manifest(repository, members[0]["digest"])
+        if member is None:
+            raise InputError(f"{ref}: the index names {members[0]['digest']}, which the registry does not serve")
+        body = member.json()
+    config_digest = (body.get("config") or {}).get("digest")
+    if not config_digest:
+        raise InputError(f"{ref}: the manifest names no image config")
+    response = registry.request("GET", f"/{repository}/blobs/{config_digest}")
+    if response.status_code != 200:
+        raise PublishFailed(f"registry {host}: reading the config of {ref} gave HTTP {response.status_code}")
+    config = json.loads(response.content)
+    return dict((config.get("config") or {}).get("Labels") or {})

@@ -13,12 +13,15 @@ import pytest
 
 from buildkit import k8s
 from buildkit.errors import ExitCode
+from buildkit.job import ImageJob
 from buildkit.matrix import DEFAULT_MATRIX, load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "k8s"
 SKUS = load_matrix(ROOT / DEFAULT_MATRIX).matrix.skus
 DIGEST_REF = "127.0.0.1:5000/ascendkit/verl@sha256:" + "0123456789abcdef" * 4
+# The goldens show the default stack's image: verl 0.6.1, which needs trainer.device=npu.
+DEFAULT_IMAGE = ImageJob("cann8.3", "0.6.1")
 UPDATE = os.environ.get("ASCENDKIT_UPDATE_GOLDEN") == "1"  # rewrite the golden files after a deliberate change
 
 
@@ -41,8 +44,8 @@ def pods(doc: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("nodes", [1, 2])
 @pytest.mark.parametrize("sku_id", sorted(SKUS))
 def test_golden_manifests_per_sku_are_current_and_valid(sku_id: str, nodes: int) -> None:
-    text = k8s.render(k8s.K8sRequest(sku_id, SKUS[sku_id], DIGEST_REF, nodes=nodes)).text
-    assert text == k8s.render(k8s.K8sRequest(sku_id, SKUS[sku_id], DIGEST_REF, nodes=nodes)).text, "deterministic"
+    text = k8s.render(k8s.K8sRequest(sku_id, SKUS[sku_id], DIGEST_REF, nodes=nodes, image_job=DEFAULT_IMAGE)).text
+    assert text == k8s.render(k8s.K8sRequest(sku_id, SKUS[sku_id], DIGEST_REF, nodes=nodes, image_job=DEFAULT_IMAGE)).text, "deterministic"
     golden = GOLDEN / f"{'job' if nodes == 1 else 'rayjob'}-{sku_id}.yaml"
     if UPDATE:
         golden.write_text(text)
@@ -56,7 +59,7 @@ def test_golden_manifests_per_sku_are_current_and_valid(sku_id: str, nodes: int)
 def test_every_pod_takes_the_skus_npus_nodes_and_driver(sku_id: str) -> None:
     sku = SKUS[sku_id]
     for nodes in (1, 3):
-        configmap, workload = docs_of(k8s.render(k8s.K8sRequest(sku_id, sku, DIGEST_REF, nodes=nodes)).text)
+        configmap, workload = docs_of(k8s.render(k8s.K8sRequest(sku_id, sku, DIGEST_REF, nodes=nodes, image_job=DEFAULT_IMAGE)).text)
         assert configmap["kind"] == "ConfigMap"
         assert configmap["data"]["gsm8k_synth.py"] == (ROOT / "smoke_tests" / "gsm8k_synth.py").read_text()
         assert workload["kind"] == ("Job" if nodes == 1 else "RayJob")
@@ -87,7 +90,7 @@ def test_every_pod_takes_the_skus_npus_nodes_and_driver(sku_id: str) -> None:
 
 def test_the_acceptance_rayjob_for_a2_box16_on_two_nodes(tmp_path: Path) -> None:
     out = tmp_path / "rayjob.yaml"
-    proc = ascendkit("k8s", "render", "--hw", "a2-box16", "--image", DIGEST_REF, "--nodes", "2", "-o", str(out))
+    proc = ascendkit("k8s", "render", "--hw", "a2-box16", "--image", DIGEST_REF, "--nodes", "2", "--stack", "cann8.3", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     _, rayjob = docs_of(out.read_text())
     assert rayjob["apiVersion"] == "ray.io/v1" and rayjob["kind"] == "RayJob"
@@ -133,7 +136,7 @@ def test_a_train_job_runs_the_users_command_through_the_entrypoint() -> None:
 
 def test_json_output_is_a_list_kubectl_accepts_and_validate_reads(tmp_path: Path) -> None:
     out = tmp_path / "job.json"
-    assert ascendkit("k8s", "render", "--hw", "a3", "--image", DIGEST_REF, "--json", "-o", str(out)).returncode == 0
+    assert ascendkit("k8s", "render", "--hw", "a3", "--image", DIGEST_REF, "--stack", "cann8.3", "--json", "-o", str(out)).returncode == 0
     data = json.loads(out.read_text())
     assert data["kind"] == "List" and [i["kind"] for i in data["items"]] == ["ConfigMap", "Job"]
     proc = ascendkit("k8s", "validate", str(out))
@@ -169,13 +172,13 @@ def test_refusals_are_clear_and_write_nothing(tmp_path: Path, args: list[str], m
 
 
 def test_a_tag_is_accepted_only_when_asked_and_then_warned_about() -> None:
-    proc = ascendkit("k8s", "render", "--hw", "a3", "--image", "127.0.0.1:5000/ascendkit/verl:latest", "--allow-tag")
+    proc = ascendkit("k8s", "render", "--hw", "a3", "--image", "127.0.0.1:5000/ascendkit/verl:latest", "--allow-tag", "--stack", "cann8.3")
     assert proc.returncode == 0
     assert "warning: --image 127.0.0.1:5000/ascendkit/verl:latest is a mutable tag" in proc.stderr
 
 
 def test_validate_names_the_document_and_field_of_each_problem(tmp_path: Path) -> None:
-    configmap, rayjob = docs_of(k8s.render(k8s.K8sRequest("a3", SKUS["a3"], DIGEST_REF, nodes=2)).text)
+    configmap, rayjob = docs_of(k8s.render(k8s.K8sRequest("a3", SKUS["a3"], DIGEST_REF, nodes=2, image_job=DEFAULT_IMAGE)).text)
     rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "two"
     rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
     rayjob["spec"]["entrypint"] = "x"

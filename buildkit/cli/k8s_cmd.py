@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated
@@ -9,14 +10,40 @@ from typing import Annotated
 import typer
 
 from buildkit import k8s
-from buildkit import smoke as sm
 from buildkit.cli.base import JsonFlag, MatrixPath, app, user_errors
-from buildkit.errors import ExitCode
+from buildkit.errors import ExitCode, InputError, PublishFailed, Unavailable
 from buildkit.fsio import write_atomic
-from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_sku
+from buildkit.job import ImageJob, check_overrides
+from buildkit.matrix import DEFAULT_MATRIX, LoadedMatrix, load_matrix, resolve_sku
+from buildkit.registry import image_labels
+from buildkit.render import LABEL_PREFIX
 
 k8s_app = typer.Typer(help="Kubernetes manifests for published images (Job, KubeRay RayJob).", no_args_is_help=True)
 app.add_typer(k8s_app, name="k8s")
+
+
+def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) -> tuple[ImageJob, list[str]]:
+    """Which stack and verl the image carries: its labels as the registry serves them, else ``--stack``.
+
+    A ``--stack`` that disagrees with the image's own label is refused: the job's arguments
+    (``trainer.device=npu`` for a verl without NPU auto-detection) follow from it.
+    """
+    if stack is not None and stack not in loaded.matrix.stacks:
+        raise InputError(f"--stack {stack!r}: not a stack of {loaded.path}; one of {', '.join(loaded.matrix.stacks)}")
+    try:
+        labels: dict[str, str] | None = image_labels(image, arch)
+        problem = f"it has no {LABEL_PREFIX}.stack label"
+    except (InputError, Unavailable, PublishFailed) as exc:
+        labels, problem = None, str(exc)
+    found = (labels or {}).get(f"{LABEL_PREFIX}.stack")
+    if found is not None:
+        if stack is not None and stack != found:
+            raise InputError(f"--stack {stack}: {image} is built from stack {found!r} (its {LABEL_PREFIX}.stack label)")
+        return ImageJob(found, (labels or {}).get(f"{LABEL_PREFIX}.version.verl")), []
+    if stack is None:
+        raise InputError(f"cannot tell which stack and verl {image} carries ({problem}); pass --stack with the stack it was built from")
+    verl = loaded.matrix.stacks[stack].verl.version
+    return ImageJob(stack, verl), [f"could not read the image's labels ({problem}); the job follows --stack {stack} (verl {verl})"]
 
 
 @k8s_app.command("render")
@@ -37,6 +64,10 @@ def k8s_render(
     deadline: Annotated[int, typer.Option("--deadline", min=1, help="activeDeadlineSeconds of the job.")] = 3600,
     override: Annotated[list[str] | None, typer.Option("--override", help="Extra Hydra override KEY=VALUE (smoke job).")] = None,
     allow_tag: Annotated[bool, typer.Option("--allow-tag", help="Accept an image tag without digest (warns).")] = False,
+    stack: Annotated[
+        str | None,
+        typer.Option("--stack", help="The stack the image was built from, when the registry cannot be asked for its labels."),
+    ] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here (atomically) instead of stdout.")] = None,
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
@@ -44,7 +75,7 @@ def k8s_render(
     """Render the Job (one node) or RayJob (several) for an SKU and an image by digest."""
     loaded = load_matrix(matrix)
     sku_id, sku, _ = resolve_sku(loaded, hw, "pods are sized by the SKU")
-    overrides = sm.check_overrides(override or [])
+    overrides = check_overrides(override or [])
     request = k8s.K8sRequest(
         sku_id=sku_id,
         sku=sku,
@@ -62,9 +93,15 @@ def k8s_render(
         deadline_s=deadline,
         allow_tag=allow_tag,
         overrides=overrides,
+        first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
     )
+    k8s.check_request(request)  # every refusal of the options before the registry is asked
+    warnings: list[str] = []
+    if job == "smoke":
+        found, warnings = image_job(loaded, image, arch, stack)
+        request = dataclasses.replace(request, image_job=found)
     manifests = k8s.render(request)
-    for warning in manifests.warnings:
+    for warning in (*warnings, *manifests.warnings):
         typer.echo(f"ascendkit: warning: {warning}", err=True)
     text = manifests.text
     if as_json:
