@@ -1,0 +1,207 @@
+"""The default stack's real Python layers on arm64, and verl's own code running the smoke job's config.
+
+In the arm64 stand-in base (qemu), the committed cann8.3 aarch64 lock sections are installed the way
+the image's pip layers install them (in layer order, ``--require-hashes``, no build isolation),
+from a wheelhouse `ascendkit wheelhouse` fills and keeps between runs. Left out, because they need
+CANN at build time: the vllm and vllm-ascend source builds themselves (their dependencies are
+installed) and the MindSpeed/Megatron checkouts (GitHub and gitcode are out of reach here).
+
+torch_npu cannot load without CANN (``libhccl.so``), and neither transformers nor verl falls back
+when the import fails that way: ``transformers.utils.is_torch_npu_available`` lets the ImportError
+through while importing main_ppo. The one stand-in here is therefore a ``sitecustomize`` that
+marks torch_npu as absent (``sys.modules["torch_npu"] = None``), which is what an image without
+torch_npu would look like to them; torch's own backend autoload is turned off by the config check
+itself (``TORCH_DEVICE_BACKEND_AUTOLOAD=0``, a torch switch, not a stub).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from buildkit.job import ImageJob, build_job, load_job
+from buildkit.matrix import load_matrix
+from buildkit.render import LABEL_PREFIX, lock_layers, section_path
+from tests.conftest import MATRIX, ROOT, DockerEnv
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+LOADED = load_matrix(MATRIX)
+STACK_ID = next(s for s, st in LOADED.matrix.stacks.items() if st.default)
+STACK = LOADED.matrix.stacks[STACK_ID]
+SOURCE_BUILDS = {"vllm", "vllm-ascend"}  # need CANN to build: out of scope here
+CACHE = Path(os.environ.get("ASCENDKIT_CACHE", Path.home() / ".cache" / "ascendkit"))
+
+STANDIN_SITE = """\
+# STAND-IN (ascendkit CI): this image holds torch_npu's wheel but no CANN, so torch_npu cannot load
+# (libhccl.so is missing) and transformers lets that ImportError through. Mark it absent, which is
+# how transformers and verl see an image without torch_npu.
+import sys
+
+sys.modules["torch_npu"] = None
+"""
+
+INSTALL = """\
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+# What the template's system step installs that the stand-in base lacks and main_ppo's imports need.
+apt-get update -qq && apt-get install -y -qq --no-install-recommends libsndfile1 >/dev/null
+mkdir -p /opt/ascendkit-standin && cp /mnt/standin/sitecustomize.py /opt/ascendkit-standin/
+for section in /mnt/sections/*.txt; do
+  if grep -q '==' "$section"; then
+    echo "installing $(basename "$section")"
+    python3 -m pip install --quiet --no-cache-dir --no-compile --root-user-action=ignore --no-index --find-links /mnt/wheelhouse \\
+      --require-hashes --no-build-isolation -r "$section"
+  fi
+done
+python3 -m pip check
+"""
+
+# verl's own start-up validation (verl/utils/config.py) on the job's config, composed by verl's
+# Hydra config module; run in the image for one node and for two.
+VALIDATE = """\
+import json, sys
+from importlib.metadata import version
+from hydra import compose, initialize_config_module
+from verl.trainer.ppo.utils import need_critic
+from verl.utils.config import validate_config
+
+results = {}
+for name, overrides in json.loads(sys.argv[1]).items():
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        config = compose("ppo_trainer", overrides=overrides)
+    validate_config(config, use_reference_policy=True, use_critic=need_critic(config))
+    results[name] = {"device": config.trainer.device, "world": config.trainer.n_gpus_per_node * config.trainer.nnodes}
+    from hydra.core.global_hydra import GlobalHydra
+    GlobalHydra.instance().clear()
+packages = ["torch", "torch-npu", "torchvision", "triton-ascend", "transformers", "verl", "pyarrow", "numpy"]
+print("RESULT " + json.dumps({"configs": results, "versions": {p: version(p) for p in packages}}))
+"""
+
+
+def _sections(tmp: Path) -> list[Path]:
+    """The aarch64 lock sections in layer order, without the source-built packages themselves."""
+    written = []
+    for index, layer in enumerate(lock_layers(STACK)):
+        text = (ROOT / section_path(STACK_ID, layer, "aarch64")).read_text(encoding="utf-8")
+        kept, skip = [], False
+        for line in text.splitlines():
+            if re.match(r"^[A-Za-z0-9]", line):
+                skip = line.split("==")[0] in SOURCE_BUILDS
+            if not skip:
+                kept.append(line)
+        path = tmp / f"{index:02d}-{layer}.txt"
+        path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
+@pytest.fixture(scope="session")
+def layers_image(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The arm64 stand-in with the default stack's locked layers installed, labelled like a build
+    of it; cached on the engine under a tag derived from everything that goes into it."""
+    base = os.environ.get("ASCENDKIT_STANDIN_IMAGE_ARM64")
+    if not base:
+        pytest.skip("no arm64 stand-in: `make test` makes one when ASCENDKIT_ARM64=1 (qemu emulation)")
+    tmp = tmp_path_factory.mktemp("layers")
+    sections_dir = tmp / "sections"
+    sections_dir.mkdir()
+    sections = _sections(sections_dir)
+    standin_dir = tmp / "standin"
+    standin_dir.mkdir()
+    (standin_dir / "sitecustomize.py").write_text(STANDIN_SITE, encoding="utf-8")
+    digest = hashlib.sha256()
+    for part in [docker_env.client.inspect_image(base)["Id"], INSTALL, STANDIN_SITE, *(p.read_text() for p in sections)]:
+        digest.update(part.encode())
+    tag = f"ascendkit-it/{STACK_ID}-aarch64-layers:{digest.hexdigest()[:16]}"
+    if docker_env.client.images(name=tag):
+        return tag
+    wheelhouse = CACHE / "wheelhouse" / f"{STACK_ID}-aarch64"
+    docker_env.ascendkit("wheelhouse", "--stack", STACK_ID, "--arch", "aarch64", "-o", str(wheelhouse), cwd=ROOT, check=True)
+    client = docker_env.client
+    binds: dict[str, Mapping[str, str]] = {
+        str(wheelhouse): {"bind": "/mnt/wheelhouse", "mode": "ro"},
+        str(sections_dir): {"bind": "/mnt/sections", "mode": "ro"},
+        str(standin_dir): {"bind": "/mnt/standin", "mode": "ro"},
+    }
+    container = client.create_container(base, command=["bash", "-c", INSTALL], host_config=client.create_host_config(binds=binds))
+    try:
+        client.start(container)
+        code = client.wait(container, timeout=1800)["StatusCode"]
+        log = client.logs(container).decode("utf-8", "replace")
+        assert code == 0, f"installing the {STACK_ID} aarch64 lock sections failed:\n{log[-4000:]}"
+        labels = {
+            f"{LABEL_PREFIX}.chip": "a3",
+            f"{LABEL_PREFIX}.stack": STACK_ID,
+            f"{LABEL_PREFIX}.version.verl": STACK.verl.version,
+            "io.ascendkit.standin": "true",
+        }
+        changes = [f'LABEL {k}="{v}"' for k, v in labels.items()] + ["ENV PYTHONPATH=/opt/ascendkit-standin", 'CMD ["/bin/bash"]']
+        client.commit(container, repository=tag.split(":")[0], tag=tag.split(":")[1], changes=changes)
+    finally:
+        client.remove_container(container, force=True)
+    return tag
+
+
+def test_smoke_check_composes_the_job_with_the_real_verl_in_the_image(docker_env: DockerEnv, layers_image: str, tmp_path: Path) -> None:
+    """`ascendkit smoke --check`, as a user runs it: main_ppo --cfg job in the image, then the checks."""
+    out = tmp_path / "check"
+    proc = docker_env.ascendkit(
+        "smoke", "--check", "--hw", "a3", "--image", layers_image, "--out", str(out), "--timeout", "1500", "--matrix", str(MATRIX),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:] + (out / "config-check.log").read_text()[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["outcome"] == "checked" and report["config_check"]["passed"]
+    assert {c["name"]: c["status"] for c in report["config_check"]["checks"]} == {
+        "device": "ok",
+        "batch split": "ok",
+        "mini-batches": "ok",
+        "rollout parallelism": "ok",
+    }
+    printed = (out / "job-config.yaml").read_text()
+    assert re.search(r"^  device: npu$", printed, re.M), "verl 0.6.1 composed trainer.device=npu from our override"
+    assert re.search(r"^  n_gpus_per_node: 16$", printed, re.M)
+
+
+def test_verls_own_validation_accepts_the_job_for_one_and_two_nodes(docker_env: DockerEnv, layers_image: str) -> None:
+    """verl's validate_config (upstream code, in the image) on the smoke job and the 2-node Kubernetes job;
+    and every locked package is installed at its locked version."""
+    jobs = {
+        f"{nodes}-node": list(
+            build_job(
+                load_job(),
+                LOADED.matrix.skus["a3"],
+                ImageJob(STACK_ID, STACK.verl.version),
+                first_autodetect=LOADED.matrix.compat.verl_npu_autodetect,
+                steps=5,
+                nnodes=nodes,
+            ).overrides
+        )
+        for nodes in (1, 2)
+    }
+    client = docker_env.client
+    container = client.create_container(
+        layers_image, command=["python3", "-c", VALIDATE, json.dumps(jobs)], environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    )
+    try:
+        client.start(container)
+        code = client.wait(container, timeout=1500)["StatusCode"]
+        log = client.logs(container).decode("utf-8", "replace")
+    finally:
+        client.remove_container(container, force=True)
+    assert code == 0, log[-4000:]
+    assert log.count("[validate_config] All configuration checks passed successfully!") == 2
+    result = json.loads(log.split("RESULT ", 1)[1].splitlines()[0])
+    assert result["configs"] == {"1-node": {"device": "npu", "world": 16}, "2-node": {"device": "npu", "world": 32}}
+    locked = {
+        m[1].lower(): m[2] for m in re.finditer(r"^([A-Za-z0-9._-]+)==(\S+)", (ROOT / f"locks/{STACK_ID}-aarch64.txt").read_text(), re.M)
+    }
+    for package, installed in result["versions"].items():
+        assert installed == locked[package], f"{package} {installed} is not the locked {locked[package]}"
