@@ -21,6 +21,7 @@ from typing import Any
 import requests
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
+from buildkit.model import DOCKER_ARCH
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -152,10 +153,6 @@ class Registry:
         return response.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
 
 
-def _docker_arch(arch: str) -> str:
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(arch, arch)
-
-
 def image_labels(ref: str, arch: str) -> dict[str, str]:
     """The config labels of ``HOST[:PORT]/REPO@sha256:...`` (or ``:TAG``) as the registry serves them;
     for a multi-arch index, of its ``arch`` member."""
@@ -167,13 +164,20 @@ def image_labels(ref: str, arch: str) -> dict[str, str]:
     host, _, repository = name.partition("/")
     if not repository or not ("." in host or ":" in host or host == "localhost"):
         raise InputError(f"{ref}: no registry host in the reference, so its labels cannot be read")
-    registry = Registry(host, retries=1, timeout=10.0)
+    try:
+        return _labels(Registry(host, retries=1, timeout=10.0), ref, repository, digest, arch)
+    except ValueError as exc:  # a body that is not the JSON the distribution API promises
+        raise PublishFailed(f"registry {host}: {ref}: unreadable answer ({exc})") from None
+
+
+def _labels(registry: Registry, ref: str, repository: str, digest: str, arch: str) -> dict[str, str]:
+    host = registry.host
     manifest = registry.get_manifest(repository, digest)
     if manifest is None:
         raise InputError(f"{ref}: the registry {host} has no such image")
     body = manifest.json()
     if manifest.media_type in (DOCKER_LIST, OCI_INDEX) or "manifests" in body:
-        wanted = _docker_arch(arch)
+        wanted = DOCKER_ARCH.get(arch, arch)
         members = [m for m in body.get("manifests", []) if (m.get("platform") or {}).get("architecture") == wanted]
         if not members:
             raise InputError(f"{ref}: the index has no {wanted} image")

@@ -398,6 +398,8 @@ def run_config_check(
 def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[str], None] | None = None) -> SmokeReport:
     """The config check, doctor, then (on a host with NPUs) the GRPO job; writes report.json,
     report.md and a PNG to ``out``."""
+    if request.check_only and not request.config_check:
+        raise InputError("--check and --no-config-check exclude each other")
     started = time.monotonic()
     deadline = started + request.timeout
     spec = load_job()
@@ -474,8 +476,6 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         if request.check_only:
             message = "verl composed the job's config in the image and it passes verl's start-up checks; nothing trained"
             return finish("checked", ExitCode.OK, message)
-    elif request.check_only:
-        raise InputError("--check and --no-config-check exclude each other")
 
     data["files"]["doctor_log"] = "doctor.log"
     doctor = run_container(

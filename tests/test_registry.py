@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from buildkit.errors import InputError, Unavailable
+from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.publish import index_body
-from buildkit.registry import DOCKER_LIST, DOCKER_MANIFEST, Manifest, Registry, RegistryRef
+from buildkit.registry import DOCKER_LIST, DOCKER_MANIFEST, Manifest, Registry, RegistryRef, image_labels
 
 BODY = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": "sha256:cfg"}}).encode()
 
@@ -141,3 +141,30 @@ def test_registry_ref(text: str, host: str, repo: str) -> None:
 def test_registry_ref_rejects(text: str) -> None:
     with pytest.raises(InputError, match=r"expected HOST\[:PORT\]/REPO"):
         RegistryRef.parse(text)
+
+
+def test_image_labels_of_an_index_member_and_unreadable_answers(fake: tuple[Registry, dict[str, Any]]) -> None:
+    """k8s render reads the labels of the --arch member of a multi-arch index; a body that is not
+    JSON is the registry's failure, not a traceback."""
+    registry, state = fake
+    config = json.dumps({"config": {"Labels": {"io.ascendkit.stack": "cann8.3", "io.ascendkit.version.verl": "0.6.1"}}}).encode()
+    arm = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": "sha256:armcfg"}}).encode()
+    index = json.dumps(
+        {"mediaType": DOCKER_LIST, "manifests": [{"digest": "sha256:arm", "platform": {"architecture": "arm64", "os": "linux"}}]}
+    ).encode()
+    state["manifests"].update(
+        {
+            "/v2/team/verl/manifests/multi": (index, DOCKER_LIST),
+            "/v2/team/verl/manifests/sha256:arm": (arm, DOCKER_MANIFEST),
+            "/v2/team/verl/blobs/sha256:armcfg": (config, "application/json"),
+            "/v2/team/verl/blobs/sha256:cfg": (b"<html>proxy error</html>", "text/html"),
+        }
+    )
+    labels = image_labels(f"{registry.host}/team/verl:multi", "aarch64")
+    assert labels == {"io.ascendkit.stack": "cann8.3", "io.ascendkit.version.verl": "0.6.1"}
+    with pytest.raises(InputError, match="the index has no amd64 image"):
+        image_labels(f"{registry.host}/team/verl:multi", "x86_64")
+    with pytest.raises(PublishFailed, match="unreadable answer"):
+        image_labels(f"{registry.host}/team/verl:t1", "x86_64")
+    with pytest.raises(InputError, match="no registry host"):
+        image_labels("ascendkit/verl:latest", "x86_64")
