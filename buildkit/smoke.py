@@ -353,6 +353,11 @@ def composition_error(log: str, code: int) -> str:
     imports = [line for line in lines if _IMPORT_ERROR.match(line)]
     if any("No module named 'verl'" in line for line in lines):  # python -m says it its own way
         return "verl is not installed in this image (No module named 'verl'): nothing here can run the job"
+    if imports and re.search(r"lib(?:hccl|ascend\w*|acl\w*|runtime|ge_runner|hccl_\w+)\.so", imports[-1]):
+        return (
+            f"torch_npu could not load the CANN or driver libraries (exit {code}): {imports[-1]}; run the check where the "
+            "image's CANN is complete and, for driver libraries, on a host with the Ascend driver (it is mounted read-only)"
+        )
     if imports:
         return f"verl's main_ppo could not be imported in the image (exit {code}): {imports[-1]}"
     hits = [line for line in lines if any(h in line for h in _CHECK_ERROR_HINTS)]
@@ -360,7 +365,15 @@ def composition_error(log: str, code: int) -> str:
 
 
 def run_config_check(
-    client: docker.APIClient, image_id: str, job: Job, image: ImageJob, out: Path, deadline: float, *, first_autodetect: str
+    client: docker.APIClient,
+    image_id: str,
+    job: Job,
+    image: ImageJob,
+    out: Path,
+    deadline: float,
+    *,
+    first_autodetect: str,
+    driver_files: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The job's exact command with ``--cfg job`` in the image: verl composes its config and exits.
 
@@ -374,6 +387,8 @@ def run_config_check(
         log_path=out / "config-check.log",
         deadline=min(deadline, time.monotonic() + CHECK_TIMEOUT_S),
         environment={**job.env, **CHECK_ENV},
+        # No devices: composing needs none. The host's driver, where there is one, lets torch_npu load.
+        host_config={"binds": {f: {"bind": f, "mode": "ro"} for f in driver_files}} if driver_files else None,
         want_stdout=True,
     )
     section: dict[str, Any] = {"command": job.check_argv(), "log": "config-check.log", "checks": []}
@@ -467,7 +482,16 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
 
     if request.config_check:
         data["files"]["config_check_log"] = "config-check.log"
-        check = run_config_check(client, image_id, job, image, request.out, deadline, first_autodetect=request.first_autodetect)
+        check = run_config_check(
+            client,
+            image_id,
+            job,
+            image,
+            request.out,
+            deadline,
+            first_autodetect=request.first_autodetect,
+            driver_files=devices.driver_files,
+        )
         data["config_check"] = check
         if "config" in check:
             data["files"]["job_config"] = check["config"]

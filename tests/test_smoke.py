@@ -337,6 +337,7 @@ def test_on_an_npu_host_doctor_then_the_job_run_with_the_skus_devices_and_pass(t
     assert check["command"][:5] == ["python3", "-m", "verl.trainer.main_ppo", "--cfg", "job"]
     assert check["command"][5:] == report.data["job"]["command"][3:], "the check runs the job's exact overrides"
     assert check["environment"]["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0" and "devices" not in check["host_config"]
+    assert set(check["host_config"]["binds"]) == {*sm.DRIVER_FILES_REQUIRED, *sm.DRIVER_FILES_OPTIONAL}, "the driver, read-only"
     assert "trainer.device=npu" in check["command"], "verl 0.6.1 does not detect NPUs itself"
     assert doctor["command"] == ["ascendkit", "doctor", "--json"]
     assert job["host_config"] == doctor["host_config"], "doctor sees exactly what the job sees"
@@ -435,3 +436,20 @@ def test_a_job_that_never_steps_is_stopped_and_the_cause_named(tmp_path: Path) -
     stall = report.data["job"]["stall"]
     assert "GPU" in stall["last_lines"][-1] and engine.removed == ["c1", "c2", "c3"]
     assert "## Why the job stopped" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_composition_errors_say_what_to_do() -> None:
+    missing = "/usr/bin/python3: Error while finding module specification for 'verl.trainer.main_ppo' " + (
+        "(ModuleNotFoundError: No module named 'verl')"
+    )
+    assert sm.composition_error(missing, 1).startswith("verl is not installed in this image")
+    cann = "Traceback (most recent call last):\n  File x\nImportError: libhccl.so: cannot open shared object file"
+    assert sm.composition_error(cann, 1).startswith("torch_npu could not load the CANN or driver libraries (exit 1): ImportError")
+    hydra = (
+        "Could not override 'actor_rollout_ref.actor.optim.lrr'.\n"
+        "To append to your config use +actor_rollout_ref.actor.optim.lrr=1\n"
+        "Key 'lrr' is not in struct"
+    )
+    message = sm.composition_error(hydra, 1)
+    assert message.startswith("verl refused the job's config (exit 1): Could not override 'actor_rollout_ref.actor.optim.lrr'.")
+    assert "not in struct" in message
