@@ -33,7 +33,6 @@ GENERATED_DATA = f"{OUT_DIR}/data"
 
 DEVICE_OVERRIDE = "trainer.device=npu"
 MIN_TRAIN_ROWS = 256  # what the generator writes by default; more when the steps need them
-TEST_ROWS = 64
 
 
 class JobSpec(Frozen):
