@@ -77,7 +77,7 @@ class K8sRequest:
     allow_tag: bool = False
     overrides: tuple[str, ...] = ()
     image_job: jb.ImageJob = field(default_factory=lambda: jb.ImageJob(None, None))  # the image's stack and verl (its labels, or --stack)
-    first_autodetect: str = "0.7.0"  # compat.verl_npu_autodetect of the matrix
+    first_autodetect: str = field(kw_only=True)  # compat.verl_npu_autodetect of the matrix
 
 
 @dataclass(frozen=True)

@@ -298,7 +298,7 @@ class SmokeRequest:
     overrides: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     host_root: Path = Path("/")
-    first_autodetect: str = "0.7.0"  # compat.verl_npu_autodetect of the matrix
+    first_autodetect: str = field(kw_only=True)  # compat.verl_npu_autodetect of the matrix
     check_only: bool = False  # --check: the config check alone, on any host
     config_check: bool = True  # --no-config-check: for images without verl (the CI test stack)
     stall_after: float = 900.0  # seconds without a step line once Ray is up

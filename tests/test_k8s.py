@@ -22,7 +22,12 @@ SKUS = load_matrix(ROOT / DEFAULT_MATRIX).matrix.skus
 DIGEST_REF = "127.0.0.1:5000/ascendkit/verl@sha256:" + "0123456789abcdef" * 4
 # The goldens show the default stack's image: verl 0.6.1, which needs trainer.device=npu.
 DEFAULT_IMAGE = ImageJob("cann8.3", "0.6.1")
+FIRST = load_matrix(ROOT / DEFAULT_MATRIX).matrix.compat.verl_npu_autodetect
 UPDATE = os.environ.get("ASCENDKIT_UPDATE_GOLDEN") == "1"  # rewrite the golden files after a deliberate change
+
+
+def _request(sku_id: str, sku: Any, nodes: int) -> k8s.K8sRequest:
+    return k8s.K8sRequest(sku_id, sku, DIGEST_REF, nodes=nodes, image_job=DEFAULT_IMAGE, first_autodetect=FIRST)
 
 
 def ascendkit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -44,8 +49,8 @@ def pods(doc: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("nodes", [1, 2])
 @pytest.mark.parametrize("sku_id", sorted(SKUS))
 def test_golden_manifests_per_sku_are_current_and_valid(sku_id: str, nodes: int) -> None:
-    text = k8s.render(k8s.K8sRequest(sku_id, SKUS[sku_id], DIGEST_REF, nodes=nodes, image_job=DEFAULT_IMAGE)).text
-    assert text == k8s.render(k8s.K8sRequest(sku_id, SKUS[sku_id], DIGEST_REF, nodes=nodes, image_job=DEFAULT_IMAGE)).text, "deterministic"
+    text = k8s.render(_request(sku_id, SKUS[sku_id], nodes)).text
+    assert text == k8s.render(_request(sku_id, SKUS[sku_id], nodes)).text, "deterministic"
     golden = GOLDEN / f"{'job' if nodes == 1 else 'rayjob'}-{sku_id}.yaml"
     if UPDATE:
         golden.write_text(text)
@@ -59,7 +64,7 @@ def test_golden_manifests_per_sku_are_current_and_valid(sku_id: str, nodes: int)
 def test_every_pod_takes_the_skus_npus_nodes_and_driver(sku_id: str) -> None:
     sku = SKUS[sku_id]
     for nodes in (1, 3):
-        configmap, workload = docs_of(k8s.render(k8s.K8sRequest(sku_id, sku, DIGEST_REF, nodes=nodes, image_job=DEFAULT_IMAGE)).text)
+        configmap, workload = docs_of(k8s.render(_request(sku_id, sku, nodes)).text)
         assert configmap["kind"] == "ConfigMap"
         assert configmap["data"]["gsm8k_synth.py"] == (ROOT / "smoke_tests" / "gsm8k_synth.py").read_text()
         assert workload["kind"] == ("Job" if nodes == 1 else "RayJob")
@@ -178,7 +183,7 @@ def test_a_tag_is_accepted_only_when_asked_and_then_warned_about() -> None:
 
 
 def test_validate_names_the_document_and_field_of_each_problem(tmp_path: Path) -> None:
-    configmap, rayjob = docs_of(k8s.render(k8s.K8sRequest("a3", SKUS["a3"], DIGEST_REF, nodes=2, image_job=DEFAULT_IMAGE)).text)
+    configmap, rayjob = docs_of(k8s.render(_request("a3", SKUS["a3"], 2)).text)
     rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "two"
     rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
     rayjob["spec"]["entrypint"] = "x"

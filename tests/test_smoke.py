@@ -324,6 +324,7 @@ def smoke_request(tmp_path: Path, **kwargs: Any) -> sm.SmokeRequest:
         "out": tmp_path / "out",
         "model_path": tmp_path / "model",
         "host_root": npu_host(tmp_path, 16),
+        "first_autodetect": load_matrix().matrix.compat.verl_npu_autodetect,
         **kwargs,
     }
     return sm.SmokeRequest(**settings)
