@@ -32,7 +32,8 @@ app = typer.Typer(
     epilog=(
         "Exit codes: 0 ok, 1 check failed (drift, stale lock, missing or conflicting pin), 2 invalid input, 3 output not writable, "
         "4 engine/base image/registry unreachable, 5 build failed, 6 verification failed, 7 publish failed, "
-        "8 unverified (index unreachable; lock left unresolved), 9 smoke timed out, 10 no Ascend devices (preflight only), 130 interrupted."
+        "8 unverified (index unreachable; lock left unresolved), 9 smoke timed out or stalled, "
+        "10 no Ascend devices (config check and preflight only), 130 interrupted."
     ),
 )
 matrix_app = typer.Typer(help="Inspect and validate compat_matrix.yaml.", no_args_is_help=True)
