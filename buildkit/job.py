@@ -115,8 +115,6 @@ class Job:
     command: tuple[str, ...]  # the entry point: python3 -m verl.trainer.main_ppo
     overrides: tuple[str, ...]  # Hydra overrides, the user's last
     env: dict[str, str]
-    npus: int
-    nnodes: int
     batch: int
     steps: int
     train_rows: int
@@ -174,8 +172,6 @@ def build_job(
         command=spec.command,
         overrides=(*overrides, *extra),
         env={**spec.env, **(extra_env or {})},
-        npus=sku.npus_per_node,
-        nnodes=nnodes,
         batch=batch,
         steps=steps,
         # One epoch of train rows must hold every step's batch (verl drops the last partial batch).

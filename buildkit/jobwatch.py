@@ -52,15 +52,16 @@ class JobWatch:
     stall_after: float  # seconds without a step line once Ray is up
     progress: Callable[[str], None] | None = None
     clock: Callable[[], float] = time.monotonic
-    started: float = field(default=0.0)
-    ray_up_at: float | None = None
-    last_step_at: float | None = None
-    last_step: int = 0
-    pending_lines: list[str] = field(default_factory=list)
-    hccl_lines: list[str] = field(default_factory=list)
-    npu_lines: list[str] = field(default_factory=list)
-    error_lines: list[str] = field(default_factory=list)
-    tail: deque[str] = field(default_factory=lambda: deque(maxlen=15))
+    # What the log showed so far; not arguments.
+    started: float = field(init=False)
+    ray_up_at: float | None = field(default=None, init=False)
+    last_step_at: float | None = field(default=None, init=False)
+    last_step: int = field(default=0, init=False)
+    pending_lines: list[str] = field(default_factory=list, init=False)
+    hccl_lines: list[str] = field(default_factory=list, init=False)
+    npu_lines: list[str] = field(default_factory=list, init=False)
+    error_lines: list[str] = field(default_factory=list, init=False)
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=15), init=False)
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -92,10 +93,10 @@ class JobWatch:
         """A stall once Ray has been up ``stall_after`` seconds with no new step line."""
         if self.ray_up_at is None or self.last_step >= self.steps:
             return None
-        quiet_since = self.last_step_at or self.ray_up_at
-        if self.clock() - quiet_since < self.stall_after:
+        quiet = self.clock() - (self.last_step_at or self.ray_up_at)
+        if quiet < self.stall_after:
             return None
-        return self.diagnose(f"no step line for {self.clock() - quiet_since:.0f} s after {self.where()}")
+        return self.diagnose(f"no step line for {quiet:.0f} s after {self.where()}")
 
     def where(self) -> str:
         return f"step {self.last_step}" if self.last_step else "Ray came up"

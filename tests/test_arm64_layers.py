@@ -29,6 +29,7 @@ from buildkit.job import ImageJob, build_job, load_job
 from buildkit.matrix import load_matrix
 from buildkit.render import LABEL_PREFIX, lock_layers, section_path
 from tests.conftest import MATRIX, ROOT, DockerEnv
+from tests.upstream import CACHE_ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -36,7 +37,6 @@ LOADED = load_matrix(MATRIX)
 STACK_ID = next(s for s, st in LOADED.matrix.stacks.items() if st.default)
 STACK = LOADED.matrix.stacks[STACK_ID]
 SOURCE_BUILDS = {"vllm", "vllm-ascend"}  # need CANN to build: out of scope here
-CACHE = Path(os.environ.get("ASCENDKIT_CACHE", Path.home() / ".cache" / "ascendkit"))
 
 STANDIN_SITE = """\
 # STAND-IN (ascendkit CI): this image holds torch_npu's wheel but no CANN, so torch_npu cannot load
@@ -122,7 +122,7 @@ def layers_image(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory
     tag = f"ascendkit-it/{STACK_ID}-aarch64-layers:{digest.hexdigest()[:16]}"
     if docker_env.client.images(name=tag):
         return tag
-    wheelhouse = CACHE / "wheelhouse" / f"{STACK_ID}-aarch64"
+    wheelhouse = CACHE_ROOT / "wheelhouse" / f"{STACK_ID}-aarch64"
     docker_env.ascendkit("wheelhouse", "--stack", STACK_ID, "--arch", "aarch64", "-o", str(wheelhouse), cwd=ROOT, check=True)
     client = docker_env.client
     binds: dict[str, Mapping[str, str]] = {

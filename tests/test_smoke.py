@@ -27,7 +27,7 @@ from tests.upstream import compose_ppo_trainer
 SKUS = load_matrix().matrix.skus
 
 
-def _generator() -> ModuleType:
+def gsm8k_generator() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gsm8k_synth", jb.SMOKE_DIR / "gsm8k_synth.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -197,7 +197,7 @@ def test_reports_are_valid_json_deterministic_and_readable(tmp_path: Path) -> No
 
 
 def test_the_generator_is_deterministic_and_writes_verls_gsm8k_schema(tmp_path: Path) -> None:
-    gen = _generator()
+    gen = gsm8k_generator()
     for out in (tmp_path / "a", tmp_path / "b"):
         assert gen.main(["--out", str(out), "--train", "40", "--test", "10", "--seed", "7"]) == 0
     for split in ("train", "test"):
@@ -225,7 +225,7 @@ def test_the_generator_is_deterministic_and_writes_verls_gsm8k_schema(tmp_path: 
 
 def test_the_worked_answers_are_right() -> None:
     """Every `a op b = c` in a worked answer is true, and the last one is the ground truth."""
-    gen = _generator()
+    gen = gsm8k_generator()
     ops = {"*": int.__mul__, "+": int.__add__, "-": int.__sub__}
     for row in gen.rows("train", 300, 0):
         answer = row["extra_info"]["answer"]

@@ -24,6 +24,7 @@ from buildkit.job import DEVICE_OVERRIDE, JOB_FILE, ImageJob, Job, build_job, lo
 from buildkit.matrix import LoadedMatrix, load_matrix
 from buildkit.verlconfig import check_config
 from tests.conftest import MATRIX
+from tests.test_smoke import gsm8k_generator
 from tests.upstream import compose_ppo_trainer, config_dir, verl_importable
 
 SHIPPED = load_matrix(MATRIX)
@@ -172,14 +173,6 @@ def test_two_nodes_get_enough_rows_for_every_step(loaded: LoadedMatrix) -> None:
 # ---- the data against verl's own reward ------------------------------------------------------------
 
 
-def _synth() -> Any:
-    spec = importlib.util.spec_from_file_location("gsm8k_synth", Path(__file__).resolve().parent.parent / "smoke_tests" / "gsm8k_synth.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _score(value: Any) -> float:
     return float(value["score"] if isinstance(value, dict) else value)
 
@@ -188,7 +181,7 @@ def _score(value: Any) -> float:
 def test_generated_rows_score_with_verls_gsm8k_reward(verl: str) -> None:
     """main_ppo's reward manager calls default_compute_score(data_source, response, ground_truth):
     the worked answer of every generated row scores 1, a wrong final number scores 0."""
-    rows = _synth().rows("train", 64, 0)
+    rows = gsm8k_generator().rows("train", 64, 0)
     with verl_importable(verl):
         rewards = importlib.import_module("verl.utils.reward_score")
         for row in rows:
@@ -203,7 +196,7 @@ def test_generated_columns_are_the_ones_verl_reads(verl: str) -> None:
     """The dataset reads data.prompt_key and the reward manager data.reward_fn_key and
     reward_model.ground_truth: the keys come from that verl's composed config and source."""
     data = _composed(verl, [])["data"]
-    row = _synth().rows("train", 1, 0)[0]
+    row = gsm8k_generator().rows("train", 1, 0)[0]
     assert data["prompt_key"] in row and isinstance(row[data["prompt_key"]], list)
     assert row[data["prompt_key"]][0]["role"] == "user"
     assert data["reward_fn_key"] in row and row[data["reward_fn_key"]] == "openai/gsm8k"

@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.pkgindex import IndexClient, download
+from buildkit.secrets import default_ca_bundle
 
 PYPI = "https://pypi.org/simple"
 # verl's packages whose __init__ imports torch (verl: DataProto; verl.utils: the tokenizer helpers).
 BARE_PACKAGES = ("verl", "verl.utils")
-CACHE = Path(os.environ.get("ASCENDKIT_CACHE", Path.home() / ".cache" / "ascendkit")) / "upstream"
+CACHE_ROOT = Path(os.environ.get("ASCENDKIT_CACHE", Path.home() / ".cache" / "ascendkit"))  # kept between runs
+CACHE = CACHE_ROOT / "upstream"
 
 
 def verl_wheel(version: str) -> Path:
@@ -36,7 +38,7 @@ def verl_wheel(version: str) -> Path:
     unpacked = CACHE / f"verl-{version}"
     if (unpacked / ".complete").exists():
         return unpacked
-    client = IndexClient(ca_bundle=_ca_bundle())
+    client = IndexClient(ca_bundle=default_ca_bundle())
     wheels = [f for f in client.project(PYPI, "verl").files if str(f.version) == version and f.kind == "wheel" and not f.yanked]
     assert wheels, f"PyPI has no verl {version} wheel"
     wheel = wheels[0]
@@ -49,14 +51,6 @@ def verl_wheel(version: str) -> Path:
         archive.extractall(unpacked)
     (unpacked / ".complete").write_text(wheel.sha256 + "\n")
     return unpacked
-
-
-def _ca_bundle() -> Path | None:
-    for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
-        value = os.environ.get(name)
-        if value and Path(value).is_file():
-            return Path(value)
-    return None
 
 
 _HYDRA = threading.Lock()

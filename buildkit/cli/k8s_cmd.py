@@ -31,15 +31,15 @@ def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) ->
     if stack is not None and stack not in loaded.matrix.stacks:
         raise InputError(f"--stack {stack!r}: not a stack of {loaded.path}; one of {', '.join(loaded.matrix.stacks)}")
     try:
-        labels: dict[str, str] | None = image_labels(image, arch)
+        labels = image_labels(image, arch)
         problem = f"it has no {LABEL_PREFIX}.stack label"
     except (InputError, Unavailable, PublishFailed) as exc:
-        labels, problem = None, str(exc)
-    found = (labels or {}).get(f"{LABEL_PREFIX}.stack")
+        labels, problem = {}, str(exc)
+    found = labels.get(f"{LABEL_PREFIX}.stack")
     if found is not None:
         if stack is not None and stack != found:
             raise InputError(f"--stack {stack}: {image} is built from stack {found!r} (its {LABEL_PREFIX}.stack label)")
-        return ImageJob(found, (labels or {}).get(f"{LABEL_PREFIX}.version.verl")), []
+        return ImageJob(found, labels.get(f"{LABEL_PREFIX}.version.verl")), []
     if stack is None:
         raise InputError(f"cannot tell which stack and verl {image} carries ({problem}); pass --stack with the stack it was built from")
     verl = loaded.matrix.stacks[stack].verl.version
