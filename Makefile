@@ -44,10 +44,12 @@ build: $(STAMP) ## Build, verify and tag the image for HW (and STACK, ARCH) on t
 	$(BIN)/ascendkit matrix validate
 	$(BIN)/ascendkit build --hw $(HW)$(if $(STACK), --stack $(STACK))$(if $(ARCH), --arch $(ARCH))
 
-lint: $(STAMP) ## ruff, mypy --strict, hadolint on every rendered Dockerfile, render --check
+lint: $(STAMP) ## ruff, mypy --strict, import contracts, shellcheck on the image's scripts, hadolint, render --check
 	$(BIN)/ruff check buildkit tests benchmarks smoke_tests
 	$(BIN)/ruff format --check buildkit tests benchmarks smoke_tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
+	$(BIN)/shellcheck --severity=style buildkit/image/files/*.sh
 	$(BIN)/hadolint --config .hadolint.yaml $(RENDERED)
 	$(BIN)/ascendkit matrix validate
 	$(BIN)/ascendkit render --check
@@ -93,4 +95,4 @@ bench: $(STAMP) ## CLI timings; with `make services` running, build timings, siz
 	  else echo "bench_build: skipped (run \`make services\` first for build benchmarks)"; fi
 
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

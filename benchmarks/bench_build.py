@@ -28,12 +28,12 @@ from typing import Any
 
 import docker
 
-from buildkit.build import BuildPlan, plan_build, run_build
-from buildkit.engine import connect
-from buildkit.lock import index_urls_for, lock_all, lock_targets
-from buildkit.matrix import load_matrix
-from buildkit.secrets import default_ca_bundle
-from buildkit.settings import Mirrors
+from buildkit.image.build import BuildPlan, plan_build, run_build
+from buildkit.image.engine import connect
+from buildkit.lock.inputs import lock_targets
+from buildkit.lock.relock import index_urls_for, lock_all
+from buildkit.matrix.load import load_matrix
+from buildkit.settings import Mirrors, default_ca_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"

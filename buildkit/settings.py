@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,3 +102,23 @@ def resolve_mirrors(flags: Mapping[str, str | None], *, config: Path | None = No
         if value and not all(part.startswith(("http://", "https://")) for part in value.split()):
             raise InputError(f"{name} {value!r} (from {origin[name]}): expected http(s) URL(s)")
     return Mirrors(values, origin)
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``https://user:tok@host/simple`` -> (``https://host/simple``, the original URL) ."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.username and not parts.password:
+        return url, None
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), url
+
+
+def default_ca_bundle() -> Path | None:
+    """The host's bundle when the environment names one (what a TLS-intercepting proxy needs)."""
+    for name in ("PIP_CERT", "SSL_CERT_FILE"):
+        value = os.environ.get(name)
+        if value and Path(value).is_file():
+            return Path(value)
+    return None

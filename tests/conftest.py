@@ -17,10 +17,11 @@ import docker
 import pytest
 from typer.testing import CliRunner
 
-from buildkit.engine import connect
 from buildkit.errors import Unavailable
-from buildkit.lock import lock_inputs, lock_targets, render_unresolved
-from buildkit.matrix import LoadedMatrix, load_matrix
+from buildkit.image.engine import connect
+from buildkit.lock.inputs import lock_inputs, lock_targets
+from buildkit.lock.lockfile import render_unresolved
+from buildkit.matrix.load import LoadedMatrix, load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "compat_matrix.yaml"

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.job import ImageJob, build_job, load_job
-from buildkit.matrix import load_matrix
-from buildkit.render import LABEL_PREFIX, lock_layers, section_path
+from buildkit.matrix.load import load_matrix
+from buildkit.plan import LABEL_PREFIX, section_path, stack_layers
+from buildkit.run.job import ImageJob, build_job, load_job
 from tests.conftest import MATRIX, ROOT, DockerEnv
 from tests.upstream import CACHE_ROOT
 
@@ -88,7 +88,7 @@ print("RESULT " + json.dumps({"configs": results, "versions": {p: version(p) for
 def _sections(tmp: Path) -> list[Path]:
     """The aarch64 lock sections in layer order, without the source-built packages themselves."""
     written = []
-    for index, layer in enumerate(lock_layers(STACK)):
+    for index, layer in enumerate(stack_layers(STACK).names):
         text = (ROOT / section_path(STACK_ID, layer, "aarch64")).read_text(encoding="utf-8")
         kept, skip = [], False
         for line in text.splitlines():

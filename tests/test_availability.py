@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from buildkit.availability import check_matrix, summarize
 from buildkit.cli import app
 from buildkit.errors import ExitCode
-from buildkit.matrix import load_matrix, parse_matrix
-from buildkit.pkgindex import IndexClient, target_tags
+from buildkit.lock.availability import check_matrix, summarize
+from buildkit.lock.index import IndexClient, target_tags
+from buildkit.matrix.load import load_matrix, parse_matrix
 from tests.conftest import MATRIX, TEST_MATRIX
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from buildkit.errors import ExitCode
-from buildkit.matrix import load_matrix
+from buildkit.matrix.load import load_matrix
 from tests.conftest import TEST_MATRIX, DockerEnv, write_unresolved_locks
 
 pytestmark = pytest.mark.docker

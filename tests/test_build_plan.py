@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buildkit.build import plan_build
 from buildkit.cli import app
 from buildkit.errors import ExitCode, InputError
-from buildkit.matrix import LoadedMatrix, load_matrix
+from buildkit.image.build import plan_build
+from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.settings import Mirrors
 from tests.conftest import MATRIX, ROOT, write_unresolved_locks
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from buildkit.accuracy.compare import compare_runs, load_run
+from buildkit.accuracy.metrics import parse_log
 from buildkit.cli import app
-from buildkit.compare import compare_runs, load_run
 from buildkit.errors import ExitCode, InputError
-from buildkit.metrics import parse_log
 from tests.conftest import ROOT
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"

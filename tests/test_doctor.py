@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from buildkit import doctor
-from buildkit.doctor import EXIT_FAILED, EXIT_NO_DEVICES, EXIT_OK, Environment
+from buildkit.run import doctor
+from buildkit.run.doctor import EXIT_FAILED, EXIT_NO_DEVICES, EXIT_OK, Environment
 from tests.conftest import DockerEnv
 
 INFO = {

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from buildkit.errors import InputError
-from buildkit.job import DEVICE_OVERRIDE, MODEL_DIR, ImageJob, Job, build_job, load_job, needs_device_override
-from buildkit.matrix import load_matrix
+from buildkit.matrix.load import load_matrix
+from buildkit.run.job import DEVICE_OVERRIDE, MODEL_DIR, ImageJob, Job, build_job, load_job, needs_device_override
 
 MATRIX = load_matrix()
 SKUS = MATRIX.matrix.skus

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from buildkit.jobwatch import JobWatch
+from buildkit.run.jobwatch import JobWatch
 
 RAY_UP = "2026-11-22 10:00:00,000 INFO worker.py:1888 -- Started a local Ray instance. View the dashboard at 127.0.0.1:8265"
 PENDING_GPU = (

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from buildkit import k8s
 from buildkit.errors import ExitCode
-from buildkit.job import ImageJob
-from buildkit.matrix import DEFAULT_MATRIX, load_matrix
+from buildkit.k8s.render import DRIVER_VOLUMES, K8sRequest, as_documents, render
+from buildkit.k8s.validate import validate_documents
+from buildkit.matrix.load import load_matrix
+from buildkit.resources import DEFAULT_MATRIX
+from buildkit.run.job import ImageJob
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "k8s"
@@ -26,8 +28,8 @@ FIRST = load_matrix(ROOT / DEFAULT_MATRIX).matrix.compat.verl_npu_autodetect
 UPDATE = os.environ.get("ASCENDKIT_UPDATE_GOLDEN") == "1"  # rewrite the golden files after a deliberate change
 
 
-def _request(sku_id: str, sku: Any, nodes: int) -> k8s.K8sRequest:
-    return k8s.K8sRequest(sku_id, sku, DIGEST_REF, nodes=nodes, image_job=DEFAULT_IMAGE, first_autodetect=FIRST)
+def _request(sku_id: str, sku: Any, nodes: int) -> K8sRequest:
+    return K8sRequest(sku_id, sku, DIGEST_REF, nodes=nodes, image_job=DEFAULT_IMAGE, first_autodetect=FIRST)
 
 
 def ascendkit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -36,7 +38,7 @@ def ascendkit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 
 def docs_of(text: str) -> list[dict[str, Any]]:
-    return k8s.as_documents(text)
+    return as_documents(text)
 
 
 def pods(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -49,13 +51,13 @@ def pods(doc: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("nodes", [1, 2])
 @pytest.mark.parametrize("sku_id", sorted(SKUS))
 def test_golden_manifests_per_sku_are_current_and_valid(sku_id: str, nodes: int) -> None:
-    text = k8s.render(_request(sku_id, SKUS[sku_id], nodes)).text
-    assert text == k8s.render(_request(sku_id, SKUS[sku_id], nodes)).text, "deterministic"
+    text = render(_request(sku_id, SKUS[sku_id], nodes)).text
+    assert text == render(_request(sku_id, SKUS[sku_id], nodes)).text, "deterministic"
     golden = GOLDEN / f"{'job' if nodes == 1 else 'rayjob'}-{sku_id}.yaml"
     if UPDATE:
         golden.write_text(text)
     assert golden.read_text() == text, f"{golden.name} is stale: rerun with ASCENDKIT_UPDATE_GOLDEN=1 after reviewing the change"
-    assert k8s.validate_documents(docs_of(text)) == []
+    assert validate_documents(docs_of(text)) == []
     proc = ascendkit("k8s", "validate", str(golden))
     assert proc.returncode == 0 and "2 document(s) valid" in proc.stdout, proc.stderr
 
@@ -64,7 +66,7 @@ def test_golden_manifests_per_sku_are_current_and_valid(sku_id: str, nodes: int)
 def test_every_pod_takes_the_skus_npus_nodes_and_driver(sku_id: str) -> None:
     sku = SKUS[sku_id]
     for nodes in (1, 3):
-        configmap, workload = docs_of(k8s.render(_request(sku_id, sku, nodes)).text)
+        configmap, workload = docs_of(render(_request(sku_id, sku, nodes)).text)
         assert configmap["kind"] == "ConfigMap"
         assert configmap["data"]["gsm8k_synth.py"] == (ROOT / "smoke_tests" / "gsm8k_synth.py").read_text()
         assert workload["kind"] == ("Job" if nodes == 1 else "RayJob")
@@ -84,8 +86,8 @@ def test_every_pod_takes_the_skus_npus_nodes_and_driver(sku_id: str) -> None:
             volumes = {v["name"]: v for v in spec["volumes"]}
             assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
             host_paths = {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v}
-            assert {p for _, p, _ in k8s.DRIVER_VOLUMES} <= host_paths
-            assert all(m["readOnly"] for m in main["volumeMounts"] if m["name"] in {n for n, _, _ in k8s.DRIVER_VOLUMES})
+            assert {p for _, p, _ in DRIVER_VOLUMES} <= host_paths
+            assert all(m["readOnly"] for m in main["volumeMounts"] if m["name"] in {n for n, _, _ in DRIVER_VOLUMES})
             assert [c["name"] for c in spec["initContainers"]] == ["doctor", "smoke-data"]
             assert spec["initContainers"][0]["args"] == ["ascendkit", "doctor"]
             assert spec.get("hostNetwork", False) is (nodes > 1)
@@ -136,7 +138,7 @@ def test_a_train_job_runs_the_users_command_through_the_entrypoint() -> None:
     assert spec["imagePullSecrets"] == [{"name": "swr-login"}] and spec["restartPolicy"] == "Never"
     assert [c["name"] for c in spec["initContainers"]] == ["doctor"]
     assert main["resources"]["requests"]["huawei.com/Ascend910"] == "8"
-    assert k8s.validate_documents([job]) == []
+    assert validate_documents([job]) == []
 
 
 def test_json_output_is_a_list_kubectl_accepts_and_validate_reads(tmp_path: Path) -> None:
@@ -183,7 +185,7 @@ def test_a_tag_is_accepted_only_when_asked_and_then_warned_about() -> None:
 
 
 def test_validate_names_the_document_and_field_of_each_problem(tmp_path: Path) -> None:
-    configmap, rayjob = docs_of(k8s.render(_request("a3", SKUS["a3"], 2)).text)
+    configmap, rayjob = docs_of(render(_request("a3", SKUS["a3"], 2)).text)
     rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "two"
     rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
     rayjob["spec"]["entrypint"] = "x"

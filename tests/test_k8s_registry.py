@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from buildkit.errors import ExitCode
-from buildkit.matrix import DEFAULT_MATRIX
+from buildkit.resources import DEFAULT_MATRIX
 from tests.conftest import TEST_MATRIX, DockerEnv
 
 pytestmark = pytest.mark.docker

@@ -16,25 +16,11 @@ from typer.testing import CliRunner
 
 from buildkit.cli import app
 from buildkit.errors import ExitCode, InputError
-from buildkit.lock import (
-    LockedPackage,
-    LockFailed,
-    LockTarget,
-    Resolution,
-    SourceMetadata,
-    _check,
-    assign_layers,
-    lock_inputs,
-    lock_problem,
-    lock_targets,
-    parse_uv_output,
-    read_lock,
-    read_sdist,
-    render_lock,
-    render_unresolved,
-    section_texts,
-)
-from buildkit.matrix import LoadedMatrix, load_matrix
+from buildkit.lock.inputs import LockFailed, LockTarget, lock_inputs, lock_targets
+from buildkit.lock.lockfile import LockedPackage, Resolution, lock_problem, read_lock, render_lock, render_unresolved, section_texts
+from buildkit.lock.resolve import _check, assign_layers, parse_uv_output
+from buildkit.lock.sdist import SourceMetadata, read_sdist
+from buildkit.matrix.load import LoadedMatrix, load_matrix
 from tests.conftest import ROOT, TEST_MATRIX
 
 UV_OUTPUT = """\

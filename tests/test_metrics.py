@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from buildkit.accuracy.metrics import parse_line, parse_log, parse_value
 from buildkit.cli import app
 from buildkit.errors import ExitCode
-from buildkit.metrics import parse_line, parse_log, parse_value
 from tests.conftest import ROOT
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.build import plan_build, run_build
 from buildkit.errors import BuildFailed, ExitCode
-from buildkit.matrix import load_matrix
+from buildkit.image.build import plan_build, run_build
+from buildkit.matrix.load import load_matrix
 from tests.conftest import TEST_MATRIX, DockerEnv
 
 pytestmark = pytest.mark.docker

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from buildkit.progress import BuildProgress, Step
+from buildkit.image.progress import BuildProgress, Step
 
 STREAM: list[dict[str, Any]] = [
     {"stream": "Step 1/6 : ARG BASE_IMAGE=x\n"},

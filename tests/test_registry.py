@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
-from buildkit.publish import index_body
-from buildkit.registry import DOCKER_LIST, DOCKER_MANIFEST, Manifest, Registry, RegistryRef, image_labels
+from buildkit.image.publish import index_body
+from buildkit.image.registry import DOCKER_LIST, DOCKER_MANIFEST, Manifest, Registry, RegistryRef, image_labels
 
 BODY = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": "sha256:cfg"}}).encode()
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from buildkit import rules
-from buildkit.matrix import LoadedMatrix
-from buildkit.model import Matrix
+from buildkit.matrix import rules
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.matrix.model import Matrix
 
 
 def changed(matrix: Matrix, **edits: Any) -> Matrix:

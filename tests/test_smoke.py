@@ -16,19 +16,30 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 
-from buildkit import job as jb
-from buildkit import smoke as sm
-from buildkit.doctor import Check
+from buildkit.accuracy.metrics import StepMetrics, parse_log
 from buildkit.errors import InputError
-from buildkit.matrix import load_matrix
-from buildkit.metrics import StepMetrics, parse_log
+from buildkit.matrix.load import load_matrix
+from buildkit.resources import SMOKE_DIR
+from buildkit.run.configcheck import composition_error
+from buildkit.run.devices import (
+    CONTROL_DEVICES,
+    DRIVER_FILES_OPTIONAL,
+    DRIVER_FILES_REQUIRED,
+    host_config_args,
+    parse_visible,
+    plan_devices,
+)
+from buildkit.run.doctor import Check
+from buildkit.run.job import MODEL_DIR, SMOKE_FILES
+from buildkit.run.report import judge, write_reports
+from buildkit.run.smoke import SmokeRequest, run_smoke
 from tests.upstream import compose_ppo_trainer
 
 SKUS = load_matrix().matrix.skus
 
 
 def gsm8k_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gsm8k_synth", jb.SMOKE_DIR / "gsm8k_synth.py")
+    spec = importlib.util.spec_from_file_location("gsm8k_synth", SMOKE_DIR / "gsm8k_synth.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -50,9 +61,9 @@ def npu_host(tmp_path: Path, npus: int, *, control: bool = True, driver: bool = 
     for n in range(npus):
         (root / f"dev/davinci{n}").touch()
     paths = [
-        *(sm.CONTROL_DEVICES if control else ()),
-        *(sm.DRIVER_FILES_REQUIRED if driver else ()),
-        *(sm.DRIVER_FILES_OPTIONAL if optional else ()),
+        *(CONTROL_DEVICES if control else ()),
+        *(DRIVER_FILES_REQUIRED if driver else ()),
+        *(DRIVER_FILES_OPTIONAL if optional else ()),
     ]
     for path in paths:
         target = root / path.lstrip("/")
@@ -62,50 +73,50 @@ def npu_host(tmp_path: Path, npus: int, *, control: bool = True, driver: bool = 
 
 
 def test_a_host_without_npus_gets_a_preflight_plan(tmp_path: Path) -> None:
-    plan = sm.plan_devices("a3", SKUS["a3"], host_root=npu_host(tmp_path, 0, control=False, driver=False, optional=False))
+    plan = plan_devices("a3", SKUS["a3"], host_root=npu_host(tmp_path, 0, control=False, driver=False, optional=False))
     assert not plan.has_npus and plan.driver_files == () and "preflight only" in plan.notes[0]
-    args = sm.host_config_args(plan, {}, privileged=False)
+    args = host_config_args(plan, {}, privileged=False)
     assert args["devices"] == [] and "network_mode" not in args
 
 
 def test_a_full_a3_host_gets_every_device_and_the_driver_read_only(tmp_path: Path) -> None:
-    plan = sm.plan_devices("a3", SKUS["a3"], host_root=npu_host(tmp_path, 16))
+    plan = plan_devices("a3", SKUS["a3"], host_root=npu_host(tmp_path, 16))
     assert plan.npus == tuple(f"/dev/davinci{i}" for i in range(16))
-    args = sm.host_config_args(plan, {"/models/q": (jb.MODEL_DIR, "ro")}, privileged=False)
+    args = host_config_args(plan, {"/models/q": (MODEL_DIR, "ro")}, privileged=False)
     assert "/dev/davinci15:/dev/davinci15:rwm" in args["devices"]
     assert {"/dev/davinci_manager:/dev/davinci_manager:rwm", "/dev/devmm_svm:/dev/devmm_svm:rwm", "/dev/hisi_hdc:/dev/hisi_hdc:rwm"} <= set(
         args["devices"]
     )
     assert len(args["devices"]) == 19
     assert args["privileged"] is False and args["network_mode"] == "host" and args["shm_size"] == "16g"
-    for path in (*sm.DRIVER_FILES_REQUIRED, *sm.DRIVER_FILES_OPTIONAL):
+    for path in (*DRIVER_FILES_REQUIRED, *DRIVER_FILES_OPTIONAL):
         assert args["binds"][path] == {"bind": path, "mode": "ro"}
-    assert args["binds"]["/models/q"] == {"bind": jb.MODEL_DIR, "mode": "ro"}
+    assert args["binds"]["/models/q"] == {"bind": MODEL_DIR, "mode": "ro"}
 
 
 def test_a_host_with_fewer_npus_than_the_sku_is_refused_with_the_way_out(tmp_path: Path) -> None:
     root = npu_host(tmp_path, 8)
     with pytest.raises(InputError, match=r"16 NPUs per node, this host shows 8 .*--devices 0-7"):
-        sm.plan_devices("a3", SKUS["a3"], host_root=root)
-    plan = sm.plan_devices("a3", SKUS["a3"], sm.parse_visible("0-3,6"), host_root=root)
+        plan_devices("a3", SKUS["a3"], host_root=root)
+    plan = plan_devices("a3", SKUS["a3"], parse_visible("0-3,6"), host_root=root)
     assert plan.npus == ("/dev/davinci0", "/dev/davinci1", "/dev/davinci2", "/dev/davinci3", "/dev/davinci6")
     with pytest.raises(InputError, match="/dev/davinci9"):
-        sm.plan_devices("a3", SKUS["a3"], [8, 9], host_root=root)
+        plan_devices("a3", SKUS["a3"], [8, 9], host_root=root)
 
 
 def test_missing_control_devices_or_driver_are_named(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="/dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc"):
-        sm.plan_devices("900-podc", SKUS["900-podc"], host_root=npu_host(tmp_path / "a", 8, control=False))
+        plan_devices("900-podc", SKUS["900-podc"], host_root=npu_host(tmp_path / "a", 8, control=False))
     with pytest.raises(InputError, match="/usr/local/Ascend/driver/lib64"):
-        sm.plan_devices("900-podc", SKUS["900-podc"], host_root=npu_host(tmp_path / "b", 8, driver=False))
-    plan = sm.plan_devices("900-podc", SKUS["900-podc"], host_root=npu_host(tmp_path / "c", 8, optional=False))
-    assert plan.driver_files == sm.DRIVER_FILES_REQUIRED and len(plan.notes) == 3
+        plan_devices("900-podc", SKUS["900-podc"], host_root=npu_host(tmp_path / "b", 8, driver=False))
+    plan = plan_devices("900-podc", SKUS["900-podc"], host_root=npu_host(tmp_path / "c", 8, optional=False))
+    assert plan.driver_files == DRIVER_FILES_REQUIRED and len(plan.notes) == 3
 
 
 @pytest.mark.parametrize("text", ["", "a", "3-1", "1,1", "-1", "0-"])
 def test_bad_device_lists_are_refused(text: str) -> None:
     with pytest.raises(InputError, match="--devices"):
-        sm.parse_visible(text)
+        parse_visible(text)
 
 
 # --- judging ---------------------------------------------------------------------------------
@@ -123,7 +134,7 @@ def statuses(checks: list[Check]) -> dict[str, str]:
 
 
 def test_a_good_run_passes_every_check() -> None:
-    checks = sm.judge(run((0.1, 0.01, 900.0), (0.2, -0.02, 1100.0), (0.25, 0.0, 1000.0)), 3)
+    checks = judge(run((0.1, 0.01, 900.0), (0.2, -0.02, 1100.0), (0.25, 0.0, 1000.0)), 3)
     assert set(statuses(checks).values()) == {"ok"}
     detail = {c.name: c.detail for c in checks}
     assert detail["throughput > 0"] == "mean 1000 tokens/s/device over 3 steps"
@@ -131,13 +142,13 @@ def test_a_good_run_passes_every_check() -> None:
 
 
 def test_each_failure_is_caught_and_named() -> None:
-    assert statuses(sm.judge(run((0.1, 0.0, 9.0)), 3))["steps completed"] == "error"
-    nan = sm.judge(run((0.1, math.nan, 9.0), (0.1, 0.0, 9.0)), 2)
+    assert statuses(judge(run((0.1, 0.0, 9.0)), 3))["steps completed"] == "error"
+    nan = judge(run((0.1, math.nan, 9.0), (0.1, 0.0, 9.0)), 2)
     assert statuses(nan)["finite metrics"] == "error" and "step 1 actor/pg_loss=nan" in nan[1].detail
-    high = sm.judge(run((1.5, 0.0, 9.0)), 1)
+    high = judge(run((1.5, 0.0, 9.0)), 1)
     assert statuses(high)["rewards in [0, 1]"] == "error" and "step 1: 1.5" in high[2].detail
-    assert statuses(sm.judge(run((0.5, 0.0, 0.0)), 1))["throughput > 0"] == "error"
-    empty = statuses(sm.judge([], 5))
+    assert statuses(judge(run((0.5, 0.0, 0.0)), 1))["throughput > 0"] == "error"
+    empty = statuses(judge([], 5))
     assert empty == {"steps completed": "error", "finite metrics": "ok", "rewards in [0, 1]": "error", "throughput > 0": "error"}
 
 
@@ -179,9 +190,9 @@ def _report_data(outcome: str) -> dict[str, object]:
 
 
 def test_reports_are_valid_json_deterministic_and_readable(tmp_path: Path) -> None:
-    sm.write_reports(tmp_path, _report_data("failed"))
+    write_reports(tmp_path, _report_data("failed"))
     first = (tmp_path / "report.json").read_bytes(), (tmp_path / "report.md").read_bytes()
-    sm.write_reports(tmp_path, _report_data("failed"))
+    write_reports(tmp_path, _report_data("failed"))
     assert ((tmp_path / "report.json").read_bytes(), (tmp_path / "report.md").read_bytes()) == first
     data = json.loads(first[0])  # NaN became null: strict JSON parsers accept it
     assert data["comparison"]["metrics"]["critic/rewards/mean"]["mean_abs_error"] is None
@@ -314,7 +325,7 @@ class FakeEngine:
         self.removed.append(cid)
 
 
-def smoke_request(tmp_path: Path, **kwargs: Any) -> sm.SmokeRequest:
+def smoke_request(tmp_path: Path, **kwargs: Any) -> SmokeRequest:
     (tmp_path / "model").mkdir(exist_ok=True)
     settings: dict[str, Any] = {
         "sku_id": "a3",
@@ -327,25 +338,25 @@ def smoke_request(tmp_path: Path, **kwargs: Any) -> sm.SmokeRequest:
         "first_autodetect": load_matrix().matrix.compat.verl_npu_autodetect,
         **kwargs,
     }
-    return sm.SmokeRequest(**settings)
+    return SmokeRequest(**settings)
 
 
 def test_on_an_npu_host_doctor_then_the_job_run_with_the_skus_devices_and_pass(tmp_path: Path) -> None:
     engine = FakeEngine(0, LOGS / "npu_old_verl.log")
-    report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path))
+    report = run_smoke(cast(Any, engine), smoke_request(tmp_path))
     assert (report.outcome, report.exit_code) == ("passed", 0), report.message
     check, doctor, job = engine.created
     assert check["command"][:5] == ["python3", "-m", "verl.trainer.main_ppo", "--cfg", "job"]
     assert check["command"][5:] == report.data["job"]["command"][3:], "the check runs the job's exact overrides"
     assert check["environment"]["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0" and "devices" not in check["host_config"]
-    assert set(check["host_config"]["binds"]) == {*sm.DRIVER_FILES_REQUIRED, *sm.DRIVER_FILES_OPTIONAL}, "the driver, read-only"
+    assert set(check["host_config"]["binds"]) == {*DRIVER_FILES_REQUIRED, *DRIVER_FILES_OPTIONAL}, "the driver, read-only"
     assert "trainer.device=npu" in check["command"], "verl 0.6.1 does not detect NPUs itself"
     assert doctor["command"] == ["ascendkit", "doctor", "--json"]
     assert job["host_config"] == doctor["host_config"], "doctor sees exactly what the job sees"
     config = job["host_config"]
     assert len(config["devices"]) == 19 and config["network_mode"] == "host" and config["privileged"] is False
-    assert config["binds"][str((tmp_path / "model").resolve())] == {"bind": jb.MODEL_DIR, "mode": "ro"}
-    assert config["binds"][str(jb.SMOKE_DIR)] == {"bind": jb.SMOKE_FILES, "mode": "ro"}
+    assert config["binds"][str((tmp_path / "model").resolve())] == {"bind": MODEL_DIR, "mode": "ro"}
+    assert config["binds"][str(SMOKE_DIR)] == {"bind": SMOKE_FILES, "mode": "ro"}
     script = job["command"][2]
     assert script.startswith(
         "set -e; python3 /opt/ascendkit-smoke/gsm8k_synth.py --out /smoke/out/data --train 256; exec python3 -m verl.trainer.main_ppo"
@@ -363,7 +374,7 @@ def test_on_an_npu_host_doctor_then_the_job_run_with_the_skus_devices_and_pass(t
 def test_with_a_baseline_the_seeds_gate_decides(tmp_path: Path) -> None:
     engine = FakeEngine(0, LOGS / "npu_old_verl.log")
     baseline = parse_log((LOGS / "gpu_new_verl.log").read_text().splitlines())
-    report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path, baseline=baseline, baseline_name="gpu_new_verl.log"))
+    report = run_smoke(cast(Any, engine), smoke_request(tmp_path, baseline=baseline, baseline_name="gpu_new_verl.log"))
     assert report.outcome == "passed"
     comparison = report.data["comparison"]
     # rewards |0.5-0.52|+|0.6-0.58|+|0.7-0.71|+|0.8-0.79|+|0.81-0.8| = 0.07 over 5 steps
@@ -372,14 +383,14 @@ def test_with_a_baseline_the_seeds_gate_decides(tmp_path: Path) -> None:
     assert comparison["metrics"]["actor/pg_loss"]["mean_abs_error_pct"] == pytest.approx(0.17)
     assert comparison["throughput_ratio"] == pytest.approx(1150 / 2100)
     strict = [StepMetrics(s.step, {**s.metrics, "critic/rewards/mean": s.metrics["critic/rewards/mean"] + 0.05}) for s in baseline]
-    report = sm.run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path, baseline=strict))
+    report = run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path, baseline=strict))
     assert (report.outcome, report.exit_code) == ("failed", 1) and "baseline gate: critic/rewards/mean" in report.message
 
 
 def test_the_job_is_judged_and_failures_keep_the_report(tmp_path: Path) -> None:
-    short = sm.run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path, steps=8))
+    short = run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path, steps=8))
     assert short.outcome == "failed" and short.message == "failed: steps completed"
-    crashed = sm.run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log", job_code=137)), smoke_request(tmp_path))
+    crashed = run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log", job_code=137)), smoke_request(tmp_path))
     assert crashed.outcome == "failed" and "the job exited with 137" in crashed.message
     assert json.loads((tmp_path / "out" / "report.json").read_text())["outcome"] == "failed"
 
@@ -388,9 +399,9 @@ def test_the_job_is_judged_and_failures_keep_the_report(tmp_path: Path) -> None:
     ("doctor_code", "message"), [(1, "doctor failed in the image (exit 1)"), (10, "doctor sees none in the container")]
 )
 def test_a_failing_doctor_stops_the_run_before_the_job(tmp_path: Path, doctor_code: int, message: str) -> None:
-    assert sm.run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path)).outcome == "passed"
+    assert run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path)).outcome == "passed"
     engine = FakeEngine(doctor_code, LOGS / "npu_old_verl.log")
-    report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path))
+    report = run_smoke(cast(Any, engine), smoke_request(tmp_path))
     assert (report.outcome, report.exit_code) == ("failed", 1) and message in report.message
     assert len(engine.created) == 2 and engine.removed == ["c1", "c2"]
     out = tmp_path / "out"
@@ -399,13 +410,13 @@ def test_a_failing_doctor_stops_the_run_before_the_job(tmp_path: Path, doctor_co
 
 def test_an_npu_host_needs_the_model(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="--model-path is required"):
-        sm.run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path, model_path=None))
+        run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path, model_path=None))
 
 
 def test_a_config_verl_refuses_stops_the_run_before_doctor(tmp_path: Path) -> None:
     engine = FakeEngine(0, LOGS / "npu_old_verl.log")
     request = smoke_request(tmp_path, overrides=("actor_rollout_ref.rollout.gpu_memory_utilisation=0.5",))
-    report = sm.run_smoke(cast(Any, engine), request)
+    report = run_smoke(cast(Any, engine), request)
     assert (report.outcome, report.exit_code) == ("failed", 1)
     assert "config check: verl refused the job's config" in report.message and "gpu_memory_utilisation" in report.message
     assert len(engine.created) == 1 and engine.removed == ["c1"], "neither doctor nor the job ran"
@@ -414,7 +425,7 @@ def test_a_config_verl_refuses_stops_the_run_before_doctor(tmp_path: Path) -> No
 
 def test_check_alone_needs_no_devices_and_trains_nothing(tmp_path: Path) -> None:
     engine = FakeEngine(0, LOGS / "npu_old_verl.log")
-    report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path, check_only=True, model_path=None, host_root=tmp_path))
+    report = run_smoke(cast(Any, engine), smoke_request(tmp_path, check_only=True, model_path=None, host_root=tmp_path))
     assert (report.outcome, report.exit_code) == ("checked", 0), report.message
     assert len(engine.created) == 1
     names = {c["name"]: c["status"] for c in report.data["config_check"]["checks"]}
@@ -430,7 +441,7 @@ def test_a_job_that_never_steps_is_stopped_and_the_cause_named(tmp_path: Path) -
     )
     engine = FakeEngine(0, log, job_hangs=True)
     started = time.monotonic()
-    report = sm.run_smoke(cast(Any, engine), smoke_request(tmp_path, stall_after=0.5, timeout=120))
+    report = run_smoke(cast(Any, engine), smoke_request(tmp_path, stall_after=0.5, timeout=120))
     assert time.monotonic() - started < 30, "stopped at the stall, long before --timeout"
     assert (report.outcome, report.exit_code) == ("stalled", 9)
     assert report.message.startswith("no step line for") and "trainer.device is cuda" in report.message
@@ -443,14 +454,14 @@ def test_composition_errors_say_what_to_do() -> None:
     missing = "/usr/bin/python3: Error while finding module specification for 'verl.trainer.main_ppo' " + (
         "(ModuleNotFoundError: No module named 'verl')"
     )
-    assert sm.composition_error(missing, 1).startswith("verl is not installed in this image")
+    assert composition_error(missing, 1).startswith("verl is not installed in this image")
     cann = "Traceback (most recent call last):\n  File x\nImportError: libhccl.so: cannot open shared object file"
-    assert sm.composition_error(cann, 1).startswith("torch_npu could not load the CANN or driver libraries (exit 1): ImportError")
+    assert composition_error(cann, 1).startswith("torch_npu could not load the CANN or driver libraries (exit 1): ImportError")
     hydra = (
         "Could not override 'actor_rollout_ref.actor.optim.lrr'.\n"
         "To append to your config use +actor_rollout_ref.actor.optim.lrr=1\n"
         "Key 'lrr' is not in struct"
     )
-    message = sm.composition_error(hydra, 1)
+    message = composition_error(hydra, 1)
     assert message.startswith("verl refused the job's config (exit 1): Could not override 'actor_rollout_ref.actor.optim.lrr'.")
     assert "not in struct" in message

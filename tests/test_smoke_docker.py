@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from buildkit import smoke as sm
 from buildkit.errors import ExitCode
-from buildkit.jobwatch import JobWatch
-from buildkit.matrix import DEFAULT_MATRIX
+from buildkit.resources import DEFAULT_MATRIX
+from buildkit.run.container import SMOKE_LABEL, run_container
+from buildkit.run.devices import DevicePlan, host_config_args
+from buildkit.run.jobwatch import JobWatch
 from tests.conftest import DockerEnv
 
 pytestmark = pytest.mark.docker
@@ -24,7 +25,7 @@ MATRIX = Path(__file__).resolve().parents[1] / DEFAULT_MATRIX  # the shipped SKU
 
 
 def _smoke_containers(env: DockerEnv) -> list[Any]:
-    return list(env.client.containers(all=True, filters={"label": sm.SMOKE_LABEL}))
+    return list(env.client.containers(all=True, filters={"label": SMOKE_LABEL}))
 
 
 def test_the_config_check_runs_the_jobs_command_in_the_image_and_stops_the_run(
@@ -97,7 +98,7 @@ def test_a_job_that_outlives_the_timeout_is_killed_removed_and_its_log_kept(
     log = tmp_path / "job.log"
     lines: list[str] = []
     started = time.monotonic()
-    result = sm.run_container(
+    result = run_container(
         docker_env.client,
         built["image_id"],
         ["sh", "-c", "echo step:1 - critic/rewards/mean:0.5; sleep 600"],
@@ -120,7 +121,7 @@ def test_a_job_that_stops_stepping_is_stopped_early_with_its_cause(docker_env: D
         "echo 'INFO worker.py:1888 -- Started a local Ray instance.'; "
         "echo \"(autoscaler +5s) Warning: The following resource request cannot be scheduled right now: {'GPU': 1.0}\"; sleep 600"
     )
-    result = sm.run_container(
+    result = run_container(
         docker_env.client, built["image_id"], ["sh", "-c", script], log_path=log, deadline=time.monotonic() + 300, watch=watch
     )
     assert result.stalled is not None and result.exit_code is None and not result.timed_out
@@ -131,13 +132,13 @@ def test_a_job_that_stops_stepping_is_stopped_early_with_its_cause(docker_env: D
 
 def test_a_finished_job_keeps_its_exit_code_output_and_stdout(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
     log = tmp_path / "job.log"
-    result = sm.run_container(
+    result = run_container(
         docker_env.client,
         built["image_id"],
         ["sh", "-c", "echo out; echo err >&2; test -d /dev/shm && df -k /dev/shm | tail -1; exit 3"],
         log_path=log,
         deadline=time.monotonic() + 120,
-        host_config=sm.host_config_args(sm.DevicePlan((), (), ()), {str(tmp_path): ("/smoke/out", "rw")}, privileged=False),
+        host_config=host_config_args(DevicePlan((), (), ()), {str(tmp_path): ("/smoke/out", "rw")}, privileged=False),
         want_stdout=True,
     )
     assert result.exit_code == 3 and not result.timed_out

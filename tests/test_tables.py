@@ -7,8 +7,8 @@ import json
 from typer.testing import CliRunner
 
 from buildkit.cli import app
-from buildkit.matrix import LoadedMatrix
-from buildkit.tables import format_table, skus_table, stacks_table, support_tables
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.matrix.tables import format_table, skus_table, stacks_table, support_tables
 from tests.conftest import MATRIX
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from buildkit.matrix import LoadedMatrix
-from buildkit.tags import alias_tags, full_tag
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.plan import alias_tags, full_tag
 
 
 def test_full_tag(loaded: LoadedMatrix) -> None:

@@ -19,10 +19,10 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from buildkit import k8s
-from buildkit.job import DEVICE_OVERRIDE, JOB_FILE, ImageJob, Job, build_job, load_job
-from buildkit.matrix import LoadedMatrix, load_matrix
-from buildkit.verlconfig import check_config
+from buildkit.k8s.render import K8sRequest, as_documents, render
+from buildkit.matrix.load import LoadedMatrix, load_matrix
+from buildkit.run.job import DEVICE_OVERRIDE, JOB_FILE, ImageJob, Job, build_job, load_job
+from buildkit.run.verlconfig import check_config
 from tests.conftest import MATRIX
 from tests.test_smoke import gsm8k_generator
 from tests.upstream import compose_ppo_trainer, config_dir, verl_importable
@@ -48,7 +48,7 @@ def _smoke_job(loaded: LoadedMatrix, stack_id: str, sku_id: str, *, extra: tuple
 def _k8s_overrides(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int) -> list[str]:
     """The Hydra overrides as the rendered manifests carry them to the cluster."""
     st = loaded.matrix.stacks[stack_id]
-    request = k8s.K8sRequest(
+    request = K8sRequest(
         sku_id=sku_id,
         sku=loaded.matrix.skus[sku_id],
         image=DIGEST,
@@ -56,7 +56,7 @@ def _k8s_overrides(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int)
         image_job=ImageJob(stack_id, st.verl.version),
         first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
     )
-    docs = k8s.as_documents(k8s.render(request).text)
+    docs = as_documents(render(request).text)
     if nodes == 1:
         (job,) = [d for d in docs if d["kind"] == "Job"]
         argv = job["spec"]["template"]["spec"]["containers"][0]["args"]

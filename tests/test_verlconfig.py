@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from buildkit.verlconfig import check_config, parse_printed_config
+from buildkit.run.verlconfig import check_config, parse_printed_config
 
 
 def _config(**trainer: Any) -> dict[str, Any]:

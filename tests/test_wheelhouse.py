@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 from buildkit.cli import app
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import sha256_of
-from buildkit.lock import LockTarget, read_lock
-from buildkit.matrix import load_matrix
-from buildkit.wheelhouse import current_lock, missing_from
+from buildkit.lock.inputs import LockTarget
+from buildkit.lock.lockfile import read_lock
+from buildkit.lock.wheelhouse import current_lock, missing_from
+from buildkit.matrix.load import load_matrix
 from tests.conftest import TEST_MATRIX, write_unresolved_locks
 
 LOCK = TEST_MATRIX.parent / "locks" / "teststack-x86_64.txt"

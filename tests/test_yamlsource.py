@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.yamlsource import YamlSourceError, format_path, load_yaml
+from buildkit.matrix.yamlsource import YamlSourceError, format_path, load_yaml
 
 SRC = Path("m.yaml")
 TEXT = """\

@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from buildkit.pkgindex import IndexClient, download
-from buildkit.secrets import default_ca_bundle
+from buildkit.lock.index import IndexClient, download
+from buildkit.settings import default_ca_bundle
 
 PYPI = "https://pypi.org/simple"
 # verl's packages whose __init__ imports torch (verl: DataProto; verl.utils: the tokenizer helpers).

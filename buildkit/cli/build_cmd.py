@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-from buildkit.build import DEFAULT_REPOSITORY, plan_build, run_build
 from buildkit.cli.base import (
     ArchChoice,
     AscendIndexUrl,
@@ -25,12 +24,13 @@ from buildkit.cli.base import (
     print_json,
     user_errors,
 )
-from buildkit.engine import connect
 from buildkit.errors import InputError
-from buildkit.matrix import DEFAULT_MATRIX, load_matrix
-from buildkit.progress import Step
-from buildkit.publish import LocalImage, index_members, load_local_image, publish_index, push_image
-from buildkit.registry import Registry, RegistryRef
+from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
+
+if TYPE_CHECKING:
+    from buildkit.image.progress import Step
+    from buildkit.image.publish import LocalImage
+    from buildkit.image.registry import RegistryRef
 from buildkit.settings import resolve_mirrors
 
 
@@ -63,6 +63,9 @@ ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where build m
 
 
 def _publish(client: Any, image: LocalImage, target: RegistryRef, *, want_index: bool, require_index: bool) -> dict[str, Any]:
+    from buildkit.image.publish import index_members, publish_index, push_image
+    from buildkit.image.registry import Registry
+
     registry = Registry(target.host)
     pushed = push_image(client, image, target, registry)
     for p in pushed:
@@ -122,6 +125,12 @@ def build(
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Build, verify and tag one image (one stack, chip, OS and arch); optionally push it."""
+    from buildkit.image.build import plan_build, run_build
+    from buildkit.image.engine import connect
+    from buildkit.image.publish import LocalImage
+    from buildkit.image.registry import RegistryRef
+    from buildkit.matrix.load import load_matrix
+
     if push and not registry:
         raise InputError("--push needs --registry HOST[:PORT]/REPO")
     if offline != (wheelhouse is not None):
@@ -197,6 +206,10 @@ def publish(
     as_json: JsonFlag = False,
 ) -> None:
     """Push verified images by digest, then the multi-arch index (refused if an arch is missing)."""
+    from buildkit.image.engine import connect
+    from buildkit.image.publish import load_local_image
+    from buildkit.image.registry import RegistryRef
+
     target = RegistryRef.parse(registry)
     client = connect()
     local = [load_local_image(client, ref, manifest_dir) for ref in images]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from buildkit import doctor as checks
 from buildkit.cli.base import JsonFlag, app, print_json
 
 
 @app.command("doctor")
 def doctor(as_json: JsonFlag = False) -> None:
     """Check pins, the CANN environment, the driver and the NPUs here (exit 1: failed, 10: no devices, preflight only)."""
+    from buildkit.run import doctor as checks
+
     code, report = checks.run()
     if as_json:
         print_json(report)

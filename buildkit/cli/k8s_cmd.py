@@ -5,18 +5,19 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildkit import k8s
 from buildkit.cli.base import JsonFlag, MatrixPath, app, user_errors
 from buildkit.errors import ExitCode, InputError, PublishFailed, Unavailable
 from buildkit.fsio import write_atomic
-from buildkit.job import ImageJob, check_overrides
-from buildkit.matrix import DEFAULT_MATRIX, LoadedMatrix, load_matrix, resolve_sku
-from buildkit.registry import image_labels
-from buildkit.render import LABEL_PREFIX
+from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION
+from buildkit.resources import DEFAULT_MATRIX
+
+if TYPE_CHECKING:
+    from buildkit.matrix.load import LoadedMatrix
+    from buildkit.run.job import ImageJob
 
 k8s_app = typer.Typer(help="Kubernetes manifests for published images (Job, KubeRay RayJob).", no_args_is_help=True)
 app.add_typer(k8s_app, name="k8s")
@@ -28,6 +29,10 @@ def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) ->
     A ``--stack`` that disagrees with the image's own label is refused: the job's arguments
     (``trainer.device=npu`` for a verl without NPU auto-detection) follow from it.
     """
+    from buildkit.image.registry import image_labels
+    from buildkit.plan import LABEL_PREFIX
+    from buildkit.run.job import ImageJob
+
     if stack is not None and stack not in loaded.matrix.stacks:
         raise InputError(f"--stack {stack!r}: not a stack of {loaded.path}; one of {', '.join(loaded.matrix.stacks)}")
     try:
@@ -58,7 +63,7 @@ def k8s_render(
     pull_secret: Annotated[str | None, typer.Option("--pull-secret", help="imagePullSecret for a private registry.")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Object name (default verl-<job>-<sku>[-<N>n]).")] = None,
     arch: Annotated[str, typer.Option("--arch", help="The image's architecture: selects host-arch nodes.")] = "aarch64",
-    model_path: Annotated[str, typer.Option("--model-path", help="Model directory on every node (hostPath).")] = k8s.DEFAULT_MODEL_PATH,
+    model_path: Annotated[str, typer.Option("--model-path", help="Model directory on every node (hostPath).")] = DEFAULT_MODEL_PATH,
     model_pvc: Annotated[str | None, typer.Option("--model-pvc", help="Take the model from this PVC instead.")] = None,
     steps: Annotated[int, typer.Option("--steps", min=1, help="Smoke job training steps.")] = 5,
     deadline: Annotated[int, typer.Option("--deadline", min=1, help="activeDeadlineSeconds of the job.")] = 3600,
@@ -73,10 +78,14 @@ def k8s_render(
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Render the Job (one node) or RayJob (several) for an SKU and an image by digest."""
+    from buildkit.k8s.render import K8sRequest, as_documents, check_request, render
+    from buildkit.matrix.load import load_matrix, resolve_sku
+    from buildkit.run.job import check_overrides
+
     loaded = load_matrix(matrix)
     sku_id, sku, _ = resolve_sku(loaded, hw, "pods are sized by the SKU")
     overrides = check_overrides(override or [])
-    request = k8s.K8sRequest(
+    request = K8sRequest(
         sku_id=sku_id,
         sku=sku,
         image=image,
@@ -95,17 +104,17 @@ def k8s_render(
         overrides=overrides,
         first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
     )
-    k8s.check_request(request)  # every refusal of the options before the registry is asked
+    check_request(request)  # every refusal of the options before the registry is asked
     warnings: list[str] = []
     if job == "smoke":
         found, warnings = image_job(loaded, image, arch, stack)
         request = dataclasses.replace(request, image_job=found)
-    manifests = k8s.render(request)
+    manifests = render(request)
     for warning in (*warnings, *manifests.warnings):
         typer.echo(f"ascendkit: warning: {warning}", err=True)
     text = manifests.text
     if as_json:
-        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": k8s.as_documents(text)}, indent=2) + "\n"
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": as_documents(text)}, indent=2) + "\n"
     if output is None:
         typer.echo(text, nl=False)
         return
@@ -116,8 +125,8 @@ def k8s_render(
 @k8s_app.command(
     "validate",
     help=(
-        f"Check manifests offline: core objects against the Kubernetes {k8s.KUBERNETES_VERSION} OpenAPI schemas, "
-        f"RayJobs against the ray.io/v1 fields of KubeRay {k8s.KUBERAY_VERSION} and their pod templates (exit 1 on a problem)."
+        f"Check manifests offline: core objects against the Kubernetes {KUBERNETES_VERSION} OpenAPI schemas, "
+        f"RayJobs against the ray.io/v1 fields of KubeRay {KUBERAY_VERSION} and their pod templates (exit 1 on a problem)."
     ),
 )
 @user_errors
@@ -126,13 +135,15 @@ def k8s_validate(
         list[Path], typer.Argument(exists=True, dir_okay=False, readable=True, help="YAML (multi-document) or JSON List files.")
     ],
 ) -> None:
+    from buildkit.k8s.validate import validate_file
+
     failed = False
     for path in files:
-        count, problems = k8s.validate_file(path)
+        count, problems = validate_file(path)
         for problem in problems:
             typer.echo(problem.format(str(path)), err=True)
         failed = failed or bool(problems)
         state = f"{len(problems)} problem(s)" if problems else "valid"
-        typer.echo(f"{path}: {count} document(s) {state} (Kubernetes {k8s.KUBERNETES_VERSION}, KubeRay {k8s.KUBERAY_VERSION} RayJob)")
+        typer.echo(f"{path}: {count} document(s) {state} (Kubernetes {KUBERNETES_VERSION}, KubeRay {KUBERAY_VERSION} RayJob)")
     if failed:
         raise typer.Exit(int(ExitCode.CHECK_FAILED))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table as RichTable
@@ -23,12 +23,11 @@ from buildkit.cli.base import (
     user_errors,
 )
 from buildkit.errors import ExitCode, InputError
-from buildkit.lock import LockOutcome, LockTarget, index_urls_for, lock_all, lock_targets
-from buildkit.matrix import DEFAULT_MATRIX, load_matrix
-from buildkit.model import ARCHES
-from buildkit.secrets import default_ca_bundle
-from buildkit.settings import Mirrors, resolve_mirrors
-from buildkit.wheelhouse import make_wheelhouse
+from buildkit.resources import DEFAULT_MATRIX
+
+if TYPE_CHECKING:
+    from buildkit.lock.relock import LockOutcome
+from buildkit.settings import Mirrors, default_ca_bundle, resolve_mirrors
 
 
 def _mirrors(
@@ -73,6 +72,10 @@ def lock(
     Exit 0: all resolved; 1: a stack's pins do not resolve together (its lock is left as it was);
     8: some lock is marked unresolved because its index could not be reached.
     """
+    from buildkit.lock.inputs import lock_targets
+    from buildkit.lock.relock import index_urls_for, lock_all
+    from buildkit.matrix.load import load_matrix
+
     if stack and all_stacks:
         raise InputError("give --stack S or --all, not both")
     loaded = load_matrix(matrix)
@@ -131,6 +134,12 @@ def wheelhouse(
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Download every locked artifact of one stack and arch, each checked against the lock's hashes."""
+    from buildkit.lock.inputs import LockTarget, lock_targets
+    from buildkit.lock.relock import index_urls_for
+    from buildkit.lock.wheelhouse import make_wheelhouse
+    from buildkit.matrix.load import load_matrix
+    from buildkit.matrix.model import ARCHES
+
     if arch not in ARCHES:
         raise InputError(f"--arch {arch!r}: choose one of {', '.join(ARCHES)}")
     loaded = load_matrix(matrix)

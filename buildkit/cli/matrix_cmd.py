@@ -5,13 +5,11 @@ from __future__ import annotations
 import enum
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table as RichTable
 
-from buildkit import generate, tables
-from buildkit.availability import COMPONENT_SET, PinCheck, check_matrix, check_together, summarize
 from buildkit.cli.base import (
     ArchChoice,
     JsonFlag,
@@ -24,17 +22,19 @@ from buildkit.cli.base import (
 )
 from buildkit.errors import ExitCode, InputError, MatrixError
 from buildkit.fsio import write_atomic
-from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_stack
-from buildkit.model import ARCHES
-from buildkit.pkgindex import IndexClient
-from buildkit.render import base_image_ref
-from buildkit.secrets import default_ca_bundle
+from buildkit.resources import DEFAULT_MATRIX
+
+if TYPE_CHECKING:
+    from buildkit.lock.availability import PinCheck
+from buildkit.settings import default_ca_bundle
 
 
 @matrix_app.command("validate")
 @user_errors
 def matrix_validate(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = False) -> None:
     """Check the matrix's structure and every compatibility rule; report all problems at once."""
+    from buildkit.matrix.load import load_matrix
+
     try:
         loaded = load_matrix(matrix)
     except MatrixError as exc:
@@ -60,6 +60,8 @@ def matrix_validate(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = Fal
 @user_errors
 def matrix_list(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = False) -> None:
     """List the release lines (stacks)."""
+    from buildkit.matrix.load import load_matrix
+
     loaded = load_matrix(matrix)
     rows = [
         {
@@ -105,6 +107,9 @@ def matrix_show(
     as_json: JsonFlag = False,
 ) -> None:
     """Show every pin of one stack, its base images and known issues."""
+    from buildkit.matrix.load import load_matrix, resolve_stack
+    from buildkit.plan import base_image_ref
+
     loaded = load_matrix(matrix)
     name, s = resolve_stack(loaded, stack)
     m = loaded.matrix
@@ -167,6 +172,11 @@ def matrix_verify(
 ) -> None:
     """Check that every pin exists on its index for each arch and Python, and that each stack's pins
     resolve together (exit 1: missing or conflicting, 8: unverified)."""
+    from buildkit.lock.availability import check_matrix, check_together, summarize
+    from buildkit.lock.index import IndexClient
+    from buildkit.matrix.load import load_matrix, resolve_stack
+    from buildkit.matrix.model import ARCHES
+
     loaded = load_matrix(matrix)
     stacks = [resolve_stack(loaded, stack)[0]] if stack else None
     if arch is not None and arch not in ARCHES:
@@ -198,6 +208,8 @@ _MARK = {"found": "✓", "missing": "✗", "unverified": "?", "conflict": "✗"}
 
 
 def _print_verify_table(checks: list[PinCheck], counts: dict[str, int]) -> None:
+    from buildkit.lock.availability import COMPONENT_SET
+
     components = list(dict.fromkeys(c.component for c in checks))
     table = RichTable(title="Pins on their indexes, and each stack resolved as a whole (✓ found, ✗ missing/conflict, ? unverified)")
     table.add_column("stack / arch")
@@ -228,6 +240,9 @@ def matrix_table(
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Print the support tables (release lines and SKUs) generated from the matrix."""
+    from buildkit.matrix import tables
+    from buildkit.matrix.load import load_matrix
+
     loaded = load_matrix(matrix)
     sys.stdout.write(tables.support_tables(loaded.matrix, fmt.value))
 
@@ -238,6 +253,8 @@ def matrix_schema(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
 ) -> None:
     """Print the JSON Schema of the matrix (for editor completion and validation)."""
+    from buildkit.image import generate
+
     text = generate.schema_text()
     if output is None:
         sys.stdout.write(text)

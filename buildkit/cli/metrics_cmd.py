@@ -13,11 +13,8 @@ import typer
 from rich.table import Table as RichTable
 
 from buildkit.cli.base import JsonFlag, app, out, print_json, user_errors
-from buildkit.compare import baseline_document, compare_runs, load_run
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import write_atomic
-from buildkit.metrics import metric_names
-from buildkit.plot import plot_runs
 
 metrics_app = typer.Typer(help="Read verl console logs.", no_args_is_help=True)
 baseline_app = typer.Typer(help="Baselines from real GPU runs.", no_args_is_help=True)
@@ -35,6 +32,9 @@ def metrics_parse(
     as_csv: Annotated[bool, typer.Option("--csv", help="One row per step, one column per metric.")] = False,
 ) -> None:
     """Per-step metrics of a verl console log, in log order."""
+    from buildkit.accuracy.compare import load_run
+    from buildkit.accuracy.metrics import metric_names
+
     if as_json and as_csv:
         raise InputError("--json and --csv: choose one")
     steps = load_run(log)
@@ -76,6 +76,9 @@ def compare(
     as_json: JsonFlag = False,
 ) -> None:
     """The seeds' accuracy gate: mean absolute error per metric, and the throughput ratio (exit 1 on fail)."""
+    from buildkit.accuracy.compare import compare_runs, load_run
+    from buildkit.accuracy.plot import plot_runs
+
     metrics, tolerances = metric or [], tolerance or []
     if len(metrics) != len(tolerances):
         raise InputError(f"give one --tolerance per --metric ({len(metrics)} metric(s), {len(tolerances)} tolerance(s))")
@@ -114,6 +117,8 @@ def baseline_import(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: baselines/<name>.json.")] = None,
 ) -> None:
     """Turn a real GPU run's log into a baseline file for `compare` and `smoke --baseline`."""
+    from buildkit.accuracy.compare import baseline_document
+
     if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise InputError(f"--name {name!r}: letters, digits, '-', '_' and '.' only")
     target = output or Path("baselines") / f"{name}.json"

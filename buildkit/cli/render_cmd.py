@@ -8,12 +8,10 @@ from typing import Annotated
 
 import typer
 
-from buildkit import generate
 from buildkit.cli.base import MatrixPath, app, user_errors
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import write_atomic
-from buildkit.matrix import DEFAULT_MATRIX, load_matrix
-from buildkit.render import all_targets, plan_target, render_dockerfile
+from buildkit.resources import DEFAULT_MATRIX
 
 
 @app.command("render")
@@ -30,6 +28,11 @@ def render(
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Render a Dockerfile for one SKU, or (with --all / --check) every generated file."""
+    from buildkit.image import generate
+    from buildkit.image.render import render_dockerfile
+    from buildkit.matrix.load import load_matrix
+    from buildkit.plan import all_targets, plan_image, plan_target
+
     if (render_all or check) and (hw or stack or os_name or output):
         raise InputError("--all/--check cover every stack and SKU; drop --hw/--stack/--os/--output")
     if not (render_all or check) and hw is None:
@@ -52,7 +55,7 @@ def render(
         return
     assert hw is not None
     target = plan_target(loaded, hw, stack, os_name)
-    text = render_dockerfile(loaded, target)
+    text = render_dockerfile(loaded, plan_image(loaded, target))
     if output is None:
         sys.stdout.write(text)
     else:

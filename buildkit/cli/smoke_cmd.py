@@ -7,16 +7,9 @@ from typing import Annotated
 
 import typer
 
-from buildkit import smoke as sm
-from buildkit.build import DEFAULT_REPOSITORY, host_arch
 from buildkit.cli.base import JsonFlag, MatrixPath, app, print_json, user_errors
-from buildkit.compare import load_run
-from buildkit.engine import connect
 from buildkit.errors import InputError
-from buildkit.job import check_overrides
-from buildkit.matrix import DEFAULT_MATRIX, load_matrix, resolve_sku
-from buildkit.render import plan_target
-from buildkit.tags import arch_tag, full_tag
+from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
 
 
 def _pairs(items: list[str], option: str) -> dict[str, str]:
@@ -84,6 +77,16 @@ def smoke(
     Exit 0 passed (or --check passed), 1 failed, 9 timed out or stalled, 10 no Ascend devices here
     (config check and preflight only).
     """
+    from buildkit.accuracy.compare import load_run
+    from buildkit.image.build import host_arch
+    from buildkit.image.engine import connect
+    from buildkit.matrix.load import load_matrix, resolve_sku
+    from buildkit.plan import arch_tag, full_tag, plan_target
+    from buildkit.run.devices import parse_visible
+    from buildkit.run.job import check_overrides
+    from buildkit.run.report import stderr_echo
+    from buildkit.run.smoke import SmokeRequest, run_smoke
+
     loaded = load_matrix(matrix)
     sku_id, sku, chip_id = resolve_sku(loaded, hw, "smoke needs the SKU (its NPU count)")
     overrides = check_overrides(override or [])
@@ -93,7 +96,7 @@ def smoke(
         rendered = plan_target(loaded, sku_id, None, None)
         st = loaded.matrix.stacks[rendered.stack_id]
         image = f"{DEFAULT_REPOSITORY}:{arch_tag(full_tag(st, rendered.chip_id, rendered.os_name), host_arch())}"
-    request = sm.SmokeRequest(
+    request = SmokeRequest(
         sku_id=sku_id,
         sku=sku,
         chip_id=chip_id,
@@ -105,7 +108,7 @@ def smoke(
         data_path=data,
         baseline=load_run(baseline) if baseline else None,
         baseline_name=baseline.name if baseline else None,
-        visible=sm.parse_visible(devices) if devices else None,
+        visible=parse_visible(devices) if devices else None,
         privileged=privileged,
         overrides=overrides,
         env=_pairs(env or [], "--env"),
@@ -117,7 +120,7 @@ def smoke(
     )
     client = connect()
     typer.echo(f"smoke: {image} on --hw {sku_id}; report in {out}/", err=True)
-    report = sm.run_smoke(client, request, echo=None if quiet or as_json else sm.stderr_echo)
+    report = run_smoke(client, request, echo=None if quiet or as_json else stderr_echo)
     if as_json:
         print_json(report.data)
     typer.echo(f"smoke: {report.outcome}: {report.message} (exit {report.exit_code}); see {out / 'report.md'}", err=True)

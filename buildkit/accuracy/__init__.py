@@ -1,0 +1,1 @@
+"""The seeds' accuracy method: metrics parsed from training logs, the comparison gate, plots."""

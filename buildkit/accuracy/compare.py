@@ -1,0 +1,137 @@
+"""The seeds' NPU-versus-baseline gate, automated.
+
+For each metric, over the steps both runs have: mean error = sum(|npu_i - base_i|) / N, reported
+as ``mean_abs_error`` and as ``mean_abs_error_pct`` (x100, as the seed formula writes it), passing
+at or under its tolerance (defaults: ``critic/rewards/mean`` 4 %, the loss 2 %). Throughput ratio =
+mean ``perf/throughput`` over the first K steps of the NPU run / the same for the baseline.
+
+A baseline is a GPU run's log, or a baseline file made from one by ``ascendkit baseline import``:
+only a real run's numbers, never invented ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from buildkit.accuracy.metrics import StepMetrics, is_finite, metric_names, parse_log, series
+from buildkit.errors import InputError
+
+REWARD = "critic/rewards/mean"
+LOSS_NAMES = ("actor/pg_loss", "actor/loss", "train/loss", "loss")  # the first one both runs have
+THROUGHPUT = "perf/throughput"
+DEFAULT_REWARD_TOLERANCE = 4.0
+DEFAULT_LOSS_TOLERANCE = 2.0
+BASELINE_FORMAT = "ascendkit-baseline/1"
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    name: str
+    mean_abs_error: float
+    mean_abs_error_pct: float
+    steps: int
+    tolerance_pct: float
+    passed: bool
+
+    def describe(self) -> dict[str, Any]:
+        finite = is_finite(self.mean_abs_error)  # a NaN/inf in either run fails the metric; JSON gets null
+        return {
+            "mean_abs_error": self.mean_abs_error if finite else None,
+            "mean_abs_error_pct": self.mean_abs_error_pct if finite else None,
+            "steps": self.steps,
+            "tolerance_pct": self.tolerance_pct,
+            "pass": self.passed,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    metrics: tuple[MetricResult, ...]
+    throughput_ratio: float | None
+    throughput_steps: int
+
+    @property
+    def passed(self) -> bool:
+        return all(m.passed for m in self.metrics)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "metrics": {m.name: m.describe() for m in self.metrics},
+            "throughput_ratio": self.throughput_ratio,
+            "throughput_steps": self.throughput_steps,
+            "pass": self.passed,
+        }
+
+
+def load_run(path: Path) -> list[StepMetrics]:
+    """Steps from a verl console log or an ascendkit baseline file."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise InputError(f"{path}: looks like JSON but is not valid: {exc}") from None
+        if data.get("format") != BASELINE_FORMAT:
+            raise InputError(f"{path}: not an ascendkit baseline file (format {data.get('format')!r}, expected {BASELINE_FORMAT!r})")
+        return [StepMetrics(int(s["step"]), {k: float(v) for k, v in s["metrics"].items()}) for s in data["steps"]]
+    steps = parse_log(text.splitlines())
+    if not steps:
+        raise InputError(f"{path}: no verl step lines (`step:N - key:value ...`); was the run started with trainer.logger=console?")
+    return steps
+
+
+def default_tolerances(npu: list[StepMetrics], base: list[StepMetrics]) -> list[tuple[str, float]]:
+    both = set(metric_names(npu)) & set(metric_names(base))
+    loss = next((name for name in LOSS_NAMES if name in both), None)
+    if loss is None:
+        raise InputError(f"the runs share no loss metric (looked for {', '.join(LOSS_NAMES)}); name one with --metric")
+    return [(REWARD, DEFAULT_REWARD_TOLERANCE), (loss, DEFAULT_LOSS_TOLERANCE)]
+
+
+def compare_runs(
+    npu: list[StepMetrics],
+    base: list[StepMetrics],
+    tolerances: list[tuple[str, float]] | None = None,
+    throughput_steps: int = 4,
+) -> Comparison:
+    wanted = tolerances or default_tolerances(npu, base)
+    results = []
+    for name, tolerance in wanted:
+        a, b = series(npu, name), series(base, name)
+        for label, run in (("NPU run", a), ("baseline", b)):
+            if not run:
+                raise InputError(f"the {label} has no metric {name!r}; it has: {', '.join(metric_names(npu if run is a else base))}")
+        common = sorted(set(a) & set(b))
+        if not common:
+            raise InputError(f"{name}: the runs share no step (NPU steps {min(a)}-{max(a)}, baseline {min(b)}-{max(b)})")
+        error = sum(abs(a[i] - b[i]) for i in common) / len(common)
+        results.append(MetricResult(name, error, error * 100, len(common), tolerance, error * 100 <= tolerance))
+    return Comparison(tuple(results), throughput_ratio(npu, base, throughput_steps), throughput_steps)
+
+
+def throughput_ratio(npu: list[StepMetrics], base: list[StepMetrics], first: int) -> float | None:
+    def head_mean(run: list[StepMetrics]) -> float | None:
+        values = [v for _, v in sorted(series(run, THROUGHPUT).items())[:first]]
+        return sum(values) / len(values) if values else None
+
+    a, b = head_mean(npu), head_mean(base)
+    return a / b if a is not None and b else None
+
+
+def baseline_document(name: str, log: Path) -> dict[str, Any]:
+    """A baseline file's content: the run's steps, where they came from, nothing invented."""
+    raw = log.read_bytes()
+    steps = load_run(log)
+    return {
+        "format": BASELINE_FORMAT,
+        "name": name,
+        "source": {"file": log.name, "sha256": hashlib.sha256(raw).hexdigest()},
+        "steps": [{"step": s.step, "metrics": s.metrics} for s in steps],
+    }

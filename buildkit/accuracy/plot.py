@@ -1,0 +1,44 @@
+"""PNG plots of a run against its baseline: reward, loss and throughput per step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from buildkit.accuracy.compare import LOSS_NAMES, REWARD, THROUGHPUT
+from buildkit.accuracy.metrics import StepMetrics, metric_names, series
+from buildkit.errors import OutputError
+
+
+def plot_runs(npu: list[StepMetrics], baseline: list[StepMetrics] | None, path: Path, title: str = "") -> None:
+    import matplotlib  # imported here: only plotting commands pay for it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    names = metric_names(npu)
+    loss = next((n for n in LOSS_NAMES if n in names), None)
+    panels = [(REWARD, "reward (mean)"), (loss, "loss"), (THROUGHPUT, "throughput (tokens/s/device)")]
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
+    for axis, (name, label) in zip(axes, panels, strict=True):
+        axis.set_title(f"{label}\n{name or 'no loss metric'}", fontsize=10)
+        axis.set_xlabel("step")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.grid(alpha=0.3)
+        if not name:
+            continue
+        for run, run_label, style in ((npu, "NPU", "-o"), (baseline, "baseline", "--s")):
+            if run is None:
+                continue
+            values = sorted(series(run, name).items())
+            if values:
+                axis.plot([s for s, _ in values], [v for _, v in values], style, markersize=3, label=run_label)
+        axis.legend(fontsize=8)
+    if title:
+        figure.suptitle(title)
+    try:
+        figure.savefig(path, dpi=100, metadata={"Software": None})
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write the plot: {exc.strerror}") from None
+    finally:
+        plt.close(figure)

@@ -1,0 +1,180 @@
+"""The library API: the pipeline as typed functions, for scripts and other tools (no Typer, no printing).
+
+Each function takes the matrix (a path or an already loaded one) and returns a value; errors are
+:class:`buildkit.errors.AscendkitError` subclasses carrying the exit code the CLI would use. The CLI
+is one user of the modules below; this is another, with the same checks in the same order.
+
+    import buildkit
+
+    plan = buildkit.plan("compat_matrix.yaml", "a3", arch="aarch64")
+    print(plan.tags[0], [layer.name for layer in plan.layers.all])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from buildkit.accuracy.compare import Comparison, compare_runs, load_run
+from buildkit.errors import InputError
+from buildkit.image.build import BuildPlan, BuildResult, host_arch, plan_build, run_build
+from buildkit.image.engine import connect
+from buildkit.image.progress import Reporter
+from buildkit.image.publish import Published, index_members, load_local_image, publish_index, push_image
+from buildkit.image.registry import Registry, RegistryRef
+from buildkit.image.render import render_dockerfile
+from buildkit.image.verify import Check, collect_facts, compare
+from buildkit.lock.inputs import lock_targets
+from buildkit.lock.relock import LockOutcome, index_urls_for, lock_all
+from buildkit.matrix.load import LoadedMatrix, load_matrix, resolve_sku
+from buildkit.plan import ImagePlan, plan_image, plan_target
+from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
+from buildkit.run.smoke import SmokeReport, SmokeRequest, run_smoke
+from buildkit.settings import Mirrors
+
+MatrixLike = Path | str | LoadedMatrix
+
+__all__ = ["build", "compare_logs", "load", "lock", "plan", "publish", "render", "smoke", "verify"]
+
+
+def load(matrix: MatrixLike = DEFAULT_MATRIX) -> LoadedMatrix:
+    """The matrix, validated (structure and rules); a LoadedMatrix is returned as it is."""
+    return matrix if isinstance(matrix, LoadedMatrix) else load_matrix(Path(matrix))
+
+
+def plan(matrix: MatrixLike, hw: str, *, stack: str | None = None, os: str | None = None, arch: str | None = None) -> ImagePlan:
+    """The resolved plan of one image: layers, pins, lock sections, base, tags, labels."""
+    loaded = load(matrix)
+    return plan_image(loaded, plan_target(loaded, hw, stack, os), arch or host_arch())
+
+
+def render(matrix: MatrixLike, hw: str, *, stack: str | None = None, os: str | None = None) -> str:
+    """The Dockerfile of one (stack, chip, OS), byte for byte what ``render --all`` commits."""
+    loaded = load(matrix)
+    return render_dockerfile(loaded, plan_image(loaded, plan_target(loaded, hw, stack, os)))
+
+
+def lock(
+    matrix: MatrixLike,
+    *,
+    stack: str | None = None,
+    arch: str | None = None,
+    mirrors: Mirrors | None = None,
+    ca_bundle: Path | None = None,
+    upgrade: bool = False,
+) -> list[LockOutcome]:
+    """Re-lock (stack, arch) targets against the package indexes; writes locks/ beside the matrix."""
+    loaded = load(matrix)
+    targets = lock_targets(loaded, stack, arch)
+    return lock_all(loaded, targets, index_urls=index_urls_for(loaded, mirrors or Mirrors()), ca_bundle=ca_bundle, upgrade=upgrade)
+
+
+def build(
+    matrix: MatrixLike,
+    hw: str,
+    *,
+    stack: str | None = None,
+    os: str | None = None,
+    arch: str | None = None,
+    base_image: str | None = None,
+    mirrors: Mirrors | None = None,
+    repository: str = DEFAULT_REPOSITORY,
+    manifest_dir: Path = Path("manifests"),
+    wheelhouse: Path | None = None,
+    reporter: Reporter | None = None,
+) -> BuildResult:
+    """Build, verify and tag one image on the Docker engine of the environment (DOCKER_HOST)."""
+    build_plan = _build_plan(matrix, hw, stack, os, arch, base_image, mirrors, repository, manifest_dir, wheelhouse)
+    return run_build(connect(), build_plan, reporter)
+
+
+def verify(
+    image: str,
+    matrix: MatrixLike,
+    hw: str,
+    *,
+    stack: str | None = None,
+    os: str | None = None,
+    arch: str | None = None,
+    base_image: str | None = None,
+) -> list[Check]:
+    """Check an existing local image against what the matrix says it holds (every check, passed or not)."""
+    expected = _build_plan(matrix, hw, stack, os, arch, base_image, None, DEFAULT_REPOSITORY, Path("manifests"), None).expected
+    client = connect()
+    return compare(collect_facts(client, image), expected)
+
+
+def publish(images: list[str], registry: str, *, manifest_dir: Path = Path("manifests")) -> list[Published]:
+    """Push verified local images by digest, then their multi-arch index (refused if an arch is missing)."""
+    target = RegistryRef.parse(registry)
+    client = connect()
+    remote = Registry(target.host)
+    published: list[Published] = []
+    local = [load_local_image(client, ref, manifest_dir) for ref in images]
+    for i, image in enumerate(local):
+        published += push_image(client, image, target, remote)
+        if all(other.index_names[0] != image.index_names[0] for other in local[i + 1 :]):
+            members, missing = index_members(remote, target, image)
+            published += publish_index(remote, target, image, members, missing)
+    return published
+
+
+def smoke(
+    image: str,
+    matrix: MatrixLike,
+    hw: str,
+    out: Path,
+    *,
+    steps: int = 5,
+    check_only: bool = False,
+    model_path: Path | None = None,
+    echo: Callable[[str], None] | None = None,
+) -> SmokeReport:
+    """The config check, doctor and (on an NPU host) the GRPO smoke job; writes the report to ``out``."""
+    loaded = load(matrix)
+    sku_id, sku, chip_id = resolve_sku(loaded, hw, "smoke needs the SKU (its NPU count)")
+    if steps < 1:
+        raise InputError(f"steps must be at least 1, not {steps}")
+    request = SmokeRequest(
+        sku_id=sku_id,
+        sku=sku,
+        chip_id=chip_id,
+        image=image,
+        out=out,
+        steps=steps,
+        model_path=model_path,
+        first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
+        check_only=check_only,
+    )
+    return run_smoke(connect(), request, echo=echo)
+
+
+def compare_logs(npu_log: Path, baseline: Path, tolerances: list[tuple[str, float]] | None = None, throughput_steps: int = 4) -> Comparison:
+    """The seeds' accuracy gate on two training logs (or a log and a baseline file)."""
+    return compare_runs(load_run(npu_log), load_run(baseline), tolerances, throughput_steps)
+
+
+def _build_plan(
+    matrix: MatrixLike,
+    hw: str,
+    stack: str | None,
+    os: str | None,
+    arch: str | None,
+    base_image: str | None,
+    mirrors: Mirrors | None,
+    repository: str,
+    manifest_dir: Path,
+    wheelhouse: Path | None,
+) -> BuildPlan:
+    return plan_build(
+        load(matrix),
+        hw,
+        stack=stack,
+        os_name=os,
+        arch=arch,
+        base_image=base_image,
+        mirrors=mirrors,
+        repository=repository,
+        manifest_dir=manifest_dir,
+        wheelhouse=wheelhouse,
+    )

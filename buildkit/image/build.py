@@ -1,0 +1,361 @@
+"""Build one image per (stack, chip, OS, arch) through the Docker engine's classic builder.
+
+``plan_build`` turns matrix + options into a :class:`BuildPlan` (pure; what ``--dry-run`` prints).
+``run_build`` executes it: check the base image can be had -> render into a temporary context ->
+build untagged while streaming progress -> verify the image in a short-lived container -> write
+the build manifest -> tag. A failure or Ctrl-C leaves no tag and no container behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import shutil
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import requests
+from docker.errors import DockerException, NotFound
+
+from buildkit.errors import BuildFailed, InputError, Interrupted, Unavailable, VerifyFailed
+from buildkit.image.engine import connect
+from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
+from buildkit.image.render import CONTEXT_FILES, SECRETS_ARG, build_context, context_file, render_context
+from buildkit.image.secrets import BuildSecrets, SecretServer, read_ca_bundle
+from buildkit.image.verify import Check, Expected, collect_facts, compare, failures, manifest_data, write_manifest
+from buildkit.lock.inputs import LockTarget, lock_inputs
+from buildkit.lock.lockfile import LockFile, lock_problem, read_lock, section_texts
+from buildkit.lock.wheelhouse import current_lock, missing_from
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.matrix.model import DOCKER_ARCH, Arch, normalize_arch
+from buildkit.plan import ImagePlan, lock_path, plan_image, plan_target
+from buildkit.resources import DEFAULT_REPOSITORY
+from buildkit.settings import Mirrors, default_ca_bundle, split_credentials
+
+
+def host_arch() -> str:
+    return normalize_arch(platform.machine())
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """One build: the image plan plus what this machine and its settings add (base, mirrors, secrets)."""
+
+    image: ImagePlan
+    dockerfile: str
+    base_image: str
+    base_mirrors: tuple[str, ...]
+    buildargs: tuple[tuple[str, str], ...]  # never holds a secret: these land in `docker history`
+    repository: str
+    tags: tuple[str, ...]
+    expected: Expected
+    no_cache: bool = False
+    manifest_dir: Path = Path("manifests")
+    secrets: BuildSecrets = field(default_factory=BuildSecrets, repr=False)
+    lock_files: tuple[tuple[str, str], ...] = ()  # (path in the build context, text): every lock section
+    lock_status: str = "resolved"  # of this arch's lock: "resolved" (hashes enforced) or "unresolved"
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def stack_id(self) -> str:
+        return self.image.stack_id
+
+    @property
+    def chip_id(self) -> str:
+        return self.image.chip_id
+
+    @property
+    def os_name(self) -> str:
+        return self.image.os_name
+
+    @property
+    def arch(self) -> Arch:
+        return self.image.arch
+
+    @property
+    def platform(self) -> str:
+        return f"linux/{DOCKER_ARCH[self.arch]}"
+
+    @property
+    def refs(self) -> list[str]:
+        return [f"{self.repository}:{t}" for t in self.tags]
+
+    @property
+    def manifest_name(self) -> str:
+        return self.tags[0]
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as JSON-able data, with secrets reduced to what kind they are."""
+        return {
+            "stack": self.stack_id,
+            "chip": self.chip_id,
+            "os": self.os_name,
+            "arch": self.arch,
+            "platform": self.platform,
+            "base_image": self.base_image,
+            "buildargs": dict(self.buildargs),
+            "tags": self.refs,
+            "no_cache": self.no_cache,
+            "ca_bundle": bool(self.secrets.ca_bundle),
+            "secret_env": [name for name, _ in self.secrets.env],
+            "lock": lock_path(self.stack_id, self.arch),
+            "lock_status": self.lock_status,
+            "offline": str(self.secrets.wheelhouse) if self.secrets.wheelhouse else None,
+            "warnings": list(self.warnings),
+            "manifest": str(self.manifest_dir / f"{self.manifest_name}.json"),
+        }
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image_id: str
+    refs: list[str]
+    arch: str
+    duration_s: float
+    steps_total: int
+    steps_cached: int
+    checks: list[Check]
+    manifest_json: Path
+    manifest_md: Path
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "image_id": self.image_id,
+            "tags": self.refs,
+            "arch": self.arch,
+            "duration_s": round(self.duration_s, 1),
+            "steps_total": self.steps_total,
+            "steps_cached": self.steps_cached,
+            "manifest": str(self.manifest_json),
+            "manifest_md": str(self.manifest_md),
+        }
+
+
+def plan_build(
+    loaded: LoadedMatrix,
+    hw: str,
+    *,
+    stack: str | None = None,
+    os_name: str | None = None,
+    arch: str | None = None,
+    base_image: str | None = None,
+    mirrors: Mirrors | None = None,
+    use_default_ca: bool = True,
+    repository: str = DEFAULT_REPOSITORY,
+    no_cache: bool = False,
+    manifest_dir: Path = Path("manifests"),
+    wheelhouse: Path | None = None,
+) -> BuildPlan:
+    """Everything one build needs, checked before the engine is touched. ``wheelhouse`` makes the
+    build offline: pip installs only from that directory, which must hold every locked package."""
+    image = plan_image(loaded, plan_target(loaded, hw, stack, os_name), arch or host_arch())
+    mirrors = mirrors or Mirrors()
+    base_registry = mirrors.get("base_registry")
+    if base_image and base_registry:
+        raise InputError(
+            f"--base-image names the whole base; base_registry (from {mirrors.origin['base_registry']}) only its registry: give one"
+        )
+    base = base_image or image.base_image_at(base_registry)
+    ctx = build_context(loaded, image)
+    declared = {name for name, _ in ctx.build_args}
+    buildargs = [("BASE_IMAGE", base)]
+    env: list[tuple[str, str]] = []
+    for arg, value in mirrors.build_args().items():
+        if arg not in declared:
+            continue  # this stack's Dockerfile does not use that index or host
+        parts = [split_credentials(url) for url in value.split()]
+        buildargs.append((arg, " ".join(public for public, _ in parts)))
+        if any(full for _, full in parts):
+            env.append((arg, value))  # with credentials: served for the build, never a build arg
+    ca_setting = mirrors.get("ca_bundle")
+    ca_path = Path(ca_setting) if ca_setting else (default_ca_bundle() if use_default_ca else None)
+    lock_files, lock, warnings = _check_locks(loaded, image.stack_id, image.arch, wheelhouse)
+    lock_status = "resolved" if lock.resolved else "unresolved"
+    locked = tuple((p.key, p.version) for _, p in lock.packages)
+    secrets = BuildSecrets(read_ca_bundle(ca_path) if ca_path else b"", tuple(env), wheelhouse)
+    expected = Expected(
+        stack_id=image.stack_id,
+        chip_id=image.chip_id,
+        skus=image.skus,
+        os_name=image.os_name,
+        arch=image.arch,
+        python=image.stack.python,
+        cann=image.stack.cann,
+        base_image=base,
+        packages=image.expected_packages,
+        labels=image.labels_for(base),
+        lock=image.lock_path if lock_status == "resolved" else "",
+        locked=locked,
+        unresolved_lock=image.lock_path if lock_status != "resolved" else "",
+    )
+    return BuildPlan(
+        image=image,
+        dockerfile=render_context(ctx),
+        base_image=base,
+        base_mirrors=image.base_mirrors,
+        buildargs=tuple(buildargs),
+        repository=repository,
+        tags=image.tags,
+        expected=expected,
+        no_cache=no_cache,
+        manifest_dir=manifest_dir,
+        secrets=secrets,
+        lock_files=lock_files,
+        lock_status=lock_status,
+        warnings=warnings,
+    )
+
+
+def _check_locks(
+    loaded: LoadedMatrix, stack_id: str, arch: str, wheelhouse: Path | None
+) -> tuple[tuple[tuple[str, str], ...], LockFile, tuple[str, ...]]:
+    """The Dockerfile copies every arch's lock sections: each lock must be current. This arch's
+    decides whether hashes are enforced; an offline build needs it resolved and the wheelhouse
+    complete. The sections go into the context from the locks, whatever the tree holds."""
+    files: list[tuple[str, str]] = []
+    for lock_arch in loaded.matrix.stacks[stack_id].arches:
+        inputs = lock_inputs(loaded, LockTarget(stack_id, lock_arch))
+        problem = lock_problem(loaded.root, inputs)
+        if problem is not None:
+            raise InputError(f"{problem} (the image carries it; nothing was built)")
+        files += section_texts(loaded, inputs.target).items()
+    this = LockTarget(stack_id, arch)  # type: ignore[arg-type]  # arch was checked against the stack
+    lock = read_lock(loaded.root / this.path)
+    warnings = []
+    if wheelhouse is not None:
+        lock = current_lock(loaded, this)
+        missing = missing_from(wheelhouse, lock)
+        if missing:
+            shown = "\n".join(f"    {m}" for m in missing[:20]) + (f"\n    ... and {len(missing) - 20} more" if len(missing) > 20 else "")
+            raise InputError(
+                f"--wheelhouse {wheelhouse} lacks {len(missing)} locked package(s) of {this.path}:\n{shown}\n"
+                f"  fill it with: ascendkit wheelhouse --stack {stack_id} --arch {arch} -o {wheelhouse}"
+            )
+    elif not lock.resolved:
+        warnings.append(
+            f"{this.path} is unresolved ({lock.header.get('reason', 'no reason recorded')}): this image installs its "
+            "pins without hash checks; run `ascendkit lock` where the index answers to enforce them"
+        )
+    return tuple(files), lock, tuple(warnings)
+
+
+def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 20) -> None:
+    """Fail within seconds when the base is neither on the engine nor reachable in its registry."""
+    try:
+        client.inspect_image(plan.base_image)
+        return
+    except NotFound:
+        pass
+    quick = connect(timeout=timeout)
+    try:
+        quick.inspect_distribution(plan.base_image)
+        return
+    except (DockerException, requests.exceptions.RequestException, OSError) as exc:
+        reason = (getattr(exc, "explanation", None) or str(exc)).splitlines()[0][:300]
+    finally:
+        quick.close()
+    mirrors = "\n".join(f"    --base-registry {m.rsplit('/', 1)[0]}" for m in plan.base_mirrors)
+    mirrors = mirrors or "    --base-registry HOST/PATH (where your mirror serves the CANN images)"
+    raise Unavailable(
+        f"base image {plan.base_image} is not on this engine and its registry cannot be reached ({reason}).\n"
+        f"  Use a mirror of the CANN images:\n{mirrors}\n"
+        "  or a base you already have: --base-image REF (pull or `docker load` it first)"
+    )
+
+
+def _remove_containers(client: docker.APIClient, ids: list[str]) -> None:
+    for cid in ids:
+        try:
+            client.remove_container(cid, force=True)
+        except NotFound:
+            pass
+        except DockerException:
+            time.sleep(1)  # the engine may still be tearing the step down; one more try
+            with contextlib.suppress(DockerException):
+                client.remove_container(cid, force=True)
+
+
+def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -> str:
+    with tempfile.TemporaryDirectory(prefix="ascendkit-context-") as context, ExitStack() as cleanup:
+        Path(context, "Dockerfile").write_text(plan.dockerfile, encoding="utf-8")
+        for name, relative in CONTEXT_FILES.items():  # COPYed by the Dockerfile from its repository path
+            Path(context, relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(context_file(name), Path(context, relative))
+        for relative, text in plan.lock_files:  # each pip layer COPYs its own from the context root
+            (Path(context) / relative).parent.mkdir(parents=True, exist_ok=True)
+            Path(context, relative).write_text(text, encoding="utf-8")
+        buildargs = dict(plan.buildargs)
+        network_mode = None
+        if plan.secrets:
+            server = cleanup.enter_context(SecretServer(plan.secrets))
+            buildargs[SECRETS_ARG] = server.url
+            network_mode = "host"  # the RUN steps reach the secret server on 127.0.0.1
+        stream = client.build(
+            path=context,
+            dockerfile="Dockerfile",
+            buildargs=buildargs,
+            decode=True,
+            rm=True,
+            forcerm=True,  # intermediate containers go even when a step fails
+            nocache=plan.no_cache,
+            pull=False,
+            network_mode=network_mode,
+            platform=plan.platform if plan.arch != host_arch() else None,
+        )
+        try:
+            for event in stream:
+                progress.feed(event)
+        except KeyboardInterrupt:
+            client.close()  # dropping the connection makes the engine cancel the build
+            raise
+        except (DockerException, requests.exceptions.RequestException) as exc:
+            progress.error = progress.error or f"lost the engine: {exc}"
+        finally:
+            progress.close()
+    if progress.error or not progress.image_id:
+        progress.error = progress.error or "the engine reported no image"
+        raise BuildFailed(progress.failure_message())
+    return progress.image_id
+
+
+def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | None = None) -> BuildResult:
+    started = time.monotonic()
+    ensure_base_image(client, plan)
+    progress = BuildProgress(reporter or QuietReporter())
+    try:
+        image_id = _build(client, plan, progress)
+    except KeyboardInterrupt:
+        fresh = connect(timeout=60)  # the build's own connection was closed to cancel it
+        time.sleep(1)
+        _remove_containers(fresh, progress.containers)
+        raise Interrupted("interrupted: the build was stopped; no tag was created and its containers were removed") from None
+    except BuildFailed:
+        _remove_containers(client, progress.containers)
+        raise
+    facts = collect_facts(client, image_id)
+    checks = compare(facts, plan.expected)
+    data = manifest_data(facts, plan.expected, checks, plan.refs)
+    manifest_json, manifest_md = write_manifest(plan.manifest_dir, plan.manifest_name, data)
+    bad = failures(checks)
+    if bad:
+        lines = "\n".join(f"    {c.name}: expected {c.expected}, found {c.actual}" for c in bad)
+        raise VerifyFailed(f"image {image_id[:19]} does not match the matrix; nothing was tagged:\n{lines}\n  manifest: {manifest_md}")
+    for ref in plan.refs:
+        repository, tag = ref.rsplit(":", 1)
+        client.tag(image_id, repository, tag, force=True)
+    return BuildResult(
+        image_id=image_id,
+        refs=plan.refs,
+        arch=plan.arch,
+        duration_s=time.monotonic() - started,
+        steps_total=progress.cacheable_steps,
+        steps_cached=progress.cached_steps,
+        checks=checks,
+        manifest_json=manifest_json,
+        manifest_md=manifest_md,
+    )

@@ -1,0 +1,75 @@
+# shellcheck shell=bash
+# ascendkit: sourced by every pip layer of the image; holds no secrets. It reads build ARGs the
+# Dockerfile declares from the matrix: ASCENDKIT_ARCHES (what the image supports) and, per arch,
+# ASCENDKIT_EXTRA_INDEXES_<arch> (the names of the index ARGs pip gets as extra indexes).
+ascendkit_xtrace=0
+case "$-" in *x*) ascendkit_xtrace=1; set +x ;; esac
+
+# A CA bundle and index credentials, when ascendkit serves them for this build (on a loopback URL
+# passed in ftp_proxy, a predefined ARG the classic builder keeps out of `docker history` and the
+# cache key): fetched to memory-backed /dev/shm and removed when the RUN ends, so no layer ever
+# contains them. The served env file may re-export index ARGs with their credentials.
+if [ -n "${ftp_proxy:-}" ]; then
+  ascendkit_secrets="$(mktemp -d /dev/shm/ascendkit.XXXXXX 2>/dev/null || mktemp -d)"
+  trap 'rm -rf "${ascendkit_secrets}"' EXIT
+  python3 - "${ftp_proxy}" "${ascendkit_secrets}" <<'PY'
+import sys
+import urllib.request
+
+url, out = sys.argv[1], sys.argv[2]
+for name in ("ca.pem", "env"):
+    with open(f"{out}/{name}", "wb") as handle:
+        handle.write(urllib.request.urlopen(f"{url}/{name}", timeout=30).read())
+PY
+  if [ -s "${ascendkit_secrets}/ca.pem" ]; then
+    export PIP_CERT="${ascendkit_secrets}/ca.pem" SSL_CERT_FILE="${ascendkit_secrets}/ca.pem"
+    export REQUESTS_CA_BUNDLE="${ascendkit_secrets}/ca.pem"
+  fi
+  # shellcheck source=/dev/null
+  . "${ascendkit_secrets}/env"
+  unset ftp_proxy
+fi
+
+# This arch's extra indexes, expanded after the served env so credentials reach pip.
+ascendkit_arch="$(uname -m)"
+case " ${ASCENDKIT_ARCHES:?the Dockerfile declares ASCENDKIT_ARCHES} " in
+  *" ${ascendkit_arch} "*) ;;
+  *)
+    echo "ascendkit: this image supports ${ASCENDKIT_ARCHES// /, }, not ${ascendkit_arch}" >&2
+    exit 1
+    ;;
+esac
+ascendkit_names="ASCENDKIT_EXTRA_INDEXES_${ascendkit_arch}"
+ascendkit_urls=""
+for ascendkit_name in ${!ascendkit_names:-}; do
+  ascendkit_urls="${ascendkit_urls:+${ascendkit_urls} }${!ascendkit_name}"
+done
+if [ -n "${ascendkit_urls}" ]; then
+  export PIP_EXTRA_INDEX_URL="${ascendkit_urls}${PIP_EXTRA_INDEX_URL:+ ${PIP_EXTRA_INDEX_URL}}"
+fi
+
+# ascendkit_install LAYER PIN...: what each pip layer runs. With this arch's lock resolved, it
+# installs the layer's section of the lock (COPYed right before the step) with every hash enforced
+# and no build isolation (the build requirements are locked too); the locked versions join the
+# constraints file. A lock marked unresolved (its index was unreachable when it was made) falls
+# back to the version pins, loudly.
+ascendkit_install() {
+  local layer="$1" flags=() section
+  shift
+  section="/etc/ascendkit/locks/${layer}-$(uname -m).txt"
+  if [ -n "${ASCENDKIT_NO_BINARY:-}" ]; then flags+=(--no-binary "${ASCENDKIT_NO_BINARY}"); fi
+  if grep -qx "# status: resolved" "${section}"; then
+    if grep -q "^[A-Za-z0-9]" "${section}"; then
+      ${ASCENDKIT_LAUNCHER:-} python3 -m pip install --no-cache-dir --require-hashes --no-build-isolation \
+        "${flags[@]}" -r "${section}"
+      grep -o "^[A-Za-z0-9][^ ]*==[^ ]*" "${section}" >> /etc/ascendkit/constraints.txt
+    else
+      echo "ascendkit: lock layer ${layer}: nothing new, earlier layers installed all of it"
+    fi
+  elif [ "$#" -gt 0 ]; then
+    echo "ascendkit: WARNING: the $(uname -m) lock is unresolved; installing $* by version pins, hashes NOT enforced" >&2
+    ${ASCENDKIT_LAUNCHER:-} python3 -m pip install --no-cache-dir -c /etc/ascendkit/constraints.txt "${flags[@]}" "$@"
+  fi
+}
+
+if [ "${ascendkit_xtrace}" = 1 ]; then set -x; fi

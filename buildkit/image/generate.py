@@ -1,0 +1,162 @@
+"""Every file the repository keeps generated from the matrix, and the drift check over them.
+
+``ascendkit render --all`` writes them; ``ascendkit render --check`` re-renders them in memory and
+reports a unified diff for each committed file that differs, is missing, or is left over, and a
+line for each lock (``locks/``) that is missing, stale or left over (``ascendkit lock`` fixes those).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildkit.errors import InputError, OutputError
+from buildkit.fsio import write_atomic
+from buildkit.image.render import render_dockerfile
+from buildkit.lock.inputs import lock_inputs, lock_targets
+from buildkit.lock.lockfile import lock_problem, section_texts
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.matrix.model import Matrix
+from buildkit.matrix.tables import support_tables
+from buildkit.plan import LOCKS_DIR, RenderTarget, all_targets, plan_image
+from buildkit.resources import TEMPLATES_DIR
+
+DOCKERFILES_DIR = "dockerfiles"
+SCHEMA_FILE = "compat_matrix.schema.json"
+README_FILE = "README.md"
+TABLE_BEGIN = "<!-- BEGIN generated: support tables (ascendkit render --all; do not edit) -->"
+TABLE_END = "<!-- END generated: support tables -->"
+
+
+@dataclass(frozen=True)
+class GeneratedFile:
+    path: str  # relative to the matrix's directory
+    content: str
+
+
+def schema_text() -> str:
+    return json.dumps(Matrix.model_json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+def top_level_name(target: RenderTarget) -> str:
+    return f"Dockerfile.{target.chip_id}"
+
+
+def dockerfile_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[GeneratedFile]:
+    default = loaded.default_stack()
+    default_os = loaded.matrix.stacks[default].os[0]
+    files = []
+    for target in all_targets(loaded):
+        text = render_dockerfile(loaded, plan_image(loaded, target), templates)
+        files.append(GeneratedFile(f"{DOCKERFILES_DIR}/{target.stack_id}/{target.filename}", text))
+        if target.stack_id == default and target.os_name == default_os:
+            files.append(GeneratedFile(top_level_name(target), text))
+    return files
+
+
+def readme_with_tables(readme: str, matrix: Matrix, readme_path: Path) -> str:
+    start, end = readme.find(TABLE_BEGIN), readme.find(TABLE_END)
+    if start < 0 or end < start:
+        raise InputError(f"{readme_path}: the generated-table markers are missing; add the lines\n  {TABLE_BEGIN}\n  {TABLE_END}")
+    head = readme[: start + len(TABLE_BEGIN)]
+    return head + "\n\n" + support_tables(matrix, "md") + "\n" + readme[end:]
+
+
+def lock_section_outputs(loaded: LoadedMatrix) -> list[GeneratedFile]:
+    """The per-layer files of every lock on disk (what each pip layer of a Dockerfile COPYs)."""
+    return [GeneratedFile(path, text) for target in lock_targets(loaded) for path, text in section_texts(loaded, target).items()]
+
+
+def expected_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[GeneratedFile]:
+    files = dockerfile_outputs(loaded, templates) + lock_section_outputs(loaded)
+    files.append(GeneratedFile(SCHEMA_FILE, schema_text()))
+    readme = loaded.root / README_FILE
+    if readme.is_file():
+        files.append(GeneratedFile(README_FILE, readme_with_tables(readme.read_text(encoding="utf-8"), loaded.matrix, readme)))
+    return sorted(files, key=lambda f: f.path)
+
+
+def stale_files(root: Path, expected: list[GeneratedFile]) -> list[str]:
+    """Generated Dockerfiles and lock sections on disk that nothing produces any more."""
+    wanted = {f.path for f in expected}
+    found = []
+    for base, pattern in ((root / DOCKERFILES_DIR, "**/Dockerfile.*"), (root / LOCKS_DIR, "*/*.txt")):
+        if base.is_dir():
+            found += [p.relative_to(root).as_posix() for p in sorted(base.glob(pattern)) if p.is_file()]
+    return [p for p in found if p not in wanted]
+
+
+def check(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[str]:
+    """Unified diffs (committed -> expected) for every out-of-date generated file; empty when clean."""
+    root = loaded.root
+    expected = expected_outputs(loaded, templates)
+    diffs = []
+    for gen in expected:
+        path = root / gen.path
+        current = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if current != gen.content:
+            label = gen.path if path.is_file() else "/dev/null"
+            diffs.append(
+                "".join(
+                    difflib.unified_diff(
+                        current.splitlines(keepends=True),
+                        gen.content.splitlines(keepends=True),
+                        fromfile=f"a/{gen.path}" if path.is_file() else label,
+                        tofile=f"b/{gen.path}",
+                    )
+                )
+            )
+    for stale in stale_files(root, expected):
+        old = (root / stale).read_text(encoding="utf-8")
+        diffs.append("".join(difflib.unified_diff(old.splitlines(keepends=True), [], fromfile=f"a/{stale}", tofile="/dev/null")))
+    diffs += lock_problems(loaded)
+    return diffs
+
+
+def lock_problems(loaded: LoadedMatrix) -> list[str]:
+    """One line per lock that is missing, stale (its matrix inputs changed) or left over.
+
+    Locks are not re-rendered here (that needs the index); their header's inputs-sha256 is compared
+    with the matrix, which is enough to know a lock no longer describes its stack."""
+    problems = []
+    wanted = set()
+    for target in lock_targets(loaded):
+        wanted.add(target.path)
+        problem = lock_problem(loaded.root, lock_inputs(loaded, target))
+        if problem is not None:
+            problems.append(f"lock: {problem}\n")
+    base = loaded.root / LOCKS_DIR
+    for path in sorted(base.glob("*.txt")) if base.is_dir() else []:
+        relative = path.relative_to(loaded.root).as_posix()
+        if relative not in wanted:
+            problems.append(f"lock: {relative} belongs to no stack and arch of the matrix: delete it\n")
+    return problems
+
+
+def write_all(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[str]:
+    """Write every generated file that changed and remove stale ones; returns the paths touched.
+
+    Everything is rendered in memory first, so a rendering error writes nothing.
+    """
+    root = loaded.root
+    expected = expected_outputs(loaded, templates)
+    touched = []
+    for gen in expected:
+        path = root / gen.path
+        if path.is_file() and path.read_text(encoding="utf-8") == gen.content:
+            continue
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"{path.parent}: cannot create directory: {exc.strerror}") from None
+        write_atomic(path, gen.content)
+        touched.append(gen.path)
+    for stale in stale_files(root, expected):
+        (root / stale).unlink()
+        touched.append(f"{stale} (removed)")
+        parent = (root / stale).parent
+        if parent not in (root / DOCKERFILES_DIR, root / LOCKS_DIR) and not any(parent.iterdir()):
+            parent.rmdir()
+    return touched

@@ -1,0 +1,158 @@
+"""Publish verified images to a registry by digest, and one multi-arch index over their arches.
+
+An image is published only when its build manifest says it passed verification. Every push is
+read back from the registry: the digest must be the one pushed and the manifest's config must be
+the local image. The index is refused while any arch of the stack is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import DockerException, NotFound
+
+from buildkit.errors import InputError, PublishFailed
+from buildkit.image.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, RegistryRef
+from buildkit.matrix.model import DOCKER_ARCH, normalize_arch
+
+
+@dataclass(frozen=True)
+class LocalImage:
+    """A built, verified image and the tag names (``<name>-<arch>``) its build gave it."""
+
+    image_id: str
+    arch: str
+    arches: tuple[str, ...]  # every arch its stack is built for
+    tag_names: tuple[str, ...]
+
+    @property
+    def index_names(self) -> tuple[str, ...]:
+        suffix = f"-{self.arch}"
+        return tuple(name.removesuffix(suffix) for name in self.tag_names)
+
+
+@dataclass(frozen=True)
+class Published:
+    ref: str
+    digest: str
+    arch: str | None  # None for the multi-arch index
+
+    def describe(self) -> dict[str, Any]:
+        return {"ref": self.ref, "digest": self.digest, "arch": self.arch or "index"}
+
+
+def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> LocalImage:
+    try:
+        inspect = client.inspect_image(ref)
+    except NotFound:
+        raise InputError(f"image {ref} is not on this engine; build it with `ascendkit build` first") from None
+    labels = (inspect.get("Config") or {}).get("Labels") or {}
+    version = labels.get("org.opencontainers.image.version")
+    arch = normalize_arch(inspect.get("Architecture", ""))
+    if not version or "io.ascendkit.stack" not in labels:
+        raise InputError(f"image {ref} was not built by ascendkit (no io.ascendkit.* labels)")
+    manifest_path = manifest_dir / f"{version}-{arch}.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        raise PublishFailed(f"{ref}: no build manifest at {manifest_path}; only verified images are published (rebuild it)") from None
+    if manifest.get("image", {}).get("id") != inspect["Id"] or not manifest.get("passed"):
+        raise PublishFailed(f"{ref}: {manifest_path} does not record a passed verification of image {inspect['Id'][:19]}; rebuild it")
+    names = tuple(tag.rsplit(":", 1)[1] for tag in manifest["image"]["tags"])
+    return LocalImage(inspect["Id"], arch, tuple(labels.get("io.ascendkit.arches", arch).split(",")), names)
+
+
+def _push_tag(client: docker.APIClient, repository: str, tag: str, retries: int, backoff: float) -> str:
+    last = ""
+    for attempt in range(retries + 1):
+        digest = None
+        try:
+            for event in client.push(repository, tag=tag, stream=True, decode=True):
+                if "error" in event:
+                    last = str(event["error"])
+                    break
+                aux = event.get("aux")
+                if isinstance(aux, dict) and aux.get("Digest"):
+                    digest = aux["Digest"]
+        except DockerException as exc:
+            last = str(exc)
+        if digest:
+            return str(digest)
+        if attempt < retries:
+            time.sleep(backoff * 2**attempt)
+    raise PublishFailed(f"push of {repository}:{tag} failed after {retries + 1} attempts: {last}")
+
+
+def push_image(
+    client: docker.APIClient, image: LocalImage, target: RegistryRef, registry: Registry, *, retries: int = 3, backoff: float = 1.0
+) -> list[Published]:
+    """Push every tag of ``image`` and confirm each one by reading it back from the registry."""
+    published = []
+    for name in image.tag_names:
+        client.tag(image.image_id, target.name, name, force=True)
+        digest = _push_tag(client, target.name, name, retries, backoff)
+        manifest = registry.get_manifest(target.repository, name)
+        if manifest is None or manifest.digest != digest:
+            raise PublishFailed(
+                f"{target.name}:{name}: the registry serves {manifest.digest if manifest else 'nothing'}, not the pushed {digest}"
+            )
+        config = manifest.json().get("config", {}).get("digest")
+        if config != image.image_id:
+            raise PublishFailed(f"{target.name}:{name}: the registry's image config is {config}, not the local image {image.image_id}")
+        published.append(Published(f"{target.name}:{name}@{digest}", digest, image.arch))
+    return published
+
+
+def index_body(members: dict[str, Manifest]) -> tuple[bytes, str]:
+    """A manifest list (or OCI index, matching the members' format) with one entry per arch."""
+    oci = all(m.media_type == OCI_MANIFEST for m in members.values())
+    entries = [
+        {
+            "mediaType": m.media_type,
+            "digest": m.digest,
+            "size": m.size,
+            "platform": {"architecture": DOCKER_ARCH[arch], "os": "linux"},
+        }
+        for arch, m in sorted(members.items())
+    ]
+    media_type = OCI_INDEX if oci else DOCKER_LIST
+    body = {"schemaVersion": 2, "mediaType": media_type, "manifests": entries}
+    return json.dumps(body, indent=2, sort_keys=True).encode(), media_type
+
+
+def index_members(registry: Registry, target: RegistryRef, image: LocalImage) -> tuple[dict[str, Manifest], list[str]]:
+    """The per-arch manifests the registry holds for ``image``'s names, and the arches it lacks."""
+    members: dict[str, Manifest] = {}
+    missing = []
+    for arch in image.arches:
+        manifest = registry.get_manifest(target.repository, f"{image.index_names[0]}-{arch}")
+        if manifest is None or manifest.media_type not in (DOCKER_MANIFEST, OCI_MANIFEST):
+            missing.append(arch)
+        else:
+            members[arch] = manifest
+    return members, missing
+
+
+def publish_index(
+    registry: Registry, target: RegistryRef, image: LocalImage, members: dict[str, Manifest], missing: list[str]
+) -> list[Published]:
+    """Publish the multi-arch index for ``image``'s names; refuse while any arch is missing."""
+    if missing:
+        raise PublishFailed(
+            f"refusing to publish the multi-arch index {target.name}:{image.index_names[0]}: "
+            f"no {', '.join(missing)} image in the registry (build it with --arch {missing[0]} --push)"
+        )
+    body, media_type = index_body(members)
+    published = []
+    for name in image.index_names:
+        digest = registry.put_manifest(target.repository, name, body, media_type)
+        back = registry.get_manifest(target.repository, name)
+        if back is None or back.digest != digest:
+            raise PublishFailed(f"{target.name}:{name}: the registry does not serve the index just written")
+        published.append(Published(f"{target.name}:{name}@{digest}", digest, None))
+    return published

@@ -1,0 +1,195 @@
+"""A small client for the OCI distribution API: read manifests back, upload manifest lists.
+
+docker-py pushes images but has no manifest-list API, and a push is only trusted once the
+registry serves back the digest we pushed. Transient failures (connection errors, 429, 5xx) are
+retried with exponential backoff; anonymous and bearer-token registries are supported, with
+credentials taken from ``~/.docker/config.json`` when it has them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from buildkit.errors import InputError, PublishFailed, Unavailable
+from buildkit.matrix.model import DOCKER_ARCH
+
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+ACCEPT = ", ".join((DOCKER_MANIFEST, DOCKER_LIST, OCI_MANIFEST, OCI_INDEX))
+_REF = re.compile(r"^(?P<host>[a-zA-Z0-9.-]+(:\d+)?)/(?P<repo>[a-z0-9]+([._/-][a-z0-9]+)*)$")
+
+
+@dataclass(frozen=True)
+class RegistryRef:
+    """``HOST[:PORT]/REPO`` as given to ``--registry``."""
+
+    host: str
+    repository: str
+
+    @classmethod
+    def parse(cls, text: str) -> RegistryRef:
+        match = _REF.match(text.strip())
+        if not match or ("." not in match["host"] and ":" not in match["host"] and match["host"] != "localhost"):
+            raise InputError(
+                f"--registry {text!r}: expected HOST[:PORT]/REPO, e.g. 127.0.0.1:5000/ascendkit or registry.example.com/ml/verl"
+            )
+        return cls(match["host"], match["repo"])
+
+    @property
+    def name(self) -> str:
+        return f"{self.host}/{self.repository}"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    digest: str
+    media_type: str
+    size: int
+    body: bytes
+
+    def json(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.body)
+        return data
+
+
+def _docker_config_auth(host: str) -> tuple[str, str] | None:
+    path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
+    try:
+        auths = json.loads(path.read_text()).get("auths", {})
+    except (OSError, ValueError):
+        return None
+    for key, entry in auths.items():
+        if key.removeprefix("https://").removeprefix("http://").split("/")[0] == host and entry.get("auth"):
+            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            return user, password
+    return None
+
+
+class Registry:
+    def __init__(self, host: str, *, retries: int = 4, backoff: float = 0.5, timeout: float = 30.0) -> None:
+        self.host = host
+        loopback = host.split(":")[0] in ("127.0.0.1", "localhost", "[::1]")
+        self.base = f"{'http' if loopback else 'https'}://{host}/v2"
+        self.retries = retries
+        self.backoff = backoff
+        self.timeout = timeout
+        self.session = requests.Session()
+        self._token: str | None = None
+
+    def _authorize(self, challenge: str) -> bool:
+        """Answer a ``Bearer realm=...,service=...,scope=...`` challenge; True when a token was obtained."""
+        if not challenge.lower().startswith("bearer "):
+            return False
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = params.pop("realm", None)
+        if not realm:
+            return False
+        auth = _docker_config_auth(self.host)
+        response = self.session.get(realm, params=params, auth=auth, timeout=self.timeout)
+        if response.status_code != 200:
+            return False
+        body = response.json()
+        self._token = body.get("token") or body.get("access_token")
+        return bool(self._token)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        url = f"{self.base}{path}"
+        last = ""
+        authorized = False
+        for attempt in range(self.retries + 1):
+            headers = dict(kwargs.pop("headers", {}) or {})
+            if self._token:
+                headers["Authorization"] = f"Bearer {self._token}"
+            try:
+                response = self.session.request(method, url, headers=headers, timeout=self.timeout, **kwargs)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                last = f"{exc.__class__.__name__}: {exc}"
+            else:
+                if response.status_code == 401 and not authorized:
+                    authorized = True
+                    if self._authorize(response.headers.get("WWW-Authenticate", "")):
+                        kwargs["headers"] = headers
+                        continue
+                if response.status_code == 429 or response.status_code >= 500:
+                    last = f"HTTP {response.status_code}"
+                else:
+                    return response
+            kwargs["headers"] = headers
+            if attempt < self.retries:
+                time.sleep(self.backoff * 2**attempt)
+        raise Unavailable(f"registry {self.host}: {method} {path} failed after {self.retries + 1} attempts ({last})")
+
+    def get_manifest(self, repository: str, reference: str) -> Manifest | None:
+        response = self.request("GET", f"/{repository}/manifests/{reference}", headers={"Accept": ACCEPT})
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise PublishFailed(
+                f"registry {self.host}: reading {repository}:{reference} gave HTTP {response.status_code}: {response.text[:300]}"
+            )
+        body = response.content
+        digest = response.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+        media_type = response.headers.get("Content-Type", "").split(";")[0] or json.loads(body).get("mediaType", "")
+        return Manifest(digest, media_type, len(body), body)
+
+    def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> str:
+        response = self.request("PUT", f"/{repository}/manifests/{reference}", data=body, headers={"Content-Type": media_type})
+        if response.status_code not in (200, 201):
+            raise PublishFailed(
+                f"registry {self.host}: writing {repository}:{reference} gave HTTP {response.status_code}: {response.text[:300]}"
+            )
+        return response.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def image_labels(ref: str, arch: str) -> dict[str, str]:
+    """The config labels of ``HOST[:PORT]/REPO@sha256:...`` (or ``:TAG``) as the registry serves them;
+    for a multi-arch index, of its ``arch`` member."""
+    name, _, digest = ref.partition("@")
+    if not digest:
+        last = name.rsplit("/", 1)
+        repo_part, _, tag = last[-1].partition(":")
+        name, digest = (f"{last[0]}/{repo_part}" if len(last) > 1 else repo_part), tag or "latest"
+    host, _, repository = name.partition("/")
+    if not repository or not ("." in host or ":" in host or host == "localhost"):
+        raise InputError(f"{ref}: no registry host in the reference, so its labels cannot be read")
+    try:
+        return _labels(Registry(host, retries=1, timeout=10.0), ref, repository, digest, arch)
+    except ValueError as exc:  # a body that is not the JSON the distribution API promises
+        raise PublishFailed(f"registry {host}: {ref}: unreadable answer ({exc})") from None
+
+
+def _labels(registry: Registry, ref: str, repository: str, digest: str, arch: str) -> dict[str, str]:
+    host = registry.host
+    manifest = registry.get_manifest(repository, digest)
+    if manifest is None:
+        raise InputError(f"{ref}: the registry {host} has no such image")
+    body = manifest.json()
+    if manifest.media_type in (DOCKER_LIST, OCI_INDEX) or "manifests" in body:
+        wanted = DOCKER_ARCH.get(arch, arch)
+        members = [m for m in body.get("manifests", []) if (m.get("platform") or {}).get("architecture") == wanted]
+        if not members:
+            raise InputError(f"{ref}: the index has no {wanted} image")
+        member = registry.get_manifest(repository, members[0]["digest"])
+        if member is None:
+            raise InputError(f"{ref}: the index names {members[0]['digest']}, which the registry does not serve")
+        body = member.json()
+    config_digest = (body.get("config") or {}).get("digest")
+    if not config_digest:
+        raise InputError(f"{ref}: the manifest names no image config")
+    response = registry.request("GET", f"/{repository}/blobs/{config_digest}")
+    if response.status_code != 200:
+        raise PublishFailed(f"registry {host}: reading the config of {ref} gave HTTP {response.status_code}")
+    config = json.loads(response.content)
+    return dict((config.get("config") or {}).get("Labels") or {})

@@ -1,0 +1,302 @@
+"""Check a built image against the matrix and its own labels, from inside a short-lived container.
+
+What is compared comes from the build plan (the matrix), never from constants here; what is found
+comes from the image itself (Python, ``pip list``, /etc/os-release, CANN's version files). The
+result is written as a build manifest, JSON for machines and Markdown for people.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import docker
+import requests
+from docker.errors import DockerException, NotFound
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion
+
+from buildkit.errors import VerifyFailed
+from buildkit.fsio import write_atomic
+from buildkit.matrix.model import normalize_arch
+
+PROBE_LABEL = "io.ascendkit.probe"
+
+# Runs inside the image with its own Python; prints one JSON document.
+PROBE = r"""
+import glob, json, os, platform, subprocess, sys
+def read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+pip = subprocess.run([sys.executable, "-m", "pip", "list", "--format=json", "--disable-pip-version-check"], capture_output=True, text=True)
+patterns = ["/usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info",
+            "/usr/local/Ascend/ascend-toolkit/latest/version.cfg"]
+print(json.dumps({
+    "python": platform.python_version(),
+    "machine": platform.machine(),
+    "pip_list": json.loads(pip.stdout) if pip.returncode == 0 else None,
+    "pip_error": pip.stderr[-2000:] if pip.returncode else "",
+    "os_release": read("/etc/os-release") or "",
+    "cann_files": {p: read(p) for pattern in patterns for p in sorted(glob.glob(pattern))},
+    "env": {k: os.environ.get(k) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ATB_HOME_PATH")},
+}))
+"""
+
+Status = Literal["pass", "fail", "absent"]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the matrix says the image must contain."""
+
+    stack_id: str
+    chip_id: str
+    skus: tuple[str, ...]
+    os_name: str
+    arch: str
+    python: str
+    cann: str
+    base_image: str
+    packages: tuple[tuple[str, str], ...]  # (distribution, exact version)
+    labels: tuple[tuple[str, str], ...]
+    lock: str = ""  # the resolved lock the image installed from ("" when its arch's lock is unresolved)
+    locked: tuple[tuple[str, str], ...] = ()  # every package of that lock: (name, version)
+    unresolved_lock: str = ""  # the lock of this arch when it is unresolved: the manifest says so
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    expected: str
+    actual: str
+    status: Status
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    image_id: str
+    architecture: str
+    labels: dict[str, str]
+    python: str
+    machine: str
+    packages: dict[str, str]  # normalized name -> version
+    os_release: dict[str, str]
+    cann_version: str | None
+    cann_source: str | None
+    env: dict[str, str | None]
+    doctor_exit: int | None = None  # `ascendkit doctor` inside the image; None: the image has none
+    doctor_report: dict[str, Any] | None = None
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    result = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            result[key.strip()] = value.strip().strip('"')
+    return result
+
+
+def parse_cann_version(files: dict[str, str | None]) -> tuple[str | None, str | None]:
+    """CANN's own record of its version: ``version=8.3.RC1`` in ascend_toolkit_install.info."""
+    for path, text in sorted(files.items()):
+        for line in (text or "").splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() in ("version", "Version"):
+                return value.strip(), path
+    return None, None
+
+
+def run_in_image(client: docker.APIClient, image_id: str, command: list[str], timeout: int = 300) -> tuple[int, str, str]:
+    """Run ``command`` in a short-lived container (no network, the image's entrypoint); always removed."""
+    container = client.create_container(image_id, command=command, network_disabled=True, labels={PROBE_LABEL: "1"})
+    cid = container["Id"]
+    try:
+        client.start(cid)
+        status = client.wait(cid, timeout=timeout)
+        stdout = client.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace")
+        stderr = client.logs(cid, stdout=False, stderr=True).decode("utf-8", "replace")
+    except (DockerException, requests.exceptions.RequestException, OSError) as exc:
+        raise VerifyFailed(f"could not run the verification container: {exc.__class__.__name__}: {exc}") from None
+    finally:
+        with contextlib.suppress(NotFound):
+            client.remove_container(cid, force=True)
+    return int(status.get("StatusCode", -1)), stdout, stderr
+
+
+def run_probe(client: docker.APIClient, image_id: str) -> dict[str, Any]:
+    code, stdout, stderr = run_in_image(client, image_id, ["python3", "-c", PROBE])
+    if code != 0:
+        raise VerifyFailed(f"the verification probe exited with {code}:\n{stderr[-2000:]}")
+    try:
+        data: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise VerifyFailed(f"the verification probe printed no JSON:\n{stdout[-1000:]}{stderr[-1000:]}") from None
+    return data
+
+
+def collect_facts(client: docker.APIClient, image_id: str) -> ImageFacts:
+    inspect = client.inspect_image(image_id)
+    probe = run_probe(client, image_id)
+    if probe.get("pip_list") is None:
+        raise VerifyFailed(f"`pip list` failed in the image: {probe.get('pip_error', '')}")
+    version, source = parse_cann_version(probe.get("cann_files") or {})
+    doctor_exit, out, _ = run_in_image(client, image_id, ["ascendkit", "doctor", "--json"])
+    try:
+        doctor_report = json.loads(out)
+    except ValueError:
+        doctor_report = None
+    return ImageFacts(
+        image_id=image_id,
+        architecture=str(inspect.get("Architecture", "")),
+        labels=dict((inspect.get("Config") or {}).get("Labels") or {}),
+        python=str(probe["python"]),
+        machine=str(probe["machine"]),
+        packages={normalize(p["name"]): p["version"] for p in probe["pip_list"]},
+        os_release=parse_os_release(probe.get("os_release", "")),
+        cann_version=version,
+        cann_source=source,
+        env=dict(probe.get("env") or {}),
+        doctor_exit=doctor_exit,
+        doctor_report=doctor_report,
+    )
+
+
+def _version_matches(installed: str | None, pinned: str) -> bool:
+    if installed is None:
+        return False
+    try:
+        # ==2.7.1 accepts 2.7.1+cpu, exactly as pip did when it installed it
+        return SpecifierSet(f"=={pinned}").contains(installed, prereleases=True)
+    except InvalidVersion:
+        return installed == pinned
+
+
+def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
+    def check(name: str, want: str, got: str | None, ok: bool) -> Check:
+        return Check(name, want, got if got is not None else "(missing)", "pass" if ok else "fail")
+
+    python = ".".join(facts.python.split(".")[:2])
+    os_id = f"{facts.os_release.get('ID', '?')}{facts.os_release.get('VERSION_ID', '')}"
+    machine = normalize_arch(facts.machine)
+    checks = [
+        check("python", expected.python, python, python == expected.python),
+        check("arch", expected.arch, machine, machine == expected.arch),
+        # what the registry index will advertise: it must be the arch the image really runs as
+        check(
+            "image config architecture",
+            expected.arch,
+            normalize_arch(facts.architecture),
+            normalize_arch(facts.architecture) == expected.arch,
+        ),
+        check("os", expected.os_name, os_id, os_id == expected.os_name),
+    ]
+    if facts.cann_version is None:
+        checks.append(Check("cann", expected.cann, "no CANN version file in the image", "absent"))
+    else:
+        checks.append(check("cann", expected.cann, facts.cann_version, facts.cann_version.lower() == expected.cann.lower()))
+    home = facts.env.get("ASCEND_HOME_PATH")
+    checks.append(check("env ASCEND_HOME_PATH", "set", home, bool(home)))
+    # doctor's preflight: 0 (ready) or 10 (no NPU on the build host) pass; 1 is a failed check
+    doctor_failures = [c["name"] for c in (facts.doctor_report or {}).get("checks", []) if c["status"] == "error"]
+    doctor_ok = facts.doctor_exit in (0, 10) and facts.doctor_report is not None
+    found = f"exit {facts.doctor_exit}" + (f": failed {', '.join(doctor_failures)}" if doctor_failures else "")
+    checks.append(check("ascendkit doctor (preflight)", "exit 0 or 10", found, doctor_ok))
+    for dist, version in expected.packages:
+        got = facts.packages.get(normalize(dist))
+        checks.append(check(f"package {dist}", version, got, _version_matches(got, version)))
+    if expected.lock:
+        wrong = [
+            f"{name} {facts.packages.get(normalize(name), 'missing')}"
+            for name, version in expected.locked
+            if not _version_matches(facts.packages.get(normalize(name)), version)
+        ]
+        want = f"{len(expected.locked)} packages of {expected.lock}"
+        got_text = "all at their locked versions" if not wrong else "not as locked: " + ", ".join(wrong[:10])
+        checks.append(check("lock", want, got_text, not wrong))
+    elif expected.unresolved_lock:
+        checks.append(Check("lock", "hash-locked install", f"{expected.unresolved_lock} is unresolved: pins installed unhashed", "absent"))
+    for key, value in expected.labels:
+        got = facts.labels.get(key)
+        checks.append(check(f"label {key}", value, got, got == value))
+    return checks
+
+
+def failures(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.status == "fail"]
+
+
+# ---- the build manifest ----------------------------------------------------------------------
+
+
+def manifest_data(facts: ImageFacts, expected: Expected, checks: list[Check], refs: list[str]) -> dict[str, Any]:
+    return {
+        "image": {"id": facts.image_id, "tags": refs, "architecture": facts.architecture},
+        "stack": expected.stack_id,
+        "chip": expected.chip_id,
+        "skus": list(expected.skus),
+        "os": expected.os_name,
+        "arch": expected.arch,
+        "base_image": expected.base_image,
+        "python": facts.python,
+        "os_release": {k: facts.os_release.get(k, "") for k in ("ID", "VERSION_ID", "PRETTY_NAME")},
+        "cann": {"version": facts.cann_version, "source": facts.cann_source},
+        "passed": not failures(checks),
+        "doctor": facts.doctor_report,
+        "checks": [c.__dict__ for c in checks],
+        "labels": dict(sorted(facts.labels.items())),
+        "packages": [{"name": n, "version": v} for n, v in sorted(facts.packages.items())],
+    }
+
+
+def _md_rows(rows: Iterator[tuple[str, ...]]) -> str:
+    return "".join("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |\n" for row in rows)
+
+
+def manifest_markdown(data: dict[str, Any]) -> str:
+    img = data["image"]
+    lines = [
+        f"# Build manifest: {img['tags'][0] if img['tags'] else img['id']}",
+        "",
+        f"Verification: **{'passed' if data['passed'] else 'FAILED'}**",
+        "",
+        "| | |",
+        "|---|---|",
+    ]
+    summary = [
+        ("image id", f"`{img['id']}`"),
+        ("tags", ", ".join(f"`{t}`" for t in img["tags"])),
+        ("stack", data["stack"]),
+        ("chip / SKUs", f"{data['chip']} / {', '.join(data['skus'])}"),
+        ("os / arch", f"{data['os']} / {data['arch']}"),
+        ("base image", f"`{data['base_image']}`"),
+        ("Python", data["python"]),
+        ("CANN", data["cann"]["version"] or "no version file"),
+        ("OS release", data["os_release"]["PRETTY_NAME"]),
+    ]
+    out = "\n".join(lines) + "\n" + _md_rows(iter(summary))
+    out += "\n## Checks\n\n| check | expected | found | result |\n|---|---|---|---|\n"
+    out += _md_rows((c["name"], c["expected"], c["actual"], c["status"]) for c in data["checks"])
+    out += "\n## Python packages\n\n| package | version |\n|---|---|\n"
+    out += _md_rows((p["name"], p["version"]) for p in data["packages"])
+    return out
+
+
+def write_manifest(directory: Path, name: str, data: dict[str, Any]) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = directory / f"{name}.json", directory / f"{name}.md"
+    write_atomic(json_path, json.dumps(data, indent=2) + "\n")
+    write_atomic(md_path, manifest_markdown(data))
+    return json_path, md_path

@@ -1,0 +1,1 @@
+"""Resolve the matrix against the package indexes: index client, sdist metadata, uv resolution, lock files, wheelhouses."""

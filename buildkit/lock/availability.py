@@ -1,0 +1,197 @@
+"""Does every pin of the matrix exist where the matrix says, for each target arch and Python?
+
+``check_matrix`` asks each pin's index (PyPI, the PyTorch CPU index, Ascend's index, or a mirror
+given instead) for the pinned version with a file the target can install: a matching wheel, or
+the sdist for pins built from source. Git refs are asked of their host with ``git ls-remote``.
+Every answer is one of: found, missing (with the versions that do exist), or unverified (the
+index or host could not be reached) - never a silent "ok". ``check_together`` then asks whether
+each (stack, arch) whose pins were all found resolves as a whole (the lock's resolution, nothing
+written): found, or conflict with the resolver's explanation.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from packaging.version import Version
+
+from buildkit.lock.index import IndexClient, IndexUnreachable, ProjectMissing, installable, target_tags
+from buildkit.lock.inputs import LockTarget, lock_inputs
+from buildkit.lock.lockfile import lock_problem, read_lock
+from buildkit.lock.relock import lock_one
+from buildkit.lock.sdist import SdistReader
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.matrix.model import ARCHES, GitPin, Matrix, PypiPin, Stack
+from buildkit.plan import dist_name
+
+Status = Literal["found", "missing", "unverified", "conflict"]
+COMPONENT_SET = "co-resolution"  # the row of a (stack, arch) that checks every pin resolves together
+_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+@dataclass(frozen=True)
+class PinCheck:
+    stack: str
+    arch: str
+    component: str
+    package: str
+    version: str
+    source: str  # index URL or git URL
+    status: Status
+    detail: str = ""
+    available: tuple[str, ...] = field(default=())
+
+    def describe(self) -> dict[str, object]:
+        return {**self.__dict__, "available": list(self.available)}
+
+
+def _check_pypi(client: IndexClient, index_url: str, stack_id: str, stack: Stack, arch: str, component: str, pin: PypiPin) -> PinCheck:
+    package = pin.package or dist_name(component)
+    base = PinCheck(stack_id, arch, component, package, pin.version, index_url, "found")
+    try:
+        project = client.project(index_url, package)
+    except IndexUnreachable as exc:
+        return _with(base, "unverified", f"index unreachable: {exc}")
+    except ProjectMissing:
+        return _with(base, "missing", f"no project {package} on {index_url}")
+    tags = target_tags(arch, stack.python)
+    wanted = Version(pin.version)
+    usable = [f for f in project.files if installable(f, tags, stack.python)]
+    if pin.build_from_source:
+        usable = [f for f in usable if f.kind == "sdist"]
+    if any(f.version == wanted for f in usable):
+        return base
+    versions = sorted({f.version for f in usable}, reverse=True)
+    available = tuple(str(v) for v in versions[:10])
+    target = f"{arch}, Python {stack.python}"
+    anywhere = any(f.version == wanted for f in project.files)
+    if not anywhere:
+        reason = f"{package}=={pin.version} is not on {index_url}"
+    elif pin.build_from_source:
+        reason = f"{package}=={pin.version} has no sdist on {index_url} to build from"
+    else:
+        reason = f"{package}=={pin.version} is on {index_url} but has no file for {target}"
+    reason += f" ({target})" if not reason.endswith(target) else ""
+    return _with(base, "missing", f"{reason}; available: {', '.join(available) or 'nothing installable'}", available)
+
+
+def _with(check: PinCheck, status: Status, detail: str, available: tuple[str, ...] = ()) -> PinCheck:
+    return PinCheck(check.stack, check.arch, check.component, check.package, check.version, check.source, status, detail, available)
+
+
+@functools.lru_cache(maxsize=256)
+def _ls_remote(url: str, ref: str, timeout: float) -> tuple[Status, str]:
+    """One ``git ls-remote`` per repository and ref, however many stacks and arches pin it."""
+    try:
+        proc = subprocess.run(
+            ["git", "ls-remote", url, ref, f"refs/tags/{ref}", f"refs/heads/{ref}"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={"GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/bin:/bin:/usr/local/bin"},
+            check=False,
+        )
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        return "unverified", f"git host unreachable: {exc.__class__.__name__}"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no answer"])[-1].removeprefix("fatal: ")
+        return "unverified", f"git host unreachable: {last}"
+    if proc.stdout.strip():
+        return "found", ""
+    if _SHA.match(ref):
+        return "unverified", "a commit id: hosts do not advertise commits; the build checks it out"
+    return "missing", f"no tag or branch {ref} in {url}"
+
+
+def _check_git(url: str, stack_id: str, arch: str, component: str, pin: GitPin, timeout: float) -> PinCheck:
+    base = PinCheck(stack_id, arch, component, component.replace("_", "-"), pin.ref, url, "found")
+    status, detail = _ls_remote(url, pin.ref, timeout)
+    return base if status == "found" else _with(base, status, detail)
+
+
+def check_matrix(
+    matrix: Matrix,
+    client: IndexClient,
+    *,
+    stacks: Iterable[str] | None = None,
+    arches: Iterable[str] | None = None,
+    index_urls: dict[str, str] | None = None,
+    git_timeout: float = 20.0,
+    workers: int = 16,
+) -> list[PinCheck]:
+    """Check every pin of the chosen stacks and arches, in parallel; results in matrix order."""
+    urls = {name: (index_urls or {}).get(name, index.url) for name, index in matrix.indexes.items()}
+    chosen = list(stacks) if stacks is not None else list(matrix.stacks)
+    wanted_arches = list(arches) if arches is not None else list(ARCHES)
+    jobs: list[tuple[str, str, Stack, str, str, PypiPin | GitPin]] = []
+    for stack_id in chosen:
+        stack = matrix.stacks[stack_id]
+        for arch in (a for a in wanted_arches if a in stack.arches):
+            for component, pin in stack.pins().items():
+                jobs.append(("pypi", stack_id, stack, arch, component, pin))
+            for component, git in stack.git_pins().items():
+                jobs.append(("git", stack_id, stack, arch, component, git))
+
+    def run(job: tuple[str, str, Stack, str, str, PypiPin | GitPin]) -> PinCheck:
+        kind, stack_id, stack, arch, component, pin = job
+        if kind == "git":
+            assert isinstance(pin, GitPin)
+            repo = matrix.repos[pin.repo]
+            url = f"{matrix.git_hosts[repo.host].url}/{repo.path}"
+            return _check_git(url, stack_id, arch, component, pin, git_timeout)
+        assert isinstance(pin, PypiPin)
+        return _check_pypi(client, urls[pin.index_for(arch)], stack_id, stack, arch, component, pin)  # type: ignore[arg-type]
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(run, jobs))
+
+
+def summarize(checks: list[PinCheck]) -> dict[str, int]:
+    return {status: sum(1 for c in checks if c.status == status) for status in ("found", "missing", "unverified", "conflict")}
+
+
+def check_together(
+    loaded: LoadedMatrix,
+    checks: list[PinCheck],
+    index_urls: dict[str, str],
+    *,
+    ca_bundle: Path | None = None,
+    jobs: int = 4,
+    fresh: bool = False,
+) -> list[PinCheck]:
+    """One row per (stack, arch): do all its pins resolve together for the target?
+
+    A current, resolved lock already answers it: it is the resolver's output for exactly these
+    inputs. Otherwise (or with ``fresh``) the target is resolved as ``ascendkit lock`` would,
+    without writing. Not attempted (unverified) when one of its PyPI-style pins is missing or was
+    not verified (git refs are not part of the resolution)."""
+    client = IndexClient(ca_bundle=ca_bundle)
+    reader = SdistReader(client)
+    targets = list(dict.fromkeys((c.stack, c.arch) for c in checks))
+
+    def one(key: tuple[str, str]) -> PinCheck:
+        stack_id, arch = key
+        base = PinCheck(stack_id, arch, COMPONENT_SET, "every pin", "", "uv pip compile", "found")
+        pip_components = loaded.matrix.stacks[stack_id].pins()
+        rows = [c for c in checks if (c.stack, c.arch) == key and c.component in pip_components]
+        if any(c.status != "found" for c in rows):
+            return _with(base, "unverified", "not attempted: a pin is missing or its index did not answer")
+        target = LockTarget(stack_id, arch)  # type: ignore[arg-type]  # arches come from the matrix
+        if not fresh and lock_problem(loaded.root, lock_inputs(loaded, target)) is None:
+            lock = read_lock(loaded.root / target.path)
+            if lock.resolved:
+                return _with(base, "found", f"{target.path} is current: {len(lock.packages)} packages resolved from these pins")
+        outcome = lock_one(loaded, target, client=client, reader=reader, index_urls=index_urls, ca_bundle=ca_bundle, write=False)
+        if outcome.status == "resolved":
+            return _with(base, "found", outcome.detail)
+        return _with(base, "conflict" if outcome.status == "failed" else "unverified", outcome.detail)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, targets))

@@ -1,0 +1,148 @@
+"""What one lock is made from: the (stack, arch) target and the inputs the plan and matrix give it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from packaging.utils import canonicalize_name
+
+from buildkit.errors import AscendkitError, ExitCode, InputError
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.matrix.model import ARCHES, Arch, Stack
+from buildkit.plan import PRIMARY_INDEX, dist_name, lock_path, stack_layers
+
+LOCK_FORMAT = 1
+# The oldest glibc among the base OSes (Ubuntu 22.04: 2.35), so no locked wheel needs a newer one.
+GLIBC = "2_35"
+# Where a source-built component's runtime requirements live in its sdist, first match wins: vllm
+# >= 0.8 (requirements/common.txt with VLLM_TARGET_DEVICE=empty), vllm 0.7, vllm-ascend. Without
+# one, the sdist's PKG-INFO Requires-Dist.
+REQUIREMENT_FILES = ("requirements/common.txt", "requirements-common.txt", "requirements.txt")
+# pip's build requirements for an sdist that declares none (PEP 517 fallback for setup.py).
+LEGACY_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")
+UV_TIMEOUT_S = 600
+
+
+class LockFailed(AscendkitError):
+    """The pins do not resolve together, or the resolution breaks a rule of the matrix."""
+
+    exit_code = ExitCode.CHECK_FAILED
+
+
+@dataclass(frozen=True)
+class LockTarget:
+    stack_id: str
+    arch: Arch
+
+    @property
+    def path(self) -> str:
+        return lock_path(self.stack_id, self.arch)
+
+    @property
+    def name(self) -> str:
+        return f"{self.stack_id}-{self.arch}"
+
+
+def canon(name: str) -> str:
+    return str(canonicalize_name(name))
+
+
+def python_platform(arch: str) -> str:
+    return f"{arch}-manylinux_{GLIBC}"
+
+
+@dataclass(frozen=True)
+class LockInputs:
+    """Everything from the matrix a lock depends on; its digest goes into the lock's header."""
+
+    target: LockTarget
+    python: str
+    layers: tuple[tuple[str, tuple[str, ...]], ...]  # (layer, pinned requirements), in build order
+    source_builds: tuple[tuple[str, str], ...]  # (dist, version) installed from the sdist
+    constraints: tuple[str, ...]
+    overrides: tuple[str, ...]
+    indexes: tuple[tuple[str, str], ...]  # (name, matrix URL): the primary first, then the extras
+    assigned: tuple[tuple[str, str], ...]  # (dist, index name) for every pin
+    triton_ascend: str = ""  # the triton-ascend pin's dist, when the stack has one (the CUDA triton must stay out)
+    order: tuple[str, ...] = ()  # every pip layer of the image in build order, the pinless build layer included
+
+    @property
+    def platform(self) -> str:
+        return python_platform(self.target.arch)
+
+    def digest(self) -> str:
+        data = {
+            "format": LOCK_FORMAT,
+            "stack": self.target.stack_id,
+            "arch": self.target.arch,
+            "python": self.python,
+            "platform": self.platform,
+            "layers": self.layers,
+            "source_builds": self.source_builds,
+            "constraints": self.constraints,
+            "overrides": self.overrides,
+            "indexes": self.indexes,
+            "assigned": self.assigned,
+        }
+        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    @property
+    def pinned(self) -> dict[str, str]:
+        """Canonical dist name -> exact version, for every pin of the stack."""
+        result = {}
+        for _, requirements in self.layers:
+            for requirement in requirements:
+                name, _, version = requirement.partition("==")
+                result[canon(name)] = version
+        return result
+
+
+def lock_targets(loaded: LoadedMatrix, stack: str | None = None, arch: str | None = None) -> list[LockTarget]:
+    """Every (stack, arch) the matrix supports, narrowed by ``--stack`` / ``--arch``."""
+    stacks = loaded.matrix.stacks
+    if stack is not None and stack not in stacks:
+        raise InputError(f"unknown --stack {stack!r}; the matrix has: {', '.join(stacks)}")
+    if arch is not None and arch not in ARCHES:
+        raise InputError(f"unknown --arch {arch!r}; choose one of: {', '.join(ARCHES)}")
+    targets = []
+    for stack_id, st in stacks.items():
+        if stack is not None and stack_id != stack:
+            continue
+        for a in st.arches:
+            if arch is None or a == arch:
+                targets.append(LockTarget(stack_id, a))
+    if not targets:
+        raise InputError(f"stack {stack!r} is not built for --arch {arch!r}")
+    return targets
+
+
+def lock_inputs(loaded: LoadedMatrix, target: LockTarget) -> LockInputs:
+    matrix = loaded.matrix
+    stack: Stack = matrix.stacks[target.stack_id]
+    planned = stack_layers(stack)
+    layers = tuple((layer.name, tuple(p.requirement for p in layer.pins)) for layer in planned.all if layer.pins)
+    dists = {p.dist: p for layer in planned.all for p in layer.pins}
+    assigned = []
+    for component, pin in stack.pins().items():
+        assigned.append((_pin_dist(stack, component), pin.index_for(target.arch)))
+    used = sorted({index for _, index in assigned} - {PRIMARY_INDEX})
+    constraints = {**stack.constraints, **stack.constraints_by_arch.get(target.arch, {})}
+    return LockInputs(
+        target=target,
+        python=stack.python,
+        layers=layers,
+        source_builds=tuple((p.dist, p.version) for p in dists.values() if p.from_source),
+        constraints=tuple(f"{name}{spec}" for name, spec in sorted(constraints.items())),
+        overrides=tuple(f"{name}{spec}" for name, spec in sorted(stack.overrides.items())),
+        indexes=tuple((name, matrix.indexes[name].url) for name in [PRIMARY_INDEX, *used]),
+        assigned=tuple(sorted(assigned)),
+        triton_ascend=_pin_dist(stack, "triton_ascend"),
+        order=planned.names,
+    )
+
+
+def _pin_dist(stack: Stack, component: str) -> str:
+    pin = stack.pins().get(component)
+    return "" if pin is None else canon(pin.package or dist_name(component))

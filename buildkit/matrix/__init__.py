@@ -1,0 +1,1 @@
+"""Load and validate the compatibility matrix: models, YAML with source locations, rules, tables."""

@@ -1,0 +1,233 @@
+"""The typed shape of ``compat_matrix.yaml``: frozen pydantic models that reject unknown keys.
+
+Structure only lives here (types, patterns, required fields). Cross-field compatibility rules are
+in :mod:`buildkit.matrix.rules`, each written once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+Arch = Literal["aarch64", "x86_64"]
+# debian12 has no official CANN image; it is the OS of the stand-in base used where CANN cannot be pulled.
+OsName = Literal["ubuntu22.04", "openeuler24.03", "debian12"]
+ARCHES: tuple[Arch, ...] = ("aarch64", "x86_64")
+DOCKER_ARCH: dict[str, str] = {"x86_64": "amd64", "aarch64": "arm64"}  # matrix arch -> OCI/Docker name
+
+
+def normalize_arch(name: str) -> str:
+    """``amd64``/``arm64`` (Docker, OCI) or ``x86_64``/``aarch64`` (uname) -> the matrix's name."""
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(name, name)
+
+
+def _pep440_version(value: str) -> str:
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise ValueError(f"{value!r} is not a PEP 440 version (e.g. 2.7.1, 2.8.0.post2)") from None
+    if value != value.strip():
+        raise ValueError("surrounding whitespace is not allowed")
+    return value
+
+
+def _specifier(value: str) -> str:
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError(f"{value!r} is not a PEP 440 specifier (e.g. '<2.0.0', '>=0.8,!=0.9.0')") from None
+    return value
+
+
+PackageVersion = Annotated[StrictStr, AfterValidator(_pep440_version)]
+VersionSpecifier = Annotated[StrictStr, AfterValidator(_specifier)]
+Identifier = Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+ArgName = Annotated[StrictStr, Field(pattern=r"^[A-Z][A-Z0-9_]*$")]
+HttpUrl = Annotated[StrictStr, Field(pattern=r"^https?://[^\s]+$")]
+CannVersion = Annotated[StrictStr, Field(pattern=r"^\d+\.\d+\.(\d+|RC\d+)$")]
+PythonVersion = Annotated[StrictStr, Field(pattern=r"^3\.\d+$")]
+PackageName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PackageIndex(Frozen):
+    """A pip index (PEP 503 simple API) and the build ARG that redirects it to a mirror."""
+
+    url: HttpUrl
+    arg: ArgName
+
+
+class GitHost(Frozen):
+    url: HttpUrl
+    arg: ArgName
+
+
+class GitRepo(Frozen):
+    host: Identifier = Field(description="key of git_hosts")
+    path: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9._/-]+\.git$")]
+
+
+_TAG_FIELDS = ("cann", "chip", "os", "python")
+
+
+def _tag_template(value: str) -> str:
+    names = set(re.findall(r"{([^{}]*)}", value))
+    unknown = names - set(_TAG_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown placeholder(s) {sorted(unknown)}; allowed: {list(_TAG_FIELDS)}")
+    missing = set(_TAG_FIELDS) - names
+    if missing:
+        raise ValueError(f"the tag must contain {sorted('{' + m + '}' for m in missing)}")
+    return value
+
+
+class BaseImage(Frozen):
+    """Where the official CANN base images live, their tag grammar, and known mirrors."""
+
+    registry: Annotated[StrictStr, Field(pattern=r"^[a-z0-9.:-]+(/[a-z0-9._-]+)*$")]
+    repository: Annotated[StrictStr, Field(pattern=r"^[a-z0-9._/-]+$")]
+    tag: Annotated[StrictStr, AfterValidator(_tag_template)]
+    mirrors: dict[Identifier, Annotated[StrictStr, Field(pattern=r"^[a-z0-9.:-]+(/[a-z0-9._-]+)*$")]] = {}
+
+
+class Chip(Frozen):
+    """A chip family; one image per chip serves every SKU built on it."""
+
+    name: StrictStr
+    cann_chip: Annotated[StrictStr, Field(pattern=r"^[a-z0-9]+$", description="CANN image tag chip part")]
+    soc_version: Annotated[StrictStr, Field(pattern=r"^ascend[0-9a-z_]+$", description="vllm-ascend SOC_VERSION")]
+    soc_names: tuple[StrictStr, ...] = Field(min_length=1, description="SoC names torch_npu reports")
+
+
+class Sku(Frozen):
+    """A hardware product customers buy; it runs the image of its chip."""
+
+    product: StrictStr
+    chip: Identifier = Field(description="key of chips")
+    npus_per_node: StrictInt = Field(gt=0, le=64)
+    k8s_accelerator_type: Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")]
+    k8s_cpu_request: StrictInt = Field(gt=0, le=1024, description="CPU cores a training pod requests on one node")
+    k8s_memory_gib_request: StrictInt = Field(gt=0, le=16384, description="memory (GiB) a training pod requests on one node")
+
+
+class PypiPin(Frozen):
+    """An exact pin of a Python package, from an index named in ``indexes``."""
+
+    version: PackageVersion
+    package: PackageName | None = Field(default=None, description="distribution to install (default: the component's name, e.g. torch-npu)")
+    index: Identifier = "pypi"
+    index_by_arch: dict[Arch, Identifier] = Field(default={}, description="per-arch index override")
+    build_from_source: StrictBool = Field(default=False, description="install from the sdist (--no-binary)")
+
+    def index_for(self, arch: Arch) -> str:
+        return self.index_by_arch.get(arch, self.index)
+
+
+class GitPin(Frozen):
+    """A component installed from a git repository at a tag, branch or commit."""
+
+    repo: Identifier = Field(description="key of repos")
+    ref: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")]
+    install: Literal["pip", "pythonpath"] = Field(
+        default="pip", description="pip-install the checkout, or keep it under /opt on PYTHONPATH"
+    )
+
+
+class KnownIssue(Frozen):
+    torch_npu: PackageVersion
+    cann: CannVersion
+    severity: Literal["error", "warning"]
+    reason: StrictStr
+
+
+class Compat(Frozen):
+    """Facts the rules check stacks against (see the comments in the matrix)."""
+
+    torch_python: dict[Annotated[StrictStr, Field(pattern=r"^\d+\.\d+$")], VersionSpecifier]
+    torch_npu_cann: dict[PackageVersion, tuple[CannVersion, ...]]
+    cann_python: dict[Annotated[StrictStr, Field(pattern=r"^\d+\.\d+$")], tuple[PythonVersion, ...]]
+    known_issues: tuple[KnownIssue, ...] = ()
+    verl_npu_autodetect: PackageVersion = Field(
+        description="first verl release whose main_ppo sets trainer.device=npu by itself; older ones need the override"
+    )
+
+
+class Stack(Frozen):
+    """One release line: every pin of one image, for each OS, arch and SKU it supports."""
+
+    description: StrictStr
+    default: StrictBool = False
+    cann: CannVersion
+    python: PythonVersion
+    os: tuple[OsName, ...] = Field(min_length=1)
+    arches: tuple[Arch, ...] = Field(min_length=1)
+    skus: tuple[Identifier, ...] = Field(min_length=1)
+    atb_cxx_abi: Literal[0, 1]
+    torch: PypiPin
+    torch_npu: PypiPin
+    torchvision: PypiPin
+    triton_ascend: PypiPin | None = None
+    vllm: PypiPin
+    vllm_ascend: PypiPin
+    transformers: PypiPin
+    mindspeed: GitPin | None = None
+    megatron_lm: GitPin | None = None
+    mbridge: PypiPin | None = None
+    verl: PypiPin
+    constraints: dict[PackageName, VersionSpecifier] = {}
+    constraints_by_arch: dict[Arch, dict[PackageName, VersionSpecifier]] = {}
+    overrides: dict[PackageName, VersionSpecifier] = Field(
+        default={},
+        description=(
+            "requirements that replace what any dependency declares for that package when the lock is resolved "
+            "(the layered install lets a later pin win; say why next to each one)"
+        ),
+    )
+    env: dict[Annotated[StrictStr, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], StrictStr] = {}
+
+    def pins(self) -> dict[str, PypiPin]:
+        """The PyPI-style pins by component name, in install order, absent ones left out."""
+        named = {
+            "torch": self.torch,
+            "torch_npu": self.torch_npu,
+            "torchvision": self.torchvision,
+            "triton_ascend": self.triton_ascend,
+            "vllm": self.vllm,
+            "vllm_ascend": self.vllm_ascend,
+            "mbridge": self.mbridge,
+            "transformers": self.transformers,
+            "verl": self.verl,
+        }
+        return {k: v for k, v in named.items() if v is not None}
+
+    def git_pins(self) -> dict[str, GitPin]:
+        named = {"mindspeed": self.mindspeed, "megatron_lm": self.megatron_lm}
+        return {k: v for k, v in named.items() if v is not None}
+
+
+class Matrix(Frozen):
+    """The whole compatibility matrix."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        title="ascendkit compatibility matrix",
+        json_schema_extra={"$comment": "generated by `ascendkit matrix schema`"},
+    )
+
+    schema_version: Literal[1]
+    indexes: dict[Identifier, PackageIndex]
+    git_hosts: dict[Identifier, GitHost] = {}
+    repos: dict[Identifier, GitRepo] = {}
+    base_image: BaseImage
+    chips: dict[Identifier, Chip] = Field(min_length=1)
+    skus: dict[Identifier, Sku] = Field(min_length=1)
+    compat: Compat
+    stacks: dict[Identifier, Stack] = Field(min_length=1)

@@ -1,0 +1,101 @@
+"""Support tables (release lines and SKUs) generated from the matrix, as Markdown or reStructuredText."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from buildkit.matrix.model import Matrix, Stack
+
+TableFormat = Literal["md", "rst"]
+Table = tuple[list[str], list[list[str]]]
+
+
+def _git(stack: Stack) -> str:
+    parts = [p.ref for p in (stack.mindspeed, stack.megatron_lm) if p is not None]
+    return " / ".join(parts) if parts else "-"
+
+
+def stacks_table(matrix: Matrix) -> Table:
+    header = [
+        "stack",
+        "CANN",
+        "Python",
+        "torch / torch_npu",
+        "torchvision",
+        "triton-ascend",
+        "vllm / vllm-ascend",
+        "transformers",
+        "MindSpeed / Megatron-LM",
+        "mbridge",
+        "verl",
+        "OS",
+        "SKUs",
+    ]
+    rows = []
+    for name, s in matrix.stacks.items():
+        rows.append(
+            [
+                f"{name} (default)" if s.default else name,
+                s.cann,
+                s.python,
+                f"{s.torch.version} / {s.torch_npu.version}",
+                s.torchvision.version,
+                s.triton_ascend.version if s.triton_ascend else "-",
+                f"{s.vllm.version} / {s.vllm_ascend.version}",
+                s.transformers.version,
+                _git(s),
+                s.mbridge.version if s.mbridge else "-",
+                s.verl.version,
+                ", ".join(s.os),
+                ", ".join(s.skus),
+            ]
+        )
+    return header, rows
+
+
+def skus_table(matrix: Matrix) -> Table:
+    header = ["--hw", "product", "chip", "CANN image chip", "SOC_VERSION", "NPUs per node", "k8s accelerator-type"]
+    rows = []
+    for sku_id, sku in matrix.skus.items():
+        chip = matrix.chips[sku.chip]
+        rows.append(
+            [
+                sku_id,
+                sku.product,
+                f"{sku.chip}: {chip.name}",
+                chip.cann_chip,
+                chip.soc_version,
+                str(sku.npus_per_node),
+                sku.k8s_accelerator_type,
+            ]
+        )
+    for chip_id, chip in matrix.chips.items():
+        if chip_id not in matrix.skus:
+            members = [k for k, s in matrix.skus.items() if s.chip == chip_id]
+            rows.append([chip_id, f"alias: {', '.join(members)}", f"{chip_id}: {chip.name}", chip.cann_chip, chip.soc_version, "-", "-"])
+    return header, rows
+
+
+def format_table(table: Table, fmt: TableFormat) -> str:
+    header, rows = table
+    if fmt == "md":
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+
+    def rule(char: str) -> str:
+        return "+" + "+".join(char * (w + 2) for w in widths) + "+"
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    out = [rule("-"), line(header), rule("=")]
+    for row in rows:
+        out += [line(row), rule("-")]
+    return "\n".join(out) + "\n"
+
+
+def support_tables(matrix: Matrix, fmt: TableFormat) -> str:
+    """Both tables, as they appear in the README."""
+    return format_table(stacks_table(matrix), fmt) + "\n" + format_table(skus_table(matrix), fmt)

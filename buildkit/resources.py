@@ -1,0 +1,24 @@
+"""Where the data files ascendkit reads live: in the installed package, or in a checkout.
+
+A wheel carries ``templates/`` and ``smoke_tests/`` inside the package (pyproject maps them in);
+an editable install or a plain checkout reads them from the repository root beside ``buildkit/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _data_dir(name: str) -> Path:
+    installed = PACKAGE_DIR / name
+    return installed if installed.is_dir() else PACKAGE_DIR.parent / name
+
+
+TEMPLATES_DIR = _data_dir("templates")
+SMOKE_DIR = _data_dir("smoke_tests")
+
+# Defaults the CLI shows in --help: kept here, so `ascendkit --help` loads none of the pipeline.
+DEFAULT_MATRIX = Path("compat_matrix.yaml")
+DEFAULT_REPOSITORY = "ascendkit/verl"  # where `ascendkit build` tags images locally

@@ -1,0 +1,141 @@
+"""Judging a smoke run and writing its report (report.json and report.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from buildkit.accuracy.compare import REWARD, THROUGHPUT
+from buildkit.accuracy.metrics import StepMetrics, is_finite, series
+from buildkit.fsio import write_atomic
+from buildkit.run.doctor import Check
+
+
+def judge(steps: list[StepMetrics], requested: int) -> list[Check]:
+    """The checks that need no baseline: steps done, finite numbers, rewards in [0, 1], throughput > 0."""
+    checks: list[Check] = []
+    done = max((s.step for s in steps), default=0)
+    checks.append(
+        Check("steps completed", "ok" if done >= requested else "error", f"the log shows step {done} of {requested}")
+        if steps
+        else Check("steps completed", "error", f"no step metrics in the log (0 of {requested})")
+    )
+    bad = [f"step {s.step} {name}={value}" for s in steps for name, value in s.metrics.items() if not is_finite(value)]
+    checks.append(Check("finite metrics", "error" if bad else "ok", "; ".join(bad[:5]) or "no NaN or inf in any metric"))
+    rewards = series(steps, REWARD)
+    if not rewards:
+        checks.append(Check("rewards in [0, 1]", "error", f"no {REWARD} in the log"))
+    else:
+        outside = [f"step {k}: {v}" for k, v in sorted(rewards.items()) if not (is_finite(v) and 0.0 <= v <= 1.0)]
+        detail = "; ".join(outside[:5]) or f"{len(rewards)} steps, {min(rewards.values()):.4g}..{max(rewards.values()):.4g}"
+        checks.append(Check("rewards in [0, 1]", "error" if outside else "ok", detail))
+    throughput = series(steps, THROUGHPUT)
+    if not throughput:
+        checks.append(Check("throughput > 0", "error", f"no {THROUGHPUT} in the log"))
+    else:
+        slow = [f"step {k}: {v}" for k, v in sorted(throughput.items()) if not (is_finite(v) and v > 0)]
+        mean = sum(throughput.values()) / len(throughput)
+        detail = "; ".join(slow[:5]) or f"mean {mean:.4g} tokens/s/device over {len(throughput)} steps"
+        checks.append(Check("throughput > 0", "error" if slow else "ok", detail))
+    return checks
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _devices_cell(devices: list[str]) -> str:
+    if not devices:
+        return "none (preflight only)"
+    if len(devices) <= 4:
+        return ", ".join(devices)
+    return f"{len(devices)} NPUs: {devices[0]} .. {devices[-1]}"
+
+
+def report_markdown(data: dict[str, Any]) -> str:
+    def cell(text: Any) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    image = data["image"]
+    settings = data["settings"]
+    lines = [
+        f"# GRPO smoke test: {data['outcome'].upper()}",
+        "",
+        f"{data['message']} (exit {data['exit_code']}).",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| SKU | `{data['sku']}` ({cell(data['product'])}) |",
+        f"| image | `{cell(image['ref'])}` (`{image['id'][:19]}`), stack `{image['stack']}`, chip `{image['chip']}` |",
+        f"| steps | {settings['steps']} (timeout {settings['timeout_s']:g} s) |",
+        f"| devices | {_devices_cell(settings['devices'])} |",
+        f"| network | {settings['network']}{', privileged' if settings['privileged'] else ''} |",
+        f"| model | {cell(settings['model_path'] or '-')} |",
+        f"| data | {cell(settings['data'])} |",
+        f"| baseline | {cell(settings['baseline'] or '-')} |",
+    ]
+    for note in data["host_notes"]:
+        lines.append(f"\n> {note}")
+    check = data.get("config_check")
+    if check:
+        state = "passed" if check["passed"] else "FAILED"
+        lines += ["", f"## Config check (verl composes the job in the image): {state}", ""]
+        lines += [f"`{cell(shlex.join(check['command']))}`"]
+        if check.get("error"):
+            lines += ["", f"> {cell(check['error'])}"]
+        if check["checks"]:
+            lines += ["", "| check | status | detail |", "|---|---|---|"]
+            lines += [f"| {cell(c['name'])} | {c['status']} | {cell(c['detail'])} |" for c in check["checks"]]
+    doctor = data.get("doctor")
+    if doctor:
+        lines += ["", f"## Doctor: {doctor.get('outcome', '?')}", "", "| check | status | detail |", "|---|---|---|"]
+        lines += [f"| {cell(c['name'])} | {c['status']} | {cell(c['detail'])} |" for c in doctor.get("checks", [])]
+    if data["checks"]:
+        lines += ["", "## Training checks", "", "| check | status | detail |", "|---|---|---|"]
+        lines += [f"| {cell(c['name'])} | {c['status']} | {cell(c['detail'])} |" for c in data["checks"]]
+    stall = (data.get("job") or {}).get("stall")
+    if stall:
+        lines += ["", f"## Why the job stopped: {cell(stall['summary'])}", ""]
+        lines += [f"- {cell(cause)}" for cause in stall["likely_causes"]]
+        lines += ["", "Last lines of the log:", "", "```", *stall["last_lines"], "```"]
+    comparison = data.get("comparison")
+    if comparison:
+        lines += [
+            "",
+            "## Against the baseline",
+            "",
+            "| metric | steps | mean abs error | % | tolerance % | result |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, m in comparison["metrics"].items():
+            error = "n/a" if m["mean_abs_error"] is None else f"{m['mean_abs_error']:.6g}"
+            pct = "n/a" if m["mean_abs_error_pct"] is None else f"{m['mean_abs_error_pct']:.3f}"
+            lines.append(f"| `{name}` | {m['steps']} | {error} | {pct} | {m['tolerance_pct']:g} | {'pass' if m['pass'] else 'FAIL'} |")
+        ratio = comparison.get("throughput_ratio")
+        lines += ["", f"Throughput ratio (NPU / baseline): {'n/a' if ratio is None else f'{ratio:.3f}'}"]
+    files = data["files"]
+    lines += ["", "## Files", ""]
+    lines += [f"- {kind.replace('_', ' ')}: `{name}`" for kind, name in files.items()]
+    if "plot" in files:
+        lines += ["", f"![reward, loss and throughput per step]({files['plot']})"]
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(out: Path, data: dict[str, Any]) -> None:
+    clean = _json_safe(data)
+    write_atomic(out / "report.json", json.dumps(clean, indent=2) + "\n")
+    write_atomic(out / "report.md", report_markdown(clean))
+
+
+def stderr_echo(line: str) -> None:
+    sys.stderr.write(f"  | {line}\n")

@@ -1,0 +1,271 @@
+"""``ascendkit smoke``: does this image train? A short GRPO run on the host's NPUs, judged.
+
+The container gets exactly what the SKU needs and nothing more: one ``/dev/davinciN`` per NPU plus
+the three control devices, the host's driver files read-only, a large ``/dev/shm`` and host
+networking for multi-card HCCL, never ``--privileged`` unless asked. Two containers run from the
+same settings: ``ascendkit doctor`` first, then (if the host has NPUs and doctor passed) the job
+from ``smoke_tests/grpo_smoke.yaml``. Both are always removed; the log is kept.
+
+Outcomes and exit codes (README, "Exit codes"):
+
+    passed      0   the job ran the requested steps and passed every check (and the baseline gate)
+    failed      1   doctor, the job or a check failed
+    timed-out   9   the run outlived --timeout: the container was killed and removed, the log kept
+    no-devices 10   no Ascend devices on this host: doctor's preflight ran in the image, GRPO did not
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import requests
+from docker.errors import DockerException, ImageNotFound
+
+from buildkit.accuracy.compare import Comparison, compare_runs
+from buildkit.accuracy.metrics import StepMetrics, parse_log
+from buildkit.errors import ExitCode, InputError, OutputError, Unavailable
+from buildkit.matrix.model import Sku
+from buildkit.plan import LABEL_PREFIX
+from buildkit.resources import SMOKE_DIR
+from buildkit.run.configcheck import run_config_check
+from buildkit.run.container import run_container
+from buildkit.run.devices import DevicePlan, host_config_args, plan_devices
+from buildkit.run.doctor import EXIT_NO_DEVICES, Check
+from buildkit.run.job import DATA_DIR, GENERATED_DATA, MODEL_DIR, OUT_DIR, SMOKE_FILES, ImageJob, build_job, load_job
+from buildkit.run.jobwatch import JobWatch
+from buildkit.run.report import judge, write_reports
+
+
+@dataclass
+class SmokeRequest:
+    sku_id: str
+    sku: Sku
+    chip_id: str
+    image: str
+    out: Path
+    steps: int = 5
+    timeout: float = 1800.0
+    model_path: Path | None = None
+    data_path: Path | None = None
+    baseline: list[StepMetrics] | None = None
+    baseline_name: str | None = None
+    visible: list[int] | None = None
+    privileged: bool = False
+    overrides: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    host_root: Path = Path("/")
+    first_autodetect: str = field(kw_only=True)  # compat.verl_npu_autodetect of the matrix
+    check_only: bool = False  # --check: the config check alone, on any host
+    config_check: bool = True  # --no-config-check: for images without verl (the CI test stack)
+    stall_after: float = 900.0  # seconds without a step line once Ray is up
+    progress: Callable[[str], None] | None = None
+
+
+@dataclass
+class SmokeReport:
+    outcome: str
+    exit_code: int
+    message: str
+    data: dict[str, Any]
+
+
+def _image_labels(client: docker.APIClient, ref: str) -> tuple[str, dict[str, str]]:
+    try:
+        info = client.inspect_image(ref)
+    except ImageNotFound:
+        if "/" not in ref:
+            raise Unavailable(f"image {ref} is not on this engine; build it (`ascendkit build --hw ...`) or pass --image") from None
+        try:
+            client.pull(ref)
+            info = client.inspect_image(ref)
+        except (DockerException, requests.exceptions.RequestException) as exc:
+            raise Unavailable(f"image {ref} is not on this engine and could not be pulled: {exc}") from None
+    except (DockerException, requests.exceptions.RequestException) as exc:
+        raise Unavailable(f"cannot inspect {ref}: {exc}") from None
+    return str(info["Id"]), dict((info.get("Config") or {}).get("Labels") or {})
+
+
+def check_image_chip(ref: str, labels: dict[str, str], sku_id: str, chip_id: str) -> str | None:
+    """The image's chip must be the SKU's (an A3 image on a 910B host fails at run time); returns its stack."""
+    chip = labels.get(f"{LABEL_PREFIX}.chip")
+    if chip is None:
+        raise InputError(f"{ref} has no {LABEL_PREFIX}.chip label: not an ascendkit image, so its chip cannot be checked")
+    if chip != chip_id:
+        raise InputError(f"{ref} is built for chip {chip!r}; --hw {sku_id} needs an image for chip {chip_id!r}")
+    return labels.get(f"{LABEL_PREFIX}.stack")
+
+
+def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[str], None] | None = None) -> SmokeReport:
+    """The config check, doctor, then (on a host with NPUs) the GRPO job; writes report.json,
+    report.md and a PNG to ``out``."""
+    if request.check_only and not request.config_check:
+        raise InputError("--check and --no-config-check exclude each other")
+    started = time.monotonic()
+    deadline = started + request.timeout
+    spec = load_job()
+    image_id, labels = _image_labels(client, request.image)
+    image = ImageJob(check_image_chip(request.image, labels, request.sku_id, request.chip_id), labels.get(f"{LABEL_PREFIX}.version.verl"))
+    if request.check_only:
+        devices = DevicePlan((), (), (), notes=("--check: the config check only, no devices used",))
+    else:
+        devices = plan_devices(request.sku_id, request.sku, request.visible, request.host_root)
+    if devices.has_npus and request.model_path is None:
+        raise InputError(
+            "--model-path is required on a host with NPUs (a local Qwen2.5-0.5B-Instruct; README: 'Smoke test on an NPU host')"
+        )
+    job = build_job(
+        spec,
+        request.sku,
+        image,
+        first_autodetect=request.first_autodetect,
+        steps=request.steps,
+        data=DATA_DIR if request.data_path else GENERATED_DATA,
+        extra=request.overrides,
+        extra_env=request.env,
+    )
+    try:
+        request.out.mkdir(parents=True, exist_ok=True)
+        for stale in ("doctor.log", "job.log", "report.png", "config-check.log", "job-config.yaml"):  # never an earlier run's files
+            (request.out / stale).unlink(missing_ok=True)
+    except OSError as exc:
+        raise OutputError(f"--out {request.out}: cannot use the report directory: {exc.strerror}") from None
+    mounts: dict[str, tuple[str, str]] = {str(SMOKE_DIR): (SMOKE_FILES, "ro"), str(request.out.resolve()): (OUT_DIR, "rw")}
+    if request.model_path is not None:
+        mounts[str(request.model_path.resolve())] = (MODEL_DIR, "ro")
+    if request.data_path is not None:
+        mounts[str(request.data_path.resolve())] = (DATA_DIR, "ro")
+    host_config = host_config_args(devices, mounts, privileged=request.privileged)
+    data: dict[str, Any] = {
+        "format": "ascendkit-smoke/1",
+        "sku": request.sku_id,
+        "product": request.sku.product,
+        "image": {"ref": request.image, "id": image_id, "stack": image.stack, "chip": request.chip_id, "verl": image.verl},
+        "settings": {
+            "steps": request.steps,
+            "timeout_s": request.timeout,
+            "stall_s": request.stall_after,
+            "devices": list(devices.npus),
+            "privileged": request.privileged,
+            "network": host_config.get("network_mode", "default"),
+            "model_path": str(request.model_path) if request.model_path else None,
+            "data": str(request.data_path) if request.data_path else f"generated (smoke_tests/gsm8k_synth.py, {job.train_rows} rows)",
+            "baseline": request.baseline_name,
+        },
+        "host_notes": list(devices.notes),
+        "job": {"command": job.argv, "env": job.env, "device_override": job.device_override},
+        "config_check": None,
+        "doctor": None,
+        "checks": [],
+        "comparison": None,
+        "files": {},
+    }
+
+    def finish(outcome: str, code: ExitCode, message: str) -> SmokeReport:
+        data.update(outcome=outcome, exit_code=int(code), message=message)
+        write_reports(request.out, data)
+        return SmokeReport(outcome, int(code), message, data)
+
+    if request.config_check:
+        data["files"]["config_check_log"] = "config-check.log"
+        check = run_config_check(
+            client,
+            image_id,
+            job,
+            image,
+            request.out,
+            deadline,
+            first_autodetect=request.first_autodetect,
+            driver_files=devices.driver_files,
+        )
+        data["config_check"] = check
+        if "config" in check:
+            data["files"]["job_config"] = check["config"]
+        if not check["passed"]:
+            return finish("failed", ExitCode.CHECK_FAILED, f"config check: {check['error']}; see config-check.log")
+        if request.check_only:
+            message = "verl composed the job's config in the image and it passes verl's start-up checks; nothing trained"
+            return finish("checked", ExitCode.OK, message)
+
+    data["files"]["doctor_log"] = "doctor.log"
+    doctor = run_container(
+        client,
+        image_id,
+        ["ascendkit", "doctor", "--json"],
+        log_path=request.out / "doctor.log",
+        deadline=min(deadline, time.monotonic() + 600),
+        host_config=host_config,
+        want_stdout=True,
+    )
+    if doctor.timed_out:
+        return finish("timed-out", ExitCode.TIMED_OUT, "doctor did not finish before the timeout")
+    with contextlib.suppress(ValueError):
+        data["doctor"] = json.loads(doctor.stdout)
+    if doctor.exit_code == EXIT_NO_DEVICES and not devices.has_npus:
+        return finish(
+            "no-devices",
+            ExitCode.NO_DEVICES,
+            "no Ascend devices on this host: "
+            + ("the job's config passed verl's checks and " if request.config_check else "")
+            + "doctor's preflight passed in the image; GRPO not run",
+        )
+    if doctor.exit_code == EXIT_NO_DEVICES:
+        return finish("failed", ExitCode.CHECK_FAILED, "the host's NPUs were mounted but doctor sees none in the container")
+    if doctor.exit_code != 0:
+        return finish("failed", ExitCode.CHECK_FAILED, f"doctor failed in the image (exit {doctor.exit_code}); see doctor.log")
+
+    command = ["sh", "-c", job.shell(generate_data=request.data_path is None)]
+    data["files"]["job_log"] = "job.log"
+    watch = JobWatch(steps=request.steps, stall_after=request.stall_after, progress=request.progress)
+    result = run_container(
+        client,
+        image_id,
+        command,
+        log_path=request.out / "job.log",
+        deadline=deadline,
+        host_config=host_config,
+        environment=job.env,
+        echo=echo,
+        watch=watch,
+    )
+    steps = parse_log((request.out / "job.log").read_text(encoding="utf-8", errors="replace").splitlines())
+    data["job"].update(exit_code=result.exit_code, timed_out=result.timed_out, steps_logged=len(steps))
+    checks = judge(steps, request.steps)
+    comparison: Comparison | None = None
+    if request.baseline is not None and steps:
+        try:
+            comparison = compare_runs(steps, request.baseline, None, 4)
+            data["comparison"] = comparison.describe()
+        except InputError as exc:  # e.g. the runs share no step: a failed gate, not a lost report
+            checks.append(Check("baseline gate", "error", str(exc)))
+    data["checks"] = [c.__dict__ for c in checks]
+    if steps:
+        from buildkit.accuracy.plot import plot_runs
+
+        plot_runs(steps, request.baseline, request.out / "report.png", title=f"GRPO smoke on {request.sku_id}: {request.image}")
+        data["files"]["plot"] = "report.png"
+    if result.stalled is not None:
+        data["job"]["stall"] = result.stalled.describe()
+        return finish(
+            "stalled",
+            ExitCode.TIMED_OUT,
+            f"{result.stalled.summary}: killed and removed; likely: {result.stalled.causes[0]}",
+        )
+    if result.timed_out:
+        why = watch.diagnose(f"the job outlived --timeout {request.timeout:g}s at {watch.where()}")
+        data["job"]["stall"] = why.describe()
+        return finish("timed-out", ExitCode.TIMED_OUT, f"{why.summary}: killed and removed; likely: {why.causes[0]}")
+    if result.exit_code != 0:
+        return finish("failed", ExitCode.CHECK_FAILED, f"the job exited with {result.exit_code}; see job.log")
+    failed = [c.name for c in checks if c.status == "error"]
+    if comparison is not None and not comparison.passed:
+        failed += [f"baseline gate: {m.name}" for m in comparison.metrics if not m.passed]
+    if failed:
+        return finish("failed", ExitCode.CHECK_FAILED, "failed: " + ", ".join(failed))
+    return finish("passed", ExitCode.OK, f"{request.steps} GRPO steps trained and passed every check")

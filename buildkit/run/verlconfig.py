@@ -1,0 +1,131 @@
+"""What verl checks of a composed ``ppo_trainer`` config when a job starts, checked before it starts.
+
+verl asserts these only after Ray is up and the workers are placed (``validate_config`` in
+``verl/utils/config.py``, ``ActorConfig.validate``, the rollout device mesh in
+``verl/workers/fsdp_workers.py``), or never notices at all (``trainer.device=cuda`` on an NPU node
+just waits for GPU bundles). Checked here on the config verl itself composed (``--cfg job`` in the
+image, or Hydra against verl's wheel in the tests), they cost no NPU time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from buildkit.run.doctor import Check
+from buildkit.run.job import needs_device_override
+
+_TOP_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*:(\s|$)")
+
+
+class Unset(Exception):
+    """A value the config does not hold as a plain value (absent, or an interpolation)."""
+
+
+def _get(config: Mapping[str, Any], dotted: str, default: Any = Unset) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            if default is Unset:
+                raise Unset(dotted)
+            return default
+        node = node[part]
+    if isinstance(node, str) and node.startswith("${"):
+        if default is Unset:
+            raise Unset(dotted)
+        return default
+    return node
+
+
+def parse_printed_config(stdout: str) -> tuple[dict[str, Any], str] | None:
+    """The config Hydra printed for ``--cfg job`` and its text, even when imports printed lines before it."""
+    lines = stdout.splitlines()
+    for start, line in enumerate(lines):
+        if not _TOP_KEY.match(line):
+            continue
+        try:
+            data = yaml.safe_load("\n".join(lines[start:]))
+        except yaml.YAMLError:
+            continue
+        # verl's top-level entries are all sections; a stray "key: value" line printed before is not
+        if isinstance(data, dict) and "trainer" in data and "data" in data and all(isinstance(v, dict) for v in data.values()):
+            return data, "\n".join(lines[start:]) + "\n"
+    return None
+
+
+def check_config(config: Mapping[str, Any], *, verl: str | None, first_autodetect: str) -> list[Check]:
+    """The start-up checks, each named for what verl would have done with the config."""
+    checks: list[Check] = []
+    try:
+        npus = int(_get(config, "trainer.n_gpus_per_node"))
+        nodes = int(_get(config, "trainer.nnodes"))
+        batch = int(_get(config, "data.train_batch_size"))
+        n = int(_get(config, "actor_rollout_ref.rollout.n"))
+        mini = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size"))
+        tp = int(_get(config, "actor_rollout_ref.rollout.tensor_model_parallel_size"))
+        device = str(_get(config, "trainer.device"))
+    except (Unset, TypeError, ValueError) as exc:
+        return [Check("config values", "error", f"the composed config has no plain value for {exc}")]
+    world = npus * nodes
+
+    autodetects = not needs_device_override(verl, first_autodetect)
+    if device == "npu":
+        checks.append(Check("device", "ok", "trainer.device=npu"))
+    elif autodetects and device == "cuda":
+        checks.append(Check("device", "ok", f"trainer.device=cuda; verl {verl} switches it to npu when torch_npu loads"))
+    else:
+        checks.append(
+            Check(
+                "device",
+                "error",
+                f"trainer.device={device} and verl {verl or '(unknown release)'} does not switch it to npu: its worker groups "
+                "would ask Ray for GPU bundles an Ascend node never has, and the job would wait until the timeout",
+            )
+        )
+
+    dynamic = bool(_get(config, "actor_rollout_ref.actor.use_dynamic_bsz", False))
+    strategy = str(_get(config, "actor_rollout_ref.actor.strategy", "fsdp"))
+    if dynamic:
+        checks.append(Check("batch split", "ok", "use_dynamic_bsz: verl sizes the micro-batches itself"))
+    elif strategy not in ("fsdp", "fsdp2"):
+        checks.append(Check("batch split", "warn", f"actor strategy {strategy}: only FSDP batch splits are checked here"))
+    else:
+        real = batch * n
+        checks.append(
+            Check(
+                "batch split",
+                "ok" if real % world == 0 else "error",
+                f"train_batch_size {batch} x rollout.n {n} = {real} over {world} data-parallel ranks",
+            )
+        )
+        problems = []
+        if batch < mini:
+            problems.append(f"train_batch_size {batch} < ppo_mini_batch_size {mini}")
+        per_rank = mini * n // world
+        if per_rank <= 0:
+            problems.append(f"ppo_mini_batch_size {mini} x rollout.n {n} gives no sample per rank of {world}")
+        micro = _get(config, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", None)
+        if micro is not None and per_rank > 0 and per_rank % int(micro):
+            problems.append(f"the per-rank mini-batch {per_rank} is not a multiple of ppo_micro_batch_size_per_gpu {micro}")
+        detail = f"ppo_mini_batch_size {mini} x rollout.n {n} / {world} ranks = {per_rank} per rank"
+        checks.append(Check("mini-batches", "error" if problems else "ok", "; ".join(problems) or detail))
+
+    dp = int(_get(config, "actor_rollout_ref.rollout.data_parallel_size", 1) or 1)
+    pp = int(_get(config, "actor_rollout_ref.rollout.pipeline_model_parallel_size", 1) or 1)
+    group = tp * dp * pp
+    tp_problems = []
+    if npus % tp:
+        tp_problems.append(f"rollout tensor_model_parallel_size {tp} does not divide the {npus} NPUs of a node")
+    if world % group:
+        tp_problems.append(f"the rollout group of {group} NPUs does not divide the {world} NPUs of the job")
+    checks.append(
+        Check(
+            "rollout parallelism",
+            "error" if tp_problems else "ok",
+            "; ".join(tp_problems) or f"tensor parallel {tp} x {world // group} rollout replicas on {world} NPUs",
+        )
+    )
+    return checks

@@ -1,0 +1,114 @@
+"""The scripts every image carries (buildkit/image/files/), run for real with bash on this host.
+
+build-env.sh is sourced the way each pip layer sources it, with the ARG values the rendered
+Dockerfile declares and ``uname`` answering for the image's arch; the secrets it fetches come from
+ascendkit's real SecretServer. The in-image runs (entrypoint, ascendkit_install) are covered by the
+Docker build tests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buildkit.image.render import BUILD_ENV, CONTEXT_FILES, DOCTOR_PATH, SECRETS_ARG, context_file, render_dockerfile
+from buildkit.image.secrets import BuildSecrets, SecretServer
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.plan import CONSTRAINTS_FILE, ENTRYPOINT, IMAGE_LOCKS_DIR, plan_image, plan_target
+from tests.conftest import ROOT
+
+BUILD_ENV_SH = context_file("build_env")
+CA = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+
+
+def dockerfile_args(loaded: LoadedMatrix, stack: str) -> dict[str, str]:
+    """The ARG defaults a rendered Dockerfile declares (what a RUN step sees without --build-arg)."""
+    text = render_dockerfile(loaded, plan_image(loaded, plan_target(loaded, "a3", stack, None)))
+    args = {}
+    for name, value in re.findall(r"^ARG ([A-Za-z_][A-Za-z0-9_]*)=(.*)$", text, re.M):
+        args[name] = value[1:-1] if value.startswith('"') else value
+    return args
+
+
+def source_build_env(
+    tmp_path: Path, arch: str, env: dict[str, str], probe: str = 'printf "%s" "${PIP_EXTRA_INDEX_URL:-}"'
+) -> subprocess.CompletedProcess[str]:
+    """Source build-env.sh in a bash like a RUN step's (set -eux), with uname reporting ``arch``."""
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "uname").write_text(f"#!/bin/sh\necho {arch}\n")
+    (fake / "uname").chmod(0o755)
+    script = f"set -eux; . {shlex.quote(str(BUILD_ENV_SH))}; {probe}"
+    clean = {"PATH": f"{fake}:{os.environ['PATH']}", "HOME": str(tmp_path), **env}
+    return subprocess.run(["bash", "-o", "pipefail", "-c", script], env=clean, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("stack", "arch", "expected"),
+    [
+        ("cann8.3", "x86_64", ["PYTORCH_INDEX_URL"]),  # x86 torch comes from the CPU index, not PyPI's CUDA build
+        ("cann8.3", "aarch64", []),
+        ("cann9.1", "aarch64", ["ASCEND_INDEX_URL"]),
+        ("cann9.1", "x86_64", ["ASCEND_INDEX_URL", "PYTORCH_INDEX_URL"]),
+    ],
+)
+def test_each_arch_gets_its_extra_indexes(loaded: LoadedMatrix, tmp_path: Path, stack: str, arch: str, expected: list[str]) -> None:
+    args = dockerfile_args(loaded, stack)
+    proc = source_build_env(tmp_path, arch, {**args, "PIP_EXTRA_INDEX_URL": "https://mirror.example/extra"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == " ".join([*(args[name] for name in expected), "https://mirror.example/extra"])
+
+
+def test_an_arch_the_image_does_not_support_stops_the_layer(loaded: LoadedMatrix, tmp_path: Path) -> None:
+    proc = source_build_env(tmp_path, "riscv64", dockerfile_args(loaded, "cann8.3"))
+    assert proc.returncode == 1
+    assert "ascendkit: this image supports aarch64, x86_64, not riscv64" in proc.stderr
+
+
+def test_served_secrets_reach_pip_and_are_gone_when_the_step_ends(loaded: LoadedMatrix, tmp_path: Path) -> None:
+    args = dockerfile_args(loaded, "cann8.3")
+    with_token = "https://user:s3cret@torch.example/whl/cpu"
+    secrets = BuildSecrets(CA, (("PYTORCH_INDEX_URL", with_token),))
+    probe = (
+        '{ set +x; } 2>/dev/null; printf "%s\\n%s\\n%s\\n" "${PIP_EXTRA_INDEX_URL}" "${PIP_CERT}" "${ftp_proxy:-unset}"; '
+        'cat "${PIP_CERT}" > "$HOME/seen.pem"'
+    )
+    with SecretServer(secrets) as server:
+        proc = source_build_env(tmp_path, "x86_64", {**args, SECRETS_ARG: server.url}, probe)
+    assert proc.returncode == 0, proc.stderr
+    extra, cert, proxy = proc.stdout.splitlines()
+    assert extra == with_token, "the served credentials, not the public ARG value, reach pip"
+    assert cert.startswith("/dev/shm/ascendkit.") or cert.startswith("/tmp/")
+    assert proxy == "unset"
+    assert (tmp_path / "seen.pem").read_bytes() == CA
+    assert not Path(cert).exists(), "the EXIT trap removed the secrets"
+    assert "s3cret" not in proc.stderr, "xtrace is off while the secrets are handled"
+
+
+def test_the_scripts_agree_with_the_paths_the_python_side_uses() -> None:
+    build_env = BUILD_ENV_SH.read_text()
+    assert f"{IMAGE_LOCKS_DIR}/${{layer}}-$(uname -m).txt" in build_env
+    assert build_env.count(CONSTRAINTS_FILE) == 2
+    assert f"${{{SECRETS_ARG}:-}}" in build_env
+    assert f"exec python3 {DOCTOR_PATH} " in context_file("in_image_cli").read_text()
+    assert BUILD_ENV.endswith("/build-env.sh") and ENTRYPOINT == "/usr/local/bin/ascendkit-entrypoint"
+    for name, relative in CONTEXT_FILES.items():
+        assert (ROOT / relative).is_file(), name  # the Dockerfile COPYs it from the repository root
+    for name in ("entrypoint", "in_image_cli"):
+        assert os.access(context_file(name), os.X_OK), f"{name} is executable in git, so COPY keeps the mode"
+
+
+def test_the_in_image_cli_carries_only_doctor(tmp_path: Path) -> None:
+    proc = subprocess.run(["sh", str(context_file("in_image_cli")), "build"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "this image carries only `ascendkit doctor`" in proc.stderr
+
+
+def test_the_entrypoint_runs_the_command_where_no_cann_is_installed() -> None:
+    proc = subprocess.run([str(context_file("entrypoint")), "sh", "-c", "echo ran $0", "x"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and proc.stdout == "ran x\n"
