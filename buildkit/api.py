@@ -17,6 +17,7 @@ from pathlib import Path
 
 from buildkit.accuracy.compare import Comparison, compare_runs, load_run
 from buildkit.errors import InputError
+from buildkit.fsio import output_dir
 from buildkit.image.build import BuildPlan, BuildResult, host_arch, plan_build, run_build
 from buildkit.image.engine import connect
 from buildkit.image.progress import Reporter
@@ -29,7 +30,7 @@ from buildkit.lock.relock import LockOutcome, index_urls_for, lock_all
 from buildkit.matrix.load import LoadedMatrix, load_matrix, resolve_sku
 from buildkit.plan import ImagePlan, plan_image, plan_target
 from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
-from buildkit.run.smoke import SmokeReport, SmokeRequest, run_smoke
+from buildkit.run.smoke import SmokeReport, SmokeRequest, check_request, run_smoke
 from buildkit.settings import Mirrors
 
 MatrixLike = Path | str | LoadedMatrix
@@ -146,7 +147,9 @@ def smoke(
         first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
         check_only=check_only,
     )
-    return run_smoke(connect(), request, echo=echo)
+    check_request(request)
+    with output_dir(out, "report directory"):
+        return run_smoke(connect(), request, echo=echo)
 
 
 def compare_logs(npu_log: Path, baseline: Path, tolerances: list[tuple[str, float]] | None = None, throughput_steps: int = 4) -> Comparison:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildkit.errors import InputError
+from buildkit.fsio import read_input_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -60,9 +61,7 @@ class Mirrors:
 
 def _read_config(path: Path) -> dict[str, str]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the config file: {exc.strerror}") from None
+        data = tomllib.loads(read_input_text(path, "config file"))
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML: {exc}") from None
     unknown_sections = sorted(set(data) - {"mirrors"})
@@ -84,7 +83,7 @@ def resolve_mirrors(flags: Mapping[str, str | None], *, config: Path | None = No
     config_path = config or (Path(env["ASCENDKIT_CONFIG"]) if env.get("ASCENDKIT_CONFIG") else None)
     if config_path is None:
         config_path = next((p for p in default_config_paths() if p.is_file()), None)
-    elif not config_path.is_file():
+    elif not config_path.exists() and not config_path.is_symlink():
         raise InputError(f"{config_path}: config file not found")
     from_file = _read_config(config_path) if config_path else {}
     values: dict[str, str] = {}

@@ -114,7 +114,7 @@ def test_dry_run_json(runner: CliRunner) -> None:
     [
         (["--push"], "--push needs --registry"),
         (["--registry", "nohost"], "expected HOST[:PORT]/REPO"),
-        (["--ca-bundle", "/nonexistent.pem"], "cannot read"),
+        (["--ca-bundle", "/nonexistent.pem"], "not found"),
         (["--arch", "ppc64le"], "not built for --arch 'ppc64le'"),
     ],
 )

@@ -30,7 +30,7 @@ def test_ca_bundle_must_be_pem(tmp_path: Path) -> None:
     bad.write_bytes(b"\x30\x82")
     with pytest.raises(InputError, match="not a PEM certificate bundle"):
         read_ca_bundle(bad)
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="not found"):
         read_ca_bundle(tmp_path / "missing.pem")
 
 

@@ -75,3 +75,22 @@ def test_fatal_problems_are_located(text: str, message: str, where: str) -> None
 def test_format_path() -> None:
     assert format_path(("stacks", "cann8.3", "os", 0)) == "stacks.cann8.3.os[0]"
     assert format_path(()) == ""
+
+
+def test_anchors_a_person_writes_still_load() -> None:
+    text = "base: &torch {version: '2.7.1'}\none: *torch\ntwo: *torch\n"
+    data, _, findings = load_yaml(text, SRC)
+    assert data["one"] == data["two"] == {"version": "2.7.1"} and not findings
+
+
+def test_alias_bombs_and_deep_nesting_are_refused_with_a_location() -> None:
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdef", "bcdefg", strict=True)
+    )
+    with pytest.raises(YamlSourceError) as info:
+        load_yaml(bomb, SRC)
+    finding = info.value.findings[0]
+    assert "alias bomb" in finding.message and finding.location.line > 1
+    with pytest.raises(YamlSourceError, match="levels deep"):
+        load_yaml("a: " + "[" * 65 + "]" * 65 + "\n", SRC)
+    load_yaml("a: " + "[" * 60 + "]" * 60 + "\n", SRC)  # deep, but within the limit

@@ -19,6 +19,7 @@ from typing import Any
 
 from buildkit.accuracy.metrics import StepMetrics, is_finite, metric_names, parse_log, series
 from buildkit.errors import InputError
+from buildkit.fsio import read_input_bytes, read_input_text
 
 REWARD = "critic/rewards/mean"
 LOSS_NAMES = ("actor/pg_loss", "actor/loss", "train/loss", "loss")  # the first one both runs have
@@ -69,21 +70,41 @@ class Comparison:
 
 def load_run(path: Path) -> list[StepMetrics]:
     """Steps from a verl console log or an ascendkit baseline file."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    text = read_input_text(path, "training log or baseline", errors="replace")
     if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise InputError(f"{path}: looks like JSON but is not valid: {exc}") from None
-        if data.get("format") != BASELINE_FORMAT:
-            raise InputError(f"{path}: not an ascendkit baseline file (format {data.get('format')!r}, expected {BASELINE_FORMAT!r})")
-        return [StepMetrics(int(s["step"]), {k: float(v) for k, v in s["metrics"].items()}) for s in data["steps"]]
+        return _baseline_steps(path, data)
     steps = parse_log(text.splitlines())
     if not steps:
         raise InputError(f"{path}: no verl step lines (`step:N - key:value ...`); was the run started with trainer.logger=console?")
+    return steps
+
+
+def _baseline_steps(path: Path, data: Any) -> list[StepMetrics]:
+    """The steps of a baseline file, its shape checked: every problem names the file and the entry."""
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if fmt != BASELINE_FORMAT:
+        raise InputError(f"{path}: not an ascendkit baseline file (format {fmt!r}, expected {BASELINE_FORMAT!r})")
+    entries = data.get("steps")
+    if not isinstance(entries, list) or not entries:
+        raise InputError(f"{path}: steps: expected a non-empty list of {{step, metrics}} entries")
+    steps = []
+    for i, entry in enumerate(entries):
+        where = f"{path}: steps[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("metrics"), dict):
+            raise InputError(f"{where}: expected {{step: N, metrics: {{name: value}}}}")
+        step = entry.get("step")
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise InputError(f"{where}.step: expected a step number, got {step!r}")
+        metrics = {}
+        for key, value in entry["metrics"].items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not is_finite(float(value)):
+                raise InputError(f"{where}.metrics.{key}: expected a finite number, got {value!r}")
+            metrics[key] = float(value)
+        steps.append(StepMetrics(step, metrics))
     return steps
 
 
@@ -127,7 +148,7 @@ def throughput_ratio(npu: list[StepMetrics], base: list[StepMetrics], first: int
 
 def baseline_document(name: str, log: Path) -> dict[str, Any]:
     """A baseline file's content: the run's steps, where they came from, nothing invented."""
-    raw = log.read_bytes()
+    raw = read_input_bytes(log, "training log")
     steps = load_run(log)
     return {
         "format": BASELINE_FORMAT,

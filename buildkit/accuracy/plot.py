@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from buildkit.accuracy.compare import LOSS_NAMES, REWARD, THROUGHPUT
 from buildkit.accuracy.metrics import StepMetrics, metric_names, series
-from buildkit.errors import OutputError
+from buildkit.fsio import check_output_file, write_atomic
 
 
 def plot_runs(npu: list[StepMetrics], baseline: list[StepMetrics] | None, path: Path, title: str = "") -> None:
+    check_output_file(path)  # refused before anything is drawn
     import matplotlib  # imported here: only plotting commands pay for it
 
     matplotlib.use("Agg")
@@ -36,9 +38,9 @@ def plot_runs(npu: list[StepMetrics], baseline: list[StepMetrics] | None, path: 
         axis.legend(fontsize=8)
     if title:
         figure.suptitle(title)
+    png = io.BytesIO()
     try:
-        figure.savefig(path, dpi=100, metadata={"Software": None})
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write the plot: {exc.strerror}") from None
+        figure.savefig(png, format="png", dpi=100, metadata={"Software": None})
     finally:
         plt.close(figure)
+    write_atomic(path, png.getvalue())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -57,6 +58,20 @@ ConfigFile = Annotated[
     typer.Option("--config", help="Mirror settings file (default: $ASCENDKIT_CONFIG, ./ascendkit.toml, ~/.config/ascendkit/config.toml)."),
 ]
 
+# Bounds on numbers: far past any real run, near enough that a typo is caught rather than obeyed.
+MAX_STEPS = 100_000
+MAX_NODES = 1024
+MAX_SECONDS = 30 * 24 * 3600
+
+
+def finite(value: Any) -> Any:
+    """Option callback: refuse nan and inf, which click's ranges let through."""
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, float) and not math.isfinite(item):
+            raise typer.BadParameter(f"{item} is not a finite number")
+    return value
+
+
 # Piped output is not cut to 80 columns: tables stay readable in logs and CI.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
@@ -67,7 +82,7 @@ def _fail(message: str, code: ExitCode) -> typer.Exit:
 
 
 def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn :class:`AscendkitError` into a message on stderr and its documented exit code."""
+    """Turn every error about input or the machine into a message on stderr and its documented exit code."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -80,6 +95,17 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise _fail(str(exc), exc.exit_code) from None
         except KeyboardInterrupt:
             raise _fail("interrupted", ExitCode.INTERRUPTED) from None
+        # Not ours, but still about the input or the machine, never worth a traceback: a file the
+        # command could not write, a value Python refused, input nested past the interpreter's stack.
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise _fail(f"{where}{exc.strerror or exc}", ExitCode.OUTPUT_ERROR) from None
+        except RecursionError:
+            raise _fail("input nested too deeply to process", ExitCode.INVALID_INPUT) from None
+        except MemoryError:
+            raise _fail("input too large to process in memory", ExitCode.INVALID_INPUT) from None
+        except (ValueError, UnicodeError) as exc:
+            raise _fail(f"invalid input: {exc}", ExitCode.INVALID_INPUT) from None
 
     return wrapper
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildkit.cli.base import JsonFlag, MatrixPath, app, user_errors
+from buildkit.cli.base import MAX_NODES, MAX_SECONDS, MAX_STEPS, JsonFlag, MatrixPath, app, user_errors
 from buildkit.errors import ExitCode, InputError, PublishFailed, Unavailable
-from buildkit.fsio import write_atomic
+from buildkit.fsio import STDOUT, check_output_file, write_output
 from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION
 from buildkit.resources import DEFAULT_MATRIX
 
@@ -57,7 +57,9 @@ def k8s_render(
     hw: Annotated[str, typer.Option("--hw", help="SKU: a2-box16, 900-podc or a3.")],
     image: Annotated[str, typer.Option("--image", help="REPO@sha256:<digest>, as `ascendkit publish` printed it.")],
     command: Annotated[list[str] | None, typer.Argument(help="--job train: the command to run, after `--`.")] = None,
-    nodes: Annotated[int, typer.Option("--nodes", help="1: a batch/v1 Job; N > 1: a KubeRay RayJob with N-1 workers.")] = 1,
+    nodes: Annotated[
+        int, typer.Option("--nodes", min=1, max=MAX_NODES, help="1: a batch/v1 Job; N > 1: a KubeRay RayJob with N-1 workers.")
+    ] = 1,
     job: Annotated[str, typer.Option("--job", help="smoke (the GRPO smoke job) or train (your command after --).")] = "smoke",
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace of the objects.")] = None,
     pull_secret: Annotated[str | None, typer.Option("--pull-secret", help="imagePullSecret for a private registry.")] = None,
@@ -65,8 +67,8 @@ def k8s_render(
     arch: Annotated[str, typer.Option("--arch", help="The image's architecture: selects host-arch nodes.")] = "aarch64",
     model_path: Annotated[str, typer.Option("--model-path", help="Model directory on every node (hostPath).")] = DEFAULT_MODEL_PATH,
     model_pvc: Annotated[str | None, typer.Option("--model-pvc", help="Take the model from this PVC instead.")] = None,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Smoke job training steps.")] = 5,
-    deadline: Annotated[int, typer.Option("--deadline", min=1, help="activeDeadlineSeconds of the job.")] = 3600,
+    steps: Annotated[int, typer.Option("--steps", min=1, max=MAX_STEPS, help="Smoke job training steps.")] = 5,
+    deadline: Annotated[int, typer.Option("--deadline", min=1, max=MAX_SECONDS, help="activeDeadlineSeconds of the job.")] = 3600,
     override: Annotated[list[str] | None, typer.Option("--override", help="Extra Hydra override KEY=VALUE (smoke job).")] = None,
     allow_tag: Annotated[bool, typer.Option("--allow-tag", help="Accept an image tag without digest (warns).")] = False,
     stack: Annotated[
@@ -105,6 +107,8 @@ def k8s_render(
         first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
     )
     check_request(request)  # every refusal of the options before the registry is asked
+    if output is not None and output != STDOUT:
+        check_output_file(output)
     warnings: list[str] = []
     if job == "smoke":
         found, warnings = image_job(loaded, image, arch, stack)
@@ -115,11 +119,8 @@ def k8s_render(
     text = manifests.text
     if as_json:
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": as_documents(text)}, indent=2) + "\n"
-    if output is None:
-        typer.echo(text, nl=False)
-        return
-    write_atomic(output, text)
-    typer.echo(f"wrote {output}", err=True)
+    if write_output(output, text):
+        typer.echo(f"wrote {output}", err=True)
 
 
 @k8s_app.command(

@@ -23,6 +23,7 @@ from buildkit.cli.base import (
     user_errors,
 )
 from buildkit.errors import ExitCode, InputError
+from buildkit.fsio import check_output_dir
 from buildkit.resources import DEFAULT_MATRIX
 
 if TYPE_CHECKING:
@@ -142,6 +143,7 @@ def wheelhouse(
 
     if arch not in ARCHES:
         raise InputError(f"--arch {arch!r}: choose one of {', '.join(ARCHES)}")
+    check_output_dir(output, "wheelhouse (-o)")
     loaded = load_matrix(matrix)
     target = lock_targets(loaded, stack, arch)[0]
     mirrors = _mirrors(pip_index_url, pytorch_index_url, ascend_index_url, ca_bundle, config)

@@ -21,7 +21,7 @@ from buildkit.cli.base import (
     user_errors,
 )
 from buildkit.errors import ExitCode, InputError, MatrixError
-from buildkit.fsio import write_atomic
+from buildkit.fsio import write_output
 from buildkit.resources import DEFAULT_MATRIX
 
 if TYPE_CHECKING:
@@ -256,7 +256,4 @@ def matrix_schema(
     from buildkit.image import generate
 
     text = generate.schema_text()
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        write_atomic(output, text)
+    write_output(output, text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -12,9 +13,9 @@ from typing import Annotated
 import typer
 from rich.table import Table as RichTable
 
-from buildkit.cli.base import JsonFlag, app, out, print_json, user_errors
+from buildkit.cli.base import MAX_STEPS, JsonFlag, app, finite, out, print_json, user_errors
 from buildkit.errors import ExitCode, InputError
-from buildkit.fsio import write_atomic
+from buildkit.fsio import STDOUT, check_output_file, output_dir, write_atomic, write_output
 
 metrics_app = typer.Typer(help="Read verl console logs.", no_args_is_help=True)
 baseline_app = typer.Typer(help="Baselines from real GPU runs.", no_args_is_help=True)
@@ -70,8 +71,13 @@ def compare(
     npu_log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="The NPU run's log.")],
     baseline: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="A GPU run's log or baseline file.")],
     metric: Annotated[list[str] | None, typer.Option("--metric", help="Metric to gate (repeatable, paired with --tolerance).")] = None,
-    tolerance: Annotated[list[float] | None, typer.Option("--tolerance", help="Its mean-error tolerance in percent.")] = None,
-    throughput_steps: Annotated[int, typer.Option("--throughput-steps", min=1, help="Steps averaged for the throughput ratio.")] = 4,
+    tolerance: Annotated[
+        list[float] | None,
+        typer.Option("--tolerance", min=0, max=100, callback=finite, help="Its tolerance: mean absolute error x 100 (the seeds' %)."),
+    ] = None,
+    throughput_steps: Annotated[
+        int, typer.Option("--throughput-steps", min=1, max=MAX_STEPS, help="Steps averaged for the throughput ratio.")
+    ] = 4,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of reward, loss and throughput per step.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -82,6 +88,8 @@ def compare(
     metrics, tolerances = metric or [], tolerance or []
     if len(metrics) != len(tolerances):
         raise InputError(f"give one --tolerance per --metric ({len(metrics)} metric(s), {len(tolerances)} tolerance(s))")
+    if plot is not None:
+        check_output_file(plot)
     npu, base = load_run(npu_log), load_run(baseline)
     result = compare_runs(npu, base, list(zip(metrics, tolerances, strict=True)) or None, throughput_steps)
     if plot is not None:
@@ -122,8 +130,11 @@ def baseline_import(
     if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise InputError(f"--name {name!r}: letters, digits, '-', '_' and '.' only")
     target = output or Path("baselines") / f"{name}.json"
-    if output is None:
-        target.parent.mkdir(exist_ok=True)
-    document = baseline_document(name, log)
-    write_atomic(target, json.dumps(document, indent=2) + "\n")
+    document = baseline_document(name, log)  # refuses a log without steps before anything is written
+    text = json.dumps(document, indent=2) + "\n"
+    if target == STDOUT:
+        write_output(target, text)
+        return
+    with output_dir(target.parent, "baselines directory") if output is None else contextlib.nullcontext():
+        write_atomic(target, text)
     typer.echo(f"wrote {target}: {len(document['steps'])} steps from {log.name}", err=True)

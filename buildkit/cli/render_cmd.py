@@ -10,7 +10,7 @@ import typer
 
 from buildkit.cli.base import MatrixPath, app, user_errors
 from buildkit.errors import ExitCode, InputError
-from buildkit.fsio import write_atomic
+from buildkit.fsio import STDOUT, check_output_file, write_output
 from buildkit.resources import DEFAULT_MATRIX
 
 
@@ -37,6 +37,8 @@ def render(
         raise InputError("--all/--check cover every stack and SKU; drop --hw/--stack/--os/--output")
     if not (render_all or check) and hw is None:
         raise InputError("give --hw (e.g. --hw a3), or --all / --check")
+    if output is not None and output != STDOUT:
+        check_output_file(output)
     loaded = load_matrix(matrix)
     if check:
         diffs = generate.check(loaded)
@@ -56,8 +58,5 @@ def render(
     assert hw is not None
     target = plan_target(loaded, hw, stack, os_name)
     text = render_dockerfile(loaded, plan_image(loaded, target))
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        write_atomic(output, text)
+    if write_output(output, text):
         typer.echo(f"wrote {output} ({target.stack_id}, chip {target.chip_id}, {target.os_name})", err=True)

@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from buildkit.cli.base import JsonFlag, MatrixPath, app, print_json, user_errors
+from buildkit.cli.base import MAX_SECONDS, MAX_STEPS, JsonFlag, MatrixPath, app, finite, print_json, user_errors
 from buildkit.errors import InputError
+from buildkit.fsio import output_dir
 from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
 
 
@@ -44,11 +45,13 @@ def smoke(
         Path | None,
         typer.Option("--data", exists=True, file_okay=False, help="Directory with gsm8k train.parquet/test.parquet; default: generated."),
     ] = None,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Training steps.")] = 5,
+    steps: Annotated[int, typer.Option("--steps", min=1, max=MAX_STEPS, help="Training steps.")] = 5,
     baseline: Annotated[
         Path | None, typer.Option("--baseline", exists=True, dir_okay=False, help="A GPU run's log or baseline file: apply the gate.")
     ] = None,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds for doctor and the job together.")] = 1800,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, max=MAX_SECONDS, callback=finite, help="Seconds for doctor and the job together.")
+    ] = 1800,
     out: Annotated[Path, typer.Option("--out", help="Report directory: report.json, report.md, report.png, the logs.")] = Path("smoke-out"),
     devices: Annotated[str | None, typer.Option("--devices", help="NPU ids to use, e.g. 0-7 (default: all of the SKU's).")] = None,
     privileged: Annotated[bool, typer.Option("--privileged", help="Run privileged instead of with explicit devices.")] = False,
@@ -65,7 +68,14 @@ def smoke(
         typer.Option("--config-check/--no-config-check", help="Run the config check before doctor and the job (default on)."),
     ] = True,
     stall_timeout: Annotated[
-        float, typer.Option("--stall-timeout", min=1, help="Stop the job when no step line follows Ray's start for this many seconds.")
+        float,
+        typer.Option(
+            "--stall-timeout",
+            min=1,
+            max=MAX_SECONDS,
+            callback=finite,
+            help="Stop the job when no step line follows Ray's start for this many seconds.",
+        ),
     ] = 900,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not echo the job's log.")] = False,
     as_json: JsonFlag = False,
@@ -85,7 +95,7 @@ def smoke(
     from buildkit.run.devices import parse_visible
     from buildkit.run.job import check_overrides
     from buildkit.run.report import stderr_echo
-    from buildkit.run.smoke import SmokeRequest, run_smoke
+    from buildkit.run.smoke import SmokeRequest, check_request, run_smoke
 
     loaded = load_matrix(matrix)
     sku_id, sku, chip_id = resolve_sku(loaded, hw, "smoke needs the SKU (its NPU count)")
@@ -118,9 +128,11 @@ def smoke(
         stall_after=stall_timeout,
         progress=None if as_json else _progress,
     )
+    check_request(request)  # before the engine: a mistake in the options is exit 2, not 4
     client = connect()
     typer.echo(f"smoke: {image} on --hw {sku_id}; report in {out}/", err=True)
-    report = run_smoke(client, request, echo=None if quiet or as_json else stderr_echo)
+    with output_dir(out, "report directory (--out)"):
+        report = run_smoke(client, request, echo=None if quiet or as_json else stderr_echo)
     if as_json:
         print_json(report.data)
     typer.echo(f"smoke: {report.outcome}: {report.message} (exit {report.exit_code}); see {out / 'report.md'}", err=True)

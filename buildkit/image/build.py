@@ -23,6 +23,7 @@ import requests
 from docker.errors import DockerException, NotFound
 
 from buildkit.errors import BuildFailed, InputError, Interrupted, Unavailable, VerifyFailed
+from buildkit.fsio import check_output_dir
 from buildkit.image.engine import connect
 from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
 from buildkit.image.render import CONTEXT_FILES, SECRETS_ARG, build_context, context_file, render_context
@@ -154,6 +155,7 @@ def plan_build(
     """Everything one build needs, checked before the engine is touched. ``wheelhouse`` makes the
     build offline: pip installs only from that directory, which must hold every locked package."""
     image = plan_image(loaded, plan_target(loaded, hw, stack, os_name), arch or host_arch())
+    check_output_dir(manifest_dir, "manifest directory (--manifest-dir)")
     mirrors = mirrors or Mirrors()
     base_registry = mirrors.get("base_registry")
     if base_image and base_registry:

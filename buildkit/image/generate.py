@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import difflib
 import json
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildkit.errors import InputError, OutputError
-from buildkit.fsio import write_atomic
+from buildkit.errors import InputError
+from buildkit.fsio import output_dir, write_all_atomic
 from buildkit.image.render import render_dockerfile
 from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import lock_problem, section_texts
@@ -135,24 +136,27 @@ def lock_problems(loaded: LoadedMatrix) -> list[str]:
     return problems
 
 
+def _unchanged(path: Path, content: str) -> bool:
+    try:
+        return path.is_file() and not path.is_symlink() and path.read_text(encoding="utf-8") == content
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def write_all(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[str]:
     """Write every generated file that changed and remove stale ones; returns the paths touched.
 
-    Everything is rendered in memory first, so a rendering error writes nothing.
-    """
+    All or nothing: everything is rendered in memory, every output checked, then written to
+    temporary files and only then renamed into place; a refusal or a failed write changes no file
+    (and leaves no directory it created)."""
     root = loaded.root
     expected = expected_outputs(loaded, templates)
-    touched = []
-    for gen in expected:
-        path = root / gen.path
-        if path.is_file() and path.read_text(encoding="utf-8") == gen.content:
-            continue
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(f"{path.parent}: cannot create directory: {exc.strerror}") from None
-        write_atomic(path, gen.content)
-        touched.append(gen.path)
+    changed = [(root / gen.path, gen) for gen in expected if not _unchanged(root / gen.path, gen.content)]
+    with ExitStack() as directories:
+        for parent in sorted({path.parent for path, _ in changed}):
+            directories.enter_context(output_dir(parent, "output directory"))
+        write_all_atomic([(path, gen.content) for path, gen in changed])
+    touched = [gen.path for _, gen in changed]
     for stale in stale_files(root, expected):
         (root / stale).unlink()
         touched.append(f"{stale} (removed)")

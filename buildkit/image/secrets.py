@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 
 from buildkit.errors import InputError
+from buildkit.fsio import read_input_bytes
 
 # For an offline build: pip takes packages from the served wheelhouse only, and every other
 # address pip could try goes to a proxy that is not there, so the pip steps cannot use the network.
@@ -46,10 +47,7 @@ class BuildSecrets:
 
 
 def read_ca_bundle(path: Path) -> bytes:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"--ca-bundle {path}: cannot read: {exc.strerror}") from None
+    data = read_input_bytes(path, "CA bundle (--ca-bundle)")
     if b"-----BEGIN CERTIFICATE-----" not in data:
         raise InputError(f"--ca-bundle {path}: not a PEM certificate bundle (no BEGIN CERTIFICATE line)")
     return data

@@ -24,6 +24,7 @@ import yaml
 from buildkit.errors import InputError
 from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION
 from buildkit.matrix.model import Sku
+from buildkit.matrix.yamlsource import YamlSourceError, load_documents
 from buildkit.plan import LABEL_PREFIX
 from buildkit.resources import SMOKE_DIR, TEMPLATES_DIR
 from buildkit.run.devices import DRIVER_FILES_OPTIONAL, DRIVER_FILES_REQUIRED, SHM_SIZE
@@ -259,7 +260,9 @@ def render(request: K8sRequest) -> Manifests:
 
 def as_documents(text: str, source: str = "<manifest>") -> list[dict[str, Any]]:
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in load_documents(text, source) if d is not None]
+    except YamlSourceError as exc:
+        raise InputError(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:
         raise InputError(f"{source}: not YAML: {exc}") from None
     for index, doc in enumerate(docs):

@@ -21,8 +21,8 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from buildkit.errors import InputError, OutputError, Unavailable
-from buildkit.fsio import sha256_of
+from buildkit.errors import InputError, Unavailable
+from buildkit.fsio import output_dir, sha256_of
 from buildkit.lock.index import DistFile, HashMismatch, IndexClient, IndexUnreachable, ProjectMissing, download, installable, target_tags
 from buildkit.lock.inputs import LockTarget, lock_inputs
 from buildkit.lock.lockfile import LockedPackage, LockFile, lock_problem, read_lock
@@ -116,10 +116,13 @@ def make_wheelhouse(
 ) -> WheelhouseReport:
     lock = current_lock(loaded, target)
     python = loaded.matrix.stacks[target.stack_id].python
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"-o {directory}: cannot create: {exc.strerror}") from None
+    with output_dir(directory, "wheelhouse (-o)"):
+        return _fill(lock, target, python, directory, index_urls, ca_bundle=ca_bundle, jobs=jobs)
+
+
+def _fill(
+    lock: LockFile, target: LockTarget, python: str, directory: Path, index_urls: dict[str, str], *, ca_bundle: Path | None, jobs: int
+) -> WheelhouseReport:
     client = IndexClient(ca_bundle=ca_bundle)
     present = _inventory(directory)
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from buildkit.errors import Finding, InputError, MatrixError
+from buildkit.fsio import read_input_text
 from buildkit.matrix import rules
 from buildkit.matrix.model import Matrix, Sku, Stack
 from buildkit.matrix.yamlsource import PathKey, SourceMap, YamlSourceError, format_path, load_yaml
@@ -41,16 +42,9 @@ class LoadedMatrix:
 
 
 def read_matrix_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: matrix file not found (pass --matrix PATH, default ./{DEFAULT_MATRIX})") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a matrix file (pass --matrix PATH)") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied while reading the matrix") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    if not path.exists() and not path.is_symlink():
+        raise InputError(f"{path}: matrix file not found (pass --matrix PATH, default ./{DEFAULT_MATRIX})")
+    return read_input_text(path, "matrix file")
 
 
 def load_matrix(path: Path = DEFAULT_MATRIX) -> LoadedMatrix:

@@ -115,6 +115,69 @@ class _Builder:
         return result
 
 
+MAX_DEPTH = 64  # the matrix nests about 6 deep; anything past this is not a configuration
+MAX_NODES = 200_000  # after aliases are expanded; the shipped matrix has a few thousand
+
+
+class YamlTooLarge(ValueError):
+    """The document nests too deeply or expands (through aliases) past the limits."""
+
+    def __init__(self, message: str, line: int = 0, column: int = 0) -> None:
+        super().__init__(message)
+        self.line, self.column = line, column
+
+
+def _event_mark(event: yaml.Event) -> tuple[int, int]:
+    mark = event.start_mark
+    return (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
+
+
+def check_yaml_size(text: str) -> None:
+    """Refuse alias bombs and absurd nesting before anything is built, in time linear in the text.
+
+    Walks PyYAML's event stream (which neither recurses nor expands aliases), counting each
+    collection's nodes with its aliases expanded; raises :class:`YamlTooLarge` at the first
+    collection past ``MAX_DEPTH`` or once the expanded total passes ``MAX_NODES``. Malformed YAML
+    is left for the loader to report with its own message."""
+    sizes: dict[str, int] = {}
+    stack: list[tuple[str | None, int]] = []  # (anchor, nodes so far) per open collection
+    total = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                if len(stack) >= MAX_DEPTH:
+                    raise YamlTooLarge(f"nested more than {MAX_DEPTH} levels deep", *_event_mark(event))
+                stack.append((event.anchor, 1))
+                continue
+            if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                anchor, count = stack.pop()
+            elif isinstance(event, yaml.AliasEvent):
+                anchor, count = None, sizes.get(event.anchor or "", 1)
+            elif isinstance(event, yaml.ScalarEvent):
+                anchor, count = event.anchor, 1
+            else:
+                continue
+            if anchor:
+                sizes[anchor] = count
+            if stack:
+                stack[-1] = (stack[-1][0], stack[-1][1] + count)
+            else:
+                total += count
+            if total + sum(c for _, c in stack) > MAX_NODES:
+                raise YamlTooLarge(f"expands to more than {MAX_NODES} values through its aliases (an alias bomb?)", *_event_mark(event))
+    except yaml.YAMLError:
+        return
+
+
+def load_documents(text: str, source: str) -> list[Any]:
+    """Every document of a YAML stream (manifests, printed configs), with the same size limits."""
+    try:
+        check_yaml_size(text)
+        return list(yaml.safe_load_all(text))
+    except YamlTooLarge as exc:
+        raise YamlSourceError([Finding(Location(Path(source), exc.line, exc.column), "<document>", f"refused: {exc}")]) from None
+
+
 def load_yaml(text: str, source: Path) -> tuple[dict[str, Any], SourceMap, list[Finding]]:
     """Parse ``text`` into plain data, its :class:`SourceMap` and non-fatal findings.
 
@@ -122,6 +185,10 @@ def load_yaml(text: str, source: Path) -> tuple[dict[str, Any], SourceMap, list[
     everything else too). Raises :class:`YamlSourceError` when nothing sensible can be built:
     malformed YAML, an empty document, or one that is not a mapping.
     """
+    try:
+        check_yaml_size(text)
+    except YamlTooLarge as exc:
+        raise YamlSourceError([Finding(Location(source, exc.line, exc.column), "<document>", f"refused: {exc}")]) from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:

@@ -30,15 +30,21 @@ class DevicePlan:
         return bool(self.npus)
 
 
+MAX_NPU_ID = 256  # /dev/davinciN on one host; an A3 node has 16
+
+
 def parse_visible(text: str) -> list[int]:
     """``0-3,8`` -> [0, 1, 2, 3, 8] (the ASCEND_VISIBLE_DEVICES form)."""
     ids: list[int] = []
     for part in text.split(","):
         first, sep, last = part.strip().partition("-")
         try:
-            ids += list(range(int(first), int(last) + 1)) if sep else [int(first)]
+            low, high = int(first), int(last) if sep else int(first)
         except ValueError:
             raise InputError(f"--devices {text!r}: expected NPU ids like 0-7 or 0,1,2,3") from None
+        if not 0 <= low <= high < MAX_NPU_ID:
+            raise InputError(f"--devices {text!r}: ids run from 0 to {MAX_NPU_ID - 1}, low to high (e.g. 0-7)")
+        ids += range(low, high + 1)
     if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
         raise InputError(f"--devices {text!r}: expected distinct NPU ids like 0-7 or 0,1,2,3")
     return sorted(ids)

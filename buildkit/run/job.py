@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import Field, StrictInt, StrictStr, ValidationError
 
 from buildkit.errors import Finding, InputError
+from buildkit.fsio import read_input_text
 from buildkit.matrix.model import Frozen, Sku
 from buildkit.matrix.yamlsource import YamlSourceError, format_path, load_yaml
 from buildkit.resources import SMOKE_DIR
@@ -50,10 +51,7 @@ PLACEHOLDERS = ("npus", "nnodes", "tp", "batch", "steps", "model", "data")
 
 def load_job(path: Path = JOB_FILE) -> JobSpec:
     """Read and check a job file; errors name the file, line and field."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the smoke job: {exc.strerror}") from None
+    text = read_input_text(path, "smoke job file")
     try:
         data, source, syntax = load_yaml(text, path)
     except YamlSourceError as exc:

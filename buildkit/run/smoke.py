@@ -31,6 +31,7 @@ from docker.errors import DockerException, ImageNotFound
 from buildkit.accuracy.compare import Comparison, compare_runs
 from buildkit.accuracy.metrics import StepMetrics, parse_log
 from buildkit.errors import ExitCode, InputError, OutputError, Unavailable
+from buildkit.fsio import check_output_dir
 from buildkit.matrix.model import Sku
 from buildkit.plan import LABEL_PREFIX
 from buildkit.resources import SMOKE_DIR
@@ -102,16 +103,16 @@ def check_image_chip(ref: str, labels: dict[str, str], sku_id: str, chip_id: str
     return labels.get(f"{LABEL_PREFIX}.stack")
 
 
-def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[str], None] | None = None) -> SmokeReport:
-    """The config check, doctor, then (on a host with NPUs) the GRPO job; writes report.json,
-    report.md and a PNG to ``out``."""
+def check_request(request: SmokeRequest) -> DevicePlan:
+    """Everything about a request that needs no engine, so a mistake is exit 2 (or 3) before the
+    engine is contacted: the options, the paths, the report directory and the host's devices."""
     if request.check_only and not request.config_check:
         raise InputError("--check and --no-config-check exclude each other")
-    started = time.monotonic()
-    deadline = started + request.timeout
-    spec = load_job()
-    image_id, labels = _image_labels(client, request.image)
-    image = ImageJob(check_image_chip(request.image, labels, request.sku_id, request.chip_id), labels.get(f"{LABEL_PREFIX}.version.verl"))
+    if request.model_path is not None and not request.model_path.is_dir():
+        raise InputError(f"--model-path {request.model_path}: not a directory (a local Qwen2.5-0.5B-Instruct)")
+    if request.data_path is not None and not request.data_path.exists():
+        raise InputError(f"--data {request.data_path}: not found")
+    check_output_dir(request.out, "report directory (--out)")
     if request.check_only:
         devices = DevicePlan((), (), (), notes=("--check: the config check only, no devices used",))
     else:
@@ -120,6 +121,18 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         raise InputError(
             "--model-path is required on a host with NPUs (a local Qwen2.5-0.5B-Instruct; README: 'Smoke test on an NPU host')"
         )
+    return devices
+
+
+def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[str], None] | None = None) -> SmokeReport:
+    """The config check, doctor, then (on a host with NPUs) the GRPO job; writes report.json,
+    report.md and a PNG to ``out``."""
+    devices = check_request(request)
+    started = time.monotonic()
+    deadline = started + request.timeout
+    spec = load_job()
+    image_id, labels = _image_labels(client, request.image)
+    image = ImageJob(check_image_chip(request.image, labels, request.sku_id, request.chip_id), labels.get(f"{LABEL_PREFIX}.version.verl"))
     job = build_job(
         spec,
         request.sku,

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from buildkit.matrix.yamlsource import YamlTooLarge, check_yaml_size
 from buildkit.run.doctor import Check
 from buildkit.run.job import needs_device_override
 
@@ -42,6 +43,10 @@ def _get(config: Mapping[str, Any], dotted: str, default: Any = Unset) -> Any:
 
 def parse_printed_config(stdout: str) -> tuple[dict[str, Any], str] | None:
     """The config Hydra printed for ``--cfg job`` and its text, even when imports printed lines before it."""
+    try:
+        check_yaml_size(stdout)
+    except YamlTooLarge:
+        return None
     lines = stdout.splitlines()
     for start, line in enumerate(lines):
         if not _TOP_KEY.match(line):

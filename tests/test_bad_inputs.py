@@ -1,0 +1,352 @@
+"""Bad input, tried the way a new user would, across every command: paths, numbers, files, options.
+
+Each case runs the real ``ascendkit`` in a fresh directory, as its own process with a memory limit
+and a deadline, with DOCKER_HOST pointing at no engine (so a refusal that needs no engine must come
+before the engine is contacted: exit 2 or 3, not 4). Every case asserts the documented exit code,
+a message naming the problem, no traceback, and that no file or folder was created, replaced or
+changed (FIFOs, devices and symlink targets included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MATRIX, ROOT
+
+ASCENDKIT = [sys.executable, "-m", "buildkit"]
+DIGEST = "127.0.0.1:5000/ascendkit/verl@sha256:" + "ab" * 32
+MEMORY_LIMIT = 2 << 30
+TIME_LIMIT_S = 30.0
+HUGE = "99999999999999999999"
+
+ALIAS_BOMB = "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['lol'] * 9)}]\n"
+    for prev, name in zip(["", "a", "b", "c", "d", "e", "f", "g", "h"], "abcdefghi", strict=True)
+)
+DEEP = "a: " + "[" * 50_000 + "]" * 50_000 + "\n"
+BASELINE_BAD_SHAPE = json.dumps({"format": "ascendkit-baseline/1", "steps": [{"step": 1, "metrics": {"critic/rewards/mean": "high"}}]})
+WRONG_SHAPES = "apiVersion: ray.io/v1\nkind: RayJob\nmetadata: [1]\nspec: {rayClusterSpec: {headGroupSpec: x, workerGroupSpecs: 3}}\n"
+LOG = "".join(f"step:{i} - critic/rewards/mean:0.{i} - actor/pg_loss:0.1 - perf/throughput:100\n" for i in range(1, 6))
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    argv: list[str]  # "{d}" is the case's directory
+    code: int
+    message: str  # must appear on stderr (case-insensitive)
+    setup: Callable[[Path], None] = field(default=lambda d: None)
+
+
+def files(**contents: str | bytes) -> Callable[[Path], None]:
+    def make(d: Path) -> None:
+        for name, body in contents.items():
+            path = d / name.replace("__", "/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(body if isinstance(body, bytes) else body.encode())
+
+    return make
+
+
+def fifo(name: str) -> Callable[[Path], None]:
+    return lambda d: os.mkfifo(d / name)
+
+
+def symlink(name: str, target: str) -> Callable[[Path], None]:
+    return lambda d: (d / name).symlink_to(target)
+
+
+def both(*steps: Callable[[Path], None]) -> Callable[[Path], None]:
+    def make(d: Path) -> None:
+        for step in steps:
+            step(d)
+
+    return make
+
+
+def render_all_tree(d: Path) -> None:
+    """A matrix checkout where one output of render --all is a directory: nothing may be written."""
+    shutil.copy(MATRIX, d / "compat_matrix.yaml")
+    shutil.copytree(ROOT / "locks", d / "locks")
+    shutil.copy(ROOT / "README.md", d / "README.md")
+    (d / "Dockerfile.a3").mkdir()
+
+
+M = ["--matrix", str(MATRIX)]
+SMOKE = ["smoke", "--hw", "a3", "--image", "ascendkit/verl:x", "--out", "{d}/out", *M]
+K8S = ["k8s", "render", "--hw", "a3", "--image", DIGEST, "--job", "train", *M]
+TRAIN = ["--", "python3", "-c", "pass"]
+
+CASES = [
+    # --- the matrix file ----------------------------------------------------------------------
+    Case("matrix-missing", ["matrix", "validate", "--matrix", "{d}/nope.yaml"], 2, "not found"),
+    Case("matrix-directory", ["matrix", "validate", "--matrix", "{d}"], 2, "a directory"),
+    Case("matrix-symlink-loop", ["matrix", "validate", "--matrix", "{d}/loop.yaml"], 2, "loop.yaml", symlink("loop.yaml", "loop.yaml")),
+    Case("matrix-dangling-symlink", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "m.yaml", symlink("m.yaml", "gone.yaml")),
+    Case("matrix-fifo", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "a FIFO", fifo("m.yaml")),
+    Case("matrix-device", ["matrix", "validate", "--matrix", "/dev/zero"], 2, "a character device"),
+    Case("matrix-empty", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "empty", files(**{"m.yaml": ""})),
+    Case("matrix-binary", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "not UTF-8", files(**{"m.yaml": b"\xff\xfe\x00garbage"})),
+    Case("matrix-not-yaml", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "malformed YAML", files(**{"m.yaml": "a: [b\n"})),
+    Case("matrix-a-list", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "must be a mapping", files(**{"m.yaml": "- 1\n"})),
+    Case("matrix-alias-bomb", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "alias bomb", files(**{"m.yaml": ALIAS_BOMB})),
+    Case("matrix-deep-nesting", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "levels deep", files(**{"m.yaml": DEEP})),
+    Case("matrix-huge", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "MiB", files(**{"m.yaml": b"#" * (65 << 20)})),
+    Case("show-unknown-stack", ["matrix", "show", "cann0.0", *M], 2, "cann0.0"),
+    Case("verify-bad-arch", ["matrix", "verify", "--arch", "sparc", *M], 2, "sparc"),
+    Case("schema-to-dev-null", ["matrix", "schema", "-o", "/dev/null"], 3, "not a regular file"),
+    Case("schema-to-fifo", ["matrix", "schema", "-o", "{d}/out"], 3, "a FIFO", fifo("out")),
+    # --- render ---------------------------------------------------------------------------------
+    Case("render-no-hw", ["render", *M], 2, "give --hw"),
+    Case("render-unknown-hw", ["render", "--hw", "a9", *M], 2, "a9"),
+    Case("render-unknown-stack", ["render", "--hw", "a3", "--stack", "nope", *M], 2, "nope"),
+    Case("render-unknown-os", ["render", "--hw", "a3", "--os", "windows", *M], 2, "windows"),
+    Case("render-all-with-hw", ["render", "--all", "--hw", "a3", *M], 2, "--all/--check"),
+    Case("render-to-dev-null", ["render", "--hw", "a3", "-o", "/dev/null", *M], 3, "not a regular file"),
+    Case("render-to-fifo", ["render", "--hw", "a3", "-o", "{d}/Dockerfile", *M], 3, "a FIFO", fifo("Dockerfile")),
+    Case(
+        "render-to-symlink",
+        ["render", "--hw", "a3", "-o", "{d}/link", *M],
+        3,
+        "symlink",
+        both(files(keep="mine\n"), symlink("link", "keep")),
+    ),
+    Case("render-to-directory", ["render", "--hw", "a3", "-o", "{d}", *M], 3, "a directory"),
+    Case("render-to-missing-dir", ["render", "--hw", "a3", "-o", "{d}/no/such/Dockerfile", *M], 3, "does not exist"),
+    Case("render-to-file-as-dir", ["render", "--hw", "a3", "-o", "{d}/f/Dockerfile", *M], 3, "not a directory", files(f="x")),
+    Case("render-all-one-output-blocked", ["render", "--all", "--matrix", "{d}/compat_matrix.yaml"], 3, "Dockerfile.a3", render_all_tree),
+    # --- lock and wheelhouse ----------------------------------------------------------------------
+    Case("lock-unknown-stack", ["lock", "--stack", "nope", *M], 2, "nope"),
+    Case("lock-bad-arch", ["lock", "--arch", "sparc", *M], 2, "sparc"),
+    Case("lock-jobs-zero", ["lock", "--jobs", "0", *M], 2, "--jobs"),
+    Case("lock-jobs-huge", ["lock", "--jobs", HUGE, *M], 2, "--jobs"),
+    Case("lock-config-missing", ["lock", "--config", "{d}/none.toml", *M], 2, "none.toml"),
+    Case("lock-config-fifo", ["lock", "--config", "{d}/c.toml", *M], 2, "a FIFO", fifo("c.toml")),
+    Case("lock-config-not-toml", ["lock", "--config", "{d}/c.toml", *M], 2, "not valid TOML", files(**{"c.toml": "[mirrors\n"})),
+    Case("wheelhouse-bad-arch", ["wheelhouse", "--stack", "cann8.3", "--arch", "sparc", "-o", "{d}/wh", *M], 2, "sparc"),
+    Case(
+        "wheelhouse-into-a-file",
+        ["wheelhouse", "--stack", "cann8.3", "--arch", "aarch64", "-o", "{d}/wh", *M],
+        3,
+        "not a directory",
+        files(wh="x"),
+    ),
+    Case(
+        "wheelhouse-into-dev-null", ["wheelhouse", "--stack", "cann8.3", "--arch", "aarch64", "-o", "/dev/null", *M], 3, "not a directory"
+    ),
+    # --- build and publish (no engine here: these must be refused before it is contacted) ----------
+    Case("build-unknown-hw", ["build", "--hw", "a9", *M], 2, "a9"),
+    Case("build-bad-arch", ["build", "--hw", "a3", "--arch", "sparc", *M], 2, "sparc"),
+    Case("build-push-no-registry", ["build", "--hw", "a3", "--push", *M], 2, "--registry"),
+    Case("build-bad-registry", ["build", "--hw", "a3", "--push", "--registry", "Not A Ref", *M], 2, "Not A Ref"),
+    Case("build-offline-alone", ["build", "--hw", "a3", "--offline", *M], 2, "--wheelhouse"),
+    Case("build-wheelhouse-missing", ["build", "--hw", "a3", "--arch", "x86_64", "--offline", "--wheelhouse", "{d}/wh", *M], 2, "wh"),
+    Case("build-ca-missing", ["build", "--hw", "a3", "--arch", "x86_64", "--ca-bundle", "{d}/ca.pem", *M], 2, "ca.pem"),
+    Case("build-ca-fifo", ["build", "--hw", "a3", "--arch", "x86_64", "--ca-bundle", "{d}/ca.pem", *M], 2, "a FIFO", fifo("ca.pem")),
+    Case(
+        "build-ca-not-pem", ["build", "--hw", "a3", "--arch", "x86_64", "--ca-bundle", "{d}/ca.pem", *M], 2, "PEM", files(**{"ca.pem": "x"})
+    ),
+    Case("build-base-twice", ["build", "--hw", "a3", "--base-image", "x", "--base-registry", "y", *M], 2, "give one"),
+    Case(
+        "build-manifest-dir-file",
+        ["build", "--hw", "a3", "--arch", "x86_64", "--manifest-dir", "{d}/m", *M],
+        3,
+        "not a directory",
+        files(m="x"),
+    ),
+    Case("build-manifest-dir-device", ["build", "--hw", "a3", "--arch", "x86_64", "--manifest-dir", "/dev/null", *M], 3, "not a directory"),
+    Case("publish-bad-registry", ["publish", "ascendkit/verl:x", "--registry", "UPPER/Case"], 2, "UPPER/Case"),
+    # --- smoke ------------------------------------------------------------------------------------
+    Case("smoke-unknown-hw", ["smoke", "--hw", "a9", *M], 2, "a9"),
+    Case("smoke-family-not-sku", ["smoke", "--hw", "a2", *M], 2, "SKU"),
+    Case("smoke-steps-zero", [*SMOKE, "--steps", "0"], 2, "--steps"),
+    Case("smoke-steps-huge", [*SMOKE, "--steps", HUGE], 2, "--steps"),
+    Case("smoke-steps-float", [*SMOKE, "--steps", "1e20"], 2, "--steps"),
+    Case("smoke-timeout-nan", [*SMOKE, "--timeout", "nan"], 2, "--timeout"),
+    Case("smoke-timeout-inf", [*SMOKE, "--timeout", "inf"], 2, "--timeout"),
+    Case("smoke-timeout-huge", [*SMOKE, "--timeout", "1e20"], 2, "--timeout"),
+    Case("smoke-stall-negative", [*SMOKE, "--stall-timeout", "-5"], 2, "--stall-timeout"),
+    Case("smoke-devices-garbage", [*SMOKE, "--devices", "all"], 2, "--devices"),
+    Case("smoke-devices-huge-range", [*SMOKE, "--devices", f"0-{HUGE}"], 2, "--devices"),
+    Case("smoke-override-not-key-value", [*SMOKE, "--override", "novalue"], 2, "novalue"),
+    Case("smoke-env-no-key", [*SMOKE, "--env", "=x"], 2, "--env"),
+    Case("smoke-check-and-no-check", [*SMOKE, "--check", "--no-config-check"], 2, "exclude each other"),
+    Case("smoke-model-path-missing", [*SMOKE, "--model-path", "{d}/model"], 2, "--model-path"),
+    Case("smoke-data-missing", [*SMOKE, "--data", "{d}/data"], 2, "--data"),
+    Case("smoke-out-is-a-file", ["smoke", "--hw", "a3", "--image", "x:y", "--out", "{d}/o", *M], 3, "not a directory", files(o="x")),
+    Case("smoke-baseline-missing", [*SMOKE, "--baseline", "{d}/b.json"], 2, "b.json"),
+    Case("smoke-baseline-bad-shape", [*SMOKE, "--baseline", "{d}/b.json"], 2, "finite number", files(**{"b.json": BASELINE_BAD_SHAPE})),
+    # --- k8s --------------------------------------------------------------------------------------
+    Case("k8s-nodes-zero", [*K8S, "--nodes", "0", *TRAIN], 2, "--nodes"),
+    Case("k8s-nodes-huge", [*K8S, "--nodes", HUGE, "-o", "{d}/k.yaml", *TRAIN], 2, "--nodes"),
+    Case("k8s-steps-huge", [*K8S, "--steps", "99999999999", *TRAIN], 2, "--steps"),
+    Case("k8s-deadline-zero", [*K8S, "--deadline", "0", *TRAIN], 2, "--deadline"),
+    Case("k8s-deadline-huge", [*K8S, "--deadline", HUGE, *TRAIN], 2, "--deadline"),
+    Case(
+        "k8s-image-by-tag", ["k8s", "render", "--hw", "a3", "--image", "ascendkit/verl:latest", "--job", "train", *M, *TRAIN], 2, "digest"
+    ),
+    Case("k8s-to-dev-null", [*K8S, "-o", "/dev/null", *TRAIN], 3, "not a regular file"),
+    Case("validate-missing", ["k8s", "validate", "{d}/none.yaml"], 2, "none.yaml"),
+    Case("validate-fifo", ["k8s", "validate", "{d}/k.yaml"], 2, "a FIFO", fifo("k.yaml")),
+    Case("validate-alias-bomb", ["k8s", "validate", "{d}/k.yaml"], 2, "alias bomb", files(**{"k.yaml": ALIAS_BOMB})),
+    Case("validate-scalar-doc", ["k8s", "validate", "{d}/k.yaml"], 2, "not a mapping", files(**{"k.yaml": "just text\n"})),
+    Case("validate-json-list-items", ["k8s", "validate", "{d}/k.json"], 2, "items", files(**{"k.json": '{"kind": "List", "items": [1]}'})),
+    Case(
+        "validate-wrong-shapes",
+        ["k8s", "validate", "{d}/k.yaml"],
+        1,
+        "is not of type",
+        files(**{"k.yaml": WRONG_SHAPES}),
+    ),
+    # --- metrics, compare, baselines ----------------------------------------------------------------
+    Case("parse-missing", ["metrics", "parse", "{d}/none.log"], 2, "none.log"),
+    Case(
+        "compare-tolerance-negative",
+        ["compare", "{d}/a.log", "{d}/a.log", "--metric", "x", "--tolerance", "-5"],
+        2,
+        "--tolerance",
+        files(**{"a.log": LOG}),
+    ),
+    Case(
+        "compare-tolerance-nan",
+        ["compare", "{d}/a.log", "{d}/a.log", "--metric", "x", "--tolerance", "nan"],
+        2,
+        "--tolerance",
+        files(**{"a.log": LOG}),
+    ),
+    Case("compare-metric-alone", ["compare", "{d}/a.log", "{d}/a.log", "--metric", "x"], 2, "--tolerance", files(**{"a.log": LOG})),
+    Case(
+        "compare-throughput-huge",
+        ["compare", "{d}/a.log", "{d}/a.log", "--throughput-steps", HUGE],
+        2,
+        "--throughput-steps",
+        files(**{"a.log": LOG}),
+    ),
+    Case("compare-baseline-not-json", ["compare", "{d}/a.log", "{d}/b.json"], 2, "not valid", files(**{"a.log": LOG, "b.json": "{nope"})),
+    Case(
+        "compare-baseline-wrong-format",
+        ["compare", "{d}/a.log", "{d}/b.json"],
+        2,
+        "not an ascendkit baseline",
+        files(**{"a.log": LOG, "b.json": "{}"}),
+    ),
+    Case(
+        "compare-baseline-bad-steps",
+        ["compare", "{d}/a.log", "{d}/b.json"],
+        2,
+        "steps",
+        files(**{"a.log": LOG, "b.json": '{"format": "ascendkit-baseline/1", "steps": 5}'}),
+    ),
+    Case(
+        "compare-plot-to-device",
+        ["compare", "{d}/a.log", "{d}/a.log", "--plot", "/dev/null"],
+        3,
+        "not a regular file",
+        files(**{"a.log": LOG}),
+    ),
+    Case("baseline-name-traversal", ["baseline", "import", "{d}/a.log", "--name", "../x"], 2, "--name", files(**{"a.log": LOG})),
+    Case(
+        "baseline-log-without-steps",
+        ["baseline", "import", "{d}/a.log", "--name", "x", "-o", "{d}/x.json"],
+        2,
+        "no verl step lines",
+        files(**{"a.log": "hello\n"}),
+    ),
+    Case(
+        "baseline-to-dev-null",
+        ["baseline", "import", "{d}/a.log", "--name", "x", "-o", "/dev/null"],
+        3,
+        "not a regular file",
+        files(**{"a.log": LOG}),
+    ),
+]
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, str]]:
+    """Every entry under root: its kind and content (a hash for files, the target for symlinks)."""
+    seen: dict[str, tuple[str, str]] = {}
+    for path in sorted(root.rglob("*")):
+        mode = path.lstat().st_mode
+        relative = path.relative_to(root).as_posix()
+        if stat.S_ISLNK(mode):
+            seen[relative] = ("link", str(path.readlink()))
+        elif stat.S_ISREG(mode):
+            seen[relative] = ("file", hashlib.sha256(path.read_bytes()).hexdigest())
+        else:
+            seen[relative] = ("dir" if stat.S_ISDIR(mode) else "special", "")
+    return seen
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def test_there_are_enough_cases_and_each_command_is_tried() -> None:
+    assert len(CASES) >= 60
+    assert len({c.id for c in CASES}) == len(CASES)
+    commands = {" ".join(a for a in c.argv[:2] if not a.startswith("-") and "{" not in a) for c in CASES}
+    for command in (
+        "matrix validate",
+        "render",
+        "lock",
+        "wheelhouse",
+        "build",
+        "publish",
+        "smoke",
+        "k8s render",
+        "k8s validate",
+        "compare",
+    ):
+        assert any(c.startswith(command) for c in commands), command
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_refused_cleanly(case: Case, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    case.setup(work)
+    before = snapshot(work)
+    devnull = Path("/dev/null").stat()
+    argv = [*ASCENDKIT, *(a.replace("{d}", str(work)) for a in case.argv)]
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock", "HOME": str(tmp_path), "NO_COLOR": "1"}
+    env.pop("ASCENDKIT_CONFIG", None)
+    started = time.monotonic()
+    proc = subprocess.run(
+        argv,
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIME_LIMIT_S * 2,
+        preexec_fn=_limit_memory,
+        stdin=subprocess.DEVNULL,
+    )
+    elapsed = time.monotonic() - started
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output, output
+    assert proc.returncode == case.code, f"exit {proc.returncode}, expected {case.code}:\n{output}"
+    assert case.message.lower() in proc.stderr.lower(), proc.stderr
+    assert elapsed < TIME_LIMIT_S, f"took {elapsed:.1f}s"
+    assert snapshot(work) == before, "a file or folder was created, replaced or changed"
+    after = Path("/dev/null").stat()
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == devnull.st_rdev, "/dev/null is still the device"
+
+
+def test_dash_means_stdout(tmp_path: Path) -> None:
+    proc = subprocess.run([*ASCENDKIT, "render", "--hw", "a3", "-o", "-", *M], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (ROOT / "Dockerfile.a3").read_text()
+    assert list(tmp_path.iterdir()) == []
