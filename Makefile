@@ -40,7 +40,7 @@ check: $(STAMP) ## Fail if a generated file or a lock differs from what the matr
 lock: $(STAMP) ## Re-lock every stack and arch (locks/); exit 8 when an index is unreachable and a lock stays unresolved
 	$(BIN)/ascendkit lock --all
 
-build: $(STAMP) ## Build, verify and tag the image for HW (and STACK, ARCH) on the official CANN base
+build: $(STAMP) ## Build, verify and tag the image for HW (STACK, ARCH: default the SKU hosts' arch, aarch64; emulated on x86_64)
 	$(BIN)/ascendkit matrix validate
 	$(BIN)/ascendkit build --hw $(HW)$(if $(STACK), --stack $(STACK))$(if $(ARCH), --arch $(ARCH))
 
@@ -73,7 +73,7 @@ smoke: $(STAMP) ## Config check, doctor and GRPO smoke test of the HW image (IMA
 ifeq ($(STANDIN),1)
 	$(BIN)/python -m tests.services start
 	set -a; . $(SERVICES_ENV); set +a; \
-	  image=$$($(BIN)/ascendkit build --hw $(HW) --matrix tests/fixtures/test_matrix.yaml --base-image "$$ASCENDKIT_STANDIN_IMAGE" \
+	  image=$$($(BIN)/ascendkit build --hw $(HW) --arch "$$(uname -m)" --matrix tests/fixtures/test_matrix.yaml --base-image "$$ASCENDKIT_STANDIN_IMAGE" \
 	    --repo ascendkit-standin/verl --manifest-dir $(SERVICES_DIR)/manifests --quiet --json \
 	    | $(BIN)/python -c 'import json, sys; print(json.load(sys.stdin)["tags"][0])') && \
 	  echo "smoke: the test stack carries stand-in packages, not verl: no config for verl to compose (--no-config-check)" >&2 && \

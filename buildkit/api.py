@@ -18,7 +18,7 @@ from pathlib import Path
 from buildkit.accuracy.compare import Comparison, compare_runs, load_run
 from buildkit.errors import InputError
 from buildkit.fsio import output_dir
-from buildkit.image.build import BuildPlan, BuildResult, host_arch, plan_build, run_build
+from buildkit.image.build import BuildPlan, BuildResult, plan_build, run_build
 from buildkit.image.engine import connect
 from buildkit.image.progress import Reporter
 from buildkit.image.publish import Published, index_members, load_local_image, publish_index, push_image
@@ -28,7 +28,7 @@ from buildkit.image.verify import Check, collect_facts, compare
 from buildkit.lock.inputs import lock_targets
 from buildkit.lock.relock import LockOutcome, index_urls_for, lock_all
 from buildkit.matrix.load import LoadedMatrix, load_matrix, resolve_sku
-from buildkit.plan import ImagePlan, plan_image, plan_target
+from buildkit.plan import ImagePlan, hosts_arch, plan_image, plan_target
 from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
 from buildkit.run.smoke import SmokeReport, SmokeRequest, check_request, run_smoke
 from buildkit.settings import Mirrors
@@ -46,7 +46,7 @@ def load(matrix: MatrixLike = DEFAULT_MATRIX) -> LoadedMatrix:
 def plan(matrix: MatrixLike, hw: str, *, stack: str | None = None, os: str | None = None, arch: str | None = None) -> ImagePlan:
     """The resolved plan of one image: layers, pins, lock sections, base, tags, labels."""
     loaded = load(matrix)
-    return plan_image(loaded, plan_target(loaded, hw, stack, os), arch or host_arch())
+    return plan_image(loaded, plan_target(loaded, hw, stack, os), arch or hosts_arch(loaded, hw))
 
 
 def render(matrix: MatrixLike, hw: str, *, stack: str | None = None, os: str | None = None) -> str:

@@ -337,6 +337,14 @@ def plan_target(loaded: LoadedMatrix, hw: str, stack_name: str | None, os_name: 
     return RenderTarget(stack_id, target.chip_id, chosen_os)
 
 
+def hosts_arch(loaded: LoadedMatrix, hw: str) -> Arch:
+    """The CPU architecture of the hosts ``--hw`` names (the default --arch: images run there)."""
+    arches = sorted({sku.host_arch for sku in resolve_hw(loaded, hw).skus(loaded).values()})
+    if len(arches) != 1:
+        raise InputError(f"the SKUs of --hw {hw} run on {' and '.join(arches) or 'no'} hosts; give --arch")
+    return arches[0]
+
+
 def all_targets(loaded: LoadedMatrix) -> list[RenderTarget]:
     targets = []
     for stack_id, stack in loaded.matrix.stacks.items():

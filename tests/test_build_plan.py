@@ -180,3 +180,21 @@ def test_offline_needs_both_flags(runner: CliRunner, tmp_path: Path) -> None:
         result = runner.invoke(app, ["build", "--hw", "a3", "--dry-run", *argv, "--matrix", str(TEST_MATRIX)])
         assert result.exit_code == ExitCode.INVALID_INPUT
         assert "--offline and --wheelhouse DIR go together" in result.stderr
+
+
+def test_the_default_arch_is_the_skus_hosts_and_emulation_is_said(loaded: LoadedMatrix, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("buildkit.image.build.platform.machine", lambda: "x86_64")
+    plan = plan_build(loaded, "a3", use_default_ca=False)
+    assert plan.arch == "aarch64", "A2/A3 hosts are aarch64 (Kunpeng); the image is for them"
+    assert any("emulated with qemu" in w and "--arch x86_64 builds for this machine" in w for w in plan.warnings)
+    native = plan_build(loaded, "a3", arch="x86_64", use_default_ca=False)
+    assert not any("emulated" in w for w in native.warnings)
+    monkeypatch.setattr("buildkit.image.build.platform.machine", lambda: "aarch64")
+    assert not any("emulated" in w for w in plan_build(loaded, "a2", use_default_ca=False).warnings)
+
+
+def test_the_default_arch_follows_the_matrix(loaded: LoadedMatrix) -> None:
+    from buildkit.plan import hosts_arch
+
+    assert {hosts_arch(loaded, hw) for hw in ("a2", "a2-box16", "900-podc", "a3")} == {"aarch64"}
+    assert hosts_arch(load_matrix(TEST_MATRIX), "a3") == "x86_64"  # the stand-in SKUs are the CI machines

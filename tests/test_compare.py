@@ -108,3 +108,13 @@ def test_bad_baseline_file(runner: CliRunner, tmp_path: Path) -> None:
     bogus.write_text('{"format": "other"}')
     result = runner.invoke(app, ["compare", str(NPU), str(bogus)])
     assert result.exit_code == ExitCode.INVALID_INPUT and "not an ascendkit baseline file" in result.stderr
+
+
+def test_the_percent_is_named_as_the_seeds_define_it(runner: CliRunner) -> None:
+    """The seeds' Mean Error is sum(|npu - gpu|) / N x 100: absolute, so "4 %" means 0.04 reward."""
+    table = runner.invoke(app, ["compare", str(NPU), str(GPU)])
+    assert "x100 (seeds' %)" in table.stdout and "absolute, not relative" in table.stdout
+    data = json.loads(runner.invoke(app, ["compare", str(NPU), str(GPU), "--json"]).stdout)
+    assert data["pct_unit"].startswith("mean absolute error x 100")
+    reward = data["metrics"]["critic/rewards/mean"]
+    assert reward["mean_abs_error_pct"] == pytest.approx(reward["mean_abs_error"] * 100)

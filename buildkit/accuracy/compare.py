@@ -27,6 +27,9 @@ THROUGHPUT = "perf/throughput"
 DEFAULT_REWARD_TOLERANCE = 4.0
 DEFAULT_LOSS_TOLERANCE = 2.0
 BASELINE_FORMAT = "ascendkit-baseline/1"
+# The seeds' "Mean Error" is sum(|npu_i - gpu_i|) / N x 100 %: an absolute error scaled by 100, not
+# an error relative to the values. Every "%" ascendkit prints for the gate is that, and says so.
+PCT_UNIT = "mean absolute error x 100 (the seeds' %: absolute, not relative)"
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Comparison:
     def describe(self) -> dict[str, Any]:
         return {
             "metrics": {m.name: m.describe() for m in self.metrics},
+            "pct_unit": PCT_UNIT,
             "throughput_ratio": self.throughput_ratio,
             "throughput_steps": self.throughput_steps,
             "pass": self.passed,

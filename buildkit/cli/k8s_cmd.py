@@ -64,7 +64,9 @@ def k8s_render(
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace of the objects.")] = None,
     pull_secret: Annotated[str | None, typer.Option("--pull-secret", help="imagePullSecret for a private registry.")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Object name (default verl-<job>-<sku>[-<N>n]).")] = None,
-    arch: Annotated[str, typer.Option("--arch", help="The image's architecture: selects host-arch nodes.")] = "aarch64",
+    arch: Annotated[
+        str | None, typer.Option("--arch", help="The image's architecture: selects host-arch nodes (default: the SKU's hosts').")
+    ] = None,
     model_path: Annotated[str, typer.Option("--model-path", help="Model directory on every node (hostPath).")] = DEFAULT_MODEL_PATH,
     model_pvc: Annotated[str | None, typer.Option("--model-pvc", help="Take the model from this PVC instead.")] = None,
     steps: Annotated[int, typer.Option("--steps", min=1, max=MAX_STEPS, help="Smoke job training steps.")] = 5,
@@ -87,6 +89,7 @@ def k8s_render(
     loaded = load_matrix(matrix)
     sku_id, sku, _ = resolve_sku(loaded, hw, "pods are sized by the SKU")
     overrides = check_overrides(override or [])
+    arch = arch or sku.host_arch
     request = K8sRequest(
         sku_id=sku_id,
         sku=sku,

@@ -82,7 +82,7 @@ def compare(
     as_json: JsonFlag = False,
 ) -> None:
     """The seeds' accuracy gate: mean absolute error per metric, and the throughput ratio (exit 1 on fail)."""
-    from buildkit.accuracy.compare import compare_runs, load_run
+    from buildkit.accuracy.compare import PCT_UNIT, compare_runs, load_run
     from buildkit.accuracy.plot import plot_runs
 
     metrics, tolerances = metric or [], tolerance or []
@@ -98,7 +98,7 @@ def compare(
         print_json(result.describe())
     else:
         table = RichTable(title=f"{npu_log} against {baseline}")
-        for column in ("metric", "steps", "mean abs error", "mean abs error %", "tolerance %", "result"):
+        for column in ("metric", "steps", "mean abs error", "x100 (seeds' %)", "tolerance (same unit)", "result"):
             table.add_column(column)
         for m in result.metrics:
             table.add_row(
@@ -110,6 +110,7 @@ def compare(
                 "pass" if m.passed else "FAIL",
             )
         out.print(table)
+        out.print(f"%: {PCT_UNIT}")
         ratio = "n/a (no perf/throughput in both runs)" if result.throughput_ratio is None else f"{result.throughput_ratio:.3f}"
         out.print(f"throughput ratio (first {throughput_steps} steps, NPU / baseline): {ratio}")
         out.print("PASS" if result.passed else "FAIL")

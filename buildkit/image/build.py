@@ -34,7 +34,7 @@ from buildkit.lock.lockfile import LockFile, lock_problem, read_lock, section_te
 from buildkit.lock.wheelhouse import current_lock, missing_from
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import DOCKER_ARCH, Arch, normalize_arch
-from buildkit.plan import ImagePlan, lock_path, plan_image, plan_target
+from buildkit.plan import ImagePlan, hosts_arch, lock_path, plan_image, plan_target
 from buildkit.resources import DEFAULT_REPOSITORY
 from buildkit.settings import Mirrors, default_ca_bundle, split_credentials
 
@@ -154,7 +154,7 @@ def plan_build(
 ) -> BuildPlan:
     """Everything one build needs, checked before the engine is touched. ``wheelhouse`` makes the
     build offline: pip installs only from that directory, which must hold every locked package."""
-    image = plan_image(loaded, plan_target(loaded, hw, stack, os_name), arch or host_arch())
+    image = plan_image(loaded, plan_target(loaded, hw, stack, os_name), arch or hosts_arch(loaded, hw))
     check_output_dir(manifest_dir, "manifest directory (--manifest-dir)")
     mirrors = mirrors or Mirrors()
     base_registry = mirrors.get("base_registry")
@@ -178,6 +178,9 @@ def plan_build(
     ca_path = Path(ca_setting) if ca_setting else (default_ca_bundle() if use_default_ca else None)
     lock_files, lock, warnings = _check_locks(loaded, image.stack_id, image.arch, wheelhouse)
     lock_status = "resolved" if lock.resolved else "unresolved"
+    if image.arch != host_arch():
+        why = "" if arch else f" (the arch of the {hw} hosts; --arch {host_arch()} builds for this machine)"
+        warnings += (f"building {image.arch}{why} on this {host_arch()} machine: emulated with qemu, several times slower",)
     locked = tuple((p.key, p.version) for _, p in lock.packages)
     secrets = BuildSecrets(read_ca_bundle(ca_path) if ca_path else b"", tuple(env), wheelhouse)
     expected = Expected(

@@ -112,6 +112,7 @@ class Sku(Frozen):
     product: StrictStr
     chip: Identifier = Field(description="key of chips")
     npus_per_node: StrictInt = Field(gt=0, le=64)
+    host_arch: Arch = Field(description="CPU architecture of the SKU's hosts: the default --arch of build and k8s render")
     k8s_accelerator_type: Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")]
     k8s_cpu_request: StrictInt = Field(gt=0, le=1024, description="CPU cores a training pod requests on one node")
     k8s_memory_gib_request: StrictInt = Field(gt=0, le=16384, description="memory (GiB) a training pod requests on one node")

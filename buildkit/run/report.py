@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from buildkit.accuracy.compare import REWARD, THROUGHPUT
+from buildkit.accuracy.compare import PCT_UNIT, REWARD, THROUGHPUT
 from buildkit.accuracy.metrics import StepMetrics, is_finite, series
 from buildkit.fsio import write_atomic
 from buildkit.run.doctor import Check
@@ -114,7 +114,7 @@ def report_markdown(data: dict[str, Any]) -> str:
             "",
             "## Against the baseline",
             "",
-            "| metric | steps | mean abs error | % | tolerance % | result |",
+            "| metric | steps | mean abs error | x100 (seeds' %) | tolerance (same unit) | result |",
             "|---|---|---|---|---|---|",
         ]
         for name, m in comparison["metrics"].items():
@@ -122,6 +122,7 @@ def report_markdown(data: dict[str, Any]) -> str:
             pct = "n/a" if m["mean_abs_error_pct"] is None else f"{m['mean_abs_error_pct']:.3f}"
             lines.append(f"| `{name}` | {m['steps']} | {error} | {pct} | {m['tolerance_pct']:g} | {'pass' if m['pass'] else 'FAIL'} |")
         ratio = comparison.get("throughput_ratio")
+        lines += ["", f"%: {comparison.get('pct_unit', PCT_UNIT)}."]
         lines += ["", f"Throughput ratio (NPU / baseline): {'n/a' if ratio is None else f'{ratio:.3f}'}"]
     files = data["files"]
     lines += ["", "## Files", ""]

@@ -1,0 +1,59 @@
+"""`pip install .` (not editable) gives a working ascendkit: templates, the smoke job and the image's
+scripts ship inside the package, so render and k8s render work away from the checkout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from buildkit.image.render import CONTEXT_FILES
+from tests.conftest import MATRIX, ROOT
+
+DIGEST = "127.0.0.1:9/ascendkit/verl@sha256:" + "ab" * 32
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wheels, target = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("site")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(ROOT)], check=True, capture_output=True, timeout=600)
+    (wheel,) = wheels.glob("ascendkit-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for expected in ["buildkit/templates/Dockerfile.j2", "buildkit/templates/k8s/job.yaml.j2", "buildkit/smoke_tests/grpo_smoke.yaml"]:
+        assert expected in names, expected
+    assert set(CONTEXT_FILES.values()) <= names, "everything the Dockerfile COPYs from the build context"
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True, timeout=300)
+    return target
+
+
+def run(installed: Path, cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(installed)}  # ahead of the editable checkout
+    return subprocess.run([sys.executable, "-m", "buildkit", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_installed_package_renders_away_from_the_checkout(installed: Path, tmp_path: Path) -> None:
+    shutil.copy(MATRIX, tmp_path / "compat_matrix.yaml")
+    shutil.copytree(ROOT / "locks", tmp_path / "locks")
+    where = run(installed, tmp_path, "--version")
+    assert where.returncode == 0
+    probe = subprocess.run(
+        [sys.executable, "-c", "import buildkit.resources as r; print(r.TEMPLATES_DIR)"],
+        env={**os.environ, "PYTHONPATH": str(installed)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip() == str(installed / "buildkit" / "templates"), "the installed copy, not the checkout's"
+    dockerfile = run(installed, tmp_path, "render", "--hw", "a3")
+    assert dockerfile.returncode == 0, dockerfile.stderr
+    assert dockerfile.stdout == (ROOT / "Dockerfile.a3").read_text()
+    manifests = run(installed, tmp_path, "k8s", "render", "--hw", "a3", "--image", DIGEST, "--stack", "cann8.3")
+    assert manifests.returncode == 0, manifests.stderr
+    assert "gsm8k_synth.py" in manifests.stdout and "kind: Job" in manifests.stdout
