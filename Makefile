@@ -77,7 +77,9 @@ ifeq ($(STANDIN),1)
 	    --repo ascendkit-standin/verl --manifest-dir $(SERVICES_DIR)/manifests --quiet --json \
 	    | $(BIN)/python -c 'import json, sys; print(json.load(sys.stdin)["tags"][0])') && \
 	  echo "smoke: the test stack carries stand-in packages, not verl: no config for verl to compose (--no-config-check)" >&2 && \
-	  $(BIN)/ascendkit smoke --image "$$image" --no-config-check $(SMOKE_ARGS)
+	  { $(BIN)/ascendkit smoke --image "$$image" --no-config-check $(SMOKE_ARGS); status=$$?; \
+	    if [ $$status = 10 ]; then echo "smoke: as far as a machine without NPUs goes: built, verified, doctor passed in the image" >&2; status=0; fi; \
+	    exit $$status; }
 else
 	@if ls /dev/davinci[0-9]* >/dev/null 2>&1; then \
 	  set -x; $(BIN)/ascendkit smoke$(if $(IMAGE), --image $(IMAGE)) $(SMOKE_ARGS); \

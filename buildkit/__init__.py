@@ -1,7 +1,7 @@
 """ascendkit: build, verify and ship verl-on-Ascend container images from one compatibility matrix.
 
-``import buildkit`` is cheap: the library API (:mod:`buildkit.api`: plan, render, lock, build,
-verify, publish, smoke, compare_logs) loads on first use, so the CLI's start-up does not pay for it.
+``import buildkit`` is cheap: the library API (:mod:`buildkit.api`: plan_image, render, relock,
+build, verify, publish, smoke, compare) loads on first use, so the CLI's start-up does not pay for it.
 """
 
 from __future__ import annotations
@@ -10,11 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-_API = ("build", "compare_logs", "load", "lock", "plan", "publish", "render", "smoke", "verify")
+_API = ("build", "compare", "load", "plan_image", "publish", "relock", "render", "smoke", "verify")
 __all__ = ["__version__", *_API]
 
 if TYPE_CHECKING:
-    from buildkit.api import build, compare_logs, load, lock, plan, publish, render, smoke, verify  # noqa: F401
+    from buildkit.api import build as build
+    from buildkit.api import compare as compare
+    from buildkit.api import load as load
+    from buildkit.api import plan_image as plan_image
+    from buildkit.api import publish as publish
+    from buildkit.api import relock as relock
+    from buildkit.api import render as render
+    from buildkit.api import smoke as smoke
+    from buildkit.api import verify as verify
 
 
 def __getattr__(name: str) -> Any:

@@ -6,7 +6,7 @@ is one user of the modules below; this is another, with the same checks in the s
 
     import buildkit
 
-    plan = buildkit.plan("compat_matrix.yaml", "a3", arch="aarch64")
+    plan = buildkit.plan_image("compat_matrix.yaml", "a3")  # aarch64: the arch of the A3 hosts
     print(plan.tags[0], [layer.name for layer in plan.layers.all])
 """
 
@@ -24,18 +24,20 @@ from buildkit.image.progress import Reporter
 from buildkit.image.publish import Published, index_members, load_local_image, publish_index, push_image
 from buildkit.image.registry import Registry, RegistryRef
 from buildkit.image.render import render_dockerfile
-from buildkit.image.verify import Check, collect_facts, compare
+from buildkit.image.verify import Check, collect_facts
+from buildkit.image.verify import compare as compare_facts
 from buildkit.lock.inputs import lock_targets
 from buildkit.lock.relock import LockOutcome, index_urls_for, lock_all
 from buildkit.matrix.load import LoadedMatrix, load_matrix, resolve_sku
-from buildkit.plan import ImagePlan, hosts_arch, plan_image, plan_target
+from buildkit.plan import ImagePlan, hosts_arch, plan_target
+from buildkit.plan import plan_image as _plan_image
 from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
 from buildkit.run.smoke import SmokeReport, SmokeRequest, check_request, run_smoke
 from buildkit.settings import Mirrors
 
 MatrixLike = Path | str | LoadedMatrix
 
-__all__ = ["build", "compare_logs", "load", "lock", "plan", "publish", "render", "smoke", "verify"]
+__all__ = ["build", "compare", "load", "plan_image", "publish", "relock", "render", "smoke", "verify"]
 
 
 def load(matrix: MatrixLike = DEFAULT_MATRIX) -> LoadedMatrix:
@@ -43,19 +45,19 @@ def load(matrix: MatrixLike = DEFAULT_MATRIX) -> LoadedMatrix:
     return matrix if isinstance(matrix, LoadedMatrix) else load_matrix(Path(matrix))
 
 
-def plan(matrix: MatrixLike, hw: str, *, stack: str | None = None, os: str | None = None, arch: str | None = None) -> ImagePlan:
+def plan_image(matrix: MatrixLike, hw: str, *, stack: str | None = None, os: str | None = None, arch: str | None = None) -> ImagePlan:
     """The resolved plan of one image: layers, pins, lock sections, base, tags, labels."""
     loaded = load(matrix)
-    return plan_image(loaded, plan_target(loaded, hw, stack, os), arch or hosts_arch(loaded, hw))
+    return _plan_image(loaded, plan_target(loaded, hw, stack, os), arch or hosts_arch(loaded, hw))
 
 
 def render(matrix: MatrixLike, hw: str, *, stack: str | None = None, os: str | None = None) -> str:
     """The Dockerfile of one (stack, chip, OS), byte for byte what ``render --all`` commits."""
     loaded = load(matrix)
-    return render_dockerfile(loaded, plan_image(loaded, plan_target(loaded, hw, stack, os)))
+    return render_dockerfile(loaded, _plan_image(loaded, plan_target(loaded, hw, stack, os)))
 
 
-def lock(
+def relock(
     matrix: MatrixLike,
     *,
     stack: str | None = None,
@@ -102,11 +104,11 @@ def verify(
     """Check an existing local image against what the matrix says it holds (every check, passed or not)."""
     expected = _build_plan(matrix, hw, stack, os, arch, base_image, None, DEFAULT_REPOSITORY, Path("manifests"), None).expected
     client = connect()
-    return compare(collect_facts(client, image), expected)
+    return compare_facts(collect_facts(client, image), expected)
 
 
-def publish(images: list[str], registry: str, *, manifest_dir: Path = Path("manifests")) -> list[Published]:
-    """Push verified local images by digest, then their multi-arch index (refused if an arch is missing)."""
+def publish(images: list[str], registry: str, *, manifest_dir: Path = Path("manifests"), index: bool = True) -> list[Published]:
+    """Push verified local images by digest, then (``index``) their multi-arch index, refused while an arch is missing."""
     target = RegistryRef.parse(registry)
     client = connect()
     remote = Registry(target.host)
@@ -114,7 +116,7 @@ def publish(images: list[str], registry: str, *, manifest_dir: Path = Path("mani
     local = [load_local_image(client, ref, manifest_dir) for ref in images]
     for i, image in enumerate(local):
         published += push_image(client, image, target, remote)
-        if all(other.index_names[0] != image.index_names[0] for other in local[i + 1 :]):
+        if index and all(other.index_names[0] != image.index_names[0] for other in local[i + 1 :]):
             members, missing = index_members(remote, target, image)
             published += publish_index(remote, target, image, members, missing)
     return published
@@ -152,7 +154,7 @@ def smoke(
         return run_smoke(connect(), request, echo=echo)
 
 
-def compare_logs(npu_log: Path, baseline: Path, tolerances: list[tuple[str, float]] | None = None, throughput_steps: int = 4) -> Comparison:
+def compare(npu_log: Path, baseline: Path, tolerances: list[tuple[str, float]] | None = None, throughput_steps: int = 4) -> Comparison:
     """The seeds' accuracy gate on two training logs (or a log and a baseline file)."""
     return compare_runs(load_run(npu_log), load_run(baseline), tolerances, throughput_steps)
 

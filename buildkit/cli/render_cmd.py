@@ -41,13 +41,13 @@ def render(
         check_output_file(output)
     loaded = load_matrix(matrix)
     if check:
-        diffs = generate.check(loaded)
+        expected = generate.expected_outputs(loaded)
+        diffs = generate.check(loaded, expected=expected)
         if diffs:
             sys.stdout.write("".join(diffs))
             typer.echo(f"ascendkit: {len(diffs)} generated file(s) are out of date; run `ascendkit render --all`", err=True)
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
-        count = len(generate.expected_outputs(loaded))
-        typer.echo(f"ascendkit: {count} generated files are up to date", err=True)
+        typer.echo(f"ascendkit: {len(expected)} generated files are up to date", err=True)
         return
     if render_all:
         touched = generate.write_all(loaded)

@@ -91,7 +91,7 @@ def smoke(
     from buildkit.image.build import host_arch
     from buildkit.image.engine import connect
     from buildkit.matrix.load import load_matrix, resolve_sku
-    from buildkit.plan import arch_tag, full_tag, plan_target
+    from buildkit.plan import plan_image, plan_target
     from buildkit.run.devices import parse_visible
     from buildkit.run.job import check_overrides
     from buildkit.run.report import stderr_echo
@@ -103,9 +103,8 @@ def smoke(
     if check and not config_check:
         raise InputError("--check and --no-config-check exclude each other")
     if image is None:
-        rendered = plan_target(loaded, sku_id, None, None)
-        st = loaded.matrix.stacks[rendered.stack_id]
-        image = f"{DEFAULT_REPOSITORY}:{arch_tag(full_tag(st, rendered.chip_id, rendered.os_name), host_arch())}"
+        # what `ascendkit build --hw SKU` tagged on this machine for the default stack
+        image = f"{DEFAULT_REPOSITORY}:{plan_image(loaded, plan_target(loaded, sku_id, None, None), host_arch()).tags[0]}"
     request = SmokeRequest(
         sku_id=sku_id,
         sku=sku,

@@ -89,10 +89,10 @@ def stale_files(root: Path, expected: list[GeneratedFile]) -> list[str]:
     return [p for p in found if p not in wanted]
 
 
-def check(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[str]:
+def check(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR, expected: list[GeneratedFile] | None = None) -> list[str]:
     """Unified diffs (committed -> expected) for every out-of-date generated file; empty when clean."""
     root = loaded.root
-    expected = expected_outputs(loaded, templates)
+    expected = expected_outputs(loaded, templates) if expected is None else expected
     diffs = []
     for gen in expected:
         path = root / gen.path

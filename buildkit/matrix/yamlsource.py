@@ -115,6 +115,8 @@ class _Builder:
         return result
 
 
+# libyaml's parser when PyYAML has it (several times faster); the pure-Python one otherwise.
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_DEPTH = 64  # the matrix nests about 6 deep; anything past this is not a configuration
 MAX_NODES = 200_000  # after aliases are expanded; the shipped matrix has a few thousand
 
@@ -143,7 +145,7 @@ def check_yaml_size(text: str) -> None:
     stack: list[tuple[str | None, int]] = []  # (anchor, nodes so far) per open collection
     total = 0
     try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        for event in yaml.parse(text, Loader=_LOADER):
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 if len(stack) >= MAX_DEPTH:
                     raise YamlTooLarge(f"nested more than {MAX_DEPTH} levels deep", *_event_mark(event))
@@ -190,7 +192,7 @@ def load_yaml(text: str, source: Path) -> tuple[dict[str, Any], SourceMap, list[
     except YamlTooLarge as exc:
         raise YamlSourceError([Finding(Location(source, exc.line, exc.column), "<document>", f"refused: {exc}")]) from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         loc = Location(source, mark.line + 1, mark.column + 1) if mark else Location(source)

@@ -1,0 +1,58 @@
+"""The library API (``import buildkit``): the same pipeline as the CLI, without Typer, typed values back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+import buildkit
+from buildkit.errors import InputError
+from buildkit.image.registry import Registry
+from buildkit.image.verify import failures
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.plan import plan_image, plan_target, stack_layers
+from tests.conftest import MATRIX, ROOT, TEST_MATRIX, DockerEnv
+
+
+def test_import_buildkit_loads_none_of_the_pipeline() -> None:
+    probe = "import sys, buildkit; print(sorted(m for m in ('docker', 'pydantic', 'jinja2', 'typer', 'buildkit.api') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+def test_plan_and_render_match_the_cli_and_the_committed_files(loaded: LoadedMatrix) -> None:
+    plan = buildkit.plan_image(MATRIX, "a3")
+    assert plan == plan_image(loaded, plan_target(loaded, "a3", None, None), "aarch64"), "the A3 hosts' arch by default"
+    assert plan.tags[0] == "verl0.6.1-cann8.3.rc1-torch_npu2.7.1-a3-ubuntu22.04-py3.11-aarch64"
+    assert plan.layers == stack_layers(plan.stack) and plan.layers.names[-1] == "verl"
+    assert dict(plan.lock_sections())["verl"] == "locks/cann8.3/verl-aarch64.txt"
+    assert buildkit.render(MATRIX, "a3") == (ROOT / "Dockerfile.a3").read_text()
+    assert buildkit.render(loaded, "a2", stack="cann9.1") == buildkit.render(str(MATRIX), "900-podc", stack="cann9.1")
+
+
+def test_errors_are_the_clis_errors() -> None:
+    with pytest.raises(InputError, match="unknown --hw 'a9'"):
+        buildkit.plan_image(MATRIX, "a9")
+    with pytest.raises(AttributeError):
+        buildkit.nonexistent  # noqa: B018
+
+
+@pytest.mark.docker
+def test_build_verify_publish_through_the_api(docker_env: DockerEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", docker_env.env.get("DOCKER_HOST", os.environ.get("DOCKER_HOST", "")))
+    result = buildkit.build(
+        TEST_MATRIX, "a3", arch="x86_64", base_image=docker_env.standin, repository="ascendkit-api/verl", manifest_dir=tmp_path
+    )
+    assert result.refs[0].startswith("ascendkit-api/verl:") and result.manifest_json.is_file()
+    checks = buildkit.verify(result.refs[0], TEST_MATRIX, "a3", arch="x86_64", base_image=docker_env.standin)
+    assert checks and not failures(checks)
+    repo = f"api-{uuid.uuid4().hex[:8]}"
+    published = buildkit.publish([result.refs[0]], f"{docker_env.registry}/{repo}", manifest_dir=tmp_path, index=False)
+    digest = published[0].digest
+    manifest = Registry(docker_env.registry).get_manifest(repo, digest)
+    assert manifest is not None and manifest.digest == digest
