@@ -18,7 +18,7 @@ from pathlib import Path
 from buildkit.accuracy.compare import Comparison, compare_runs, load_run
 from buildkit.errors import InputError
 from buildkit.fsio import output_dir
-from buildkit.image.build import BuildPlan, BuildResult, plan_build, run_build
+from buildkit.image.build import BuildPlan, BuildResult, check_outputs, plan_build, run_build
 from buildkit.image.engine import connect
 from buildkit.image.progress import Reporter
 from buildkit.image.publish import Published, index_members, load_local_image, publish_index, push_image
@@ -88,6 +88,7 @@ def build(
 ) -> BuildResult:
     """Build, verify and tag one image on the Docker engine of the environment (DOCKER_HOST)."""
     build_plan = _build_plan(matrix, hw, stack, os, arch, base_image, mirrors, repository, manifest_dir, wheelhouse)
+    check_outputs(build_plan)
     return run_build(connect(), build_plan, reporter)
 
 

@@ -125,7 +125,7 @@ def build(
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Build, verify and tag one image (one stack, chip, OS and arch); optionally push it."""
-    from buildkit.image.build import plan_build, run_build
+    from buildkit.image.build import check_outputs, plan_build, run_build
     from buildkit.image.engine import connect
     from buildkit.image.publish import LocalImage
     from buildkit.image.registry import RegistryRef
@@ -175,6 +175,7 @@ def build(
             for key, value in described.items():
                 out.print(f"{key:>12}: {value}")
         return
+    check_outputs(plan)
     client = connect()
     typer.echo(
         f"building {plan.refs[0]} ({plan.stack_id}, chip {plan.chip_id}, {plan.os_name}, {plan.arch}) FROM {plan.base_image}", err=True

@@ -34,7 +34,7 @@ from buildkit.lock.lockfile import LockFile, lock_problem, read_lock, section_te
 from buildkit.lock.wheelhouse import current_lock, missing_from
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import DOCKER_ARCH, Arch, normalize_arch
-from buildkit.plan import ImagePlan, hosts_arch, lock_path, plan_image, plan_target
+from buildkit.plan import ImagePlan, hosts_arch, plan_image, plan_target
 from buildkit.resources import DEFAULT_REPOSITORY
 from buildkit.settings import Mirrors, default_ca_bundle, split_credentials
 
@@ -49,11 +49,9 @@ class BuildPlan:
 
     image: ImagePlan
     dockerfile: str
-    base_image: str
-    base_mirrors: tuple[str, ...]
+    base_image: str  # the plan's, or where --base-image / --base-registry point
     buildargs: tuple[tuple[str, str], ...]  # never holds a secret: these land in `docker history`
     repository: str
-    tags: tuple[str, ...]
     expected: Expected
     no_cache: bool = False
     manifest_dir: Path = Path("manifests")
@@ -77,6 +75,14 @@ class BuildPlan:
     @property
     def arch(self) -> Arch:
         return self.image.arch
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return self.image.tags
+
+    @property
+    def base_mirrors(self) -> tuple[str, ...]:
+        return self.image.base_mirrors
 
     @property
     def platform(self) -> str:
@@ -104,7 +110,7 @@ class BuildPlan:
             "no_cache": self.no_cache,
             "ca_bundle": bool(self.secrets.ca_bundle),
             "secret_env": [name for name, _ in self.secrets.env],
-            "lock": lock_path(self.stack_id, self.arch),
+            "lock": self.image.lock_path,
             "lock_status": self.lock_status,
             "offline": str(self.secrets.wheelhouse) if self.secrets.wheelhouse else None,
             "warnings": list(self.warnings),
@@ -155,7 +161,6 @@ def plan_build(
     """Everything one build needs, checked before the engine is touched. ``wheelhouse`` makes the
     build offline: pip installs only from that directory, which must hold every locked package."""
     image = plan_image(loaded, plan_target(loaded, hw, stack, os_name), arch or hosts_arch(loaded, hw))
-    check_output_dir(manifest_dir, "manifest directory (--manifest-dir)")
     mirrors = mirrors or Mirrors()
     base_registry = mirrors.get("base_registry")
     if base_image and base_registry:
@@ -202,10 +207,8 @@ def plan_build(
         image=image,
         dockerfile=render_context(ctx),
         base_image=base,
-        base_mirrors=image.base_mirrors,
         buildargs=tuple(buildargs),
         repository=repository,
-        tags=image.tags,
         expected=expected,
         no_cache=no_cache,
         manifest_dir=manifest_dir,
@@ -328,7 +331,13 @@ def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -
     return progress.image_id
 
 
+def check_outputs(plan: BuildPlan) -> None:
+    """What a build will write, checked before the engine is contacted (exit 3, not a failed build)."""
+    check_output_dir(plan.manifest_dir, "manifest directory (--manifest-dir)")
+
+
 def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | None = None) -> BuildResult:
+    check_outputs(plan)
     started = time.monotonic()
     ensure_base_image(client, plan)
     progress = BuildProgress(reporter or QuietReporter())
