@@ -212,8 +212,6 @@ def publish(
     from buildkit.image.registry import RegistryRef
 
     target = RegistryRef.parse(registry)
-    if not manifest_dir.is_dir():
-        raise InputError(f"--manifest-dir {manifest_dir}: no such directory (where `ascendkit build` wrote the images' manifests)")
     client = connect()
     local = [load_local_image(client, ref, manifest_dir) for ref in images]
     results = []
