@@ -270,3 +270,17 @@ def test_version_and_help() -> None:
     help_text = _ascendkit("--help").stdout
     for command in ("matrix", "render"):
         assert command in help_text
+
+
+def test_start_up_loads_none_of_the_pipeline() -> None:
+    """`ascendkit --help` stays fast because the commands import the pipeline only when they run
+    (benchmarks/bench_cli.py measures the time; this keeps the cause from coming back)."""
+    heavy = ("docker", "requests", "pydantic", "jinja2", "yaml", "jsonschema", "matplotlib", "kubernetes_validate", "packaging")
+    probe = (
+        "import sys, runpy; sys.argv = ['ascendkit', '--help']\n"
+        "try:\n    runpy.run_module('buildkit', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert "Usage: ascendkit" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == "[]"

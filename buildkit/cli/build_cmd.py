@@ -26,12 +26,12 @@ from buildkit.cli.base import (
 )
 from buildkit.errors import InputError
 from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
+from buildkit.settings import resolve_mirrors
 
 if TYPE_CHECKING:
     from buildkit.image.progress import Step
     from buildkit.image.publish import LocalImage
     from buildkit.image.registry import RegistryRef
-from buildkit.settings import resolve_mirrors
 
 
 class StepPrinter:

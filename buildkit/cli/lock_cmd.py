@@ -25,10 +25,10 @@ from buildkit.cli.base import (
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import check_output_dir
 from buildkit.resources import DEFAULT_MATRIX
+from buildkit.settings import Mirrors, default_ca_bundle, resolve_mirrors
 
 if TYPE_CHECKING:
     from buildkit.lock.relock import LockOutcome
-from buildkit.settings import Mirrors, default_ca_bundle, resolve_mirrors
 
 
 def _mirrors(

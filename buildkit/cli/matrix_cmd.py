@@ -23,10 +23,10 @@ from buildkit.cli.base import (
 from buildkit.errors import ExitCode, InputError, MatrixError
 from buildkit.fsio import write_output
 from buildkit.resources import DEFAULT_MATRIX
+from buildkit.settings import default_ca_bundle
 
 if TYPE_CHECKING:
     from buildkit.lock.availability import PinCheck
-from buildkit.settings import default_ca_bundle
 
 
 @matrix_app.command("validate")
