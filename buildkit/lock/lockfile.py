@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from buildkit.errors import InputError
 from buildkit.fsio import write_atomic
-from buildkit.lock.inputs import LEGACY_BUILD_REQUIRES, LOCK_FORMAT, LockFailed, LockInputs, LockTarget, canon
+from buildkit.lock.inputs import LEGACY_BUILD_REQUIRES, LOCK_FORMAT, LockFailed, LockInputs, LockTarget, canon, lock_inputs
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.plan import section_path, stack_layers
 
@@ -183,6 +183,14 @@ def write_sections(loaded: LoadedMatrix, target: LockTarget) -> list[str]:
         write_atomic(path, text)
         written.append(relative)
     return written
+
+
+def lock_state(loaded: LoadedMatrix, target: LockTarget) -> str:
+    """resolved (hashes enforced), unresolved (pins only), missing or stale: what a build would meet."""
+    problem = lock_problem(loaded.root, lock_inputs(loaded, target))
+    if problem is not None:
+        return "missing" if "is missing" in problem else "stale"
+    return "resolved" if read_lock(loaded.root / target.path).resolved else "unresolved"
 
 
 def lock_problem(root: Path, inputs: LockInputs) -> str | None:

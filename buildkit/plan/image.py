@@ -1,0 +1,196 @@
+"""The plan of one image: its target, base, tags, labels and layers, computed once from the matrix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from buildkit.errors import InputError
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.matrix.model import Arch, Chip, Matrix, Stack
+from buildkit.plan.layers import LABEL_PREFIX, StackLayers, dist_name, expected_packages, lock_path, section_path, stack_layers
+
+
+@dataclass(frozen=True)
+class RenderTarget:
+    """One Dockerfile: a stack, the chip it is built for, and the OS of the base image."""
+
+    stack_id: str
+    chip_id: str
+    os_name: str
+
+    @property
+    def filename(self) -> str:
+        return f"Dockerfile.{self.chip_id}-{self.os_name}"
+
+
+@dataclass(frozen=True)
+class GitCheckout:
+    name: str
+    url_arg: str
+    path: str
+    ref: str
+    install: str  # "pip" or "pythonpath"
+
+    @property
+    def directory(self) -> str:
+        base = self.path.rsplit("/", 1)[-1].removesuffix(".git")
+        return f"/opt/{base}" if self.install == "pythonpath" else f"/tmp/{base}"
+
+
+def base_image_tag(matrix: Matrix, stack: Stack, chip_id: str, os_name: str) -> str:
+    """The official CANN image tag for a stack, chip and OS (the grammar lives in the matrix)."""
+    return matrix.base_image.tag.format(cann=stack.cann.lower(), chip=matrix.chips[chip_id].cann_chip, os=os_name, python=stack.python)
+
+
+def base_image_ref(matrix: Matrix, stack: Stack, chip_id: str, os_name: str, registry: str | None = None) -> str:
+    base = matrix.base_image
+    return f"{registry or base.registry}/{base.repository}:{base_image_tag(matrix, stack, chip_id, os_name)}"
+
+
+def full_tag(stack: Stack, chip_id: str, os_name: str) -> str:
+    return f"verl{stack.verl.version}-cann{stack.cann.lower()}-torch_npu{stack.torch_npu.version}-{chip_id}-{os_name}-py{stack.python}"
+
+
+def arch_tag(tag: str, arch: str) -> str:
+    """What ``ascendkit build`` tags locally: every tag above, per architecture."""
+    return f"{tag}-{arch}"
+
+
+def alias_tags(stack_id: str, stack: Stack, chip_id: str, os_name: str) -> list[str]:
+    """Moving aliases for a built image; the first OS of a stack also gets the short forms."""
+    tags = [f"{stack_id}-{chip_id}-{os_name}"]
+    if os_name == stack.os[0]:
+        tags.append(f"{stack_id}-{chip_id}")
+        if stack.default:
+            tags.append(f"latest-{chip_id}")
+    return tags
+
+
+def stack_skus_on_chip(loaded: LoadedMatrix, stack: Stack, chip_id: str) -> list[str]:
+    return [s for s in stack.skus if loaded.matrix.skus[s].chip == chip_id]
+
+
+def _labels(target: RenderTarget, stack: Stack, chip: Chip, skus: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Image labels; ${BASE_IMAGE} and ${SOC_VERSION} are filled by the build's arguments."""
+    labels: list[tuple[str, str]] = [
+        ("org.opencontainers.image.title", f"ascendkit verl {target.stack_id} {target.chip_id}"),
+        (
+            "org.opencontainers.image.description",
+            f"verl {stack.verl.version} for {chip.name}: CANN {stack.cann}, torch_npu {stack.torch_npu.version}, "
+            f"vllm-ascend {stack.vllm_ascend.version}, Python {stack.python}",
+        ),
+        ("org.opencontainers.image.vendor", "ascendkit"),
+        ("org.opencontainers.image.version", full_tag(stack, target.chip_id, target.os_name)),
+        ("org.opencontainers.image.base.name", "${BASE_IMAGE}"),
+        (f"{LABEL_PREFIX}.stack", target.stack_id),
+        (f"{LABEL_PREFIX}.chip", target.chip_id),
+        (f"{LABEL_PREFIX}.skus", ",".join(skus)),
+        (f"{LABEL_PREFIX}.os", target.os_name),
+        (f"{LABEL_PREFIX}.arches", ",".join(stack.arches)),
+        (f"{LABEL_PREFIX}.soc-version", "${SOC_VERSION}"),
+        (f"{LABEL_PREFIX}.atb-cxx-abi", str(stack.atb_cxx_abi)),
+        (f"{LABEL_PREFIX}.version.cann", stack.cann),
+        (f"{LABEL_PREFIX}.version.python", stack.python),
+    ]
+    for component, pin in stack.pins().items():
+        labels.append((f"{LABEL_PREFIX}.version.{dist_name(component)}", pin.version))
+    for component, git in stack.git_pins().items():
+        labels.append((f"{LABEL_PREFIX}.version.{dist_name(component)}", git.ref))
+    return tuple(labels)
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    """Everything about one image that follows from the matrix alone (no engine, no network).
+
+    The Dockerfile is the same for every arch of a (stack, chip, OS); the arch picks the lock
+    whose hashes are enforced and the tags."""
+
+    target: RenderTarget
+    arch: Arch
+    stack: Stack
+    chip: Chip
+    skus: tuple[str, ...]  # the stack's SKUs on this chip
+    base_registry: str  # of the official CANN base, from the matrix
+    base_repository: str
+    base_image_tag: str
+    base_mirrors: tuple[str, ...]  # mirror repositories of the CANN base, as the matrix lists them
+    layers: StackLayers
+    git_checkouts: tuple[GitCheckout, ...]
+    labels: tuple[tuple[str, str], ...]
+    expected_packages: tuple[tuple[str, str], ...]
+    full_tag: str
+    alias_tags: tuple[str, ...]
+
+    @property
+    def stack_id(self) -> str:
+        return self.target.stack_id
+
+    @property
+    def chip_id(self) -> str:
+        return self.target.chip_id
+
+    @property
+    def os_name(self) -> str:
+        return self.target.os_name
+
+    @property
+    def base_image(self) -> str:
+        """The official CANN base this image is built on."""
+        return self.base_image_at(None)
+
+    def base_image_at(self, registry: str | None) -> str:
+        """The CANN base as ``registry`` (a mirror of the official one) serves it."""
+        return f"{registry or self.base_registry}/{self.base_repository}:{self.base_image_tag}"
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """What ``ascendkit build`` tags this arch's image with."""
+        return tuple(arch_tag(name, self.arch) for name in (self.full_tag, *self.alias_tags))
+
+    @property
+    def lock_path(self) -> str:
+        return lock_path(self.stack_id, self.arch)
+
+    def lock_sections(self, arch: str | None = None) -> tuple[tuple[str, str], ...]:
+        """(layer, section path) in build order, for ``arch`` (default: this plan's)."""
+        return tuple((name, section_path(self.stack_id, name, arch or self.arch)) for name in self.layers.names)
+
+    def labels_for(self, base_image: str) -> tuple[tuple[str, str], ...]:
+        """The labels as the image carries them when built on ``base_image``."""
+        substitutions = {"${BASE_IMAGE}": base_image, "${SOC_VERSION}": self.chip.soc_version}
+        return tuple((k, substitutions.get(v, v)) for k, v in self.labels)
+
+
+def plan_image(loaded: LoadedMatrix, target: RenderTarget, arch: str | None = None) -> ImagePlan:
+    """The plan of one image; ``arch`` must be one of the stack's (default: its first)."""
+    matrix = loaded.matrix
+    stack = matrix.stacks[target.stack_id]
+    chosen = arch or stack.arches[0]
+    if chosen not in stack.arches:
+        raise InputError(f"stack {target.stack_id!r} is not built for --arch {chosen!r}; choose one of: {', '.join(stack.arches)}")
+    chip = matrix.chips[target.chip_id]
+    skus = tuple(stack_skus_on_chip(loaded, stack, target.chip_id))
+    checkouts = tuple(
+        GitCheckout(
+            dist_name(component), matrix.git_hosts[matrix.repos[git.repo].host].arg, matrix.repos[git.repo].path, git.ref, git.install
+        )
+        for component, git in stack.git_pins().items()
+    )
+    return ImagePlan(
+        target=target,
+        arch=chosen,  # narrowed to Arch by the membership check above
+        stack=stack,
+        chip=chip,
+        skus=skus,
+        base_registry=matrix.base_image.registry,
+        base_repository=matrix.base_image.repository,
+        base_image_tag=base_image_tag(matrix, stack, target.chip_id, target.os_name),
+        base_mirrors=tuple(f"{m}/{matrix.base_image.repository}" for m in matrix.base_image.mirrors.values()),
+        layers=stack_layers(stack),
+        git_checkouts=checkouts,
+        labels=_labels(target, stack, chip, skus),
+        expected_packages=tuple(sorted(expected_packages(stack).items())),
+        full_tag=full_tag(stack, target.chip_id, target.os_name),
+        alias_tags=tuple(alias_tags(target.stack_id, stack, target.chip_id, target.os_name)),
+    )

@@ -1,0 +1,159 @@
+"""A stack's pip layers, in build order, with their pins and lock sections: the one derivation of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from buildkit.matrix.model import PypiPin, Stack
+
+LABEL_PREFIX = "io.ascendkit"
+PRIMARY_INDEX = "pypi"  # read by pip from PIP_INDEX_URL; every other index is an extra one
+BUILD_LAYER = "build"  # lock section of the source builds' build requirements
+GIT_LAYER = "git"  # lock section of the PyPI pins installed with the git checkouts
+VERL_LAYER = "verl"
+LOCKS_DIR = "locks"  # relative to the matrix's directory, and to the build context
+# Where things live in the image (the Dockerfile, its scripts and doctor agree on these).
+ENTRYPOINT = "/usr/local/bin/ascendkit-entrypoint"
+CONSTRAINTS_FILE = "/etc/ascendkit/constraints.txt"
+IMAGE_LOCKS_DIR = "/etc/ascendkit/locks"
+
+
+@dataclass(frozen=True)
+class Pin:
+    dist: str  # distribution name as pip spells it
+    version: str
+    from_source: bool = False
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.dist}=={self.version}"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One pip layer of the image: its lock section, the pins it installs, and how pip is called."""
+
+    name: str  # the lock section this layer installs
+    title: str
+    pins: tuple[Pin, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # variables for the pip call only
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    soc_arg: bool = False  # declare the SOC_VERSION build ARG right before this layer
+    launcher: str = ""  # command that runs pip (the entrypoint, when CANN's environment is needed)
+
+    @property
+    def no_binary(self) -> str:
+        return ",".join(p.dist for p in self.pins if p.from_source)
+
+
+@dataclass(frozen=True)
+class StackLayers:
+    """A stack's pip layers in build order, least volatile first (verl last: a bump rebuilds one)."""
+
+    head: tuple[Layer, ...]  # before the git checkouts
+    git: Layer | None  # the PyPI pins that ride with the checkouts
+    tail: tuple[Layer, ...]
+    verl: Layer
+
+    @property
+    def all(self) -> tuple[Layer, ...]:
+        return (*self.head, *((self.git,) if self.git else ()), *self.tail, self.verl)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(layer.name for layer in self.all)
+
+
+def dist_name(component: str) -> str:
+    return component.replace("_", "-")
+
+
+def pin_of(stack: Stack, component: str) -> Pin:
+    pin: PypiPin | None = stack.pins().get(component)
+    assert pin is not None, component
+    return Pin(pin.package or dist_name(component), pin.version, pin.build_from_source)
+
+
+def expected_packages(stack: Stack) -> dict[str, str]:
+    """Distribution name -> exact version for every PyPI-style pin (what verification checks)."""
+    return {pin_of(stack, c).dist: pin_of(stack, c).version for c in stack.pins()}
+
+
+def stack_layers(stack: Stack) -> StackLayers:
+    """The one derivation of a stack's install layers (what lock splits by and render lays out)."""
+    head = [
+        Layer(
+            "torch",
+            "torch, torch_npu and torchvision (pinned together: a loose torchvision replaces torch)",
+            (pin_of(stack, "torch"), pin_of(stack, "torchvision"), pin_of(stack, "torch_npu")),
+        )
+    ]
+    after_vllm: tuple[str, ...] = ()
+    if stack.triton_ascend is not None:
+        triton = pin_of(stack, "triton_ascend")
+        head.append(
+            Layer(
+                "triton-ascend",
+                "triton-ascend (the CUDA triton shares its import name and must go first)",
+                (triton,),
+                before=(f"python3 -m pip uninstall -y triton {triton.dist}",),
+            )
+        )
+        # If vllm's requirements dragged the CUDA triton back in, it overwrote triton-ascend's files.
+        after_vllm = (
+            "if python3 -m pip show triton >/dev/null 2>&1; then "
+            "python3 -m pip uninstall -y triton; "
+            f"python3 -m pip install --no-cache-dir --no-deps --force-reinstall {triton.requirement}; fi",
+        )
+    if any(pin.build_from_source for pin in stack.pins().values()):
+        head.append(
+            Layer(
+                BUILD_LAYER,
+                "what the source builds below need (their build-system requires, from the lock), so\n"
+                "#    they build without isolation against the torch installed above",
+            )
+        )
+    head.append(
+        Layer(
+            "vllm",
+            "vllm from source with no device target: vllm-ascend supplies the NPU platform",
+            (pin_of(stack, "vllm"),),
+            env=(("VLLM_TARGET_DEVICE", "empty"),),
+            after=after_vllm,
+        )
+    )
+    head.append(
+        Layer(
+            "vllm-ascend",
+            "vllm-ascend with its custom kernels compiled against CANN for ${SOC_VERSION}",
+            (pin_of(stack, "vllm_ascend"),),
+            env=(("COMPILE_CUSTOM_KERNELS", "1"), ("SOC_VERSION", '"${SOC_VERSION}"')),
+            # Through the entrypoint: the same sourcing of set_env.sh (with the ATB ABI) as at run time.
+            launcher=ENTRYPOINT,
+            soc_arg=True,
+        )
+    )
+    git = None
+    tail = []
+    if stack.git_pins():
+        mbridge = (pin_of(stack, "mbridge"),) if stack.mbridge is not None else ()  # mbridge rides with MindSpeed
+        git = Layer(GIT_LAYER, "git checkouts", mbridge)
+    elif stack.mbridge is not None:
+        tail.append(Layer("mbridge", "mbridge", (pin_of(stack, "mbridge"),)))
+    tail.append(Layer("transformers", "transformers", (pin_of(stack, "transformers"),)))
+    verl = Layer(VERL_LAYER, "verl (the most volatile layer: bumping verl rebuilds only this)", (pin_of(stack, "verl"),))
+    return StackLayers(tuple(head), git, tuple(tail), verl)
+
+
+def lock_path(stack_id: str, arch: str) -> str:
+    """A lock's path relative to the matrix's directory."""
+    return f"{LOCKS_DIR}/{stack_id}-{arch}.txt"
+
+
+def section_path(stack_id: str, layer: str, arch: str) -> str:
+    """One layer's part of a lock, relative to the matrix's directory (and the build context).
+
+    Each pip layer COPYs only its own section right before it runs, so a lock change rebuilds the
+    layers whose packages changed and those after them, nothing earlier (bumping verl: one layer)."""
+    return f"{LOCKS_DIR}/{stack_id}/{layer}-{arch}.txt"
