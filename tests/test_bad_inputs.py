@@ -128,6 +128,12 @@ CASES = [
     Case("render-to-missing-dir", ["render", "--hw", "a3", "-o", "{d}/no/such/Dockerfile", *M], 3, "does not exist"),
     Case("render-to-file-as-dir", ["render", "--hw", "a3", "-o", "{d}/f/Dockerfile", *M], 3, "not a directory", files(f="x")),
     Case("render-all-one-output-blocked", ["render", "--all", "--matrix", "{d}/compat_matrix.yaml"], 3, "Dockerfile.a3", render_all_tree),
+    # --- plan -------------------------------------------------------------------------------------
+    Case("plan-nothing-named", ["plan", *M], 2, "give --all"),
+    Case("plan-all-and-a-filter", ["plan", "--all", "--stack", "cann8.3", *M], 2, "not both"),
+    Case("plan-unknown-stack", ["plan", "--stack", "nope", *M], 2, "nope"),
+    Case("plan-unknown-os", ["plan", "--os", "windows", *M], 2, "windows"),
+    Case("plan-nothing-matches", ["plan", "--stack", "cann8.1", "--hw", "a3", *M], 2, "no image of the matrix matches"),
     # --- lock and wheelhouse ----------------------------------------------------------------------
     Case("lock-unknown-stack", ["lock", "--stack", "nope", *M], 2, "nope"),
     Case("lock-bad-arch", ["lock", "--arch", "sparc", *M], 2, "sparc"),
