@@ -155,6 +155,9 @@ CASES = [
     ),
     # --- build and publish (no engine here: these must be refused before it is contacted) ----------
     Case("build-unknown-hw", ["build", "--hw", "a9", *M], 2, "a9"),
+    Case("build-nothing-named", ["build", *M], 2, "give --hw"),
+    Case("build-all-dry-run", ["build", "--all", "--dry-run", *M], 2, "ascendkit plan"),
+    Case("build-all-nothing-matches", ["build", "--all", "--stack", "cann8.1", "--hw", "a3", *M], 2, "no image of the matrix matches"),
     Case("build-bad-arch", ["build", "--hw", "a3", "--arch", "sparc", *M], 2, "sparc"),
     Case("build-push-no-registry", ["build", "--hw", "a3", "--push", *M], 2, "--registry"),
     Case("build-bad-registry", ["build", "--hw", "a3", "--push", "--registry", "Not A Ref", *M], 2, "Not A Ref"),

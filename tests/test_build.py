@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from buildkit.errors import ExitCode
+from buildkit.lock.inputs import lock_inputs, lock_targets
+from buildkit.lock.lockfile import render_unresolved
 from buildkit.matrix.load import load_matrix
 from tests.conftest import TEST_MATRIX, DockerEnv, write_unresolved_locks
 
@@ -207,3 +211,42 @@ def test_unresolved_lock_builds_by_pins_and_says_so(docker_env: DockerEnv, tmp_p
         "actual": "locks/teststack-x86_64.txt is unresolved: pins installed unhashed",
         "status": "absent",
     }
+
+
+def test_build_all_goes_on_past_a_failed_target_and_never_tags_it(docker_env: DockerEnv, tmp_path: Path) -> None:
+    """Two stacks for a3/x86_64: 'broken' (planted: a triton-ascend pin that does not exist, so pip
+    fails in its second layer) builds first; the run goes on, builds and tags 'teststack', and
+    prints the summary; nothing of 'broken' is tagged."""
+    text = TEST_MATRIX.read_text()
+    stanza = text[text.index("  teststack:\n") :]
+    broken = (
+        stanza.replace("  teststack:\n", "  broken:\n")
+        .replace("default: true", "default: false")
+        .replace('version: "3.7"', 'version: "3.6"')  # its own full tag
+        .replace("version: 0.2.13", "version: 0.0.0")  # the planted failure
+    )
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(text + broken)
+    shutil.copytree(TEST_MATRIX.parent / "locks", tmp_path / "locks")
+    loaded = load_matrix(matrix)
+    for target in lock_targets(loaded, "broken"):
+        (tmp_path / target.path).write_text(render_unresolved(lock_inputs(loaded, target), "test: planted failure"))
+    repo = f"it-fleet-{uuid.uuid4().hex[:8]}/verl"
+    before = docker_env.containers()
+    proc = docker_env.ascendkit(
+        "build", "--all", "--hw", "a3", "--arch", "x86_64", "--matrix", str(matrix), "--base-image", docker_env.standin,
+        "--repo", repo, "--manifest-dir", str(tmp_path / "manifests"), "--json", "-q",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.BUILD_FAILED, proc.stderr
+    outcomes = {o["target"]: o for o in json.loads(proc.stdout)}
+    assert list(outcomes) == ["broken a3 debian12 x86_64", "teststack a3 debian12 x86_64"]
+    failed, built = outcomes["broken a3 debian12 x86_64"], outcomes["teststack a3 debian12 x86_64"]
+    assert failed["result"] == "failed" and failed["exit_code"] == ExitCode.BUILD_FAILED and "build failed at step" in failed["message"]
+    assert built["result"] == "built" and built["size"] > 0 and built["image_id"].startswith("sha256:")
+    assert proc.stderr.index("[1/2] building") < proc.stderr.index("[2/2] building"), "broken went first; the run went on"
+    assert "ascendkit build --all: 1 of 2 built" in proc.stderr and "FAILED" in proc.stderr
+    tags = {tag for image in docker_env.client.images(name=repo) for tag in image["RepoTags"] or []}
+    assert f"{repo}:teststack-a3-x86_64" in tags
+    assert not any("broken" in tag or "verl3.6" in tag for tag in tags), tags
+    assert docker_env.containers() == before

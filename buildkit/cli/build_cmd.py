@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.table import Table as RichTable
 
 from buildkit.cli.base import (
     ArchChoice,
@@ -29,9 +30,11 @@ from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
 from buildkit.settings import resolve_mirrors
 
 if TYPE_CHECKING:
+    from buildkit.image.build import BuildPlan, BuildResult
     from buildkit.image.progress import Step
     from buildkit.image.publish import LocalImage
     from buildkit.image.registry import RegistryRef
+    from buildkit.matrix.load import LoadedMatrix
 
 
 class StepPrinter:
@@ -92,7 +95,10 @@ def _publish(client: Any, image: LocalImage, target: RegistryRef, *, want_index:
 @app.command("build")
 @user_errors
 def build(
-    hw: Annotated[str, typer.Option("--hw", help="SKU (a2-box16, 900-podc, a3) or chip family (a2, a3).")],
+    hw: Annotated[str | None, typer.Option("--hw", help="SKU (a2-box16, 900-podc, a3) or chip family (a2, a3).")] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every image --stack/--hw/--os/--arch leave (see `plan`); go on past a failure; summary.")
+    ] = False,
     stack: Annotated[str | None, typer.Option("--stack", "-s", help="Stack id; default: the matrix's default.")] = None,
     os_name: Annotated[str | None, typer.Option("--os", help="Base OS; default: the stack's first.")] = None,
     arch: ArchChoice = None,
@@ -124,13 +130,18 @@ def build(
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
-    """Build, verify and tag one image (one stack, chip, OS and arch); optionally push it."""
+    """Build, verify and tag one image (one stack, chip, OS and arch), or with --all every image the
+    filters leave; optionally push them."""
     from buildkit.image.build import check_outputs, plan_build, run_build
     from buildkit.image.engine import connect
     from buildkit.image.publish import LocalImage
     from buildkit.image.registry import RegistryRef
     from buildkit.matrix.load import load_matrix
 
+    if hw is None and not every:
+        raise InputError("give --hw (e.g. --hw a3), or --all (narrowed by --stack/--hw/--os/--arch)")
+    if every and dry_run:
+        raise InputError("--all builds; for the list of targets run `ascendkit plan`")
     if push and not registry:
         raise InputError("--push needs --registry HOST[:PORT]/REPO")
     if offline != (wheelhouse is not None):
@@ -151,20 +162,20 @@ def build(
         },
         config=config,
     )
-    plan = plan_build(
-        loaded,
-        hw,
-        stack=stack,
-        os_name=os_name,
-        arch=arch,
-        base_image=base_image,
-        mirrors=mirrors,
-        use_default_ca=not no_ca_bundle,
-        repository=repository,
-        no_cache=no_cache,
-        manifest_dir=manifest_dir,
-        wheelhouse=wheelhouse,
-    )
+    options: dict[str, Any] = {
+        "base_image": base_image,
+        "mirrors": mirrors,
+        "use_default_ca": not no_ca_bundle,
+        "repository": repository,
+        "no_cache": no_cache,
+        "manifest_dir": manifest_dir,
+        "wheelhouse": wheelhouse,
+    }
+    if every:
+        _build_all(loaded, options, stack=stack, hw=hw, os_name=os_name, arch=arch, target=target, quiet=quiet, as_json=as_json)
+        return
+    assert hw is not None
+    plan = plan_build(loaded, hw, stack=stack, os_name=os_name, arch=arch, **options)
     for warning in plan.warnings:
         typer.echo(f"ascendkit: warning: {warning}", err=True)
     if dry_run:
@@ -195,6 +206,75 @@ def build(
     summary["digest"] = summary["pushed"][0]["digest"] if summary.get("pushed") else None
     if as_json:
         print_json(summary)
+
+
+def _build_all(
+    loaded: LoadedMatrix,
+    options: dict[str, Any],
+    *,
+    stack: str | None,
+    hw: str | None,
+    os_name: str | None,
+    arch: str | None,
+    target: RegistryRef | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    from buildkit.errors import AscendkitError
+    from buildkit.image.build import check_outputs, plan_build
+    from buildkit.image.engine import connect
+    from buildkit.image.fleet import build_each, exit_code, refused
+    from buildkit.image.publish import LocalImage
+    from buildkit.plan import plan_fleet
+
+    fleet = plan_fleet(loaded, stack=stack, hw=hw, os_name=os_name, arch=arch)
+    outcomes, builds = [], []
+    for image in fleet:
+        try:
+            builds.append(plan_build(loaded, image.chip_id, stack=image.stack_id, os_name=image.os_name, arch=image.arch, **options))
+        except AscendkitError as exc:
+            outcomes.append(refused(image, exc))
+    for plan in builds[:1]:
+        check_outputs(plan)  # one manifest folder for all of them
+    client = connect()
+
+    def announce(index: int, plan: BuildPlan) -> None:
+        typer.echo(f"[{index + 1}/{len(builds)}] building {plan.refs[0]} FROM {plan.base_image}", err=True)
+        for warning in plan.warnings:
+            typer.echo(f"ascendkit: warning: {warning}", err=True)
+
+    def push(result: BuildResult, plan: BuildPlan) -> str | None:
+        if target is None:
+            return None
+        image = LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags)
+        pushed = _publish(client, image, target, want_index=True, require_index=False)["pushed"]
+        return str(pushed[0]["digest"]) if pushed else None
+
+    def failed(name: str, error: AscendkitError) -> None:
+        typer.echo(f"ascendkit: {name}: {error}\nascendkit: {name}: nothing was tagged; going on with the next target", err=True)
+
+    outcomes += build_each(client, builds, lambda _: StepPrinter(show_output=not quiet), publish=push, on_start=announce, on_error=failed)
+    order = {f"{p.stack_id} {p.chip_id} {p.os_name} {p.arch}": i for i, p in enumerate(fleet)}
+    outcomes.sort(key=lambda o: order[o.name])
+    if as_json:
+        print_json([o.describe() for o in outcomes])
+    table = RichTable(title=f"ascendkit build --all: {sum(o.result == 'built' for o in outcomes)} of {len(outcomes)} built")
+    for column in ("target", "result", "time", "size", "digest / image", "detail"):
+        table.add_column(column)
+    for o in outcomes:
+        size = f"{o.size / 1e9:.2f} GB" if o.size else ""
+        table.add_row(
+            o.name,
+            o.result.upper() if o.result != "built" else o.result,
+            f"{o.seconds:.1f}s",
+            size,
+            (o.digest or o.image_id or "")[:19],
+            o.message,
+        )
+    Console(stderr=True, highlight=False, width=200).print(table)
+    code = exit_code(outcomes)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("publish")
