@@ -107,6 +107,9 @@ CASES = [
     Case("matrix-huge", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "MiB", files(**{"m.yaml": b"#" * (65 << 20)})),
     Case("show-unknown-stack", ["matrix", "show", "cann0.0", *M], 2, "cann0.0"),
     Case("verify-bad-arch", ["matrix", "verify", "--arch", "sparc", *M], 2, "sparc"),
+    Case("outdated-propose-no-stack", ["matrix", "outdated", "--propose", "new", *M], 2, "give --stack"),
+    Case("outdated-propose-bad-id", ["matrix", "outdated", "-s", "cann8.3", "--propose", "New Stack", *M], 2, "stack id"),
+    Case("outdated-unknown-index", ["matrix", "outdated", "--index", "nope=https://x.example/simple", *M], 2, "--index"),
     Case("schema-to-dev-null", ["matrix", "schema", "-o", "/dev/null"], 3, "not a regular file"),
     Case("schema-to-fifo", ["matrix", "schema", "-o", "{d}/out"], 3, "a FIFO", fifo("out")),
     # --- render ---------------------------------------------------------------------------------

@@ -6,7 +6,18 @@ User mistakes are printed as messages (never tracebacks) and mapped to the exit 
 
 from __future__ import annotations
 
-from buildkit.cli import build_cmd, doctor_cmd, k8s_cmd, lock_cmd, matrix_cmd, metrics_cmd, plan_cmd, render_cmd, smoke_cmd
+from buildkit.cli import (
+    build_cmd,
+    doctor_cmd,
+    k8s_cmd,
+    lock_cmd,
+    matrix_cmd,
+    metrics_cmd,
+    outdated_cmd,
+    plan_cmd,
+    render_cmd,
+    smoke_cmd,
+)
 from buildkit.cli.base import app
 
 __all__ = [
@@ -18,6 +29,7 @@ __all__ = [
     "main",
     "matrix_cmd",
     "metrics_cmd",
+    "outdated_cmd",
     "plan_cmd",
     "render_cmd",
     "smoke_cmd",

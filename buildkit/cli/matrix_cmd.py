@@ -27,6 +27,7 @@ from buildkit.settings import default_ca_bundle
 
 if TYPE_CHECKING:
     from buildkit.lock.availability import PinCheck
+    from buildkit.matrix.load import LoadedMatrix
 
 
 @matrix_app.command("validate")
@@ -152,17 +153,30 @@ def matrix_show(
     out.print(table)
 
 
+IndexOption = Annotated[
+    list[str] | None, typer.Option("--index", help="NAME=URL: ask this mirror instead of the matrix's index NAME (repeatable).")
+]
+IndexCaBundle = Annotated[Path | None, typer.Option("--ca-bundle", help="PEM bundle for the indexes (default: $PIP_CERT/$SSL_CERT_FILE).")]
+
+
+def index_overrides(loaded: LoadedMatrix, items: list[str]) -> dict[str, str]:
+    """``--index NAME=URL`` options as index name -> URL, each checked against the matrix."""
+    overrides = {}
+    for item in items:
+        name, sep, url = item.partition("=")
+        if not sep or name not in loaded.matrix.indexes or not url.startswith(("http://", "https://")):
+            raise InputError(f"--index {item!r}: expected NAME=URL with NAME one of {', '.join(loaded.matrix.indexes)}")
+        overrides[name] = url.rstrip("/")
+    return overrides
+
+
 @matrix_app.command("verify")
 @user_errors
 def matrix_verify(
     stack: Annotated[str | None, typer.Option("--stack", "-s", help="Only this stack; default: all.")] = None,
     arch: ArchChoice = None,
-    index: Annotated[
-        list[str] | None, typer.Option("--index", help="NAME=URL: ask this mirror instead of the matrix's index NAME (repeatable).")
-    ] = None,
-    ca_bundle: Annotated[
-        Path | None, typer.Option("--ca-bundle", help="PEM bundle for the indexes (default: $PIP_CERT/$SSL_CERT_FILE).")
-    ] = None,
+    index: IndexOption = None,
+    ca_bundle: IndexCaBundle = None,
     no_resolve: Annotated[bool, typer.Option("--no-resolve", help="Only look the pins up; skip resolving each stack as a whole.")] = False,
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Resolve each stack even when its current lock already shows the pins resolve together.")
@@ -181,12 +195,7 @@ def matrix_verify(
     stacks = [resolve_stack(loaded, stack)[0]] if stack else None
     if arch is not None and arch not in ARCHES:
         raise InputError(f"--arch {arch!r}: choose one of {', '.join(ARCHES)}")
-    overrides = {}
-    for item in index or []:
-        name, sep, url = item.partition("=")
-        if not sep or name not in loaded.matrix.indexes or not url.startswith(("http://", "https://")):
-            raise InputError(f"--index {item!r}: expected NAME=URL with NAME one of {', '.join(loaded.matrix.indexes)}")
-        overrides[name] = url.rstrip("/")
+    overrides = index_overrides(loaded, index or [])
     ca = ca_bundle or default_ca_bundle()
     client = IndexClient(ca_bundle=ca)
     checks = check_matrix(loaded.matrix, client, stacks=stacks, arches=[arch] if arch else None, index_urls=overrides)

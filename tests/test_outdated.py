@@ -1,0 +1,77 @@
+"""`ascendkit matrix outdated` against the real PyPI: the test stack's pins are small real packages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from packaging.version import Version
+from typer.testing import CliRunner
+
+from buildkit.cli import app
+from buildkit.errors import ExitCode
+from buildkit.matrix.load import load_matrix
+from tests.conftest import TEST_MATRIX
+
+
+def planted(tmp_path: Path) -> Path:
+    """The test matrix with verl (played by idna) planted at an older release."""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(TEST_MATRIX.read_text().replace('version: "3.7"', 'version: "3.4"'))
+    return matrix
+
+
+def test_a_planted_older_pin_is_found_and_the_newer_one_proposed(runner: CliRunner, tmp_path: Path) -> None:
+    matrix = planted(tmp_path)
+    result = runner.invoke(app, ["matrix", "outdated", "--stack", "teststack", "--json", "--matrix", str(matrix)])
+    assert result.exit_code == 0, result.stderr
+    (news,) = json.loads(result.stdout)
+    pins = {p["component"]: p for p in news["pins"]}
+    verl = pins["verl"]
+    assert verl["status"] == "outdated" and verl["package"] == "idna"
+    assert Version(verl["accepted"]) >= Version("3.7") and verl["accepted"] == verl["newer"][0]
+    assert verl["sources"] == ["https://pypi.org/simple", "https://pypi.org/simple"]
+    # vllm-ascend is vllm's plugin line: refused alone, accepted together on one minor line
+    vllm, plugin = pins["vllm"], pins["vllm_ascend"]
+    if vllm["accepted"] or plugin["accepted"]:
+        assert Version(vllm["accepted"] or vllm["pinned"]).release[:2] == Version(plugin["accepted"] or plugin["pinned"]).release[:2]
+
+    stanza = runner.invoke(app, ["matrix", "outdated", "--stack", "teststack", "--propose", "teststack2", "--matrix", str(matrix)])
+    assert stanza.exit_code == 0, stanza.stderr
+    assert stanza.stdout.splitlines()[3] == "  teststack2:"
+    assert f'version: "{verl["accepted"]}"  # was 3.4 in teststack' in stanza.stdout
+    assert "default: false" in stanza.stdout
+    extended = tmp_path / "extended.yaml"
+    extended.write_text(matrix.read_text() + stanza.stdout)  # stacks: is the file's last section
+    validated = runner.invoke(app, ["matrix", "validate", "--matrix", str(extended)])
+    assert validated.exit_code == 0, validated.stderr
+    proposed = load_matrix(extended).matrix.stacks["teststack2"]
+    assert proposed.verl.version == verl["accepted"] and not proposed.default
+
+
+def test_an_unreachable_index_is_reported_not_guessed(runner: CliRunner, tmp_path: Path) -> None:
+    matrix = planted(tmp_path)
+    argv = [
+        "matrix",
+        "outdated",
+        "--stack",
+        "teststack",
+        "--index",
+        "pypi-again=http://127.0.0.1:9/simple",
+        "--json",
+        "--matrix",
+        str(matrix),
+    ]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == ExitCode.UNVERIFIED
+    pins = {p["component"]: p for p in json.loads(result.stdout)[0]["pins"]}
+    assert pins["torch"]["status"] == "unreachable" and pins["torch"]["accepted"] is None and pins["torch"]["newer"] == []
+    assert pins["verl"]["status"] == "outdated", "pins on a reachable index are still answered"
+
+
+def test_propose_refusals(runner: CliRunner, tmp_path: Path) -> None:
+    matrix = planted(tmp_path)
+    no_stack = runner.invoke(app, ["matrix", "outdated", "--propose", "x", "--matrix", str(matrix)])
+    assert no_stack.exit_code == ExitCode.INVALID_INPUT and "give --stack" in no_stack.stderr
+    taken = runner.invoke(app, ["matrix", "outdated", "--stack", "teststack", "--propose", "teststack", "--matrix", str(matrix)])
+    assert taken.exit_code == ExitCode.INVALID_INPUT and "already has that stack" in taken.stderr
