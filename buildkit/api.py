@@ -21,8 +21,8 @@ from buildkit.fsio import output_dir
 from buildkit.image.build import BuildPlan, BuildResult, check_outputs, plan_build, run_build
 from buildkit.image.engine import connect
 from buildkit.image.progress import Reporter
-from buildkit.image.publish import Published, index_members, load_local_image, publish_index, push_image
-from buildkit.image.registry import Registry, RegistryRef
+from buildkit.image.publish import Published, closes_its_index, load_local_image, publish_image
+from buildkit.image.registry import RegistryRef
 from buildkit.image.render import render_dockerfile
 from buildkit.image.verify import Check, collect_facts
 from buildkit.image.verify import compare as compare_facts
@@ -112,14 +112,11 @@ def publish(images: list[str], registry: str, *, manifest_dir: Path = Path("mani
     """Push verified local images by digest, then (``index``) their multi-arch index, refused while an arch is missing."""
     target = RegistryRef.parse(registry)
     client = connect()
-    remote = Registry(target.host)
-    published: list[Published] = []
     local = [load_local_image(client, ref, manifest_dir) for ref in images]
-    for i, image in enumerate(local):
-        published += push_image(client, image, target, remote)
-        if index and all(other.index_names[0] != image.index_names[0] for other in local[i + 1 :]):
-            members, missing = index_members(remote, target, image)
-            published += publish_index(remote, target, image, members, missing)
+    published: list[Published] = []
+    for image, last_of_group in zip(local, closes_its_index(local), strict=True):
+        outcome = publish_image(client, image, target, want_index=index and last_of_group, require_index=True)
+        published += [*outcome.pushed, *(outcome.index or ())]
     return published
 
 

@@ -66,30 +66,14 @@ ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where build m
 
 
 def _publish(client: Any, image: LocalImage, target: RegistryRef, *, want_index: bool, require_index: bool) -> dict[str, Any]:
-    from buildkit.image.publish import index_members, publish_index, push_image
-    from buildkit.image.registry import Registry
+    from buildkit.image.publish import publish_image
 
-    registry = Registry(target.host)
-    pushed = push_image(client, image, target, registry)
-    for p in pushed:
-        typer.echo(f"pushed {p.ref}", err=True)
-    result: dict[str, Any] = {"pushed": [p.describe() for p in pushed], "index": None, "index_missing": []}
-    if not want_index:
-        return result
-    members, missing = index_members(registry, target, image)
-    if missing and not require_index:
-        result["index_missing"] = missing
-        typer.echo(
-            f"multi-arch index not published yet: {', '.join(missing)} missing in {target.name} "
-            f"(build with --arch {missing[0]} --push, or `ascendkit publish` both images)",
-            err=True,
-        )
-        return result
-    index = publish_index(registry, target, image, members, missing)
-    for p in index:
-        typer.echo(f"published index {p.ref}", err=True)
-    result["index"] = [p.describe() for p in index]
-    return result
+    outcome = publish_image(client, image, target, want_index=want_index, require_index=require_index, say=_to_stderr)
+    return outcome.describe()
+
+
+def _to_stderr(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 @app.command("build")
@@ -288,15 +272,14 @@ def publish(
 ) -> None:
     """Push verified images by digest, then the multi-arch index (refused if an arch is missing)."""
     from buildkit.image.engine import connect
-    from buildkit.image.publish import load_local_image
+    from buildkit.image.publish import closes_its_index, load_local_image
     from buildkit.image.registry import RegistryRef
 
     target = RegistryRef.parse(registry)
     client = connect()
     local = [load_local_image(client, ref, manifest_dir) for ref in images]
     results = []
-    for i, image in enumerate(local):
-        last_of_group = all(other.index_names[0] != image.index_names[0] for other in local[i + 1 :])
+    for image, last_of_group in zip(local, closes_its_index(local), strict=True):
         results.append(_publish(client, image, target, want_index=not no_index and last_of_group, require_index=True))
     if as_json:
         print_json(results)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,56 @@ def publish_index(
             raise PublishFailed(f"{target.name}:{name}: the registry does not serve the index just written")
         published.append(Published(f"{target.name}:{name}@{digest}", digest, None))
     return published
+
+
+@dataclass(frozen=True)
+class PublishOutcome:
+    pushed: tuple[Published, ...]
+    index: tuple[Published, ...] | None = None  # None: not published (not asked for, or an arch is missing)
+    index_missing: tuple[str, ...] = ()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "pushed": [p.describe() for p in self.pushed],
+            "index": None if self.index is None else [p.describe() for p in self.index],
+            "index_missing": list(self.index_missing),
+        }
+
+
+def publish_image(
+    client: docker.APIClient,
+    image: LocalImage,
+    target: RegistryRef,
+    *,
+    want_index: bool,
+    require_index: bool,
+    say: Callable[[str], None] | None = None,
+) -> PublishOutcome:
+    """Push one image by digest, then (``want_index``) the multi-arch index over its arches.
+
+    With ``require_index`` a missing arch refuses the index (PublishFailed); without it the index
+    waits for the other arch's push, and the outcome names what is missing. ``say`` hears each step."""
+    tell = say or (lambda _: None)
+    registry = Registry(target.host)
+    pushed = tuple(push_image(client, image, target, registry))
+    for p in pushed:
+        tell(f"pushed {p.ref}")
+    if not want_index:
+        return PublishOutcome(pushed)
+    members, missing = index_members(registry, target, image)
+    if missing and not require_index:
+        tell(
+            f"multi-arch index not published yet: {', '.join(missing)} missing in {target.name} "
+            f"(build with --arch {missing[0]} --push, or `ascendkit publish` both images)"
+        )
+        return PublishOutcome(pushed, None, tuple(missing))
+    index = tuple(publish_index(registry, target, image, members, missing))
+    for p in index:
+        tell(f"published index {p.ref}")
+    return PublishOutcome(pushed, index)
+
+
+def closes_its_index(images: list[LocalImage]) -> list[bool]:
+    """For images published together: whether each is the last of its multi-arch index's group
+    (the index is published once, after every arch of the group was pushed)."""
+    return [all(other.index_names[0] != image.index_names[0] for other in images[i + 1 :]) for i, image in enumerate(images)]
