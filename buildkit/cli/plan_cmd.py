@@ -17,11 +17,8 @@ if TYPE_CHECKING:
     from buildkit.plan import ImagePlan
 
 
-def describe_target(loaded: LoadedMatrix, plan: ImagePlan, repository: str) -> dict[str, Any]:
+def describe_target(loaded: LoadedMatrix, plan: ImagePlan, repository: str, lock_status: str) -> dict[str, Any]:
     """One build target as people and CI read it (the same keys in the table and in --json)."""
-    from buildkit.lock.inputs import LockTarget
-    from buildkit.lock.lockfile import lock_state
-
     stack = loaded.matrix.stacks[plan.stack_id]
     return {
         "stack": plan.stack_id,
@@ -31,10 +28,10 @@ def describe_target(loaded: LoadedMatrix, plan: ImagePlan, repository: str) -> d
         "skus": list(plan.skus),
         "default_stack": stack.default,
         "base_image": plan.base_image,
-        "dockerfile": f"dockerfiles/{plan.stack_id}/{plan.target.filename}",
+        "dockerfile": plan.target.path,
         "tags": [f"{repository}:{tag}" for tag in plan.tags],
         "lock": plan.lock_path,
-        "lock_status": lock_state(loaded, LockTarget(plan.stack_id, plan.arch)),
+        "lock_status": lock_status,
     }
 
 
@@ -51,13 +48,17 @@ def plan(
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """List the build targets (stack, chip, OS, arch) with base image, tags, lock status and SKUs."""
+    from buildkit.lock.inputs import LockTarget
+    from buildkit.lock.lockfile import lock_state
     from buildkit.matrix.load import load_matrix
     from buildkit.plan import plan_fleet
 
     if every == any(v is not None for v in (stack, hw, os_name, arch)):
         raise InputError("give --all, or narrow with --stack/--hw/--os/--arch (not both)")
     loaded = load_matrix(matrix)
-    targets = [describe_target(loaded, p, repository) for p in plan_fleet(loaded, stack=stack, hw=hw, os_name=os_name, arch=arch)]
+    fleet = plan_fleet(loaded, stack=stack, hw=hw, os_name=os_name, arch=arch)
+    states = {(p.stack_id, p.arch): lock_state(loaded, LockTarget(p.stack_id, p.arch)) for p in fleet}  # a lock serves every chip and OS
+    targets = [describe_target(loaded, p, repository, states[p.stack_id, p.arch]) for p in fleet]
     if as_json:
         print_json(targets)
         return

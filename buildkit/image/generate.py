@@ -21,10 +21,9 @@ from buildkit.lock.lockfile import lock_problem, section_texts
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Matrix
 from buildkit.matrix.tables import support_tables
-from buildkit.plan import LOCKS_DIR, RenderTarget, all_targets, plan_image
+from buildkit.plan import DOCKERFILES_DIR, LOCKS_DIR, RenderTarget, all_targets, plan_image
 from buildkit.resources import TEMPLATES_DIR
 
-DOCKERFILES_DIR = "dockerfiles"
 SCHEMA_FILE = "compat_matrix.schema.json"
 README_FILE = "README.md"
 TABLE_BEGIN = "<!-- BEGIN generated: support tables (ascendkit render --all; do not edit) -->"
@@ -51,7 +50,7 @@ def dockerfile_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) ->
     files = []
     for target in all_targets(loaded):
         text = render_dockerfile(loaded, plan_image(loaded, target), templates)
-        files.append(GeneratedFile(f"{DOCKERFILES_DIR}/{target.stack_id}/{target.filename}", text))
+        files.append(GeneratedFile(target.path, text))
         if target.stack_id == default and target.os_name == default_os:
             files.append(GeneratedFile(top_level_name(target), text))
     return files

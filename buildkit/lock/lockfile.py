@@ -187,9 +187,10 @@ def write_sections(loaded: LoadedMatrix, target: LockTarget) -> list[str]:
 
 def lock_state(loaded: LoadedMatrix, target: LockTarget) -> str:
     """resolved (hashes enforced), unresolved (pins only), missing or stale: what a build would meet."""
-    problem = lock_problem(loaded.root, lock_inputs(loaded, target))
-    if problem is not None:
-        return "missing" if "is missing" in problem else "stale"
+    if not (loaded.root / target.path).is_file():
+        return "missing"
+    if lock_problem(loaded.root, lock_inputs(loaded, target)) is not None:
+        return "stale"
     return "resolved" if read_lock(loaded.root / target.path).resolved else "unresolved"
 
 

@@ -93,10 +93,10 @@ def _pin_news(loaded: LoadedMatrix, client: IndexClient, index_urls: dict[str, s
                 found = _installable_versions(client, url, package, arch, stack, pin.build_from_source)
                 common = found if common is None else common & found
         except IndexUnreachable as exc:
-            news.append(PinNews(**{**base.__dict__, "status": "unreachable", "sources": urls, "detail": f"index unreachable: {exc}"}))
+            news.append(replace(base, status="unreachable", sources=urls, detail=f"index unreachable: {exc}"))
             continue
         except ProjectMissing as exc:
-            news.append(PinNews(**{**base.__dict__, "status": "missing", "sources": urls, "detail": str(exc)}))
+            news.append(replace(base, status="missing", sources=urls, detail=str(exc)))
             continue
         newer = sorted((v for v in common or set() if v > Version(pin.version)), reverse=True)
         accepted, refused = None, []

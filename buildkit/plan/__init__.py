@@ -28,6 +28,7 @@ from buildkit.plan.image import (
 from buildkit.plan.layers import (
     BUILD_LAYER,
     CONSTRAINTS_FILE,
+    DOCKERFILES_DIR,
     ENTRYPOINT,
     GIT_LAYER,
     IMAGE_LOCKS_DIR,
@@ -50,6 +51,7 @@ from buildkit.plan.targets import all_targets, hosts_arch, plan_fleet, plan_targ
 __all__ = [
     "BUILD_LAYER",
     "CONSTRAINTS_FILE",
+    "DOCKERFILES_DIR",
     "ENTRYPOINT",
     "GIT_LAYER",
     "IMAGE_LOCKS_DIR",

@@ -7,7 +7,16 @@ from dataclasses import dataclass
 from buildkit.errors import InputError
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Arch, Chip, Matrix, Stack
-from buildkit.plan.layers import LABEL_PREFIX, StackLayers, dist_name, expected_packages, lock_path, section_path, stack_layers
+from buildkit.plan.layers import (
+    DOCKERFILES_DIR,
+    LABEL_PREFIX,
+    StackLayers,
+    dist_name,
+    expected_packages,
+    lock_path,
+    section_path,
+    stack_layers,
+)
 
 
 @dataclass(frozen=True)
@@ -21,6 +30,11 @@ class RenderTarget:
     @property
     def filename(self) -> str:
         return f"Dockerfile.{self.chip_id}-{self.os_name}"
+
+    @property
+    def path(self) -> str:
+        """Where `render --all` writes it, relative to the matrix's directory."""
+        return f"{DOCKERFILES_DIR}/{self.stack_id}/{self.filename}"
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ PRIMARY_INDEX = "pypi"  # read by pip from PIP_INDEX_URL; every other index is a
 BUILD_LAYER = "build"  # lock section of the source builds' build requirements
 GIT_LAYER = "git"  # lock section of the PyPI pins installed with the git checkouts
 VERL_LAYER = "verl"
+DOCKERFILES_DIR = "dockerfiles"  # every rendered Dockerfile, relative to the matrix's directory
 LOCKS_DIR = "locks"  # relative to the matrix's directory, and to the build context
 # Where things live in the image (the Dockerfile, its scripts and doctor agree on these).
 ENTRYPOINT = "/usr/local/bin/ascendkit-entrypoint"
