@@ -21,13 +21,22 @@ DIGEST = "127.0.0.1:9/ascendkit/verl@sha256:" + "ab" * 32
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wheels, target = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("site")
+    # from a copy of the sources, as a release build would: setuptools' in-tree build/ folder keeps
+    # modules a checkout has since deleted, and would put them in the wheel
+    source = tmp_path_factory.mktemp("src") / "ascendkit"
+    ignored = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", "smoke-out", "manifests")
+    shutil.copytree(ROOT, source, ignore=ignored)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(ROOT)], check=True, capture_output=True, timeout=600)
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)], check=True, capture_output=True, timeout=600)
     (wheel,) = wheels.glob("ascendkit-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in ["buildkit/templates/Dockerfile.j2", "buildkit/templates/k8s/job.yaml.j2", "buildkit/smoke_tests/grpo_smoke.yaml"]:
         assert expected in names, expected
     assert set(CONTEXT_FILES.values()) <= names, "everything the Dockerfile COPYs from the build context"
+    # every module of the checkout: a subpackage left out of pyproject's list would still import
+    # below through the editable install's finder, so the wheel's contents are compared directly
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "buildkit").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)
     subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True, timeout=300)
     return target
 
