@@ -44,13 +44,18 @@ build: $(STAMP) ## Build, verify and tag the image for HW (STACK, ARCH: default 
 	$(BIN)/ascendkit matrix validate
 	$(BIN)/ascendkit build --hw $(HW)$(if $(STACK), --stack $(STACK))$(if $(ARCH), --arch $(ARCH))
 
-lint: $(STAMP) ## ruff, mypy --strict, import contracts, shellcheck on the image's scripts, hadolint, render --check
+WORKFLOW := .github/workflows/images.yml
+
+lint: $(STAMP) ## ruff, mypy --strict, import contracts, shellcheck, hadolint, the CI workflow's linters, render --check
 	$(BIN)/ruff check buildkit tests benchmarks smoke_tests
 	$(BIN)/ruff format --check buildkit tests benchmarks smoke_tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/shellcheck --severity=style buildkit/image/files/*.sh
 	$(BIN)/hadolint --config .hadolint.yaml $(RENDERED)
+	$(BIN)/actionlint -config-file .github/actionlint.yaml -shellcheck $(BIN)/shellcheck -pyflakes= $(WORKFLOW)
+	$(BIN)/zizmor --offline --config .github/zizmor.yml --persona pedantic --min-severity medium $(WORKFLOW)
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows $(WORKFLOW)
 	$(BIN)/ascendkit matrix validate
 	$(BIN)/ascendkit render --check
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from buildkit.version import __version__
 
 _API = ("build", "compare", "load", "plan_image", "publish", "relock", "render", "smoke", "verify")
 __all__ = ["__version__", *_API]

@@ -70,6 +70,7 @@ def repo_copy(tmp_path: Path) -> Path:
         shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(ROOT / "dockerfiles", dest / "dockerfiles")
     shutil.copytree(ROOT / "locks", dest / "locks")
+    shutil.copytree(ROOT / ".github", dest / ".github")
     return dest
 
 

@@ -28,7 +28,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT, source, ignore=ignored)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)], check=True, capture_output=True, timeout=600)
-    (wheel,) = wheels.glob("ascendkit-*.whl")
+    (wheel,) = wheels.glob("ascendkit_verl-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in ["buildkit/templates/Dockerfile.j2", "buildkit/templates/k8s/job.yaml.j2", "buildkit/smoke_tests/grpo_smoke.yaml"]:
         assert expected in names, expected

@@ -16,6 +16,7 @@ from buildkit.cli import (
     outdated_cmd,
     plan_cmd,
     render_cmd,
+    sbom_cmd,
     smoke_cmd,
 )
 from buildkit.cli.base import app
@@ -32,6 +33,7 @@ __all__ = [
     "outdated_cmd",
     "plan_cmd",
     "render_cmd",
+    "sbom_cmd",
     "smoke_cmd",
 ]
 

@@ -102,7 +102,10 @@ def build(
     config: ConfigFile = None,
     repository: Annotated[str, typer.Option("--repo", help="Local image repository to tag.")] = DEFAULT_REPOSITORY,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
-    push: Annotated[bool, typer.Option("--push", help="Push the verified image to --registry, by digest.")] = False,
+    push: Annotated[bool, typer.Option("--push", help="Push the verified image to --registry, by digest, with its SBOM.")] = False,
+    no_index: Annotated[
+        bool, typer.Option("--no-index", help="With --push: leave the multi-arch index to `publish --index-only` (CI's index job).")
+    ] = False,
     registry: RegistryOption = None,
     manifest_dir: ManifestDir = Path("manifests"),
     offline: Annotated[
@@ -131,6 +134,10 @@ def build(
     if offline != (wheelhouse is not None):
         raise InputError("--offline and --wheelhouse DIR go together: an offline build installs every package from DIR")
     target = RegistryRef.parse(registry) if registry else None
+    if registry and not push:
+        raise InputError("--registry is where --push sends the image: give --push too, or drop --registry")
+    if no_index and not push:
+        raise InputError("--no-index only changes what --push does: give --push too")
     loaded = load_matrix(matrix)
     mirrors = resolve_mirrors(
         {
@@ -156,7 +163,18 @@ def build(
         "wheelhouse": wheelhouse,
     }
     if every:
-        _build_all(loaded, options, stack=stack, hw=hw, os_name=os_name, arch=arch, target=target, quiet=quiet, as_json=as_json)
+        _build_all(
+            loaded,
+            options,
+            stack=stack,
+            hw=hw,
+            os_name=os_name,
+            arch=arch,
+            target=target,
+            want_index=not no_index,
+            quiet=quiet,
+            as_json=as_json,
+        )
         return
     assert hw is not None
     plan = plan_build(loaded, hw, stack=stack, os_name=os_name, arch=arch, **options)
@@ -185,8 +203,8 @@ def build(
     for ref in result.refs:
         typer.echo(f"tagged {ref}", err=True)
     if push and target is not None:
-        image = LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags)
-        summary.update(_publish(client, image, target, want_index=True, require_index=False))
+        image = LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags, result.manifest_json)
+        summary.update(_publish(client, image, target, want_index=not no_index, require_index=False))
     summary["digest"] = summary["pushed"][0]["digest"] if summary.get("pushed") else None
     if as_json:
         print_json(summary)
@@ -201,6 +219,7 @@ def _build_all(
     os_name: str | None,
     arch: str | None,
     target: RegistryRef | None,
+    want_index: bool,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -230,8 +249,8 @@ def _build_all(
     def push(result: BuildResult, plan: BuildPlan) -> str | None:
         if target is None:
             return None
-        image = LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags)
-        pushed = _publish(client, image, target, want_index=True, require_index=False)["pushed"]
+        image = LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags, result.manifest_json)
+        pushed = _publish(client, image, target, want_index=want_index, require_index=False)["pushed"]
         return str(pushed[0]["digest"]) if pushed else None
 
     def failed(name: str, error: AscendkitError) -> None:
@@ -264,18 +283,45 @@ def _build_all(
 @app.command("publish")
 @user_errors
 def publish(
-    images: Annotated[list[str], typer.Argument(help="Local images built by ascendkit (any of their tags).")],
     registry: Annotated[str, typer.Option("--registry", help="HOST[:PORT]/REPO to push to.")],
+    images: Annotated[list[str] | None, typer.Argument(help="Local images built by ascendkit (any of their tags).")] = None,
     no_index: Annotated[bool, typer.Option("--no-index", help="Push the per-arch images only.")] = False,
+    index_only: Annotated[
+        bool,
+        typer.Option(
+            "--index-only",
+            help="No engine: from the build manifests in --manifest-dir (pushed by each arch's `build --push`), check every "
+            "member in the registry, attach their SBOMs and publish each multi-arch index.",
+        ),
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --index-only: check everything in the registry, push nothing.")] = False,
     manifest_dir: ManifestDir = Path("manifests"),
     as_json: JsonFlag = False,
 ) -> None:
-    """Push verified images by digest, then the multi-arch index (refused if an arch is missing)."""
-    from buildkit.image.engine import connect
-    from buildkit.image.publish import closes_its_index, load_local_image
+    """Push verified images by digest with their SBOMs, then the multi-arch index (refused if an arch
+    is missing); or, with --index-only, only the indexes of images already pushed."""
     from buildkit.image.registry import RegistryRef
 
+    if index_only and (images or no_index):
+        raise InputError("--index-only reads the build manifests in --manifest-dir: give no IMAGES and no --no-index")
+    if dry_run and not index_only:
+        raise InputError("--dry-run goes with --index-only (a push of local images has no dry run; see `ascendkit build --dry-run`)")
+    if not index_only and not images:
+        raise InputError("give the local IMAGES to push, or --index-only to publish indexes from --manifest-dir")
     target = RegistryRef.parse(registry)
+    if index_only:
+        from buildkit.image.index import publish_indexes
+
+        outcomes = publish_indexes(manifest_dir, target, dry_run=dry_run, say=_to_stderr)
+        if dry_run:
+            typer.echo(f"ascendkit: dry run: {len(outcomes)} index(es) checked, nothing pushed", err=True)
+        if as_json:
+            print_json([o.describe() for o in outcomes])
+        return
+    from buildkit.image.engine import connect
+    from buildkit.image.publish import closes_its_index, load_local_image
+
+    assert images is not None
     client = connect()
     local = [load_local_image(client, ref, manifest_dir) for ref in images]
     results = []

@@ -23,10 +23,12 @@ import requests
 from docker.errors import DockerException, NotFound
 
 from buildkit.errors import BuildFailed, InputError, Interrupted, Unavailable, VerifyFailed
-from buildkit.fsio import check_output_dir
+from buildkit.fsio import check_output_dir, write_atomic
 from buildkit.image.engine import connect
 from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
+from buildkit.image.registry import split_ref
 from buildkit.image.render import CONTEXT_FILES, SECRETS_ARG, build_context, context_file, render_context
+from buildkit.image.sbom import BaseImage, dumps, sbom_document, sbom_path
 from buildkit.image.secrets import BuildSecrets, SecretServer, read_ca_bundle
 from buildkit.image.verify import Check, Expected, collect_facts, compare, failures, manifest_data, write_manifest
 from buildkit.lock.inputs import LockTarget, lock_inputs
@@ -129,6 +131,7 @@ class BuildResult:
     checks: list[Check]
     manifest_json: Path
     manifest_md: Path
+    sbom: Path
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -140,6 +143,7 @@ class BuildResult:
             "steps_cached": self.steps_cached,
             "manifest": str(self.manifest_json),
             "manifest_md": str(self.manifest_md),
+            "sbom": str(self.sbom),
         }
 
 
@@ -331,6 +335,16 @@ def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -
     return progress.image_id
 
 
+def base_of(client: docker.APIClient, ref: str) -> BaseImage:
+    """The base as the engine has it: its registry digest when it was pulled, else its config digest."""
+    inspect = client.inspect_image(ref)
+    name = split_ref(ref)[0]
+    digests = [d for d in inspect.get("RepoDigests") or [] if d.partition("@")[0] == name] or list(inspect.get("RepoDigests") or [])
+    if digests:
+        return BaseImage(ref, sorted(digests)[0].partition("@")[2], True)
+    return BaseImage(ref, str(inspect["Id"]), False)
+
+
 def check_outputs(plan: BuildPlan) -> None:
     """What a build will write, checked before the engine is contacted (exit 3, not a failed build)."""
     check_output_dir(plan.manifest_dir, "manifest directory (--manifest-dir)")
@@ -359,6 +373,8 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     if bad:
         lines = "\n".join(f"    {c.name}: expected {c.expected}, found {c.actual}" for c in bad)
         raise VerifyFailed(f"image {image_id[:19]} does not match the matrix; nothing was tagged:\n{lines}\n  manifest: {manifest_md}")
+    sbom = sbom_path(plan.manifest_dir, plan.manifest_name)
+    write_atomic(sbom, dumps(sbom_document(facts, plan.image, base_of(client, plan.base_image), plan.repository)))
     for ref in plan.refs:
         repository, tag = ref.rsplit(":", 1)
         client.tag(image_id, repository, tag, force=True)
@@ -372,4 +388,5 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
         checks=checks,
         manifest_json=manifest_json,
         manifest_md=manifest_md,
+        sbom=sbom,
     )

@@ -1,4 +1,5 @@
-"""Every file the repository keeps generated from the matrix, and the drift check over them.
+"""Every file the repository keeps generated from the matrix, and the drift check over them:
+the Dockerfiles, the lock sections, the matrix's JSON schema, the README tables and the CI workflow.
 
 ``ascendkit render --all`` writes them; ``ascendkit render --check`` re-renders them in memory and
 reports a unified diff for each committed file that differs, is missing, or is left over, and a
@@ -16,6 +17,7 @@ from pathlib import Path
 from buildkit.errors import InputError
 from buildkit.fsio import output_dir, write_all_atomic
 from buildkit.image.render import render_dockerfile
+from buildkit.image.workflow import ACTIONLINT_CONFIG, WORKFLOW_FILE, render_actionlint_config, render_workflow
 from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import lock_problem, section_texts
 from buildkit.matrix.load import LoadedMatrix
@@ -72,6 +74,8 @@ def lock_section_outputs(loaded: LoadedMatrix) -> list[GeneratedFile]:
 def expected_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[GeneratedFile]:
     files = dockerfile_outputs(loaded, templates) + lock_section_outputs(loaded)
     files.append(GeneratedFile(SCHEMA_FILE, schema_text()))
+    files.append(GeneratedFile(WORKFLOW_FILE, render_workflow(loaded)))
+    files.append(GeneratedFile(ACTIONLINT_CONFIG, render_actionlint_config(loaded)))
     readme = loaded.root / README_FILE
     if readme.is_file():
         files.append(GeneratedFile(README_FILE, readme_with_tables(readme.read_text(encoding="utf-8"), loaded.matrix, readme)))

@@ -2,7 +2,9 @@
 
 An image is published only when its build manifest says it passed verification. Every push is
 read back from the registry: the digest must be the one pushed and the manifest's config must be
-the local image. The index is refused while any arch of the stack is missing.
+the local image. Its SBOM is attached to that digest, and the build manifest records where the
+image went (what ``publish --index-only`` reads later, on another machine). The index is refused
+while any arch of the stack is missing.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import docker
 from docker.errors import DockerException, NotFound
 
 from buildkit.errors import InputError, PublishFailed
+from buildkit.fsio import write_atomic
+from buildkit.image.attach import Attached, attach_sbom
 from buildkit.image.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, RegistryRef
+from buildkit.image.sbom import SBOM_SUFFIX
 from buildkit.matrix.model import DOCKER_ARCH, normalize_arch
 
 
@@ -30,11 +35,20 @@ class LocalImage:
     arch: str
     arches: tuple[str, ...]  # every arch its stack is built for
     tag_names: tuple[str, ...]
+    manifest: Path | None = None  # its build manifest; the SBOM sits beside it
 
     @property
     def index_names(self) -> tuple[str, ...]:
-        suffix = f"-{self.arch}"
-        return tuple(name.removesuffix(suffix) for name in self.tag_names)
+        return index_names(self.tag_names, self.arch)
+
+    @property
+    def sbom(self) -> Path | None:
+        return None if self.manifest is None else self.manifest.with_name(self.manifest.name.removesuffix(".json") + SBOM_SUFFIX)
+
+
+def index_names(tag_names: tuple[str, ...], arch: str) -> tuple[str, ...]:
+    """The arch-less names the multi-arch index of per-arch tags ``<name>-<arch>`` is published under."""
+    return tuple(name.removesuffix(f"-{arch}") for name in tag_names)
 
 
 @dataclass(frozen=True)
@@ -65,7 +79,7 @@ def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> 
     if manifest.get("image", {}).get("id") != inspect["Id"] or not manifest.get("passed"):
         raise PublishFailed(f"{ref}: {manifest_path} does not record a passed verification of image {inspect['Id'][:19]}; rebuild it")
     names = tuple(tag.rsplit(":", 1)[1] for tag in manifest["image"]["tags"])
-    return LocalImage(inspect["Id"], arch, tuple(labels.get("io.ascendkit.arches", arch).split(",")), names)
+    return LocalImage(inspect["Id"], arch, tuple(labels.get("io.ascendkit.arches", arch).split(",")), names, manifest_path)
 
 
 def _push_tag(client: docker.APIClient, repository: str, tag: str, retries: int, backoff: float) -> str:
@@ -109,6 +123,22 @@ def push_image(
     return published
 
 
+def attach_and_record(registry: Registry, target: RegistryRef, image: LocalImage, digest: str) -> Attached | None:
+    """Attach the image's SBOM to ``digest`` and note the push in its build manifest (read by
+    ``publish --index-only``). An image built before SBOMs existed has none: nothing is attached."""
+    attached = None
+    if image.sbom is not None and image.sbom.is_file():
+        subject = registry.get_manifest(target.repository, digest)
+        if subject is None:
+            raise PublishFailed(f"{target.name}@{digest}: pushed, but the registry no longer serves it")
+        attached = attach_sbom(registry, target.repository, subject, image.sbom.read_bytes())
+    if image.manifest is not None and image.manifest.is_file():
+        data = json.loads(image.manifest.read_text(encoding="utf-8"))
+        data["published"] = {"repository": target.name, "digest": digest, "sbom": attached.describe() if attached else None}
+        write_atomic(image.manifest, json.dumps(data, indent=2) + "\n")
+    return attached
+
+
 def index_body(members: dict[str, Manifest]) -> tuple[bytes, str]:
     """A manifest list (or OCI index, matching the members' format) with one entry per arch."""
     oci = all(m.media_type == OCI_MANIFEST for m in members.values())
@@ -140,17 +170,17 @@ def index_members(registry: Registry, target: RegistryRef, image: LocalImage) ->
 
 
 def publish_index(
-    registry: Registry, target: RegistryRef, image: LocalImage, members: dict[str, Manifest], missing: list[str]
+    registry: Registry, target: RegistryRef, names: tuple[str, ...], members: dict[str, Manifest], missing: list[str]
 ) -> list[Published]:
-    """Publish the multi-arch index for ``image``'s names; refuse while any arch is missing."""
+    """Publish the multi-arch index under ``names``; refuse while any arch is missing."""
     if missing:
         raise PublishFailed(
-            f"refusing to publish the multi-arch index {target.name}:{image.index_names[0]}: "
+            f"refusing to publish the multi-arch index {target.name}:{names[0]}: "
             f"no {', '.join(missing)} image in the registry (build it with --arch {missing[0]} --push)"
         )
     body, media_type = index_body(members)
     published = []
-    for name in image.index_names:
+    for name in names:
         digest = registry.put_manifest(target.repository, name, body, media_type)
         back = registry.get_manifest(target.repository, name)
         if back is None or back.digest != digest:
@@ -191,6 +221,9 @@ def publish_image(
     pushed = tuple(push_image(client, image, target, registry))
     for p in pushed:
         tell(f"pushed {p.ref}")
+    attached = attach_and_record(registry, target, image, pushed[0].digest)
+    if attached is not None:
+        tell(f"attached the SBOM to {target.name}@{attached.subject} ({attached.how})")
     if not want_index:
         return PublishOutcome(pushed)
     members, missing = index_members(registry, target, image)
@@ -200,7 +233,7 @@ def publish_image(
             f"(build with --arch {missing[0]} --push, or `ascendkit publish` both images)"
         )
         return PublishOutcome(pushed, None, tuple(missing))
-    index = tuple(publish_index(registry, target, image, members, missing))
+    index = tuple(publish_index(registry, target, image.index_names, members, missing))
     for p in index:
         tell(f"published index {p.ref}")
     return PublishOutcome(pushed, index)

@@ -28,6 +28,13 @@ DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 ACCEPT = ", ".join((DOCKER_MANIFEST, DOCKER_LIST, OCI_MANIFEST, OCI_INDEX))
+# NAME[:TAG][@sha256:DIGEST] as the distribution spec's reference grammar has it.
+IMAGE_REFERENCE = re.compile(
+    r"^(?P<name>(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
 _REF = re.compile(r"^(?P<host>[a-zA-Z0-9.-]+(:\d+)?)/(?P<repo>[a-z0-9]+([._/-][a-z0-9]+)*)$")
 
 
@@ -50,6 +57,14 @@ class RegistryRef:
     @property
     def name(self) -> str:
         return f"{self.host}/{self.repository}"
+
+
+def split_ref(ref: str) -> tuple[str, str, str]:
+    """``NAME[:TAG][@DIGEST]`` -> (name, tag, digest), "" for what is absent (a registry port is not a tag)."""
+    name, _, digest = ref.partition("@")
+    head, _, last = name.rpartition("/")
+    repo_part, _, tag = last.partition(":")
+    return (f"{head}/{repo_part}" if head else repo_part), tag, digest
 
 
 @dataclass(frozen=True)
@@ -145,22 +160,65 @@ class Registry:
         return Manifest(digest, media_type, len(body), body)
 
     def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> str:
+        return (
+            self.put_manifest_response(repository, reference, body, media_type).headers.get("Docker-Content-Digest")
+            or "sha256:" + hashlib.sha256(body).hexdigest()
+        )
+
+    def put_manifest_response(self, repository: str, reference: str, body: bytes, media_type: str) -> requests.Response:
         response = self.request("PUT", f"/{repository}/manifests/{reference}", data=body, headers={"Content-Type": media_type})
         if response.status_code not in (200, 201):
             raise PublishFailed(
                 f"registry {self.host}: writing {repository}:{reference} gave HTTP {response.status_code}: {response.text[:300]}"
             )
-        return response.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+        return response
+
+    def get_blob(self, repository: str, digest: str) -> bytes | None:
+        response = self.request("GET", f"/{repository}/blobs/{digest}")
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise PublishFailed(f"registry {self.host}: reading blob {digest[:19]} of {repository} gave HTTP {response.status_code}")
+        if "sha256:" + hashlib.sha256(response.content).hexdigest() != digest:
+            raise PublishFailed(f"registry {self.host}: blob {digest[:19]} of {repository} does not match its digest")
+        return response.content
+
+    def put_blob(self, repository: str, data: bytes) -> str:
+        """Upload ``data`` (monolithic POST-then-PUT) unless the registry has it; returns its digest."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if self.request("HEAD", f"/{repository}/blobs/{digest}").status_code == 200:
+            return digest
+        started = self.request("POST", f"/{repository}/blobs/uploads/")
+        location = started.headers.get("Location", "")
+        if started.status_code != 202 or not location:
+            raise PublishFailed(f"registry {self.host}: starting an upload to {repository} gave HTTP {started.status_code}")
+        if location.startswith("/"):
+            location = self.base.removesuffix("/v2") + location
+        separator = "&" if "?" in location else "?"
+        done = self.session.put(
+            f"{location}{separator}digest={digest}",
+            data=data,
+            headers={"Content-Type": "application/octet-stream", **({"Authorization": f"Bearer {self._token}"} if self._token else {})},
+            timeout=self.timeout,
+        )
+        if done.status_code != 201:
+            raise PublishFailed(f"registry {self.host}: uploading blob {digest[:19]} to {repository} gave HTTP {done.status_code}")
+        return digest
+
+    def referrers(self, repository: str, digest: str, artifact_type: str) -> list[dict[str, Any]] | None:
+        """The OCI 1.1 referrers of ``digest`` with ``artifact_type``; None when the registry has no referrers API."""
+        response = self.request("GET", f"/{repository}/referrers/{digest}", params={"artifactType": artifact_type})
+        if response.status_code != 200 or not response.headers.get("Content-Type", "").startswith(OCI_INDEX):
+            return None
+        manifests = response.json().get("manifests", [])
+        return [m for m in manifests if isinstance(m, dict) and m.get("artifactType") == artifact_type]
 
 
 def image_labels(ref: str, arch: str) -> dict[str, str]:
     """The config labels of ``HOST[:PORT]/REPO@sha256:...`` (or ``:TAG``) as the registry serves them;
     for a multi-arch index, of its ``arch`` member."""
-    name, _, digest = ref.partition("@")
-    if not digest:
-        last = name.rsplit("/", 1)
-        repo_part, _, tag = last[-1].partition(":")
-        name, digest = (f"{last[0]}/{repo_part}" if len(last) > 1 else repo_part), tag or "latest"
+    name, tag, digest = split_ref(ref)
+    digest = digest or tag or "latest"
     host, _, repository = name.partition("/")
     if not repository or not ("." in host or ":" in host or host == "localhost"):
         raise InputError(f"{ref}: no registry host in the reference, so its labels cannot be read")

@@ -11,7 +11,7 @@ import contextlib
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,7 +36,14 @@ def read(path):
             return f.read()
     except OSError:
         return None
+def run(argv):
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True)
+    except OSError:
+        return None
+    return done.stdout if done.returncode == 0 else None
 pip = subprocess.run([sys.executable, "-m", "pip", "list", "--format=json", "--disable-pip-version-check"], capture_output=True, text=True)
+arch = platform.machine()
 patterns = ["/usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info",
             "/usr/local/Ascend/ascend-toolkit/latest/version.cfg"]
 print(json.dumps({
@@ -47,6 +54,10 @@ print(json.dumps({
     "os_release": read("/etc/os-release") or "",
     "cann_files": {p: read(p) for pattern in patterns for p in sorted(glob.glob(pattern))},
     "env": {k: os.environ.get(k) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ATB_HOME_PATH")},
+    "dpkg": run(["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\t${Architecture}\\n"]),
+    "rpm": run(["rpm", "-qa", "--qf", "%{NAME}\\t%{EPOCHNUM}:%{VERSION}-%{RELEASE}\\t%{ARCH}\\n"]),
+    "git_revisions": read("/etc/ascendkit/git-revisions.txt") or "",
+    "locks": {p: read(p) for p in sorted(glob.glob("/etc/ascendkit/locks/*-" + arch + ".txt"))},
 }))
 """
 
@@ -94,6 +105,10 @@ class ImageFacts:
     env: dict[str, str | None]
     doctor_exit: int | None = None  # `ascendkit doctor` inside the image; None: the image has none
     doctor_report: dict[str, Any] | None = None
+    created: str = ""  # the image config's creation time
+    os_packages: dict[str, str] = field(default_factory=dict)  # "dpkg"/"rpm" -> that tool's listing ("" when absent)
+    git_revisions: str = ""  # /etc/ascendkit/git-revisions.txt: "name ref commit" per checkout
+    locks: dict[str, str] = field(default_factory=dict)  # this arch's lock sections in the image: path -> text
 
 
 def normalize(name: str) -> str:
@@ -171,6 +186,10 @@ def collect_facts(client: docker.APIClient, image_id: str) -> ImageFacts:
         env=dict(probe.get("env") or {}),
         doctor_exit=doctor_exit,
         doctor_report=doctor_report,
+        created=str(inspect.get("Created", "")),
+        os_packages={tool: probe[tool] for tool in ("dpkg", "rpm") if probe.get(tool)},
+        git_revisions=str(probe.get("git_revisions") or ""),
+        locks={path: text for path, text in (probe.get("locks") or {}).items() if text},
     )
 
 

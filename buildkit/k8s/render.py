@@ -22,6 +22,7 @@ import jinja2
 import yaml
 
 from buildkit.errors import InputError
+from buildkit.image.registry import IMAGE_REFERENCE
 from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION
 from buildkit.matrix.model import Sku
 from buildkit.matrix.yamlsource import YamlSourceError, load_documents
@@ -38,12 +39,6 @@ APP_LABEL = "app.kubernetes.io"
 _LABEL_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # DNS-1035: what KubeRay requires, fine for Jobs too
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_IMAGE = re.compile(
-    r"^(?P<name>(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
-)
 
 # The host files smoke mounts, as hostPath volumes: (volume name, path, hostPath type).
 DRIVER_VOLUMES = (
@@ -86,7 +81,7 @@ class Manifests:
 
 def check_image(ref: str, allow_tag: bool) -> str | None:
     """A digest reference passes; a tag only with ``allow_tag`` (returns the warning)."""
-    match = _IMAGE.match(ref)
+    match = IMAGE_REFERENCE.match(ref)
     if not match:
         raise InputError(f"--image {ref!r} is not an image reference (e.g. 127.0.0.1:5000/ascendkit/verl@sha256:<64 hex>)")
     if match["digest"]:

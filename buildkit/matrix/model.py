@@ -213,6 +213,23 @@ class Stack(Frozen):
         return {k: v for k, v in named.items() if v is not None}
 
 
+RunnerLabels = tuple[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")], ...]
+
+
+class Ci(Frozen):
+    """Where the generated CI workflow (.github/workflows/images.yml) runs its jobs."""
+
+    build_runners: dict[Arch, Annotated[RunnerLabels, Field(min_length=1)]] = Field(
+        default={"x86_64": ("ubuntu-24.04",), "aarch64": ("ubuntu-24.04-arm",)},
+        description="runs-on labels of the build jobs, per arch: a native runner of that arch (no emulation)",
+    )
+    smoke_runners: dict[Identifier, Annotated[RunnerLabels, Field(min_length=1)]] = Field(
+        default={},
+        description="runs-on labels of the smoke job per SKU; default [self-hosted, linux, ARM64 or X64, ascend-<sku>]",
+    )
+    python: PythonVersion = Field(default="3.11", description="the Python the workflow runs ascendkit with")
+
+
 class Matrix(Frozen):
     """The whole compatibility matrix."""
 
@@ -232,3 +249,4 @@ class Matrix(Frozen):
     skus: dict[Identifier, Sku] = Field(min_length=1)
     compat: Compat
     stacks: dict[Identifier, Stack] = Field(min_length=1)
+    ci: Ci = Ci()

@@ -191,6 +191,9 @@ def references_exist(matrix: Matrix) -> Iterator[Violation]:
     for sku_id, sku in matrix.skus.items():
         if sku.chip not in matrix.chips:
             yield Violation(("skus", sku_id, "chip"), f"unknown chip {sku.chip!r}", hint=", ".join(matrix.chips))
+    for sku_id in matrix.ci.smoke_runners:
+        if sku_id not in matrix.skus:
+            yield Violation(("ci", "smoke_runners", sku_id), f"unknown SKU {sku_id!r}", hint=", ".join(matrix.skus))
     for repo_id, repo in matrix.repos.items():
         if repo.host not in matrix.git_hosts:
             yield Violation(

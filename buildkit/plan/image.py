@@ -44,6 +44,11 @@ class GitCheckout:
     path: str
     ref: str
     install: str  # "pip" or "pythonpath"
+    host_url: str = ""  # the official host the matrix names (a build may use a mirror of it)
+
+    @property
+    def url(self) -> str:
+        return f"{self.host_url.rstrip('/')}/{self.path}"
 
     @property
     def directory(self) -> str:
@@ -187,7 +192,12 @@ def plan_image(loaded: LoadedMatrix, target: RenderTarget, arch: str | None = No
     skus = tuple(stack_skus_on_chip(loaded, stack, target.chip_id))
     checkouts = tuple(
         GitCheckout(
-            dist_name(component), matrix.git_hosts[matrix.repos[git.repo].host].arg, matrix.repos[git.repo].path, git.ref, git.install
+            dist_name(component),
+            matrix.git_hosts[matrix.repos[git.repo].host].arg,
+            matrix.repos[git.repo].path,
+            git.ref,
+            git.install,
+            matrix.git_hosts[matrix.repos[git.repo].host].url,
         )
         for component, git in stack.git_pins().items()
     )

@@ -1,0 +1,92 @@
+"""``ascendkit sbom IMAGE`` and ``ascendkit sbom diff A B``: what is in an image, and what changed between two."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table as RichTable
+
+from buildkit.cli.base import ArchChoice, JsonFlag, app, out, print_json, user_errors
+from buildkit.errors import InputError
+
+if TYPE_CHECKING:
+    from buildkit.image.sbom import Entry
+
+
+def _read(ref: str, arch: str | None, manifest_dir: Path) -> tuple[dict[str, Any], str]:
+    from buildkit.image.attach import local_sbom, registry_sbom
+    from buildkit.image.engine import connect
+
+    if "@" in ref:
+        return registry_sbom(ref, arch)
+    return local_sbom(connect(), ref, manifest_dir)
+
+
+def _row(entry: Entry) -> tuple[str, str, str, str]:
+    return entry.kind, entry.name, entry.version, entry.detail
+
+
+@app.command("sbom")
+@user_errors
+def sbom(
+    images: Annotated[
+        list[str],
+        typer.Argument(
+            help="IMAGE, or `diff` IMAGE_A IMAGE_B. An IMAGE is HOST[:PORT]/REPO@sha256:... (its SBOM is read from the registry; "
+            "for a multi-arch index give --arch) or a local image built by ascendkit (its SBOM is read from --manifest-dir).",
+            metavar="IMAGE | diff A B",
+        ),
+    ],
+    arch: ArchChoice = None,
+    manifest_dir: Annotated[Path, typer.Option("--manifest-dir", help="Where the builds of local images wrote their SBOMs.")] = Path(
+        "manifests"
+    ),
+    as_json: JsonFlag = False,
+) -> None:
+    """The components of an image (Python packages, OS packages, CANN, git checkouts, base image) from
+    its CycloneDX SBOM; or, with `diff A B`, those added, removed and changed from A to B."""
+    from buildkit.image.attach import check_sbom_ref
+    from buildkit.image.sbom import diff, entries
+    from buildkit.matrix.model import ARCHES
+
+    is_diff = images[0] == "diff"
+    refs = images[1:] if is_diff else images
+    if len(refs) != (2 if is_diff else 1):
+        raise InputError("give one IMAGE, or `diff` and two images: ascendkit sbom IMAGE | ascendkit sbom diff A B")
+    if arch is not None and arch not in ARCHES:
+        raise InputError(f"unknown --arch {arch!r}; choose one of: {', '.join(ARCHES)}")
+    for ref in refs:
+        check_sbom_ref(ref)
+    documents = [_read(ref, arch, manifest_dir) for ref in refs]
+    if is_diff:
+        (before, a_where), (after, b_where) = documents
+        change = diff(before, after)
+        if as_json:
+            print_json({"from": a_where, "to": b_where, **change.describe()})
+            return
+        table = RichTable(
+            title=f"{a_where} -> {b_where}: {len(change.added)} added, {len(change.removed)} removed, {len(change.changed)} changed"
+        )
+        for column in ("change", "kind", "name", "from", "to", "pin"):
+            table.add_column(column)
+        for a, b in change.changed:
+            table.add_row("changed", a.kind, a.name, a.version, b.version, b.detail)
+        for e in change.added:
+            table.add_row("added", e.kind, e.name, "", e.version, e.detail)
+        for e in change.removed:
+            table.add_row("removed", e.kind, e.name, e.version, "", e.detail)
+        out.print(table)
+        return
+    document, where = documents[0]
+    if as_json:
+        print_json(document)
+        return
+    found = entries(document)
+    table = RichTable(title=f"{where}: {len(found)} components (CycloneDX {document.get('specVersion', '?')})")
+    for column in ("kind", "name", "version", "pin / ref"):
+        table.add_column(column)
+    for entry in found:
+        table.add_row(*_row(entry))
+    out.print(table)

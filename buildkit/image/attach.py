@@ -1,0 +1,161 @@
+"""Attach an SBOM to an image digest in a registry, and find it again, through the distribution API.
+
+The SBOM travels as an OCI 1.1 artifact: an image manifest with ``artifactType`` set, the empty
+config, one layer (the CycloneDX JSON) and ``subject`` naming the image. A registry with the
+referrers API links it to the image by that subject (it answers the push with ``OCI-Subject``).
+A registry without it (CNCF distribution 2.8, and many mirrors) gets the same manifest under the
+tag ``sha256-<hex>.sbom``, the scheme cosign uses, so any client can find it from the digest alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import NotFound
+
+from buildkit.errors import InputError
+from buildkit.image.registry import DOCKER_LIST, IMAGE_REFERENCE, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, split_ref
+from buildkit.image.sbom import MEDIA_TYPE, loads, sbom_path
+from buildkit.matrix.model import DOCKER_ARCH, normalize_arch
+
+EMPTY_CONFIG = b"{}"
+EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
+
+
+def fallback_tag(digest: str) -> str:
+    """The tag an SBOM of ``digest`` gets where the registry has no referrers API."""
+    return digest.replace(":", "-", 1) + ".sbom"
+
+
+def _descriptor(media_type: str, data: bytes) -> dict[str, Any]:
+    return {"mediaType": media_type, "digest": "sha256:" + hashlib.sha256(data).hexdigest(), "size": len(data)}
+
+
+def artifact_manifest(subject: Manifest, sbom: bytes) -> bytes:
+    body = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": MEDIA_TYPE,
+        "config": _descriptor(EMPTY_MEDIA_TYPE, EMPTY_CONFIG),
+        "layers": [{**_descriptor(MEDIA_TYPE, sbom), "annotations": {"org.opencontainers.image.title": "sbom.cdx.json"}}],
+        "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": subject.size},
+    }
+    return json.dumps(body, indent=2, sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class Attached:
+    subject: str  # the image digest
+    digest: str  # of the artifact manifest
+    how: str  # "referrer" or "tag <name>"
+
+    def describe(self) -> dict[str, str]:
+        return {"subject": self.subject, "sbom": self.digest, "attached_as": self.how}
+
+
+def attach_sbom(registry: Registry, repository: str, subject: Manifest, sbom: bytes) -> Attached:
+    """Push ``sbom`` as an artifact whose subject is ``subject``; idempotent (same bytes, same digest)."""
+    has_referrers = registry.referrers(repository, subject.digest, MEDIA_TYPE) is not None
+    registry.put_blob(repository, EMPTY_CONFIG)
+    registry.put_blob(repository, sbom)
+    body = artifact_manifest(subject, sbom)
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    response = registry.put_manifest_response(repository, digest, body, OCI_MANIFEST)
+    if has_referrers and response.headers.get("OCI-Subject") == subject.digest:
+        return Attached(subject.digest, digest, "referrer")
+    # No referrers API, or one that did not take the subject: the spec's answer is a tag the client can find.
+    tag = fallback_tag(subject.digest)
+    registry.put_manifest(repository, tag, body, OCI_MANIFEST)
+    return Attached(subject.digest, digest, f"tag {tag}")
+
+
+def _sbom_of_artifact(registry: Registry, repository: str, manifest: Manifest, subject: str) -> bytes | None:
+    body = manifest.json()
+    if body.get("artifactType") != MEDIA_TYPE or (body.get("subject") or {}).get("digest") != subject:
+        return None
+    for layer in body.get("layers", []):
+        if layer.get("mediaType") == MEDIA_TYPE:
+            return registry.get_blob(repository, str(layer["digest"]))
+    return None
+
+
+def fetch_sbom(registry: Registry, repository: str, digest: str) -> bytes | None:
+    """The SBOM attached to image ``digest``: by the referrers API where there is one, else by its tag."""
+    candidates = [str(m["digest"]) for m in registry.referrers(repository, digest, MEDIA_TYPE) or []]
+    candidates.append(fallback_tag(digest))
+    for reference in candidates:
+        manifest = registry.get_manifest(repository, reference)
+        if manifest is not None:
+            found = _sbom_of_artifact(registry, repository, manifest, digest)
+            if found is not None:
+                return found
+    return None
+
+
+def image_digest(registry: Registry, repository: str, reference: str, arch: str | None) -> str:
+    """The digest of the per-arch image ``reference`` names; for a multi-arch index, its ``arch`` member."""
+    manifest = registry.get_manifest(repository, reference)
+    if manifest is None:
+        raise InputError(f"{registry.host}/{repository}@{reference}: the registry has no such image")
+    if manifest.media_type not in (DOCKER_LIST, OCI_INDEX):
+        return manifest.digest
+    members = {
+        str((m.get("platform") or {}).get("architecture")): str(m["digest"])
+        for m in manifest.json().get("manifests", [])
+        if isinstance(m, dict) and "digest" in m
+    }
+    if arch is None:
+        arches = ", ".join(sorted(members))
+        raise InputError(f"{registry.host}/{repository}@{reference} is a multi-arch index ({arches}): give --arch")
+    wanted = DOCKER_ARCH.get(arch, arch)
+    if wanted not in members:
+        raise InputError(f"{registry.host}/{repository}@{reference}: the index has no {wanted} image (it has {', '.join(sorted(members))})")
+    return members[wanted]
+
+
+def check_sbom_ref(ref: str) -> None:
+    """Refuse a reference that can name neither a registry image by digest nor a local image (no contact made)."""
+    match = IMAGE_REFERENCE.match(ref)
+    if not match:
+        raise InputError(f"{ref!r} is not an image reference: NAME[:TAG] (a local image) or HOST[:PORT]/REPO@sha256:<64 hex>")
+    if match["digest"] and not re.match(r"^[^/]+[.:][^/]*/|^localhost/", match["name"]):
+        raise InputError(f"{ref!r}: a digest reference is read from its registry: give HOST[:PORT]/REPO@sha256:<64 hex>")
+
+
+def registry_sbom(ref: str, arch: str | None) -> tuple[dict[str, Any], str]:
+    """The SBOM attached to ``HOST/REPO@sha256:...`` (for an index, to its ``arch`` member), and where it was found."""
+    name, _, digest = split_ref(ref)
+    host, _, repository = name.partition("/")
+    registry = Registry(host, retries=1, timeout=20.0)
+    member = image_digest(registry, repository, digest, arch)
+    found = fetch_sbom(registry, repository, member)
+    where = f"{host}/{repository}@{member}"
+    if found is None:
+        raise InputError(f"{where}: no SBOM is attached (images pushed by `ascendkit build --push` or `publish` carry one)")
+    return loads(found, where), where
+
+
+def local_sbom(client: docker.APIClient, ref: str, manifest_dir: Path) -> tuple[dict[str, Any], str]:
+    """The SBOM the build of local image ``ref`` wrote beside its build manifest."""
+    try:
+        inspect = client.inspect_image(ref)
+    except NotFound:
+        raise InputError(f"image {ref} is not on this engine (for a pushed image give HOST/REPO@sha256:...)") from None
+    labels = (inspect.get("Config") or {}).get("Labels") or {}
+    version = labels.get("org.opencontainers.image.version")
+    if not version or "io.ascendkit.stack" not in labels:
+        raise InputError(f"image {ref} was not built by ascendkit (no io.ascendkit.* labels), so it has no SBOM")
+    path = sbom_path(manifest_dir, f"{version}-{normalize_arch(str(inspect.get('Architecture', '')))}")
+    if not path.is_file():
+        raise InputError(f"{ref}: no SBOM at {path} (--manifest-dir: where its build wrote the manifest)")
+    document = loads(path.read_bytes(), str(path))
+    props = {p.get("name"): p.get("value") for p in document.get("metadata", {}).get("component", {}).get("properties", [])}
+    if props.get("ascendkit:image-id") != inspect["Id"]:
+        raise InputError(f"{path} describes image {props.get('ascendkit:image-id')}, not {ref} ({inspect['Id'][:19]}): rebuild it")
+    return document, str(path)

@@ -1,0 +1,186 @@
+"""``publish --index-only``: the multi-arch index from per-arch build manifests, through the registry alone.
+
+Each arch of an image is built and pushed on its own runner; what reaches the index step is the
+build manifests (with the digest each push recorded) and the SBOMs beside them, not the images.
+Every member is checked in the registry before anything is written: its digest is served, it is
+an image manifest, its config is the image the manifest verified, its config's platform is the
+arch the manifest says, and its per-arch tag still names that digest. One failed check refuses
+every index of the run; nothing is pushed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from buildkit.errors import InputError, PublishFailed
+from buildkit.image.attach import Attached, attach_sbom
+from buildkit.image.publish import Published, index_names, publish_index
+from buildkit.image.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, Registry, RegistryRef
+from buildkit.image.sbom import SBOM_SUFFIX
+from buildkit.matrix.model import DOCKER_ARCH
+
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Member:
+    """One per-arch image as its build manifest recorded it."""
+
+    path: Path
+    arch: str
+    arches: tuple[str, ...]
+    names: tuple[str, ...]  # the index's names (the per-arch tags without -<arch>)
+    image_id: str
+    repository: str
+    digest: str
+
+    @property
+    def sbom(self) -> Path:
+        return self.path.with_name(self.path.name.removesuffix(".json") + SBOM_SUFFIX)
+
+
+@dataclass(frozen=True)
+class IndexGroup:
+    names: tuple[str, ...]
+    members: dict[str, Member]  # arch -> member
+
+
+def _field(data: dict[str, Any], path: Path, *keys: str) -> Any:
+    value: Any = data
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            raise InputError(f"{path}: not an ascendkit build manifest (no {'.'.join(keys)})")
+        value = value[key]
+    return value
+
+
+def read_member(path: Path) -> Member:
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise InputError(f"{path}: larger than a build manifest can be")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not an ascendkit build manifest")
+    if _field(data, path, "passed") is not True:
+        raise PublishFailed(f"{path}: the build's verification did not pass; only verified images are published")
+    published = data.get("published")
+    if not isinstance(published, dict) or not published.get("digest"):
+        raise PublishFailed(f"{path}: records no push; build with --push --registry first (ascendkit build ... --push)")
+    arch = str(_field(data, path, "arch"))
+    labels = _field(data, path, "labels")
+    tags = _field(data, path, "image", "tags")
+    if not isinstance(tags, list) or not tags:
+        raise InputError(f"{path}: not an ascendkit build manifest (no image.tags)")
+    return Member(
+        path=path,
+        arch=arch,
+        arches=tuple(str(labels.get("io.ascendkit.arches", arch)).split(",")),
+        names=index_names(tuple(str(t).rsplit(":", 1)[1] for t in tags), arch),
+        image_id=str(_field(data, path, "image", "id")),
+        repository=str(published.get("repository", "")),
+        digest=str(published["digest"]),
+    )
+
+
+def read_groups(manifest_dir: Path) -> list[IndexGroup]:
+    """Every build manifest in ``manifest_dir``, grouped by the index they belong to."""
+    if not manifest_dir.is_dir():
+        raise InputError(f"--manifest-dir {manifest_dir}: no such directory (the build jobs' manifests go there)")
+    paths = sorted(p for p in manifest_dir.glob("*.json") if not p.name.endswith(SBOM_SUFFIX))
+    if not paths:
+        raise InputError(f"--manifest-dir {manifest_dir}: no build manifests (*.json from `ascendkit build --push`)")
+    groups: dict[tuple[str, ...], dict[str, Member]] = {}
+    for path in paths:
+        member = read_member(path)
+        group = groups.setdefault(member.names, {})
+        if member.arch in group:
+            raise InputError(f"{path} and {group[member.arch].path} are both the {member.arch} image of {member.names[0]}: keep one")
+        group[member.arch] = member
+    return [IndexGroup(names, members) for names, members in sorted(groups.items())]
+
+
+def check_group(registry: Registry, target: RegistryRef, group: IndexGroup) -> dict[str, Manifest]:
+    """The members as the registry serves them; PublishFailed naming the first problem."""
+    name = f"{target.name}:{group.names[0]}"
+    wanted = next(iter(group.members.values())).arches
+    missing = [arch for arch in wanted if arch not in group.members]
+    if missing:
+        raise PublishFailed(
+            f"refusing to publish the multi-arch index {name}: no {', '.join(missing)} build manifest "
+            f"(the {', '.join(missing)} job must build with --push and hand its manifest over)"
+        )
+    found = {}
+    for arch, member in sorted(group.members.items()):
+        where = f"{member.path.name} ({arch})"
+        if member.repository != target.name:
+            raise PublishFailed(f"refusing {name}: {where} was pushed to {member.repository}, not {target.name}")
+        if not member.sbom.is_file():
+            raise PublishFailed(f"refusing {name}: {where} has no SBOM beside it ({member.sbom.name})")
+        manifest = registry.get_manifest(target.repository, member.digest)
+        if manifest is None:
+            raise PublishFailed(f"refusing {name}: {where} records {member.digest}, which {target.name} does not serve")
+        if manifest.media_type not in (DOCKER_MANIFEST, OCI_MANIFEST):
+            raise PublishFailed(f"refusing {name}: {member.digest} is a {manifest.media_type}, not a per-arch image")
+        config_digest = (manifest.json().get("config") or {}).get("digest")
+        if config_digest != member.image_id:
+            raise PublishFailed(f"refusing {name}: {member.digest} holds image {config_digest}, but {where} verified {member.image_id}")
+        config = json.loads(registry.get_blob(target.repository, member.image_id) or b"{}")
+        platform = f"{config.get('os')}/{config.get('architecture')}"
+        if platform != f"linux/{DOCKER_ARCH[arch]}":
+            raise PublishFailed(f"refusing {name}: {member.digest} is a {platform} image, but {where} says linux/{DOCKER_ARCH[arch]}")
+        tagged = registry.get_manifest(target.repository, f"{group.names[0]}-{arch}")
+        if tagged is not None and tagged.digest != member.digest:
+            raise PublishFailed(
+                f"refusing {name}: the tag {group.names[0]}-{arch} names {tagged.digest}, not {member.digest} of {where} "
+                "(another build was pushed since)"
+            )
+        found[arch] = manifest
+    return found
+
+
+@dataclass(frozen=True)
+class IndexOutcome:
+    names: tuple[str, ...]
+    members: dict[str, str]  # arch -> digest
+    index: tuple[Published, ...]  # empty with --dry-run
+    sboms: tuple[Attached, ...]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "index": [p.describe() for p in self.index],
+            "names": list(self.names),
+            "members": dict(sorted(self.members.items())),
+            "sboms": [a.describe() for a in self.sboms],
+        }
+
+
+def publish_indexes(
+    manifest_dir: Path, target: RegistryRef, *, dry_run: bool = False, say: Callable[[str], None] | None = None
+) -> list[IndexOutcome]:
+    """Check every group's members in the registry, then (unless ``dry_run``) attach their SBOMs and
+    publish each index under all its names."""
+    tell = say or (lambda _: None)
+    registry = Registry(target.host)
+    groups = read_groups(manifest_dir)
+    checked = [(group, check_group(registry, target, group)) for group in groups]  # every check before any write
+    outcomes = []
+    for group, members in checked:
+        digests = {arch: m.digest for arch, m in members.items()}
+        tell(f"{target.name}:{group.names[0]}: {', '.join(f'{a} {d[:19]}' for a, d in sorted(digests.items()))} checked in the registry")
+        if dry_run:
+            outcomes.append(IndexOutcome(group.names, digests, (), ()))
+            continue
+        sboms = tuple(
+            attach_sbom(registry, target.repository, members[arch], group.members[arch].sbom.read_bytes()) for arch in sorted(members)
+        )
+        index = tuple(publish_index(registry, target, group.names, members, []))
+        for p in index:
+            tell(f"published index {p.ref}")
+        outcomes.append(IndexOutcome(group.names, digests, index, sboms))
+    return outcomes

@@ -1,0 +1,122 @@
+"""A STAND-IN registry for the one part the bundled registry lacks: the OCI 1.1 referrers API.
+
+CNCF distribution 2.8 (what `make test` runs) has no referrers endpoint, so the SBOM's tag fallback
+is tested against it for real; this in-memory server on 127.0.0.1 speaks just enough of the
+distribution API (blobs, manifests, and with ``referrers=True`` the referrers endpoint and the
+``OCI-Subject`` answer) to test the other path. It serves this process's tests only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+
+
+@dataclass
+class Store:
+    referrers: bool
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    manifests: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # digest -> (media type, body)
+    tags: dict[tuple[str, str], str] = field(default_factory=dict)  # (repo, tag) -> digest
+    subjects: dict[str, list[str]] = field(default_factory=dict)  # subject digest -> artifact digests
+    requests: list[str] = field(default_factory=list)
+
+
+def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # quiet
+            pass
+
+        def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _route(self) -> tuple[str, str, str, dict[str, list[str]]]:
+            url = urlparse(self.path)
+            store.requests.append(f"{self.command} {url.path}")
+            match = re.match(r"^/v2/(?P<repo>.+?)/(?P<kind>blobs/uploads|blobs|manifests|referrers)/?(?P<ref>[^/]*)$", url.path)
+            if not match:
+                return "", "", "", {}
+            return match["repo"], match["kind"], match["ref"], parse_qs(url.query)
+
+        def do_HEAD(self) -> None:
+            self.do_GET()
+
+        def do_GET(self) -> None:
+            repo, kind, ref, query = self._route()
+            if kind == "blobs" and ref in store.blobs:
+                return self._send(200, store.blobs[ref], {"Docker-Content-Digest": ref})
+            if kind == "manifests":
+                digest = ref if ref.startswith("sha256:") else store.tags.get((repo, ref), "")
+                if digest in store.manifests:
+                    media_type, body = store.manifests[digest]
+                    return self._send(200, body, {"Content-Type": media_type, "Docker-Content-Digest": digest})
+            if kind == "referrers" and store.referrers:
+                wanted = query.get("artifactType", [None])[0]
+                entries = []
+                for digest in store.subjects.get(ref, []):
+                    media_type, body = store.manifests[digest]
+                    artifact_type = json.loads(body).get("artifactType")
+                    if wanted in (None, artifact_type):
+                        entries.append({"mediaType": media_type, "digest": digest, "size": len(body), "artifactType": artifact_type})
+                index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()
+                return self._send(200, index, {"Content-Type": OCI_INDEX})
+            return self._send(404, b'{"errors":[{"code":"NOT_FOUND"}]}', {"Content-Type": "application/json"})
+
+        def do_POST(self) -> None:
+            repo, kind, _, _ = self._route()
+            if kind != "blobs/uploads":
+                return self._send(404)
+            return self._send(202, headers={"Location": f"/v2/{repo}/blobs/uploads/{uuid.uuid4().hex}"})
+
+        def do_PUT(self) -> None:
+            repo, kind, ref, query = self._route()
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            digest = "sha256:" + hashlib.sha256(body).hexdigest()
+            if kind == "blobs/uploads":
+                if query.get("digest", [""])[0] != digest:
+                    return self._send(400, b'{"errors":[{"code":"DIGEST_INVALID"}]}')
+                store.blobs[digest] = body
+                return self._send(201, headers={"Docker-Content-Digest": digest})
+            if kind != "manifests":
+                return self._send(404)
+            store.manifests[digest] = (self.headers.get("Content-Type", ""), body)
+            if not ref.startswith("sha256:"):
+                store.tags[(repo, ref)] = digest
+            headers = {"Docker-Content-Digest": digest}
+            subject = (json.loads(body).get("subject") or {}).get("digest")
+            if subject and store.referrers:
+                store.subjects.setdefault(subject, []).append(digest)
+                headers["OCI-Subject"] = subject
+            return self._send(201, headers=headers)
+
+    return Handler
+
+
+@contextmanager
+def fake_registry(*, referrers: bool) -> Iterator[tuple[str, Store]]:
+    """``HOST:PORT`` of a fresh in-memory registry on 127.0.0.1, and its store."""
+    store = Store(referrers)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(store))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", store
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,198 @@
+"""The generated CI workflow: drawn from the plan, drift-checked, and held to the upstream linters.
+
+actionlint, zizmor and GitHub's published workflow schema (check-jsonschema's vendored copy) judge
+the committed file; each planted defect must be caught by the tool meant to catch it, so none of
+them can pass vacuously. Every `ascendkit` command line of the workflow is parsed by the real CLI.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from buildkit.cli import app
+from buildkit.image import generate
+from buildkit.image.workflow import ACTIONS, WORKFLOW_FILE, job_id
+from buildkit.matrix.load import LoadedMatrix, load_matrix
+from buildkit.plan import plan_fleet
+from tests.conftest import MATRIX, ROOT
+
+WORKFLOW = ROOT / WORKFLOW_FILE
+BIN = Path(sys.executable).parent
+
+
+def workflow() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    return data
+
+
+def run_scripts(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(name, step) for name, job in data["jobs"].items() for step in job["steps"] if "run" in step]
+
+
+def test_one_build_job_per_target_and_an_index_per_group(loaded: LoadedMatrix) -> None:
+    jobs = workflow()["jobs"]
+    fleet = plan_fleet(loaded)
+    builds = {name for name in jobs if name.startswith("build-")}
+    assert builds == {job_id("build", p.stack_id, p.chip_id, p.os_name, p.arch) for p in fleet}
+    for plan in fleet:
+        job = jobs[job_id("build", plan.stack_id, plan.chip_id, plan.os_name, plan.arch)]
+        assert job["runs-on"] == list(loaded.matrix.ci.build_runners[plan.arch])  # native, per arch
+        index = jobs[job_id("index", plan.stack_id, plan.chip_id, plan.os_name)]
+        assert job_id("build", plan.stack_id, plan.chip_id, plan.os_name, plan.arch) in index["needs"]
+        assert plan.stack_id in job["if"]
+    for name, job in jobs.items():
+        if name.startswith("index-"):
+            group = name.removeprefix("index-")
+            assert sorted(job["needs"]) == sorted(n for n in builds if n.startswith(f"build-{group}-"))
+        if name.startswith("smoke-"):
+            assert "self-hosted" in job["runs-on"] and "inputs.smoke" in job["if"]
+
+
+def test_hardening_that_the_linters_do_not_decide_alone() -> None:
+    data = workflow()
+    assert data["permissions"] == {}
+    text = WORKFLOW.read_text(encoding="utf-8")
+    for line in text.splitlines():
+        if "uses:" in line:
+            assert re.search(r"uses: [\w.-]+/[\w.-]+@[0-9a-f]{40}  # v\d+\.\d+\.\d+$", line), line
+    assert {m for m in re.findall(r"uses: ([\w.-]+/[\w.-]+)@", text)} == {repo for repo, _, _ in ACTIONS.values()}
+    for name, job in data["jobs"].items():
+        pushes = any("--push" in s["run"] or "publish" in s["run"] for _, s in run_scripts({"jobs": {name: job}}))
+        assert job["permissions"].get("packages") == ("write" if pushes else None), name
+        assert "write" not in {v for k, v in job["permissions"].items() if k != "packages"}, name
+    for name, step in run_scripts(data):
+        assert "${{" not in step["run"], f"{name}: an expression inside run: (pass it through env:)"
+
+
+def test_render_check_reports_a_drifted_workflow(repo_copy: Path) -> None:
+    loaded = load_matrix(repo_copy / "compat_matrix.yaml")
+    assert generate.check(loaded) == []
+    path = repo_copy / WORKFLOW_FILE
+    path.write_text(path.read_text(encoding="utf-8").replace("--quiet", "--quiet --no-cache", 1), encoding="utf-8")
+    diffs = generate.check(loaded)
+    assert len(diffs) == 1 and f"a/{WORKFLOW_FILE}" in diffs[0] and "--no-cache" in diffs[0]
+    path.unlink()
+    assert any(f"b/{WORKFLOW_FILE}" in d for d in generate.check(loaded))
+    generate.write_all(loaded)
+    assert path.read_text(encoding="utf-8") == WORKFLOW.read_text(encoding="utf-8")
+
+
+# ---- the upstream linters -----------------------------------------------------------------------
+
+
+def actionlint(path: Path) -> subprocess.CompletedProcess[str]:
+    config = ROOT / ".github" / "actionlint.yaml"
+    argv = [str(BIN / "actionlint"), "-config-file", str(config), "-shellcheck", str(BIN / "shellcheck"), "-pyflakes=", str(path)]
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+
+
+def zizmor(path: Path) -> subprocess.CompletedProcess[str]:
+    config = ROOT / ".github" / "zizmor.yml"
+    argv = [str(BIN / "zizmor"), "--offline", "--config", str(config), "--persona", "pedantic", "--min-severity", "medium", str(path)]
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+
+
+def schema(path: Path) -> subprocess.CompletedProcess[str]:
+    argv = [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path)]
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+
+
+def test_the_committed_workflow_passes_every_linter() -> None:
+    for tool in (actionlint, zizmor, schema):
+        proc = tool(WORKFLOW)
+        assert proc.returncode == 0, f"{tool.__name__}:\n{proc.stdout}\n{proc.stderr}"
+
+
+CHECKOUT = "actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1  # v7.0.1"
+FIRST_BUILD = "ascendkit build --hw a2 --stack cann8.1 --os ubuntu22.04 --arch aarch64 --quiet\n"
+
+
+@pytest.mark.parametrize(
+    ("defect", "old", "new", "tool", "finding"),
+    [
+        ("an action pinned by tag", CHECKOUT, "actions/checkout@v7.0.1", zizmor, "unpinned-uses"),
+        ("needs: on a missing job", "    needs:\n", "    needs:\n    - build-no-such-job\n", actionlint, "build-no-such-job"),
+        (
+            "an untrusted expression in run:",
+            FIRST_BUILD,
+            'echo "${{ inputs.stacks }}"\n        ' + FIRST_BUILD,
+            zizmor,
+            "template-injection",
+        ),
+        ("a write permission at the top", "permissions: {}\n", "permissions:\n  contents: write\n", zizmor, "excessive-permissions"),
+        ("a key GitHub does not know", "    timeout-minutes: 30\n", "    timeout-minutes: 30\n    retries: 3\n", schema, "retries"),
+    ],
+)
+def test_each_planted_defect_is_caught(tmp_path: Path, defect: str, old: str, new: str, tool: Any, finding: str) -> None:
+    text = WORKFLOW.read_text(encoding="utf-8")
+    assert old in text, f"test setup: {old!r}"
+    planted = tmp_path / "images.yml"
+    planted.write_text(text.replace(old, new, 1), encoding="utf-8")
+    proc = tool(planted)
+    assert proc.returncode != 0, f"{tool.__name__} missed {defect}"
+    assert finding in proc.stdout + proc.stderr, f"{tool.__name__} on {defect}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+
+
+# ---- every ascendkit command line of the workflow exists -----------------------------------------
+
+SAMPLE_ENV = {
+    "ASCENDKIT_REGISTRY": "registry.example.com/ml/verl",
+    "IMAGE": "registry.example.com/ml/verl@sha256:" + "a" * 64,
+    "ASCENDKIT_SMOKE_MODEL": str(ROOT / "smoke_tests"),  # smoke checks the directory exists; the weights are on the NPU host
+}
+
+
+def command_lines() -> list[list[str]]:
+    """Every `ascendkit ...` command of every run: script, split as bash would, with sample env values."""
+    commands = []
+    for _, step in run_scripts(workflow()):
+        script = step["run"].replace("\\\n", " ")
+        for line in script.splitlines():
+            if line.strip().startswith("ascendkit "):
+                words = shlex.split(line.split(">", 1)[0])
+                commands.append([re.sub(r"^\$(\w+)$", lambda m: SAMPLE_ENV[m[1]], w) for w in words[1:]])
+    return commands
+
+
+def parse(argv: list[str]) -> Any:
+    """Parse ``argv`` exactly as the ascendkit command would, without running it (Typer's own click)."""
+    group: Any = typer.main.get_command(app)
+    with group.make_context("ascendkit", argv[:1], resilient_parsing=False) as ctx:
+        command = group.get_command(ctx, argv[0])
+        assert command is not None, argv[0]
+        return command.make_context(argv[0], argv[1:], parent=ctx)
+
+
+def test_every_command_line_parses() -> None:
+    commands = command_lines()
+    kinds = {argv[0] for argv in commands}
+    assert kinds == {"build", "publish", "smoke"}
+    for argv in commands:
+        parse(argv)  # an unknown flag or a bad value raises here
+
+
+def test_build_command_lines_run_as_a_dry_run(runner: CliRunner) -> None:
+    builds = [argv for argv in command_lines() if argv[0] == "build"]
+    assert len(builds) == 2 * len(plan_fleet(load_matrix(MATRIX)))  # with and without --push
+    for argv in builds:
+        result = runner.invoke(app, [*argv, "--dry-run", "--json", "--no-ca-bundle", "--matrix", str(MATRIX)])
+        assert result.exit_code == 0, f"{argv}: {result.output}"
+
+
+def test_publish_command_line_reads_the_manifest_dir(runner: CliRunner, tmp_path: Path) -> None:
+    (publish,) = {tuple(argv) for argv in command_lines() if argv[0] == "publish"}
+    empty = tmp_path / "manifests"
+    empty.mkdir()
+    argv = [str(empty) if word == "manifests" else word for word in publish]
+    result = runner.invoke(app, [*argv, "--dry-run"])
+    assert result.exit_code == 2 and "no build manifests" in result.stderr  # it got past parsing, to its input
