@@ -1,0 +1,186 @@
+"""Shipping as the CI workflow does it, on the real engine and registry: each arch built and pushed by
+digest on its own, the local images removed, the index assembled from the build manifests through
+the registry alone, and each member's SBOM read back and diffed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+
+from buildkit.errors import ExitCode
+from buildkit.image.registry import DOCKER_LIST, Registry
+from tests.conftest import TEST_MATRIX, DockerEnv, edit
+from tests.test_workflow import command_lines
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def arm64_standin() -> str:
+    standin = os.environ.get("ASCENDKIT_STANDIN_IMAGE_ARM64")
+    if not standin:
+        if os.environ.get("CI", "").lower() in ("1", "true"):
+            pytest.fail("no arm64 stand-in in CI: .ci/run sets ASCENDKIT_ARM64=1, so `make test` must have made one")
+        pytest.skip("no arm64 stand-in: `make test` makes one when ASCENDKIT_ARM64=1 (qemu emulation)")
+    return standin
+
+
+@pytest.fixture(scope="module")
+def shipped(docker_env: DockerEnv, built: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The test stack built for x86_64 and aarch64 and pushed by digest with --no-index, as the build jobs do."""
+    workdir = tmp_path_factory.mktemp("ship")
+    repo = f"{docker_env.registry}/ship-{uuid.uuid4().hex[:8]}"
+    results = {}
+    for arch, base in (("x86_64", docker_env.standin), ("aarch64", arm64_standin())):
+        proc = docker_env.ascendkit(
+            "build", "--hw", "a3", "--arch", arch, "--matrix", str(TEST_MATRIX), "--base-image", base,
+            "--push", "--no-index", "--registry", repo, "--json", "--quiet",
+            cwd=workdir, check=True,
+        )  # fmt: skip
+        results[arch] = json.loads(proc.stdout)
+    return {"workdir": workdir, "repo": repo, "results": results, "manifests": workdir / "manifests"}
+
+
+def _registry(repo: str) -> tuple[Registry, str]:
+    host, _, repository = repo.partition("/")
+    return Registry(host), repository
+
+
+def index_name(shipped: dict[str, Any]) -> str:
+    return str(shipped["results"]["x86_64"]["tags"][0].rsplit(":", 1)[1].removesuffix("-x86_64"))
+
+
+def test_build_jobs_push_by_digest_and_leave_the_index(shipped: dict[str, Any]) -> None:
+    registry, repository = _registry(shipped["repo"])
+    for arch, result in shipped["results"].items():
+        assert result["index"] is None and result["digest"]
+        manifest = json.loads(Path(shipped["workdir"], result["manifest"]).read_text())
+        assert manifest["published"]["digest"] == result["digest"] and manifest["published"]["repository"] == shipped["repo"]
+        assert manifest["published"]["sbom"]["attached_as"].startswith("tag sha256-"), arch  # distribution 2.8: no referrers API
+    assert registry.get_manifest(repository, index_name(shipped)) is None
+
+
+def _index_only(docker_env: DockerEnv, manifests: Path, repo: str, *extra: str) -> Any:
+    """The index job's own command line from the generated workflow, pointed at this run."""
+    (line,) = {tuple(argv) for argv in command_lines() if argv[0] == "publish"}
+    argv = [str(manifests) if w == "manifests" else repo if w == "registry.example.com/ml/verl" else w for w in line]
+    assert "--index-only" in argv and str(manifests) in argv and repo in argv
+    return docker_env.ascendkit(*argv, *extra, cwd=manifests.parent)
+
+
+def test_index_only_refuses_a_missing_arch_or_a_wrong_digest(docker_env: DockerEnv, shipped: dict[str, Any], tmp_path: Path) -> None:
+    registry, repository = _registry(shipped["repo"])
+    missing = tmp_path / "missing" / "manifests"
+    shutil.copytree(shipped["manifests"], missing)
+    for path in missing.glob("*-aarch64.*"):
+        path.unlink()
+    proc = _index_only(docker_env, missing, shipped["repo"])
+    assert proc.returncode == ExitCode.PUBLISH_FAILED and "no aarch64 build manifest" in proc.stderr, proc.stderr
+    wrong = tmp_path / "wrong" / "manifests"
+    shutil.copytree(shipped["manifests"], wrong)
+    (x86,) = [p for p in wrong.glob("*-x86_64.json")]
+    data = json.loads(x86.read_text())
+    data["published"]["digest"] = shipped["results"]["aarch64"]["digest"]
+    x86.write_text(json.dumps(data))
+    proc = _index_only(docker_env, wrong, shipped["repo"])
+    assert proc.returncode == ExitCode.PUBLISH_FAILED and "holds image" in proc.stderr, proc.stderr
+    assert registry.get_manifest(repository, index_name(shipped)) is None  # nothing was pushed
+
+
+def test_index_only_with_the_images_gone_from_the_engine(docker_env: DockerEnv, shipped: dict[str, Any]) -> None:
+    client = docker_env.client
+    registry, repository = _registry(shipped["repo"])
+    results = shipped["results"]
+    for result in results.values():
+        client.remove_image(result["image_id"], force=True, noprune=True)
+    try:
+        assert not {i["Id"] for i in client.images()} & {r["image_id"] for r in results.values()}
+        proc = _index_only(docker_env, shipped["manifests"], shipped["repo"], "--dry-run")
+        assert proc.returncode == 0, proc.stderr
+        assert "nothing pushed" in proc.stderr and registry.get_manifest(repository, index_name(shipped)) is None
+        proc = _index_only(docker_env, shipped["manifests"], shipped["repo"])
+        assert proc.returncode == 0, proc.stderr
+        (outcome,) = json.loads(proc.stdout)
+        assert outcome["members"] == {arch: r["digest"] for arch, r in results.items()}
+        assert [p["ref"].split("@")[0].rsplit(":", 1)[1] for p in outcome["index"]] == [
+            "verl3.7-cann8.3.rc1-torch_npu2.0.0-a3-debian12-py3.11",
+            "teststack-a3-debian12",
+            "teststack-a3",
+            "latest-a3",
+        ]
+        index = registry.get_manifest(repository, index_name(shipped))
+        assert index is not None and index.media_type == DOCKER_LIST
+        platforms = {m["platform"]["architecture"]: m["digest"] for m in index.json()["manifests"]}
+        assert platforms == {"amd64": results["x86_64"]["digest"], "arm64": results["aarch64"]["digest"]}
+    finally:  # the other tests keep using the x86_64 image: pull it back with its tags
+        for result in results.values():
+            name = shipped["repo"]
+            client.pull(name, tag=result["digest"])
+            for ref in result["tags"]:
+                repository_name, tag = ref.rsplit(":", 1)
+                client.tag(f"{name}@{result['digest']}", repository_name, tag, force=True)
+
+
+def test_sbom_of_each_member(docker_env: DockerEnv, shipped: dict[str, Any]) -> None:
+    validator = JsonStrictValidator(SchemaVersion.V1_6)
+    standin_ids = {"x86_64": docker_env.client.inspect_image(docker_env.standin)["Id"]}
+    standin_ids["aarch64"] = docker_env.client.inspect_image(arm64_standin())["Id"]
+    for arch, result in shipped["results"].items():
+        proc = docker_env.ascendkit("sbom", f"{shipped['repo']}@{result['digest']}", "--json", cwd=shipped["workdir"])
+        assert proc.returncode == 0, proc.stderr
+        assert validator.validate_str(proc.stdout) is None
+        document = json.loads(proc.stdout)
+        by_ref = {c["bom-ref"]: c for c in document["components"]}
+        torch = [c for c in document["components"] if {"name": "ascendkit:component", "value": "torch"} in c.get("properties", [])]
+        assert [(c["name"], c["version"]) for c in torch] == [("tomli", "2.0.0")]  # the test stack's torch pin
+        assert torch[0]["hashes"], "the lock's hashes"
+        assert by_ref["base:image"]["version"] == standin_ids[arch]  # an imported base: its config digest
+        manifest = json.loads(Path(shipped["workdir"], result["manifest"]).read_text())
+        assert by_ref["cann:toolkit"]["version"] == manifest["cann"]["version"] == "8.3.RC1"
+        assert any(ref.startswith("deb:") for ref in by_ref), "the Debian stand-in's dpkg packages"
+    table = docker_env.ascendkit("sbom", f"{shipped['repo']}:{index_name(shipped)}", cwd=shipped["workdir"])
+    assert table.returncode == 2 and "sha256" in table.stderr  # a tag is not read from a registry: it is a local name
+    registry, repository = _registry(shipped["repo"])
+    index = registry.get_manifest(repository, index_name(shipped))
+    assert index is not None
+    proc = docker_env.ascendkit("sbom", f"{shipped['repo']}@{index.digest}", "--arch", "aarch64", cwd=shipped["workdir"])
+    assert proc.returncode == 0 and "tomli" in proc.stdout and "components" in proc.stdout, proc.stderr
+    proc = docker_env.ascendkit("sbom", f"{shipped['repo']}@{index.digest}", cwd=shipped["workdir"])
+    assert proc.returncode == 2 and "give --arch" in proc.stderr
+
+
+def test_sbom_diff_lists_exactly_the_changed_pin(docker_env: DockerEnv, shipped: dict[str, Any], tmp_path: Path) -> None:
+    shutil.copytree(TEST_MATRIX.parent, tmp_path / "fixtures")
+    matrix = tmp_path / "fixtures" / TEST_MATRIX.name
+    matrix.write_text(edit(matrix.read_text(), 'version: "3.7"\n      package: idna', 'version: "3.6"\n      package: idna'))
+    docker_env.ascendkit("lock", "--matrix", str(matrix), cwd=tmp_path, check=True)  # against PyPI: only the changed pin moves
+    proc = docker_env.ascendkit(
+        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(matrix), "--base-image", docker_env.standin,
+        "--push", "--no-index", "--registry", shipped["repo"], "--json", "--quiet",
+        cwd=tmp_path, check=True,
+    )  # fmt: skip
+    after = json.loads(proc.stdout)["digest"]
+    before = shipped["results"]["x86_64"]["digest"]
+    proc = docker_env.ascendkit("sbom", "diff", f"{shipped['repo']}@{before}", f"{shipped['repo']}@{after}", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    change = json.loads(proc.stdout)
+    assert change["changed"] == [{"kind": "python", "name": "idna", "from": "3.7", "to": "3.6", "pin": "verl"}]
+    assert change["added"] == [] and change["removed"] == []
+    proc = docker_env.ascendkit("sbom", "diff", f"{shipped['repo']}@{before}", f"{shipped['repo']}@{after}", cwd=tmp_path)
+    assert proc.returncode == 0 and "idna" in proc.stdout and "1 changed" in proc.stdout
+
+
+def test_sbom_of_a_local_image(docker_env: DockerEnv, built: dict[str, Any]) -> None:
+    proc = docker_env.ascendkit("sbom", built["tags"][0], "--json", cwd=built["workdir"])
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    assert document["metadata"]["component"]["properties"][0] == {"name": "ascendkit:image-id", "value": built["image_id"]}
+    proc = docker_env.ascendkit("sbom", built["tags"][0], cwd=Path(built["workdir"]).parent)
+    assert proc.returncode == 2 and "no SBOM at manifests/" in proc.stderr
