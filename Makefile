@@ -98,7 +98,7 @@ bench: $(STAMP) ## CLI timings; with `make services` running, build timings, siz
 	$(BIN)/python benchmarks/bench_cli.py
 	$(BIN)/python benchmarks/bench_verify.py
 	$(BIN)/python benchmarks/bench_lock.py
-	@if [ -f $(SERVICES_ENV) ]; then set -a; . $(SERVICES_ENV); set +a; $(BIN)/python benchmarks/bench_build.py; \
+	@if [ -f $(SERVICES_ENV) ]; then set -a; . $(SERVICES_ENV); set +a; $(BIN)/python benchmarks/bench_build.py; $(BIN)/python benchmarks/bench_sbom.py; \
 	  else echo "bench_build: skipped (run \`make services\` first for build benchmarks)"; fi
 
 clean: ## Remove the virtualenv and caches

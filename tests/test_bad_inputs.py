@@ -61,6 +61,16 @@ def files(**contents: str | bytes) -> Callable[[Path], None]:
     return make
 
 
+def build_manifest(text: str) -> Callable[[Path], None]:
+    """``m/a.json``: a file where `publish --index-only` looks for build manifests."""
+
+    def make(d: Path) -> None:
+        (d / "m").mkdir()
+        (d / "m" / "a.json").write_text(text, encoding="utf-8")
+
+    return make
+
+
 def fifo(name: str) -> Callable[[Path], None]:
     return lambda d: os.mkfifo(d / name)
 
@@ -181,6 +191,38 @@ CASES = [
     ),
     Case("build-manifest-dir-device", ["build", "--hw", "a3", "--arch", "x86_64", "--manifest-dir", "/dev/null", *M], 3, "not a directory"),
     Case("publish-bad-registry", ["publish", "ascendkit/verl:x", "--registry", "UPPER/Case"], 2, "UPPER/Case"),
+    Case("build-registry-without-push", ["build", "--hw", "a3", "--registry", "127.0.0.1:5000/x", *M], 2, "give --push"),
+    Case("build-no-index-without-push", ["build", "--hw", "a3", "--no-index", *M], 2, "--no-index"),
+    Case("publish-nothing", ["publish", "--registry", "127.0.0.1:5000/x"], 2, "give the local IMAGES"),
+    Case("publish-index-only-with-images", ["publish", "img", "--index-only", "--registry", "127.0.0.1:5000/x"], 2, "--index-only"),
+    Case("publish-dry-run-alone", ["publish", "img", "--dry-run", "--registry", "127.0.0.1:5000/x"], 2, "--dry-run"),
+    Case(
+        "publish-index-only-no-dir",
+        ["publish", "--index-only", "--registry", "127.0.0.1:5000/x", "--manifest-dir", "{d}/none"],
+        2,
+        "no such",
+    ),
+    Case(
+        "publish-index-only-not-json",
+        ["publish", "--index-only", "--registry", "127.0.0.1:5000/x", "--manifest-dir", "{d}/m"],
+        2,
+        "not JSON",
+        build_manifest("{"),
+    ),
+    Case(
+        "publish-index-only-unpushed",
+        ["publish", "--index-only", "--registry", "127.0.0.1:5000/x", "--manifest-dir", "{d}/m"],
+        7,
+        "records no push",
+        build_manifest('{"passed": true, "arch": "x86_64"}'),
+    ),
+    # --- sbom -------------------------------------------------------------------------------------
+    Case("sbom-bad-ref", ["sbom", "Bad Image!!"], 2, "not an image reference"),
+    Case("sbom-short-digest", ["sbom", "127.0.0.1:5000/x@sha256:short"], 2, "not an image reference"),
+    Case("sbom-digest-no-host", ["sbom", "verl@sha256:" + "a" * 64], 2, "read from its registry"),
+    Case("sbom-diff-one", ["sbom", "diff", "a:1"], 2, "two images"),
+    Case("sbom-two-without-diff", ["sbom", "a:1", "b:1"], 2, "two images"),
+    Case("sbom-bad-arch", ["sbom", "a:1", "--arch", "ppc64le"], 2, "--arch"),
     # --- smoke ------------------------------------------------------------------------------------
     Case("smoke-unknown-hw", ["smoke", "--hw", "a9", *M], 2, "a9"),
     Case("smoke-family-not-sku", ["smoke", "--hw", "a2", *M], 2, "SKU"),
