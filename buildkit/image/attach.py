@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from docker.errors import NotFound
 
 from buildkit.errors import InputError
+from buildkit.fsio import read_input_bytes
+from buildkit.image.engine import ascendkit_image
 from buildkit.image.registry import DOCKER_LIST, IMAGE_REFERENCE, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, split_ref
 from buildkit.image.sbom import MEDIA_TYPE, loads, sbom_path
-from buildkit.matrix.model import DOCKER_ARCH, normalize_arch
+from buildkit.matrix.model import DOCKER_ARCH
 
 EMPTY_CONFIG = b"{}"
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
@@ -143,18 +144,11 @@ def registry_sbom(ref: str, arch: str | None) -> tuple[dict[str, Any], str]:
 
 def local_sbom(client: docker.APIClient, ref: str, manifest_dir: Path) -> tuple[dict[str, Any], str]:
     """The SBOM the build of local image ``ref`` wrote beside its build manifest."""
-    try:
-        inspect = client.inspect_image(ref)
-    except NotFound:
-        raise InputError(f"image {ref} is not on this engine (for a pushed image give HOST/REPO@sha256:...)") from None
-    labels = (inspect.get("Config") or {}).get("Labels") or {}
-    version = labels.get("org.opencontainers.image.version")
-    if not version or "io.ascendkit.stack" not in labels:
-        raise InputError(f"image {ref} was not built by ascendkit (no io.ascendkit.* labels), so it has no SBOM")
-    path = sbom_path(manifest_dir, f"{version}-{normalize_arch(str(inspect.get('Architecture', '')))}")
+    inspect, name = ascendkit_image(client, ref, "for a pushed image give HOST/REPO@sha256:...")
+    path = sbom_path(manifest_dir, name)
     if not path.is_file():
         raise InputError(f"{ref}: no SBOM at {path} (--manifest-dir: where its build wrote the manifest)")
-    document = loads(path.read_bytes(), str(path))
+    document = loads(read_input_bytes(path, "SBOM"), str(path))
     props = {p.get("name"): p.get("value") for p in document.get("metadata", {}).get("component", {}).get("properties", [])}
     if props.get("ascendkit:image-id") != inspect["Id"]:
         raise InputError(f"{path} describes image {props.get('ascendkit:image-id')}, not {ref} ({inspect['Id'][:19]}): rebuild it")

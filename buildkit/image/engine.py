@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import docker
 import requests
-from docker.errors import DockerException
+from docker.errors import DockerException, NotFound
 from docker.utils import kwargs_from_env
 
-from buildkit.errors import Unavailable
+from buildkit.errors import InputError, Unavailable
+from buildkit.matrix.model import normalize_arch
 
 # A build step can be silent for a long time (vllm-ascend compiles its kernels without output);
 # the read timeout must outlast it, or a healthy build would be reported as a lost engine.
@@ -27,3 +29,17 @@ def connect(timeout: int = BUILD_READ_TIMEOUT) -> docker.APIClient:
             f"cannot reach the Docker engine at {host} ({exc.__class__.__name__}: {exc}); start dockerd or point DOCKER_HOST at it"
         ) from None
     return client
+
+
+def ascendkit_image(client: docker.APIClient, ref: str, missing_hint: str) -> tuple[dict[str, Any], str]:
+    """A local image built by ascendkit: its inspect data, and the name its build wrote the manifest
+    and SBOM under (``<org.opencontainers.image.version>-<arch>``)."""
+    try:
+        inspect: dict[str, Any] = client.inspect_image(ref)
+    except NotFound:
+        raise InputError(f"image {ref} is not on this engine; {missing_hint}") from None
+    labels = (inspect.get("Config") or {}).get("Labels") or {}
+    version = labels.get("org.opencontainers.image.version")
+    if not version or "io.ascendkit.stack" not in labels:
+        raise InputError(f"image {ref} was not built by ascendkit (no io.ascendkit.* labels)")
+    return inspect, f"{version}-{normalize_arch(str(inspect.get('Architecture', '')))}"

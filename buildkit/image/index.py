@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.errors import InputError, PublishFailed
+from buildkit.fsio import read_input_bytes, read_input_text
 from buildkit.image.attach import Attached, attach_sbom
 from buildkit.image.publish import Published, index_names, publish_index
 from buildkit.image.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, Registry, RegistryRef
 from buildkit.image.sbom import SBOM_SUFFIX
 from buildkit.matrix.model import DOCKER_ARCH
-
-MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -59,11 +58,9 @@ def _field(data: dict[str, Any], path: Path, *keys: str) -> Any:
 
 
 def read_member(path: Path) -> Member:
-    if path.stat().st_size > MAX_MANIFEST_BYTES:
-        raise InputError(f"{path}: larger than a build manifest can be")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = json.loads(read_input_text(path, "build manifest"))
+    except ValueError as exc:
         raise InputError(f"{path}: not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: not an ascendkit build manifest")
@@ -177,7 +174,8 @@ def publish_indexes(
             outcomes.append(IndexOutcome(group.names, digests, (), ()))
             continue
         sboms = tuple(
-            attach_sbom(registry, target.repository, members[arch], group.members[arch].sbom.read_bytes()) for arch in sorted(members)
+            attach_sbom(registry, target.repository, members[arch], read_input_bytes(group.members[arch].sbom, "SBOM"))
+            for arch in sorted(members)
         )
         index = tuple(publish_index(registry, target, group.names, members, []))
         for p in index:

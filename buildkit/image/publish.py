@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from docker.errors import DockerException, NotFound
+from docker.errors import DockerException
 
-from buildkit.errors import InputError, PublishFailed
-from buildkit.fsio import write_atomic
+from buildkit.errors import PublishFailed
+from buildkit.fsio import read_input_bytes, write_atomic
 from buildkit.image.attach import Attached, attach_sbom
+from buildkit.image.engine import ascendkit_image
 from buildkit.image.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, RegistryRef
 from buildkit.image.sbom import SBOM_SUFFIX
 from buildkit.matrix.model import DOCKER_ARCH, normalize_arch
@@ -62,16 +63,10 @@ class Published:
 
 
 def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> LocalImage:
-    try:
-        inspect = client.inspect_image(ref)
-    except NotFound:
-        raise InputError(f"image {ref} is not on this engine; build it with `ascendkit build` first") from None
-    labels = (inspect.get("Config") or {}).get("Labels") or {}
-    version = labels.get("org.opencontainers.image.version")
+    inspect, name = ascendkit_image(client, ref, "build it with `ascendkit build` first")
+    labels = inspect["Config"]["Labels"]
     arch = normalize_arch(inspect.get("Architecture", ""))
-    if not version or "io.ascendkit.stack" not in labels:
-        raise InputError(f"image {ref} was not built by ascendkit (no io.ascendkit.* labels)")
-    manifest_path = manifest_dir / f"{version}-{arch}.json"
+    manifest_path = manifest_dir / f"{name}.json"
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError):
@@ -131,7 +126,7 @@ def attach_and_record(registry: Registry, target: RegistryRef, image: LocalImage
         subject = registry.get_manifest(target.repository, digest)
         if subject is None:
             raise PublishFailed(f"{target.name}@{digest}: pushed, but the registry no longer serves it")
-        attached = attach_sbom(registry, target.repository, subject, image.sbom.read_bytes())
+        attached = attach_sbom(registry, target.repository, subject, read_input_bytes(image.sbom, "SBOM"))
     if image.manifest is not None and image.manifest.is_file():
         data = json.loads(image.manifest.read_text(encoding="utf-8"))
         data["published"] = {"repository": target.name, "digest": digest, "sbom": attached.describe() if attached else None}
