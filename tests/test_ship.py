@@ -163,6 +163,7 @@ def test_sbom_diff_lists_exactly_the_changed_pin(docker_env: DockerEnv, shipped:
     docker_env.ascendkit("lock", "--matrix", str(matrix), cwd=tmp_path, check=True)  # against PyPI: only the changed pin moves
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(matrix), "--base-image", docker_env.standin,
+        "--repo", "ascendkit-diff/verl",  # its own local tags: the other tests' images keep theirs
         "--push", "--no-index", "--registry", shipped["repo"], "--json", "--quiet",
         cwd=tmp_path, check=True,
     )  # fmt: skip
