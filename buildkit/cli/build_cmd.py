@@ -72,6 +72,13 @@ def _publish(client: Any, image: LocalImage, target: RegistryRef, *, want_index:
     return outcome.describe()
 
 
+def _local_image(loaded: LoadedMatrix, plan: BuildPlan, result: BuildResult) -> LocalImage:
+    """What a build just verified and tagged, as publishing takes it."""
+    from buildkit.image.publish import LocalImage
+
+    return LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags, result.manifest_json)
+
+
 def _to_stderr(line: str) -> None:
     typer.echo(line, err=True)
 
@@ -121,7 +128,6 @@ def build(
     filters leave; optionally push them."""
     from buildkit.image.build import check_outputs, plan_build, run_build
     from buildkit.image.engine import connect
-    from buildkit.image.publish import LocalImage
     from buildkit.image.registry import RegistryRef
     from buildkit.matrix.load import load_matrix
 
@@ -203,7 +209,7 @@ def build(
     for ref in result.refs:
         typer.echo(f"tagged {ref}", err=True)
     if push and target is not None:
-        image = LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags, result.manifest_json)
+        image = _local_image(loaded, plan, result)
         summary.update(_publish(client, image, target, want_index=not no_index, require_index=False))
     summary["digest"] = summary["pushed"][0]["digest"] if summary.get("pushed") else None
     if as_json:
@@ -227,7 +233,6 @@ def _build_all(
     from buildkit.image.build import check_outputs, plan_build
     from buildkit.image.engine import connect
     from buildkit.image.fleet import build_each, exit_code, refused
-    from buildkit.image.publish import LocalImage
     from buildkit.plan import plan_fleet
 
     fleet = plan_fleet(loaded, stack=stack, hw=hw, os_name=os_name, arch=arch)
@@ -249,7 +254,7 @@ def _build_all(
     def push(result: BuildResult, plan: BuildPlan) -> str | None:
         if target is None:
             return None
-        image = LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags, result.manifest_json)
+        image = _local_image(loaded, plan, result)
         pushed = _publish(client, image, target, want_index=want_index, require_index=False)["pushed"]
         return str(pushed[0]["digest"]) if pushed else None
 

@@ -21,7 +21,7 @@ from buildkit.fsio import read_input_bytes, read_input_text
 from buildkit.image.attach import Attached, attach_sbom
 from buildkit.image.publish import Published, index_names, publish_index
 from buildkit.image.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, Registry, RegistryRef
-from buildkit.image.sbom import SBOM_SUFFIX
+from buildkit.image.sbom import SBOM_SUFFIX, sbom_beside
 from buildkit.matrix.model import DOCKER_ARCH
 
 
@@ -39,7 +39,7 @@ class Member:
 
     @property
     def sbom(self) -> Path:
-        return self.path.with_name(self.path.name.removesuffix(".json") + SBOM_SUFFIX)
+        return sbom_beside(self.path)
 
 
 @dataclass(frozen=True)

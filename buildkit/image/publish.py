@@ -24,7 +24,7 @@ from buildkit.fsio import read_input_bytes, write_atomic
 from buildkit.image.attach import Attached, attach_sbom
 from buildkit.image.engine import ascendkit_image
 from buildkit.image.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, RegistryRef
-from buildkit.image.sbom import SBOM_SUFFIX
+from buildkit.image.sbom import sbom_beside
 from buildkit.matrix.model import DOCKER_ARCH, normalize_arch
 
 
@@ -44,7 +44,7 @@ class LocalImage:
 
     @property
     def sbom(self) -> Path | None:
-        return None if self.manifest is None else self.manifest.with_name(self.manifest.name.removesuffix(".json") + SBOM_SUFFIX)
+        return None if self.manifest is None else sbom_beside(self.manifest)
 
 
 def index_names(tag_names: tuple[str, ...], arch: str) -> tuple[str, ...]:

@@ -205,6 +205,11 @@ def sbom_path(manifest_dir: Path, manifest_name: str) -> Path:
     return manifest_dir / f"{manifest_name}{SBOM_SUFFIX}"
 
 
+def sbom_beside(manifest: Path) -> Path:
+    """The SBOM of the build whose manifest is ``manifest`` (``<name>.json``)."""
+    return sbom_path(manifest.parent, manifest.name.removesuffix(".json"))
+
+
 def dumps(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
