@@ -41,7 +41,7 @@ def shipped(docker_env: DockerEnv, built: dict[str, Any], tmp_path_factory: pyte
     for arch, base in (("x86_64", docker_env.standin), ("aarch64", arm64_standin())):
         proc = docker_env.ascendkit(
             "build", "--hw", "a3", "--arch", arch, "--matrix", str(TEST_MATRIX), "--base-image", base,
-            "--push", "--no-index", "--registry", repo, "--json", "--quiet",
+            "--push", "--no-index", "--registry", repo, "--repo", "ascendkit-ship/verl", "--json", "--quiet",
             cwd=workdir, check=True,
         )  # fmt: skip
         results[arch] = json.loads(proc.stdout)
@@ -98,6 +98,9 @@ def test_index_only_with_the_images_gone_from_the_engine(docker_env: DockerEnv, 
     client = docker_env.client
     registry, repository = _registry(shipped["repo"])
     results = shipped["results"]
+    # A cached build of the same stack is the same image as other tests' (the session's `built`):
+    # every tag it has, not only the ship build's, is put back afterwards.
+    tags = {r["image_id"]: client.inspect_image(r["image_id"])["RepoTags"] for r in results.values()}
     for result in results.values():
         client.remove_image(result["image_id"], force=True, noprune=True)
     try:
@@ -119,11 +122,11 @@ def test_index_only_with_the_images_gone_from_the_engine(docker_env: DockerEnv, 
         assert index is not None and index.media_type == DOCKER_LIST
         platforms = {m["platform"]["architecture"]: m["digest"] for m in index.json()["manifests"]}
         assert platforms == {"amd64": results["x86_64"]["digest"], "arm64": results["aarch64"]["digest"]}
-    finally:  # the other tests keep using the x86_64 image: pull it back with its tags
+    finally:  # the other tests keep using these images: pull them back with all their tags
         for result in results.values():
             name = shipped["repo"]
             client.pull(name, tag=result["digest"])
-            for ref in result["tags"]:
+            for ref in tags[result["image_id"]]:
                 repository_name, tag = ref.rsplit(":", 1)
                 client.tag(f"{name}@{result['digest']}", repository_name, tag, force=True)
 

@@ -24,8 +24,10 @@ pytestmark = pytest.mark.docker
 MATRIX = Path(__file__).resolve().parents[1] / DEFAULT_MATRIX  # the shipped SKUs; the image is the test stack's
 
 
-def _smoke_containers(env: DockerEnv) -> list[Any]:
-    return list(env.client.containers(all=True, filters={"label": SMOKE_LABEL}))
+def _smoke_containers(env: DockerEnv) -> set[str]:
+    """The engine's smoke-labelled containers. Tests compare against the set before they ran: an
+    engine that outlived an interrupted run may hold one from it, and that is not this test's."""
+    return {c["Id"] for c in env.client.containers(all=True, filters={"label": SMOKE_LABEL})}
 
 
 def test_the_config_check_runs_the_jobs_command_in_the_image_and_stops_the_run(
@@ -96,6 +98,7 @@ def test_a_job_that_outlives_the_timeout_is_killed_removed_and_its_log_kept(
     docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
 ) -> None:
     log = tmp_path / "job.log"
+    before = _smoke_containers(docker_env)
     lines: list[str] = []
     started = time.monotonic()
     result = run_container(
@@ -110,11 +113,12 @@ def test_a_job_that_outlives_the_timeout_is_killed_removed_and_its_log_kept(
     assert time.monotonic() - started < 60
     assert "step:1 - critic/rewards/mean:0.5" in log.read_text()
     assert lines[:1] == ["step:1 - critic/rewards/mean:0.5"]
-    assert _smoke_containers(docker_env) == []
+    assert _smoke_containers(docker_env) == before
 
 
 def test_a_job_that_stops_stepping_is_stopped_early_with_its_cause(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
     log = tmp_path / "job.log"
+    before = _smoke_containers(docker_env)
     watch = JobWatch(steps=5, stall_after=3)
     started = time.monotonic()
     script = (
@@ -127,11 +131,12 @@ def test_a_job_that_stops_stepping_is_stopped_early_with_its_cause(docker_env: D
     assert result.stalled is not None and result.exit_code is None and not result.timed_out
     assert time.monotonic() - started < 60, "stopped by the watcher, not the deadline"
     assert "trainer.device is cuda" in result.stalled.causes[0]
-    assert _smoke_containers(docker_env) == []
+    assert _smoke_containers(docker_env) == before
 
 
 def test_a_finished_job_keeps_its_exit_code_output_and_stdout(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
     log = tmp_path / "job.log"
+    before = _smoke_containers(docker_env)
     result = run_container(
         docker_env.client,
         built["image_id"],
@@ -146,4 +151,4 @@ def test_a_finished_job_keeps_its_exit_code_output_and_stdout(docker_env: Docker
     assert "out" in text and "err" in text
     assert "err" not in result.stdout.split("\n")[1:2]  # stdout alone, stderr apart
     assert str(16 * 1024 * 1024) in text, "/dev/shm is 16 GiB as the SKU's containers get it"
-    assert _smoke_containers(docker_env) == []
+    assert _smoke_containers(docker_env) == before
