@@ -51,7 +51,7 @@ lint: $(STAMP) ## ruff, mypy --strict, import contracts, shellcheck, hadolint, t
 	$(BIN)/ruff format --check buildkit tests benchmarks smoke_tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
-	$(BIN)/shellcheck --severity=style buildkit/image/files/*.sh
+	$(BIN)/shellcheck --severity=style buildkit/image/files/*.sh buildkit/k8s/files/*.sh
 	$(BIN)/hadolint --config .hadolint.yaml $(RENDERED)
 	$(BIN)/actionlint -config-file .github/actionlint.yaml -shellcheck $(BIN)/shellcheck -pyflakes= $(WORKFLOW)
 	$(BIN)/zizmor --offline --config .github/zizmor.yml --persona pedantic --min-severity medium $(WORKFLOW)

@@ -193,3 +193,38 @@ def test_doctor_inside_a_built_image(docker_env: DockerEnv, built: dict[str, Any
     assert statuses(report)["ASCEND_HOME_PATH"] == "ok"  # the CANN environment reaches the process
     manifest = json.loads((built["workdir"] / built["manifest"]).read_text())
     assert {"name": "ascendkit doctor (preflight)", "expected": "exit 0 or 10", "actual": "exit 10", "status": "pass"} in manifest["checks"]
+
+
+def _hccn_tool(root: Path, states: dict[int, str]) -> None:
+    """A stand-in for the driver's hccn_tool (no NPU here): prints each port's link as the tool does."""
+    tool = root / doctor.HCCN_TOOL.lstrip("/")
+    tool.parent.mkdir(parents=True, exist_ok=True)
+    cases = "".join(f'  {i}) echo "link status: {s}" ;;\n' for i, s in states.items())
+    tool.write_text(
+        f'#!/bin/sh\n[ "$3 $4" = "-link -g" ] || exit 2\ncase "$2" in\n{cases}  *) echo "device $2 not found" >&2; exit 1 ;;\nesac\n'
+    )
+    tool.chmod(0o755)
+
+
+def test_npu_links_up_pass_and_a_down_port_fails_a_multi_node_doctor_by_name(tmp_path: Path) -> None:
+    root = image_root(tmp_path, devices=4, driver="Version=24.1.rc2\n")
+    _hccn_tool(root, {0: "UP", 1: "UP", 2: "UP", 3: "UP"})
+    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
+    assert code == 0 and statuses(report)["NPU links"] == "ok"
+    _hccn_tool(root, {0: "UP", 1: "DOWN", 2: "UP", 3: "UP"})
+    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
+    (links,) = [c for c in report["checks"] if c["name"] == "NPU links"]
+    assert code == 1 and links["status"] == "error" and links["detail"] == "NPU 1 link DOWN"
+    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
+    assert code == 0 and statuses(report)["NPU links"] == "warn", "one node: a down port is worth saying, not fatal"
+
+
+def test_npu_links_without_hccn_tool_are_skipped_with_the_reason(tmp_path: Path) -> None:
+    root = image_root(tmp_path, devices=2, driver="Version=24.1.rc2\n")
+    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
+    (links,) = [c for c in report["checks"] if c["name"] == "NPU links"]
+    assert code == 0 and links["status"] == "skip" and doctor.HCCN_TOOL in links["detail"]
+    _hccn_tool(root, {0: "UP"})  # device 1 unknown to the tool
+    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
+    (links,) = [c for c in report["checks"] if c["name"] == "NPU links"]
+    assert code == 1 and links["detail"] == "cannot read NPU 1 (device 1 not found)"

@@ -28,8 +28,8 @@ FIRST = load_matrix(ROOT / DEFAULT_MATRIX).matrix.compat.verl_npu_autodetect
 UPDATE = os.environ.get("ASCENDKIT_UPDATE_GOLDEN") == "1"  # rewrite the golden files after a deliberate change
 
 
-def _request(sku_id: str, sku: Any, nodes: int) -> K8sRequest:
-    return K8sRequest(sku_id, sku, DIGEST_REF, nodes=nodes, image_job=DEFAULT_IMAGE, first_autodetect=FIRST)
+def _request(sku_id: str, sku: Any, nodes: int, **kw: Any) -> K8sRequest:
+    return K8sRequest(sku_id, sku, DIGEST_REF, nodes=nodes, image_job=DEFAULT_IMAGE, first_autodetect=FIRST, **kw)
 
 
 def ascendkit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -42,18 +42,32 @@ def docs_of(text: str) -> list[dict[str, Any]]:
 
 
 def pods(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    if doc["kind"] == "Job":
+    if doc["apiVersion"] == "batch/v1":
         return [doc["spec"]["template"]]
-    cluster = doc["spec"]["rayClusterSpec"]
-    return [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster["workerGroupSpecs"])]
+    if doc["kind"] == "RayJob":
+        cluster = doc["spec"]["rayClusterSpec"]
+        return [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster["workerGroupSpecs"])]
+    return [task["template"] for task in doc["spec"]["tasks"]]
 
 
-@pytest.mark.parametrize("nodes", [1, 2])
-@pytest.mark.parametrize("sku_id", sorted(SKUS))
-def test_golden_manifests_per_sku_are_current_and_valid(sku_id: str, nodes: int) -> None:
-    text = render(_request(sku_id, SKUS[sku_id], nodes)).text
-    assert text == render(_request(sku_id, SKUS[sku_id], nodes)).text, "deterministic"
-    golden = GOLDEN / f"{'job' if nodes == 1 else 'rayjob'}-{sku_id}.yaml"
+# Every kind `k8s render` makes: (golden name, nodes, request options). Goldens for every SKU on the
+# default scheduler, for a3 on Volcano (the pod is the same code for every SKU).
+VARIANTS: dict[str, tuple[int, dict[str, Any]]] = {
+    "job": (1, {}),
+    "rayjob": (2, {}),
+    "job-volcano": (1, {"scheduler": "volcano", "queue": "rl"}),
+    "rayjob-volcano": (2, {"scheduler": "volcano", "topology_mode": "hard", "topology_tier": 1}),
+    "vcjob": (3, {"scheduler": "volcano", "kuberay": False}),
+}
+GOLDENS = [(v, s) for v in VARIANTS for s in sorted(SKUS) if v in ("job", "rayjob") or s == "a3"]
+
+
+@pytest.mark.parametrize(("variant", "sku_id"), GOLDENS)
+def test_golden_manifests_are_current_and_valid(variant: str, sku_id: str) -> None:
+    nodes, options = VARIANTS[variant]
+    text = render(_request(sku_id, SKUS[sku_id], nodes, **options)).text
+    assert text == render(_request(sku_id, SKUS[sku_id], nodes, **options)).text, "deterministic"
+    golden = GOLDEN / f"{variant}-{sku_id}.yaml"
     if UPDATE:
         golden.write_text(text)
     assert golden.read_text() == text, f"{golden.name} is stale: rerun with ASCENDKIT_UPDATE_GOLDEN=1 after reviewing the change"
@@ -62,37 +76,107 @@ def test_golden_manifests_per_sku_are_current_and_valid(sku_id: str, nodes: int)
     assert proc.returncode == 0 and "2 document(s) valid" in proc.stdout, proc.stderr
 
 
-@pytest.mark.parametrize("sku_id", sorted(SKUS))
-def test_every_pod_takes_the_skus_npus_nodes_and_driver(sku_id: str) -> None:
+ALL_KINDS = [
+    pytest.param(sku_id, nodes, scheduler, kuberay, host_network, job, id=f"{sku_id}-{nodes}n-{scheduler}-{kr}-{hn}-{job}")
+    for sku_id in sorted(SKUS)
+    for nodes in (1, 3)
+    for scheduler in ("default", "volcano")
+    for kuberay, kr in ((True, "kuberay"), (False, "vcjob"))
+    for host_network, hn in ((None, "hostnet-default"), (True, "hostnet"), (False, "podnet"))
+    for job in ("smoke", "train")
+    if kuberay or (scheduler == "volcano" and nodes > 1)
+]
+
+
+@pytest.mark.parametrize(("sku_id", "nodes", "scheduler", "kuberay", "host_network", "job"), ALL_KINDS)
+def test_every_manifest_validates_strictly_and_every_pod_takes_the_nodes_npus(
+    sku_id: str, nodes: int, scheduler: str, kuberay: bool, host_network: bool | None, job: str
+) -> None:
     sku = SKUS[sku_id]
-    for nodes in (1, 3):
-        configmap, workload = docs_of(render(_request(sku_id, sku, nodes)).text)
-        assert configmap["kind"] == "ConfigMap"
-        assert configmap["data"]["gsm8k_synth.py"] == (ROOT / "smoke_tests" / "gsm8k_synth.py").read_text()
-        assert workload["kind"] == ("Job" if nodes == 1 else "RayJob")
-        for pod in pods(workload):
-            spec = pod["spec"]
-            assert spec["nodeSelector"] == {
-                "accelerator": "huawei-Ascend910",
-                "accelerator-type": sku.k8s_accelerator_type,
-                "host-arch": "huawei-arm",
-            }
-            (main,) = spec["containers"]
-            want = str(sku.npus_per_node)
-            assert main["resources"]["requests"]["huawei.com/Ascend910"] == main["resources"]["limits"]["huawei.com/Ascend910"] == want
-            assert main["resources"]["requests"]["cpu"] == str(sku.k8s_cpu_request)
-            assert main["resources"]["requests"]["memory"] == f"{sku.k8s_memory_gib_request}Gi"
-            assert "securityContext" not in main, "never privileged"
-            volumes = {v["name"]: v for v in spec["volumes"]}
-            assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
-            host_paths = {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v}
-            assert {p for _, p, _ in DRIVER_VOLUMES} <= host_paths
-            assert all(m["readOnly"] for m in main["volumeMounts"] if m["name"] in {n for n, _, _ in DRIVER_VOLUMES})
-            assert [c["name"] for c in spec["initContainers"]] == ["doctor", "smoke-data"]
-            assert spec["initContainers"][0]["args"] == ["ascendkit", "doctor"]
-            assert spec.get("hostNetwork", False) is (nodes > 1)
-            images = {c["image"] for c in [*spec["containers"], *spec["initContainers"]]}
-            assert images == {DIGEST_REF}
+    command = ("python3", "-m", "verl.trainer.main_ppo") if job == "train" else ()
+    request = _request(sku_id, sku, nodes, scheduler=scheduler, kuberay=kuberay, host_network=host_network, job=job, command=command)
+    docs = docs_of(render(request).text)
+    assert validate_documents(docs) == []
+    *configmaps, workload = docs
+    assert [c["kind"] for c in configmaps] == (["ConfigMap"] if job == "smoke" else [])
+    kind = (workload["apiVersion"], workload["kind"])
+    assert (
+        kind
+        == {"Job": ("batch/v1", "Job"), "RayJob": ("ray.io/v1", "RayJob"), "VolcanoJob": ("batch.volcano.sh/v1alpha1", "Job")}[request.kind]
+    )
+    for pod in pods(workload):
+        spec = pod["spec"]
+        assert spec["nodeSelector"] == {
+            "accelerator": "huawei-Ascend910",
+            "accelerator-type": sku.k8s_accelerator_type,
+            "host-arch": "huawei-arm",
+        }
+        (main,) = spec["containers"]
+        want = str(sku.npus_per_node)
+        assert main["resources"]["requests"][sku.k8s_npu_resource] == main["resources"]["limits"][sku.k8s_npu_resource] == want
+        assert spec["initContainers"][0]["resources"]["limits"] == {sku.k8s_npu_resource: want}
+        assert "securityContext" not in main, "never privileged"
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert {p for _, p, _ in DRIVER_VOLUMES} <= {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v}
+        assert all(m["readOnly"] for m in main["volumeMounts"] if m["name"] in {n for n, _, _ in DRIVER_VOLUMES})
+        assert spec["initContainers"][0]["args"] == ["ascendkit", "doctor", *(["--links"] if nodes > 1 else [])]
+        assert [c["name"] for c in spec["initContainers"]] == ["doctor", *(["smoke-data"] if job == "smoke" else [])]
+        assert spec.get("hostNetwork", False) is (nodes > 1 if host_network is None else host_network)
+        assert (spec.get("dnsPolicy") == "ClusterFirstWithHostNet") is spec.get("hostNetwork", False)
+        env = {e["name"]: e for e in main["env"]}
+        assert env["HCCL_CONNECT_TIMEOUT"]["value"] == "1200" and env["HCCL_EXEC_TIMEOUT"]["value"] == "3600"
+        if nodes > 1:
+            assert env["HCCL_IF_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+            assert env["HCCL_SOCKET_IFNAME"]["value"] == env["GLOO_SOCKET_IFNAME"]["value"] == "eth0"
+        volcano_pod = scheduler == "volcano"
+        assert (pod["metadata"]["labels"].get("ring-controller.atlas") == sku.k8s_ring_controller) is volcano_pod
+        assert spec.get("schedulerName") == ("volcano" if volcano_pod and request.kind != "RayJob" else None)
+        assert {c["image"] for c in [*spec["containers"], *spec["initContainers"]]} == {DIGEST_REF}
+
+
+def test_the_volcano_job_is_a_gang_of_every_pod_with_rays_npus_declared() -> None:
+    sku = SKUS["a2-box16"]
+    request = _request("a2-box16", sku, 4, scheduler="volcano", kuberay=False, npu_resource="huawei.com/ascend-1980", queue="rl")
+    _, vcjob = docs_of(render(request).text)
+    spec = vcjob["spec"]
+    assert spec["schedulerName"] == "volcano" and spec["queue"] == "rl"
+    assert spec["minAvailable"] == sum(t["replicas"] for t in spec["tasks"]) == 4, "the gang is every pod"
+    assert [(t["name"], t["replicas"]) for t in spec["tasks"]] == [("head", 1), ("worker", 3)]
+    assert set(spec["plugins"]) == {"svc", "env"}
+    assert {"events": ["PodEvicted", "Unknown"], "action": "RestartJob"} in spec["policies"]
+    assert {"event": "PodFailed", "action": "TerminateJob"} in spec["policies"]
+    assert spec["tasks"][0]["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
+    assert vcjob["metadata"]["labels"]["ring-controller.atlas"] == "ascend-910b"
+    for task in spec["tasks"]:
+        (main,) = task["template"]["spec"]["containers"]
+        assert main["resources"]["limits"]["huawei.com/ascend-1980"] == "16" and "huawei.com/Ascend910" not in main["resources"]["limits"]
+        env = {e["name"]: e.get("value") for e in main["env"]}
+        assert env["ASCENDKIT_RAY_NPUS"] == "16", "Ray's NPU resource is the node's NPU count"
+        assert env["ASCENDKIT_RAY_NODES"] == "4" and env["ASCENDKIT_RAY_HEAD"] == "verl-smoke-a2-box16-4n-head-0.verl-smoke-a2-box16-4n"
+        assert main["args"][:2] == ["bash", "-c"] and "command" not in main, "through the image's entrypoint (CANN env)"
+        assert task["template"]["spec"]["activeDeadlineSeconds"] == 3600
+    head = spec["tasks"][0]["template"]["spec"]["containers"][0]["args"]
+    assert head[2] == (ROOT / "buildkit" / "k8s" / "files" / "ray-head.sh").read_text() and head[3] == "ray-head"
+    assert head[4:7] == ["python3", "-m", "verl.trainer.main_ppo"] and "trainer.nnodes=4" in head
+    assert "ray start --head" in head[2] and '--resources="{\\"NPU\\": ${ASCENDKIT_RAY_NPUS}}"' in head[2]
+
+
+def test_kuberay_on_volcano_carries_the_labels_its_integration_reads() -> None:
+    request = _request("a3", SKUS["a3"], 2, scheduler="volcano", queue="rl", topology_mode="hard", topology_tier=2)
+    _, rayjob = docs_of(render(request).text)
+    labels = rayjob["metadata"]["labels"]
+    assert labels["volcano.sh/queue-name"] == "rl"
+    assert labels["volcano.sh/network-topology-mode"] == "hard" and labels["volcano.sh/network-topology-highest-tier-allowed"] == "2"
+    for group in (rayjob["spec"]["rayClusterSpec"]["headGroupSpec"], *rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]):
+        assert json.loads(json.loads(group["rayStartParams"]["resources"])) == {"NPU": 16}
+
+
+def test_one_node_on_volcano_is_a_job_volcano_queues() -> None:
+    _, job = docs_of(render(_request("900-podc", SKUS["900-podc"], 1, scheduler="volcano", queue="smoke")).text)
+    template = job["spec"]["template"]
+    assert job["apiVersion"] == "batch/v1" and template["spec"]["schedulerName"] == "volcano"
+    assert template["metadata"]["annotations"] == {"scheduling.volcano.sh/queue-name": "smoke"}
+    assert "hostNetwork" not in template["spec"], "one node needs no host network unless asked"
 
 
 def test_the_acceptance_rayjob_for_a2_box16_on_two_nodes(tmp_path: Path) -> None:
@@ -165,6 +249,30 @@ def test_json_output_is_a_list_kubectl_accepts_and_validate_reads(tmp_path: Path
         (["--hw", "a3", "--image", DIGEST_REF, "--job", "eval"], "--job 'eval': smoke or train"),
         (["--hw", "a3", "--image", DIGEST_REF, "--arch", "riscv64"], "--arch 'riscv64'"),
         (["--hw", "a3", "--image", DIGEST_REF, "--model-path", "models/q"], "an absolute path on the nodes"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--stack", "cann8.1"], "stack 'cann8.1' does not support --hw a3"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--stack", "cann9"], "--stack 'cann9': not a stack of"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--name", ""], "--name '' is not a valid Kubernetes name"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--model-path", "/m", "--model-pvc", "models"], "--model-path and --model-pvc both"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--queue", "rl"], "--queue is for Volcano: add --scheduler volcano"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--nodes", "2", "--no-kuberay"], "--no-kuberay renders a Volcano Job: add --scheduler"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--scheduler", "volcano", "--no-kuberay"], "one node is a batch/v1 Job either way"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--scheduler", "kube-batch"], "--scheduler 'kube-batch': one of default, volcano"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--scheduler", "volcano", "--queue", "Bad Queue"], "--queue 'Bad Queue' is not a valid"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--npu-resource", "Ascend910"], "--npu-resource 'Ascend910' is not an extended resource"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--nic", "eth0; rm -rf /"], "--nic 'eth0; rm -rf /': a network interface name"),
+        (
+            ["--hw", "a3", "--image", DIGEST_REF, "--nodes", "2", "--scheduler", "volcano", "--network-topology", "strict"],
+            "one of hard, soft",
+        ),
+        (["--hw", "a3", "--image", DIGEST_REF, "--scheduler", "volcano", "--network-topology", "hard"], "it needs --nodes 2 or more"),
+        (
+            ["--hw", "a3", "--image", DIGEST_REF, "--nodes", "2", "--scheduler", "volcano", "--topology-tier", "1"],
+            "needs --network-topology",
+        ),
+        (
+            ["--hw", "a3", "--image", DIGEST_REF, "--nodes", "2", "--scheduler", "volcano", "--no-kuberay", "--name", "v" * 51],
+            "at most 50 characters",
+        ),
     ],
 )
 def test_refusals_are_clear_and_write_nothing(tmp_path: Path, args: list[str], message: str) -> None:
@@ -195,16 +303,76 @@ def test_validate_names_the_document_and_field_of_each_problem(tmp_path: Path) -
     proc = ascendkit("k8s", "validate", str(bad))
     assert proc.returncode == ExitCode.CHECK_FAILED
     assert f"{bad}: document 1 (ConfigMap verl-smoke-a3-2n-smoke): data.a:" in proc.stderr
+    rayjob_at = "document 2 (RayJob verl-smoke-a3-2n): spec."
+    assert f"{rayjob_at}rayClusterSpec.workerGroupSpecs.0.replicas: 'two' is not of type 'integer'" in proc.stderr
+    assert f'{rayjob_at}entrypint: unknown field "entrypint"' in proc.stderr
     assert (
-        "document 2 (RayJob verl-smoke-a3-2n): spec.rayClusterSpec.workerGroupSpecs.0.replicas: 'two' is not of type 'integer'"
-        in proc.stderr
+        f'{rayjob_at}rayClusterSpec.headGroupSpec.template.spec.containers.0.imagePullPolcy: unknown field "imagePullPolcy"' in proc.stderr
     )
-    assert "'entrypint' was unexpected" in proc.stderr
-    assert (
-        "spec.rayClusterSpec.headGroupSpec.template.spec.containers.0: Additional properties are not allowed ('imagePullPolcy'"
-        in proc.stderr
-    )
-    assert "bad.yaml: 2 document(s) 4 problem(s)" in proc.stdout
+    assert "bad.yaml: 2 document(s) 4 problem(s)" in proc.stdout, "one report per mistake (the CRD's, not the pod schema's too)"
+
+
+def _plant(doc: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
+    planted: dict[str, Any] = json.loads(json.dumps(doc))
+    node: Any = planted
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return planted
+
+
+# In each kind: an undeclared field and a wrong type, where the kind's own schema (CRD or Kubernetes) must catch them.
+PLANTS: dict[str, tuple[int, dict[str, Any], list[Any], list[Any], Any]] = {
+    "Job": (1, {}, ["spec", "backoffLimitt"], ["spec", "backoffLimit"], "zero"),
+    "RayJob": (2, {}, ["spec", "rayClusterSpec", "headGroupSpec", "rayStartParam"], ["spec", "shutdownAfterJobFinishes"], "yes"),
+    "VolcanoJob": (2, {"scheduler": "volcano", "kuberay": False}, ["spec", "minAvailabe"], ["spec", "minAvailable"], "2"),
+    "VolcanoJob-task": (
+        2,
+        {"scheduler": "volcano", "kuberay": False},
+        ["spec", "tasks", 1, "replica"],
+        ["spec", "tasks", 1, "replicas"],
+        1.5,
+    ),
+    "VolcanoJob-policy": (
+        2,
+        {"scheduler": "volcano", "kuberay": False},
+        ["spec", "policies", 0, "actions"],
+        ["spec", "policies", 1, "event"],
+        "PodCrashed",
+    ),
+    "VolcanoJob-pod": (
+        2,
+        {"scheduler": "volcano", "kuberay": False},
+        ["spec", "tasks", 0, "template", "spec", "hostNetwrk"],
+        ["spec", "tasks", 0, "template", "spec", "containers", 0, "resources", "limits", "memory"],
+        ["512Gi"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANTS))
+def test_a_planted_unknown_field_and_wrong_type_are_caught_in_each_kind(case: str) -> None:
+    nodes, options, unknown, typed, wrong = PLANTS[case]
+    *_, workload = docs_of(render(_request("a3", SKUS["a3"], nodes, **options)).text)
+    assert validate_documents([workload]) == []
+    (problem,) = validate_documents([_plant(workload, unknown, 1)])
+    full, parent = ".".join(map(str, unknown)), ".".join(map(str, unknown[:-1]))
+    # a CRD names the field itself; the Kubernetes schemas name its parent and the field in the message
+    assert (problem.path, problem.message) in ((full, f'unknown field "{unknown[-1]}"'),) or (
+        problem.path == parent and f"'{unknown[-1]}' was unexpected" in problem.message
+    ), problem
+    (problem,) = validate_documents([_plant(workload, typed, wrong)])
+    assert problem.path == ".".join(map(str, typed)), problem
+    assert "not of type" in problem.message or "Unsupported value" in problem.message or "neither" in problem.message
+
+
+def test_validate_refuses_a_file_with_no_objects(tmp_path: Path) -> None:
+    for text in ("", "null\n", "---\n---\n", "# only a comment\n"):
+        empty = tmp_path / "empty.yaml"
+        empty.write_text(text)
+        proc = ascendkit("k8s", "validate", str(empty))
+        assert proc.returncode == ExitCode.INVALID_INPUT, text
+        assert "no Kubernetes objects in it" in proc.stderr and "valid" not in proc.stdout
 
 
 def test_validate_refuses_what_is_not_yaml(tmp_path: Path) -> None:

@@ -30,7 +30,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)], check=True, capture_output=True, timeout=600)
     (wheel,) = wheels.glob("ascendkit_verl-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for expected in ["buildkit/templates/Dockerfile.j2", "buildkit/templates/k8s/job.yaml.j2", "buildkit/smoke_tests/grpo_smoke.yaml"]:
+    data = {p.relative_to(ROOT).as_posix() for d in ("crds", "files") for p in (ROOT / "buildkit" / "k8s" / d).iterdir()}
+    for expected in ["buildkit/templates/Dockerfile.j2", "buildkit/smoke_tests/grpo_smoke.yaml", *data]:
         assert expected in names, expected
     assert set(CONTEXT_FILES.values()) <= names, "everything the Dockerfile COPYs from the build context"
     # every module of the checkout: a subpackage left out of pyproject's list would still import
@@ -66,3 +67,22 @@ def test_the_installed_package_renders_away_from_the_checkout(installed: Path, t
     manifests = run(installed, tmp_path, "k8s", "render", "--hw", "a3", "--image", DIGEST, "--stack", "cann8.3")
     assert manifests.returncode == 0, manifests.stderr
     assert "gsm8k_synth.py" in manifests.stdout and "kind: Job" in manifests.stdout
+    volcano = tmp_path / "volcano.yaml"
+    argv = [
+        "k8s",
+        "render",
+        "--hw",
+        "a3",
+        "--image",
+        DIGEST,
+        "--stack",
+        "cann8.3",
+        "--nodes",
+        "2",
+        "--scheduler",
+        "volcano",
+        "--no-kuberay",
+    ]
+    assert run(installed, tmp_path, *argv, "-o", str(volcano)).returncode == 0, "the Ray start scripts ship in the wheel"
+    checked = run(installed, tmp_path, "k8s", "validate", str(volcano))
+    assert checked.returncode == 0 and "2 document(s) valid" in checked.stdout, "the vendored CRDs ship in the wheel"

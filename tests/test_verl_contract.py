@@ -45,8 +45,9 @@ def _smoke_job(loaded: LoadedMatrix, stack_id: str, sku_id: str, *, extra: tuple
     )
 
 
-def _k8s_overrides(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int) -> list[str]:
-    """The Hydra overrides as the rendered manifests carry them to the cluster."""
+def _k8s_overrides(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int, kind: str = "kuberay") -> list[str]:
+    """The Hydra overrides as the rendered manifests carry them to the cluster: the Job's args, the
+    RayJob's entrypoint, or (``kind="volcano"``) what the Volcano Job's head runs once Ray is up."""
     st = loaded.matrix.stacks[stack_id]
     request = K8sRequest(
         sku_id=sku_id,
@@ -55,14 +56,18 @@ def _k8s_overrides(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int)
         nodes=nodes,
         image_job=ImageJob(stack_id, st.verl.version),
         first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
+        scheduler="volcano" if kind == "volcano" else "default",
+        kuberay=kind != "volcano",
     )
-    docs = as_documents(render(request).text)
-    if nodes == 1:
-        (job,) = [d for d in docs if d["kind"] == "Job"]
-        argv = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    (workload,) = [d for d in as_documents(render(request).text) if d["kind"] != "ConfigMap"]
+    if request.kind == "Job":
+        argv = workload["spec"]["template"]["spec"]["containers"][0]["args"]
+    elif request.kind == "RayJob":
+        argv = shlex.split(workload["spec"]["entrypoint"])
     else:
-        (rayjob,) = [d for d in docs if d["kind"] == "RayJob"]
-        argv = shlex.split(rayjob["spec"]["entrypoint"])
+        head = workload["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["args"]
+        assert head[:2] == ["bash", "-c"] and '"$@"' in head[2], "the head script runs its arguments: the job"
+        argv = head[4:]
     assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
     return [str(a) for a in argv[3:]]
 
@@ -95,9 +100,9 @@ def test_smoke_job_composes_with_the_stacks_verl(loaded: LoadedMatrix, stack_id:
 
 
 @pytest.mark.parametrize(("stack_id", "sku_id"), STACK_SKUS)
-@pytest.mark.parametrize("nodes", [1, 2])
-def test_k8s_job_composes_with_the_stacks_verl(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int) -> None:
-    overrides = _k8s_overrides(loaded, stack_id, sku_id, nodes)
+@pytest.mark.parametrize(("nodes", "kind"), [(1, "kuberay"), (2, "kuberay"), (2, "volcano")])
+def test_k8s_job_composes_with_the_stacks_verl(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int, kind: str) -> None:
+    overrides = _k8s_overrides(loaded, stack_id, sku_id, nodes, kind)
     config = _composed(loaded.matrix.stacks[stack_id].verl.version, overrides)
     _assert_passes(loaded, stack_id, config)
     assert config["trainer"]["nnodes"] == nodes

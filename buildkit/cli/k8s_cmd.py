@@ -12,15 +12,28 @@ import typer
 from buildkit.cli.base import MAX_NODES, MAX_SECONDS, MAX_STEPS, JsonFlag, MatrixPath, app, user_errors
 from buildkit.errors import ExitCode, InputError, PublishFailed, Unavailable
 from buildkit.fsio import STDOUT, check_output_file, write_output
-from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION
+from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION
 from buildkit.resources import DEFAULT_MATRIX
 
 if TYPE_CHECKING:
     from buildkit.matrix.load import LoadedMatrix
     from buildkit.run.job import ImageJob
 
-k8s_app = typer.Typer(help="Kubernetes manifests for published images (Job, KubeRay RayJob).", no_args_is_help=True)
+k8s_app = typer.Typer(help="Kubernetes manifests for published images (Job, KubeRay RayJob, Volcano Job).", no_args_is_help=True)
 app.add_typer(k8s_app, name="k8s")
+
+
+def check_stack(loaded: LoadedMatrix, stack: str, sku_id: str, what: str = "--stack") -> None:
+    """The stack must be one of the matrix's and support the SKU, as `render` requires of the pair."""
+    stacks = loaded.matrix.stacks
+    if stack not in stacks:
+        raise InputError(f"{what} {stack!r}: not a stack of {loaded.path}; one of {', '.join(stacks)}")
+    if sku_id not in stacks[stack].skus:
+        supported = ", ".join(s for s, st in stacks.items() if sku_id in st.skus)
+        raise InputError(
+            f"{what}: stack {stack!r} does not support --hw {sku_id} (it supports {', '.join(stacks[stack].skus)}); "
+            f"stacks for {sku_id}: {supported or 'none'}"
+        )
 
 
 def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) -> tuple[ImageJob, list[str]]:
@@ -33,8 +46,6 @@ def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) ->
     from buildkit.plan import LABEL_PREFIX
     from buildkit.run.job import ImageJob
 
-    if stack is not None and stack not in loaded.matrix.stacks:
-        raise InputError(f"--stack {stack!r}: not a stack of {loaded.path}; one of {', '.join(loaded.matrix.stacks)}")
     try:
         labels = image_labels(image, arch)
         problem = f"it has no {LABEL_PREFIX}.stack label"
@@ -51,6 +62,15 @@ def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) ->
     return ImageJob(stack, verl), [f"could not read the image's labels ({problem}); the job follows --stack {stack} (verl {verl})"]
 
 
+SchedulerOption = Annotated[
+    str,
+    typer.Option(
+        "--scheduler",
+        help="default: the cluster's default scheduler; volcano: gang-scheduled by Volcano (a Volcano queue; MindCluster's job label).",
+    ),
+]
+
+
 @k8s_app.command("render")
 @user_errors
 def k8s_render(
@@ -58,17 +78,49 @@ def k8s_render(
     image: Annotated[str, typer.Option("--image", help="REPO@sha256:<digest>, as `ascendkit publish` printed it.")],
     command: Annotated[list[str] | None, typer.Argument(help="--job train: the command to run, after `--`.")] = None,
     nodes: Annotated[
-        int, typer.Option("--nodes", min=1, max=MAX_NODES, help="1: a batch/v1 Job; N > 1: a KubeRay RayJob with N-1 workers.")
+        int,
+        typer.Option(
+            "--nodes", min=1, max=MAX_NODES, help="1: a batch/v1 Job; N > 1: a KubeRay RayJob (or a Volcano Job with --no-kuberay)."
+        ),
     ] = 1,
     job: Annotated[str, typer.Option("--job", help="smoke (the GRPO smoke job) or train (your command after --).")] = "smoke",
+    scheduler: SchedulerOption = "default",
+    queue: Annotated[str | None, typer.Option("--queue", help="Volcano queue (with --scheduler volcano; default: default).")] = None,
+    kuberay: Annotated[
+        bool,
+        typer.Option(
+            "--kuberay/--no-kuberay",
+            help="Several nodes: a KubeRay RayJob, or (--no-kuberay, with --scheduler volcano) a Volcano Job that starts Ray itself.",
+        ),
+    ] = True,
+    npu_resource: Annotated[
+        str | None,
+        typer.Option("--npu-resource", help="The NPU resource the cluster's device plugin advertises (default: the SKU's in the matrix)."),
+    ] = None,
+    nic: Annotated[
+        str, typer.Option("--nic", help="Network interface for HCCL and Gloo (HCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME).")
+    ] = "eth0",
+    host_network: Annotated[
+        bool | None,
+        typer.Option("--host-network/--no-host-network", help="Pods on the host network (default: on for several nodes, as RoCE needs)."),
+    ] = None,
+    network_topology: Annotated[
+        str | None,
+        typer.Option("--network-topology", help="Volcano network-topology placement (A3 SuperPoD): hard or soft."),
+    ] = None,
+    topology_tier: Annotated[
+        int | None, typer.Option("--topology-tier", help="Highest network tier the pods may span (with --network-topology).")
+    ] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace of the objects.")] = None,
     pull_secret: Annotated[str | None, typer.Option("--pull-secret", help="imagePullSecret for a private registry.")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Object name (default verl-<job>-<sku>[-<N>n]).")] = None,
     arch: Annotated[
         str | None, typer.Option("--arch", help="The image's architecture: selects host-arch nodes (default: the SKU's hosts').")
     ] = None,
-    model_path: Annotated[str, typer.Option("--model-path", help="Model directory on every node (hostPath).")] = DEFAULT_MODEL_PATH,
-    model_pvc: Annotated[str | None, typer.Option("--model-pvc", help="Take the model from this PVC instead.")] = None,
+    model_path: Annotated[
+        str | None, typer.Option("--model-path", help=f"Model directory on every node (hostPath; default {DEFAULT_MODEL_PATH}).")
+    ] = None,
+    model_pvc: Annotated[str | None, typer.Option("--model-pvc", help="Take the model from this PVC instead of --model-path.")] = None,
     steps: Annotated[int, typer.Option("--steps", min=1, max=MAX_STEPS, help="Smoke job training steps.")] = 5,
     deadline: Annotated[int, typer.Option("--deadline", min=1, max=MAX_SECONDS, help="activeDeadlineSeconds of the job.")] = 3600,
     override: Annotated[list[str] | None, typer.Option("--override", help="Extra Hydra override KEY=VALUE (smoke job).")] = None,
@@ -81,13 +133,16 @@ def k8s_render(
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
-    """Render the Job (one node) or RayJob (several) for an SKU and an image by digest."""
+    """Render the Job (one node), RayJob or Volcano Job (several) for an SKU and an image by digest."""
     from buildkit.k8s.render import K8sRequest, as_documents, check_request, render
     from buildkit.matrix.load import load_matrix, resolve_sku
+    from buildkit.plan import LABEL_PREFIX
     from buildkit.run.job import check_overrides
 
     loaded = load_matrix(matrix)
     sku_id, sku, _ = resolve_sku(loaded, hw, "pods are sized by the SKU")
+    if stack is not None:
+        check_stack(loaded, stack, sku_id)
     overrides = check_overrides(override or [])
     arch = arch or sku.host_arch
     request = K8sRequest(
@@ -108,6 +163,14 @@ def k8s_render(
         allow_tag=allow_tag,
         overrides=overrides,
         first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
+        scheduler=scheduler,
+        queue=queue,
+        kuberay=kuberay,
+        npu_resource=npu_resource,
+        nic=nic,
+        host_network=host_network,
+        topology_mode=network_topology,
+        topology_tier=topology_tier,
     )
     check_request(request)  # every refusal of the options before the registry is asked
     if output is not None and output != STDOUT:
@@ -115,6 +178,8 @@ def k8s_render(
     warnings: list[str] = []
     if job == "smoke":
         found, warnings = image_job(loaded, image, arch, stack)
+        if found.stack is not None and found.stack != stack:
+            check_stack(loaded, found.stack, sku_id, what=f"{image} (its {LABEL_PREFIX}.stack label)")
         request = dataclasses.replace(request, image_job=found)
     manifests = render(request)
     for warning in (*warnings, *manifests.warnings):
@@ -129,8 +194,9 @@ def k8s_render(
 @k8s_app.command(
     "validate",
     help=(
-        f"Check manifests offline: core objects against the Kubernetes {KUBERNETES_VERSION} OpenAPI schemas, "
-        f"RayJobs against the ray.io/v1 fields of KubeRay {KUBERAY_VERSION} and their pod templates (exit 1 on a problem)."
+        f"Check manifests offline, strictly (unknown fields refused): built-in kinds against the Kubernetes {KUBERNETES_VERSION} "
+        f"OpenAPI schemas; RayJobs and Volcano Jobs against the CRDs of KubeRay {KUBERAY_VERSION} and Volcano {VOLCANO_VERSION}, "
+        "their pod templates against the Kubernetes schemas too (exit 1 on a problem, 2 when a file holds no object)."
     ),
 )
 @user_errors
@@ -148,6 +214,8 @@ def k8s_validate(
             typer.echo(problem.format(str(path)), err=True)
         failed = failed or bool(problems)
         state = f"{len(problems)} problem(s)" if problems else "valid"
-        typer.echo(f"{path}: {count} document(s) {state} (Kubernetes {KUBERNETES_VERSION}, KubeRay {KUBERAY_VERSION} RayJob)")
+        typer.echo(
+            f"{path}: {count} document(s) {state} (Kubernetes {KUBERNETES_VERSION}, KubeRay {KUBERAY_VERSION}, Volcano {VOLCANO_VERSION})"
+        )
     if failed:
         raise typer.Exit(int(ExitCode.CHECK_FAILED))

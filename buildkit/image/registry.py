@@ -120,6 +120,8 @@ class Registry:
         return bool(self._token)
 
     def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """One call of the distribution API, retried on connection errors, 429 and 5xx; a registry
+        that never answers raises Unavailable in one readable line."""
         url = f"{self.base}{path}"
         last = ""
         authorized = False
@@ -130,7 +132,7 @@ class Registry:
             try:
                 response = self.session.request(method, url, headers=headers, timeout=self.timeout, **kwargs)
             except (requests.ConnectionError, requests.Timeout) as exc:
-                last = f"{exc.__class__.__name__}: {exc}"
+                last = connection_failure(exc)
             else:
                 if response.status_code == 401 and not authorized:
                     authorized = True
@@ -144,7 +146,8 @@ class Registry:
             kwargs["headers"] = headers
             if attempt < self.retries:
                 time.sleep(self.backoff * 2**attempt)
-        raise Unavailable(f"registry {self.host}: {method} {path} failed after {self.retries + 1} attempts ({last})")
+        what = path.lstrip("/").split("/")[-2] if path.count("/") >= 2 else path  # manifests, blobs, tags, ...
+        raise Unavailable(f"registry {self.host}: {last} ({method} {what}, {self.retries + 1} attempts)")
 
     def get_manifest(self, repository: str, reference: str) -> Manifest | None:
         response = self.request("GET", f"/{repository}/manifests/{reference}", headers={"Accept": ACCEPT})
@@ -212,6 +215,32 @@ class Registry:
             return None
         manifests = response.json().get("manifests", [])
         return [m for m in manifests if isinstance(m, dict) and m.get("artifactType") == artifact_type]
+
+
+_CAUSES = (
+    ("Name or service not known", "host not found"),
+    ("Temporary failure in name resolution", "host not found"),
+    ("nodename nor servname", "host not found"),
+    ("Failed to resolve", "host not found"),
+    ("Connection refused", "connection refused"),
+    ("Connection reset", "connection reset"),
+    ("No route to host", "no route to host"),
+    ("Network is unreachable", "network unreachable"),
+    ("CERTIFICATE_VERIFY_FAILED", "TLS certificate not trusted (add the CA to the system bundle, or REQUESTS_CA_BUNDLE)"),
+    ("WRONG_VERSION_NUMBER", "TLS to a plain-HTTP port (is it an insecure registry?)"),
+    ("ProxyError", "the proxy refused or failed (check HTTPS_PROXY / NO_PROXY)"),
+)
+
+
+def connection_failure(exc: BaseException) -> str:
+    """What went wrong reaching a server, in a few words: never a library's repr."""
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    text = f"{exc.__class__.__name__} {exc}"
+    for needle, words in _CAUSES:
+        if needle in text:
+            return words
+    return "cannot connect"
 
 
 def image_labels(ref: str, arch: str) -> dict[str, str]:

@@ -1,5 +1,8 @@
-"""Kubernetes: the smoke job and training runs as manifests (Job, RayJob), and their offline validation."""
+"""Kubernetes: the smoke job and training runs as manifests (Job, KubeRay RayJob, Volcano Job), and
+their offline validation against the Kubernetes schemas and the vendored upstream CRDs."""
 
-KUBERNETES_VERSION = "1.32.0"  # the schemas `k8s validate` checks against
-KUBERAY_VERSION = "v1.4"  # the ray.io/v1 RayJob fields rendered here (name limit of 47 since v1.4)
+KUBERNETES_VERSION = "1.32.0"  # the schemas `k8s validate` checks built-in kinds against
+# The releases whose CRDs are vendored in crds/ (SOURCES.json; tests/test_crd.py keeps these equal).
+KUBERAY_VERSION = "v1.7.0"
+VOLCANO_VERSION = "v1.15.1"
 DEFAULT_MODEL_PATH = "/data/models/Qwen2.5-0.5B-Instruct"

@@ -1,8 +1,9 @@
-"""``ascendkit k8s validate``: manifests against the Kubernetes schemas and KubeRay's RayJob fields."""
+"""``ascendkit k8s validate``: built-in kinds against the Kubernetes OpenAPI schemas, custom
+resources (KubeRay RayJob, Volcano Job) against their vendored upstream CRDs (``crd.py``), their
+metadata as ObjectMeta and their pod templates against the Kubernetes schemas too."""
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,11 +11,10 @@ from typing import Any
 
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_text
-from buildkit.k8s import KUBERAY_VERSION, KUBERNETES_VERSION
+from buildkit.k8s import KUBERNETES_VERSION
+from buildkit.k8s.crd import Crd, crd_for
+from buildkit.k8s.crd import validate as crd_validate
 from buildkit.k8s.render import RAYJOB_NAME_MAX, as_documents
-from buildkit.resources import TEMPLATES_DIR
-
-RAYJOB_SCHEMA_FILE = TEMPLATES_DIR / "k8s" / "rayjob.schema.json"
 
 
 @dataclass(frozen=True)
@@ -50,45 +50,55 @@ def _validate_core(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return []
 
 
-@functools.cache
-def _rayjob_validator() -> Any:
-    import jsonschema
+def _validate_metadata(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """A custom resource's metadata is an ObjectMeta: checked as a core object's would be."""
+    wrapper = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": doc.get("metadata")}
+    return [(path, message) for path, message in _validate_core(wrapper) if path.startswith("metadata") or not path]
 
-    return jsonschema.Draft7Validator(json.loads(RAYJOB_SCHEMA_FILE.read_text(encoding="utf-8")))
 
-
-def _validate_rayjob(doc: dict[str, Any]) -> list[tuple[str, str]]:
-    problems = [
-        (".".join(str(p) for p in err.absolute_path), err.message)
-        for err in sorted(_rayjob_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
-    ]
-    name = str(_mapping(doc.get("metadata")).get("name", ""))
-    if len(name) > RAYJOB_NAME_MAX:
-        problems.append(("metadata.name", f"KubeRay {KUBERAY_VERSION} allows at most {RAYJOB_NAME_MAX} characters"))
+def _pod_templates(doc: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The pod templates a custom resource carries: the CRD checks their shape, the Kubernetes
+    schemas what a pod made from them must be (what the operator's create would be refused for)."""
     spec = _mapping(doc.get("spec"))
-    cluster = _mapping(spec.get("rayClusterSpec"))
-    groups = cluster.get("workerGroupSpecs")
-    templates = [("spec.rayClusterSpec.headGroupSpec.template", _mapping(cluster.get("headGroupSpec")).get("template"))]
-    templates += [
-        (f"spec.rayClusterSpec.workerGroupSpecs.{i}.template", _mapping(group).get("template"))
-        for i, group in enumerate(groups if isinstance(groups, list) else [])
-    ]
-    templates.append(("spec.submitterPodTemplate", spec.get("submitterPodTemplate")))
-    for where, template in templates:
-        if not isinstance(template, dict):
-            continue  # absent, or the wrong shape: the RayJob schema above has said so
+    if doc.get("kind") == "RayJob":
+        cluster = _mapping(spec.get("rayClusterSpec"))
+        groups = cluster.get("workerGroupSpecs")
+        found = [("spec.rayClusterSpec.headGroupSpec.template", _mapping(cluster.get("headGroupSpec")).get("template"))]
+        found += [
+            (f"spec.rayClusterSpec.workerGroupSpecs.{i}.template", _mapping(group).get("template"))
+            for i, group in enumerate(groups if isinstance(groups, list) else [])
+        ]
+        return [*found, ("spec.submitterPodTemplate", spec.get("submitterPodTemplate"))]
+    tasks = spec.get("tasks")
+    return [(f"spec.tasks.{i}.template", _mapping(task).get("template")) for i, task in enumerate(tasks if isinstance(tasks, list) else [])]
+
+
+def _validate_custom(doc: dict[str, Any], crd: Crd, schema: dict[str, Any]) -> list[tuple[str, str]]:
+    if not schema:
+        served = ", ".join(f"{crd.group}/{v}" for v in crd.versions)
+        return [("apiVersion", f"{doc.get('apiVersion')} is not served by the {crd.label}; one of {served}")]
+    problems = _validate_metadata(doc) + crd_validate(doc, schema)
+    name = str(_mapping(doc.get("metadata")).get("name", ""))
+    if doc.get("kind") == "RayJob" and len(name) > RAYJOB_NAME_MAX:
+        problems.append(
+            ("metadata.name", f"KubeRay allows at most {RAYJOB_NAME_MAX} characters (it adds suffixes for the cluster and services)")
+        )
+    for where, template in _pod_templates(doc):
+        if not isinstance(template, dict) or any(path.startswith(where) for path, _ in problems):
+            continue  # absent, the wrong shape, or already faulted by the CRD: one report per mistake
         wrapper = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "check"}, "template": template}
         problems += [
             (f"{where}.{path.removeprefix('template').lstrip('.')}".rstrip("."), message) for path, message in _validate_core(wrapper)
         ]
-    return problems
+    return sorted(set(problems), key=lambda p: (p[0], p[1]))
 
 
 def validate_documents(docs: list[dict[str, Any]]) -> list[Problem]:
     problems = []
     for index, doc in enumerate(docs, start=1):
         kind, name = str(doc.get("kind", "?")), str(_mapping(doc.get("metadata")).get("name", "?"))
-        found = _validate_rayjob(doc) if doc.get("apiVersion") == "ray.io/v1" and kind == "RayJob" else _validate_core(doc)
+        crd, schema = crd_for(str(doc.get("apiVersion", "")), kind)
+        found = _validate_custom(doc, crd, schema) if crd is not None and schema is not None else _validate_core(doc)
         problems += [Problem(index, kind, name, path, message) for path, message in found]
     return problems
 
@@ -105,4 +115,6 @@ def validate_file(path: Path) -> tuple[int, list[Problem]]:
             raise InputError(f"{path}: expected a JSON object, or a List whose items are objects")
     else:
         docs = as_documents(text, str(path))
+    if not docs:
+        raise InputError(f"{path}: no Kubernetes objects in it (empty, or only null documents): nothing to validate")
     return len(docs), validate_documents(docs)

@@ -91,6 +91,8 @@ _EXAMPLES = {
     "soc_version": "ascend910b1, ascend910_9391",
     "cann_chip": "910b, a3",
     "k8s_accelerator_type": "module-910b-16",
+    "k8s_npu_resource": "huawei.com/Ascend910, huawei.com/ascend-1980",
+    "k8s_ring_controller": "ascend-910b",
     "url": "https://...",
     "arg": "PIP_INDEX_URL (upper case)",
     "registry": "quay.io/ascend",

@@ -106,6 +106,10 @@ class Chip(Frozen):
     soc_names: tuple[StrictStr, ...] = Field(min_length=1, description="SoC names torch_npu reports")
 
 
+# A domain-prefixed extended resource name (huawei.com/Ascend910): what requests/limits accept for devices.
+EXTENDED_RESOURCE = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)+[a-z]{2,}/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+
+
 class Sku(Frozen):
     """A hardware product customers buy; it runs the image of its chip."""
 
@@ -116,6 +120,12 @@ class Sku(Frozen):
     k8s_accelerator_type: Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")]
     k8s_cpu_request: StrictInt = Field(gt=0, le=1024, description="CPU cores a training pod requests on one node")
     k8s_memory_gib_request: StrictInt = Field(gt=0, le=16384, description="memory (GiB) a training pod requests on one node")
+    k8s_npu_resource: Annotated[StrictStr, Field(pattern=EXTENDED_RESOURCE, max_length=253)] = Field(
+        description="the extended resource the cluster's device plugin advertises the NPUs as: the default of k8s render --npu-resource"
+    )
+    k8s_ring_controller: Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-zA-Z0-9.-]*$")] = Field(
+        description="MindCluster's job-kind label value (ring-controller.atlas) for Volcano jobs on these NPUs"
+    )
 
 
 class PypiPin(Frozen):

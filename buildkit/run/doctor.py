@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ EXIT_OK, EXIT_FAILED, EXIT_NO_DEVICES = 0, 1, 10
 IMAGE_INFO = "/etc/ascendkit/image.json"
 CONSTRAINTS = "/etc/ascendkit/constraints.txt"
 DRIVER_VERSION = "/usr/local/Ascend/driver/version.info"
+HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"  # from the host's driver, mounted read-only
+LINK_TIMEOUT_S = 20
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,39 @@ def check_npus(info: dict[str, Any], torch_modules: tuple[Any, Any] | None = Non
     return checks
 
 
-def run(where: Environment | None = None, torch_modules: tuple[Any, Any] | None = None) -> tuple[int, dict[str, Any]]:
+def check_links(where: Environment, found: list[str], *, required: bool) -> list[Check]:
+    """Each NPU port's link state, as ``hccn_tool -i N -link -g`` reports it. With ``required``
+    (the pods of a multi-node job) a link that is not UP fails doctor naming the port, so a broken
+    fabric stops the init container, not the training 20 minutes into Ray."""
+    tool = where.path(HCCN_TOOL)
+    if not found:
+        return []
+    if not (tool.is_file() and os.access(tool, os.X_OK)):
+        return [Check("NPU links", "skip", f"{HCCN_TOOL} is not in this container (mount it from the host's driver to check links)")]
+    down, unknown = [], []
+    for dev in found:
+        index = Path(dev).name.removeprefix("davinci")
+        try:
+            proc = subprocess.run(
+                [str(tool), "-i", index, "-link", "-g"], capture_output=True, text=True, timeout=LINK_TIMEOUT_S, check=False
+            )
+            output = proc.stdout + proc.stderr
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            output, proc = str(exc), None
+        match = re.search(r"link status:\s*(\w+)", output, re.I)
+        if match is None or proc is None or proc.returncode != 0:
+            unknown.append(f"NPU {index} ({output.strip().splitlines()[-1] if output.strip() else 'no output'})")
+        elif match.group(1).upper() != "UP":
+            down.append(f"NPU {index} link {match.group(1).upper()}")
+    if not down and not unknown:
+        return [Check("NPU links", "ok", f"{len(found)} ports UP")]
+    status = "error" if required else "warn"
+    return [Check("NPU links", status, "; ".join([*down, *(f"cannot read {u}" for u in unknown)]))]
+
+
+def run(
+    where: Environment | None = None, torch_modules: tuple[Any, Any] | None = None, *, links: bool = False
+) -> tuple[int, dict[str, Any]]:
     where = where or Environment()
     info_path = where.path(IMAGE_INFO)
     info: dict[str, Any] = json.loads(info_path.read_text()) if info_path.is_file() else {}
@@ -175,6 +210,7 @@ def run(where: Environment | None = None, torch_modules: tuple[Any, Any] | None 
     else:
         checks.append(Check("driver", "ok" if driver else "error", driver or f"{DRIVER_VERSION} not mounted"))
         checks += check_npus(info, torch_modules)
+        checks += check_links(where, found, required=links)
     failed = any(c.status == "error" for c in checks)
     code = EXIT_FAILED if failed else EXIT_NO_DEVICES if not found else EXIT_OK
     outcome = "failed" if failed else "no Ascend devices: preflight passed, NPU checks not run" if not found else "ready"
@@ -199,8 +235,9 @@ def format_report(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ascendkit doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    parser.add_argument("--links", action="store_true", help="fail when an NPU port's link is not UP (multi-node jobs)")
     args = parser.parse_args(argv)
-    code, report = run()
+    code, report = run(links=args.links)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return code
 
