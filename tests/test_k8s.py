@@ -380,3 +380,13 @@ def test_validate_refuses_what_is_not_yaml(tmp_path: Path) -> None:
     bad.write_text("a: [\n")
     proc = ascendkit("k8s", "validate", str(bad))
     assert proc.returncode == ExitCode.INVALID_INPUT and "not YAML" in proc.stderr
+
+
+def test_an_unreachable_registry_is_one_readable_warning_and_the_job_follows_stack() -> None:
+    image = "127.0.0.1:9/ascendkit/verl@sha256:" + "ab" * 32  # the discard port: nothing listens
+    proc = ascendkit("k8s", "render", "--hw", "a3", "--image", image, "--stack", "cann8.3")
+    assert proc.returncode == 0, proc.stderr
+    (warning,) = proc.stderr.splitlines()
+    assert warning.startswith("ascendkit: warning: could not read the image's labels (registry 127.0.0.1:9: connection refused")
+    assert "the job follows --stack cann8.3" in warning and len(warning) < 200, warning
+    assert not any(noise in warning for noise in ("Errno", "Pool", "object at 0x", "Caused by"))
