@@ -32,7 +32,7 @@ from buildkit.matrix.yamlsource import YamlSourceError, load_documents
 from buildkit.plan import LABEL_PREFIX
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.devices import DRIVER_FILES_OPTIONAL, DRIVER_FILES_REQUIRED, SHM_SIZE
-from buildkit.run.doctor import HCCN_TOOL
+from buildkit.run.doctor import DRIVER_VERSION, HCCN_TOOL
 from buildkit.run.job import ImageJob, build_job, load_job
 
 FILES = Path(__file__).resolve().parent / "files"
@@ -72,7 +72,7 @@ _EXTENDED_RESOURCE = re.compile(EXTENDED_RESOURCE)
 # comes with the NPU driver like npu-smi; doctor reads each NPU port's link with it.
 DRIVER_VOLUMES = (
     ("driver-lib64", "/usr/local/Ascend/driver/lib64", "Directory"),
-    ("driver-version", "/usr/local/Ascend/driver/version.info", "File"),
+    ("driver-version", DRIVER_VERSION, "File"),
     ("dcmi", "/usr/local/dcmi", "Directory"),
     ("npu-smi", "/usr/local/bin/npu-smi", "File"),
     ("ascend-install-info", "/etc/ascend_install.info", "File"),

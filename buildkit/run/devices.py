@@ -8,16 +8,17 @@ from typing import Any
 
 from buildkit.errors import InputError
 from buildkit.matrix.model import Sku
+from buildkit.run.doctor import DRIVER_VERSION, HCCN_TOOL
 
 CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 # The driver lives on the host, never in the image (facts: "Running a container on an NPU host").
-DRIVER_FILES_REQUIRED = ("/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/version.info")
+DRIVER_FILES_REQUIRED = ("/usr/local/Ascend/driver/lib64", DRIVER_VERSION)
 # hccn_tool ships with the NPU driver; doctor reads each NPU port's link state with it.
 DRIVER_FILES_OPTIONAL = (
     "/usr/local/dcmi",
     "/usr/local/bin/npu-smi",
     "/etc/ascend_install.info",
-    "/usr/local/Ascend/driver/tools/hccn_tool",
+    HCCN_TOOL,
 )
 SHM_SIZE = "16g"  # what verl's NPU CI gives its containers
 
