@@ -387,6 +387,6 @@ def test_an_unreachable_registry_is_one_readable_warning_and_the_job_follows_sta
     proc = ascendkit("k8s", "render", "--hw", "a3", "--image", image, "--stack", "cann8.3")
     assert proc.returncode == 0, proc.stderr
     (warning,) = proc.stderr.splitlines()
-    assert warning.startswith("ascendkit: warning: could not read the image's labels (registry 127.0.0.1:9: connection refused")
-    assert "the job follows --stack cann8.3" in warning and len(warning) < 200, warning
+    assert warning.startswith("ascendkit: warning: the job follows --stack cann8.3 (verl 0.6.1): could not read the image's labels: ")
+    assert "registry 127.0.0.1:9: connection refused" in warning and len(warning) < 200, warning
     assert not any(noise in warning for noise in ("Errno", "Pool", "object at 0x", "Caused by"))

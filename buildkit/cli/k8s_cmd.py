@@ -59,7 +59,7 @@ def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) ->
     if stack is None:
         raise InputError(f"cannot tell which stack and verl {image} carries ({problem}); pass --stack with the stack it was built from")
     verl = loaded.matrix.stacks[stack].verl.version
-    return ImageJob(stack, verl), [f"could not read the image's labels ({problem}); the job follows --stack {stack} (verl {verl})"]
+    return ImageJob(stack, verl), [f"the job follows --stack {stack} (verl {verl}): could not read the image's labels: {problem}"]
 
 
 SchedulerOption = Annotated[

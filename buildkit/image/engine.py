@@ -12,6 +12,7 @@ from docker.utils import kwargs_from_env
 
 from buildkit.errors import InputError, Unavailable
 from buildkit.matrix.model import normalize_arch
+from buildkit.reach import engine_failure
 
 # A build step can be silent for a long time (vllm-ascend compiles its kernels without output);
 # the read timeout must outlast it, or a healthy build would be reported as a lost engine.
@@ -25,9 +26,7 @@ def connect(timeout: int = BUILD_READ_TIMEOUT) -> docker.APIClient:
         client = docker.APIClient(version="auto", timeout=timeout, **kwargs_from_env())
         client.ping()
     except (DockerException, requests.exceptions.RequestException, OSError) as exc:
-        raise Unavailable(
-            f"cannot reach the Docker engine at {host} ({exc.__class__.__name__}: {exc}); start dockerd or point DOCKER_HOST at it"
-        ) from None
+        raise Unavailable(engine_failure(host, exc)) from None
     return client
 
 

@@ -26,6 +26,7 @@ from buildkit.image.engine import ascendkit_image
 from buildkit.image.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, RegistryRef
 from buildkit.image.sbom import sbom_beside
 from buildkit.matrix.model import DOCKER_ARCH, normalize_arch
+from buildkit.reach import engine_said, text_cause
 
 
 @dataclass(frozen=True)
@@ -84,13 +85,13 @@ def _push_tag(client: docker.APIClient, repository: str, tag: str, retries: int,
         try:
             for event in client.push(repository, tag=tag, stream=True, decode=True):
                 if "error" in event:
-                    last = str(event["error"])
+                    last = text_cause(str(event["error"]))
                     break
                 aux = event.get("aux")
                 if isinstance(aux, dict) and aux.get("Digest"):
                     digest = aux["Digest"]
         except DockerException as exc:
-            last = str(exc)
+            last = engine_said(exc)
         if digest:
             return str(digest)
         if attempt < retries:

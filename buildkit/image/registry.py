@@ -22,6 +22,7 @@ import requests
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.matrix.model import DOCKER_ARCH
+from buildkit.reach import cause, http_failure, registry_failure
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -132,7 +133,7 @@ class Registry:
             try:
                 response = self.session.request(method, url, headers=headers, timeout=self.timeout, **kwargs)
             except (requests.ConnectionError, requests.Timeout) as exc:
-                last = connection_failure(exc)
+                last = cause(exc)
             else:
                 if response.status_code == 401 and not authorized:
                     authorized = True
@@ -140,14 +141,14 @@ class Registry:
                         kwargs["headers"] = headers
                         continue
                 if response.status_code == 429 or response.status_code >= 500:
-                    last = f"HTTP {response.status_code}"
+                    last = http_failure(response.status_code, response.content)
                 else:
                     return response
             kwargs["headers"] = headers
             if attempt < self.retries:
                 time.sleep(self.backoff * 2**attempt)
         what = path.lstrip("/").split("/")[-2] if path.count("/") >= 2 else path  # manifests, blobs, tags, ...
-        raise Unavailable(f"registry {self.host}: {last} ({method} {what}, {self.retries + 1} attempts)")
+        raise Unavailable(f"{registry_failure(self.host, last)} ({method} {what}, {self.retries + 1} attempts)")
 
     def get_manifest(self, repository: str, reference: str) -> Manifest | None:
         response = self.request("GET", f"/{repository}/manifests/{reference}", headers={"Accept": ACCEPT})
@@ -155,7 +156,7 @@ class Registry:
             return None
         if response.status_code != 200:
             raise PublishFailed(
-                f"registry {self.host}: reading {repository}:{reference} gave HTTP {response.status_code}: {response.text[:300]}"
+                f"registry {self.host}: reading {repository}:{reference} gave {http_failure(response.status_code, response.content)}"
             )
         body = response.content
         digest = response.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
@@ -172,7 +173,7 @@ class Registry:
         response = self.request("PUT", f"/{repository}/manifests/{reference}", data=body, headers={"Content-Type": media_type})
         if response.status_code not in (200, 201):
             raise PublishFailed(
-                f"registry {self.host}: writing {repository}:{reference} gave HTTP {response.status_code}: {response.text[:300]}"
+                f"registry {self.host}: writing {repository}:{reference} gave {http_failure(response.status_code, response.content)}"
             )
         return response
 
@@ -181,7 +182,8 @@ class Registry:
         if response.status_code == 404:
             return None
         if response.status_code != 200:
-            raise PublishFailed(f"registry {self.host}: reading blob {digest[:19]} of {repository} gave HTTP {response.status_code}")
+            failure = http_failure(response.status_code, response.content)
+            raise PublishFailed(f"registry {self.host}: reading blob {digest[:19]} of {repository} gave {failure}")
         if "sha256:" + hashlib.sha256(response.content).hexdigest() != digest:
             raise PublishFailed(f"registry {self.host}: blob {digest[:19]} of {repository} does not match its digest")
         return response.content
@@ -194,7 +196,8 @@ class Registry:
         started = self.request("POST", f"/{repository}/blobs/uploads/")
         location = started.headers.get("Location", "")
         if started.status_code != 202 or not location:
-            raise PublishFailed(f"registry {self.host}: starting an upload to {repository} gave HTTP {started.status_code}")
+            failure = http_failure(started.status_code, started.content)
+            raise PublishFailed(f"registry {self.host}: starting an upload to {repository} gave {failure}")
         if location.startswith("/"):
             location = self.base.removesuffix("/v2") + location
         separator = "&" if "?" in location else "?"
@@ -205,7 +208,8 @@ class Registry:
             timeout=self.timeout,
         )
         if done.status_code != 201:
-            raise PublishFailed(f"registry {self.host}: uploading blob {digest[:19]} to {repository} gave HTTP {done.status_code}")
+            failure = http_failure(done.status_code, done.content)
+            raise PublishFailed(f"registry {self.host}: uploading blob {digest[:19]} to {repository} gave {failure}")
         return digest
 
     def referrers(self, repository: str, digest: str, artifact_type: str) -> list[dict[str, Any]] | None:
@@ -215,32 +219,6 @@ class Registry:
             return None
         manifests = response.json().get("manifests", [])
         return [m for m in manifests if isinstance(m, dict) and m.get("artifactType") == artifact_type]
-
-
-_CAUSES = (
-    ("Name or service not known", "host not found"),
-    ("Temporary failure in name resolution", "host not found"),
-    ("nodename nor servname", "host not found"),
-    ("Failed to resolve", "host not found"),
-    ("Connection refused", "connection refused"),
-    ("Connection reset", "connection reset"),
-    ("No route to host", "no route to host"),
-    ("Network is unreachable", "network unreachable"),
-    ("CERTIFICATE_VERIFY_FAILED", "TLS certificate not trusted (add the CA to the system bundle, or REQUESTS_CA_BUNDLE)"),
-    ("WRONG_VERSION_NUMBER", "TLS to a plain-HTTP port (is it an insecure registry?)"),
-    ("ProxyError", "the proxy refused or failed (check HTTPS_PROXY / NO_PROXY)"),
-)
-
-
-def connection_failure(exc: BaseException) -> str:
-    """What went wrong reaching a server, in a few words: never a library's repr."""
-    if isinstance(exc, requests.Timeout):
-        return "timed out"
-    text = f"{exc.__class__.__name__} {exc}"
-    for needle, words in _CAUSES:
-        if needle in text:
-            return words
-    return "cannot connect"
 
 
 def image_labels(ref: str, arch: str) -> dict[str, str]:
@@ -277,6 +255,6 @@ def _labels(registry: Registry, ref: str, repository: str, digest: str, arch: st
         raise InputError(f"{ref}: the manifest names no image config")
     response = registry.request("GET", f"/{repository}/blobs/{config_digest}")
     if response.status_code != 200:
-        raise PublishFailed(f"registry {host}: reading the config of {ref} gave HTTP {response.status_code}")
+        raise PublishFailed(f"registry {host}: reading the config of {ref} gave {http_failure(response.status_code, response.content)}")
     config = json.loads(response.content)
     return dict((config.get("config") or {}).get("Labels") or {})

@@ -24,6 +24,7 @@ from packaging.version import InvalidVersion
 from buildkit.errors import VerifyFailed
 from buildkit.fsio import write_atomic
 from buildkit.matrix.model import normalize_arch
+from buildkit.reach import engine_said
 
 PROBE_LABEL = "io.ascendkit.probe"
 
@@ -144,7 +145,7 @@ def run_in_image(client: docker.APIClient, image_id: str, command: list[str], ti
         stdout = client.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace")
         stderr = client.logs(cid, stdout=False, stderr=True).decode("utf-8", "replace")
     except (DockerException, requests.exceptions.RequestException, OSError) as exc:
-        raise VerifyFailed(f"could not run the verification container: {exc.__class__.__name__}: {exc}") from None
+        raise VerifyFailed(f"could not run the verification container: {engine_said(exc)}") from None
     finally:
         with contextlib.suppress(NotFound):
             client.remove_container(cid, force=True)

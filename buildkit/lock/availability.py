@@ -58,7 +58,7 @@ def _check_pypi(client: IndexClient, index_url: str, stack_id: str, stack: Stack
     try:
         project = client.project(index_url, package)
     except IndexUnreachable as exc:
-        return _with(base, "unverified", f"index unreachable: {exc}")
+        return _with(base, "unverified", str(exc))
     except ProjectMissing:
         return _with(base, "missing", f"no project {package} on {index_url}")
     tags = target_tags(arch, stack.python)

@@ -27,6 +27,8 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from buildkit.reach import cause, http_failure, index_failure
+
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 
 
@@ -49,7 +51,14 @@ class Project:
 
 
 class IndexUnreachable(Exception):
-    """The index did not answer (connection, timeout, TLS, 5xx): nothing can be said."""
+    """The index did not answer (connection, timeout, TLS, 5xx): nothing can be said.
+
+    ``why`` is the cause in a few words; the message adds the host and what to do (never the
+    credentials of the URL, never a library's repr)."""
+
+    def __init__(self, url: str, why: str) -> None:
+        self.url, self.why = url, why
+        super().__init__(index_failure(url, why))
 
 
 class ProjectMissing(Exception):
@@ -128,18 +137,18 @@ class IndexClient:
             try:
                 response = self.session.get(url, headers={"Accept": JSON_ACCEPT}, timeout=self.timeout)
             except requests.RequestException as exc:
-                last = exc.__class__.__name__  # the full text repeats the URL and the pool's internals
+                last = cause(exc)  # the full text repeats the URL and the pool's internals
             else:
                 if response.status_code == 404:
                     raise ProjectMissing(f"{index_url} has no project {name}")
                 if response.status_code == 200:
                     return self._parse(name, response, response.url or url)
-                last = f"HTTP {response.status_code}"
+                last = http_failure(response.status_code)
                 if response.status_code < 500 and response.status_code != 429:
                     break
             if attempt < self.retries:
                 time.sleep(0.5 * 2**attempt)
-        raise IndexUnreachable(f"{urllib.parse.urlsplit(index_url).netloc} ({last})")
+        raise IndexUnreachable(index_url, last)
 
     @staticmethod
     def _parse(name: str, response: requests.Response, page_url: str) -> Project:
@@ -189,14 +198,14 @@ def download(session: requests.Session, url: str, dest: Path, sha256s: frozenset
     try:
         with session.get(url, stream=True, timeout=timeout) as response:
             if response.status_code != 200:
-                raise IndexUnreachable(f"{urllib.parse.urlsplit(url).netloc} (HTTP {response.status_code} for {dest.name})")
+                raise IndexUnreachable(url, f"{http_failure(response.status_code)} for {dest.name}")
             with partial.open("wb") as out:
                 for chunk in response.iter_content(chunk_size=1 << 20):
                     digest.update(chunk)
                     out.write(chunk)
     except requests.RequestException as exc:
         partial.unlink(missing_ok=True)
-        raise IndexUnreachable(f"{urllib.parse.urlsplit(url).netloc} ({exc.__class__.__name__} for {dest.name})") from None
+        raise IndexUnreachable(url, f"{cause(exc)} for {dest.name}") from None
     except BaseException:
         partial.unlink(missing_ok=True)
         raise

@@ -93,7 +93,7 @@ def _pin_news(loaded: LoadedMatrix, client: IndexClient, index_urls: dict[str, s
                 found = _installable_versions(client, url, package, arch, stack, pin.build_from_source)
                 common = found if common is None else common & found
         except IndexUnreachable as exc:
-            news.append(replace(base, status="unreachable", sources=urls, detail=f"index unreachable: {exc}"))
+            news.append(replace(base, status="unreachable", sources=urls, detail=str(exc)))
             continue
         except ProjectMissing as exc:
             news.append(replace(base, status="missing", sources=urls, detail=str(exc)))

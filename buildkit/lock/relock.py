@@ -68,7 +68,7 @@ def _unreachable(client: IndexClient, inputs: LockInputs, index_urls: dict[str, 
         try:
             client.project(index_urls[name], probes.get(name, "pip"))
         except IndexUnreachable as exc:
-            return f"index {name} ({public_url(index_urls[name])}) could not be reached: {exc}"
+            return f"index {name} ({public_url(index_urls[name])}) could not be reached: {exc.why}"
         except ProjectMissing:
             pass  # it answered; a missing pin is reported by the resolution
     return None
@@ -101,7 +101,7 @@ def lock_one(
             text, status, count = render_lock(inputs, resolution), "resolved", sum(len(p) for p in resolution.layers.values())
             detail = f"{count} packages"
     except IndexUnreachable as exc:
-        reason = f"an index could not be reached: {exc}"
+        reason = str(exc)
         text, status, detail, count = render_unresolved(inputs, reason), "unresolved", reason, 0
     except (LockFailed, InputError) as exc:
         return LockOutcome(target, "failed", str(exc), seconds=time.monotonic() - started)
