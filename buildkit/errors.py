@@ -25,7 +25,8 @@ class ExitCode(enum.IntEnum):
     UNVERIFIED = 8  # nothing was found wrong, but some of it could not be checked (index unreachable)
     TIMED_OUT = 9  # smoke: the run outlived --timeout; the container was killed and removed, the log kept
     NO_DEVICES = 10  # doctor/smoke: no Ascend devices here; the preflight ran, the NPU work did not
-    INTERRUPTED = 130  # Ctrl-C: the build was stopped and cleaned up
+    INTERRUPTED = 130  # Ctrl-C: the run was stopped and cleaned up
+    TERMINATED = 143  # SIGTERM (CI, Kubernetes): stopped and cleaned up as for Ctrl-C
 
 
 class AscendkitError(Exception):
@@ -63,7 +64,15 @@ class PublishFailed(AscendkitError):
 
 
 class Interrupted(AscendkitError):
+    """Ctrl-C (exit 130) or SIGTERM (``terminated=True``, exit 143) stopped the run; what it started was cleaned up."""
+
     exit_code = ExitCode.INTERRUPTED
+
+    def __init__(self, message: str, *, terminated: bool = False) -> None:
+        super().__init__(message)
+        self.terminated = terminated
+        if terminated:
+            self.exit_code = ExitCode.TERMINATED
 
 
 @dataclass(frozen=True, order=True)

@@ -106,11 +106,20 @@ def test_unreachable_base_image_fails_fast_with_the_options(docker_env: DockerEn
     assert "--base-registry" in proc.stderr and "--base-image REF" in proc.stderr
 
 
-def test_ctrl_c_stops_the_build_and_leaves_nothing(docker_env: DockerEnv, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("signum", "code", "said"),
+    [(signal.SIGINT, ExitCode.INTERRUPTED, "interrupted (Ctrl-C)"), (signal.SIGTERM, ExitCode.TERMINATED, "terminated (SIGTERM)")],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_stopped_build_leaves_no_tag_container_or_manifest(
+    docker_env: DockerEnv, tmp_path: Path, signum: signal.Signals, code: ExitCode, said: str
+) -> None:
+    """Ctrl-C and SIGTERM (how CI and Kubernetes stop a run) mid-step: the step's container goes,
+    nothing is tagged, no manifest or SBOM is written; 130 for Ctrl-C, 143 for SIGTERM."""
     before = docker_env.containers()
     exe = Path(sys.executable).with_name("ascendkit")
     argv = [str(exe), "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin]
-    argv += ["--no-cache", "--repo", "interrupted/verl"]
+    argv += ["--no-cache", "--repo", "interrupted/verl", "--manifest-dir", str(tmp_path / "manifests")]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=docker_env.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     seen = []
@@ -118,12 +127,14 @@ def test_ctrl_c_stops_the_build_and_leaves_nothing(docker_env: DockerEnv, tmp_pa
         seen.append(line)
         if "apt-get update" in line:  # a RUN step whose container is running right now
             break
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     rest = proc.stdout.read()
-    assert proc.wait(timeout=120) == ExitCode.INTERRUPTED, "".join(seen) + rest
-    assert "no tag was created and its containers were removed" in rest
+    assert proc.wait(timeout=120) == code, "".join(seen) + rest
+    assert f"ascendkit: {said}: the build was stopped; no tag was created and its containers were removed" in rest
+    assert "Traceback" not in rest
     assert docker_env.client.images(name="interrupted/verl") == []
     assert docker_env.containers() == before
+    assert not (tmp_path / "manifests").exists() or not any((tmp_path / "manifests").iterdir())
 
 
 def _scan_saved_image(env: DockerEnv, image_id: str, needles: dict[str, bytes]) -> dict[str, list[str]]:
@@ -213,10 +224,9 @@ def test_unresolved_lock_builds_by_pins_and_says_so(docker_env: DockerEnv, tmp_p
     }
 
 
-def test_build_all_goes_on_past_a_failed_target_and_never_tags_it(docker_env: DockerEnv, tmp_path: Path) -> None:
-    """Two stacks for a3/x86_64: 'broken' (planted: a triton-ascend pin that does not exist, so pip
-    fails in its second layer) builds first; the run goes on, builds and tags 'teststack', and
-    prints the summary; nothing of 'broken' is tagged."""
+def _with_broken_stack(tmp_path: Path) -> Path:
+    """The test matrix plus 'broken', a copy of teststack (planted: a triton-ascend pin that does
+    not exist, so pip fails in its second layer) that builds first."""
     text = TEST_MATRIX.read_text()
     stanza = text[text.index("  teststack:\n") :]
     broken = (
@@ -231,6 +241,14 @@ def test_build_all_goes_on_past_a_failed_target_and_never_tags_it(docker_env: Do
     loaded = load_matrix(matrix)
     for target in lock_targets(loaded, "broken"):
         (tmp_path / target.path).write_text(render_unresolved(lock_inputs(loaded, target), "test: planted failure"))
+    return matrix
+
+
+def test_build_all_goes_on_past_a_failed_target_and_never_tags_it(docker_env: DockerEnv, tmp_path: Path) -> None:
+    """Two stacks for a3/x86_64: 'broken' (planted: a triton-ascend pin that does not exist, so pip
+    fails in its second layer) builds first; the run goes on, builds and tags 'teststack', and
+    prints the summary; nothing of 'broken' is tagged."""
+    matrix = _with_broken_stack(tmp_path)
     repo = f"it-fleet-{uuid.uuid4().hex[:8]}/verl"
     before = docker_env.containers()
     proc = docker_env.ascendkit(
@@ -250,3 +268,32 @@ def test_build_all_goes_on_past_a_failed_target_and_never_tags_it(docker_env: Do
     assert f"{repo}:teststack-a3-x86_64" in tags
     assert not any("broken" in tag or "verl3.6" in tag for tag in tags), tags
     assert docker_env.containers() == before
+
+
+def test_sigterm_stops_build_all_with_a_summary_and_nothing_tagged(docker_env: DockerEnv, tmp_path: Path) -> None:
+    """SIGTERM during the first of two targets: its step container goes, the summary says
+    'interrupted' for it and 'not started' for the other, exit 143; no tag, container or manifest."""
+    matrix = _with_broken_stack(tmp_path)
+    repo = f"it-stop-{uuid.uuid4().hex[:8]}/verl"
+    before = docker_env.containers()
+    exe = Path(sys.executable).with_name("ascendkit")
+    argv = [str(exe), "build", "--all", "--hw", "a3", "--arch", "x86_64", "--matrix", str(matrix), "--base-image", docker_env.standin]
+    argv += ["--no-cache", "--repo", repo, "--manifest-dir", str(tmp_path / "manifests"), "--json"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=docker_env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "apt-get update" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    stdout, rest = proc.communicate(timeout=180)
+    assert proc.returncode == ExitCode.TERMINATED, "".join(seen) + rest
+    outcomes = {o["target"]: o for o in json.loads(stdout)}
+    assert outcomes["broken a3 debian12 x86_64"]["result"] == "interrupted"
+    assert "terminated (SIGTERM): the build was stopped" in outcomes["broken a3 debian12 x86_64"]["message"]
+    assert outcomes["teststack a3 debian12 x86_64"]["result"] == "not started"
+    assert "0 of 2 built" in rest and "Traceback" not in rest
+    assert docker_env.client.images(name=repo) == []
+    assert docker_env.containers() == before
+    assert not (tmp_path / "manifests").exists() or not any((tmp_path / "manifests").iterdir())

@@ -7,7 +7,12 @@ with real containers. The config check passing against real verl: tests/test_arm
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +157,50 @@ def test_a_finished_job_keeps_its_exit_code_output_and_stdout(docker_env: Docker
     assert "err" not in result.stdout.split("\n")[1:2]  # stdout alone, stderr apart
     assert str(16 * 1024 * 1024) in text, "/dev/shm is 16 GiB as the SKU's containers get it"
     assert _smoke_containers(docker_env) == before
+
+
+@pytest.fixture(scope="module")
+def sleeper(docker_env: DockerEnv, built: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A stand-in job that sleeps: the built test image (its ascendkit labels, chip a3) with an
+    entrypoint that prints one line and sleeps, whatever command smoke gives it. Removed after."""
+    context = tmp_path_factory.mktemp("sleeper")
+    (context / "Dockerfile").write_text(
+        f'FROM {built["image_id"]}\nENTRYPOINT ["/bin/sh", "-c", "echo stand-in job: sleeping; exec sleep 600", "stand-in"]\n'
+    )
+    tag = f"ascendkit-sleeper:{os.getpid()}"
+    for _ in docker_env.client.build(path=str(context), tag=tag, rm=True, forcerm=True, decode=True):
+        pass
+    yield tag
+    docker_env.client.remove_image(tag, force=True)
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "said"),
+    [(signal.SIGTERM, ExitCode.TERMINATED, "terminated (SIGTERM)"), (signal.SIGINT, ExitCode.INTERRUPTED, "interrupted (Ctrl-C)")],
+    ids=["sigterm", "ctrl-c"],
+)
+def test_a_stopped_smoke_run_removes_its_running_container(
+    docker_env: DockerEnv, sleeper: str, tmp_path: Path, signum: signal.Signals, code: ExitCode, said: str
+) -> None:
+    """CI and Kubernetes stop a run with SIGTERM: the job's container (on an NPU host, the one holding
+    the NPUs) is stopped and removed, and the exit code says which signal it was."""
+    before = _smoke_containers(docker_env)
+    exe = Path(sys.executable).with_name("ascendkit")
+    argv = [str(exe), "smoke", "--matrix", str(MATRIX), "--hw", "a3", "--image", sleeper, "--out", str(tmp_path / "r"), "--timeout", "300"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=docker_env.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        running: set[str] = set()
+        while not running and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            running = {c["Id"] for c in docker_env.client.containers(filters={"label": SMOKE_LABEL, "status": "running"})} - before
+        assert running, f"no smoke container started; exit {proc.poll()}"
+        time.sleep(1)  # the job's log is being streamed now
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, stderr
+    assert f"ascendkit: {said}: the smoke run was stopped and its container removed" in stderr
+    assert "Traceback" not in stderr
+    assert _smoke_containers(docker_env) == before, "the job's container is gone"

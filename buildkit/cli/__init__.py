@@ -6,6 +6,7 @@ User mistakes are printed as messages (never tracebacks) and mapped to the exit 
 
 from __future__ import annotations
 
+from buildkit.cancel import terminate_like_interrupt
 from buildkit.cli import (
     build_cmd,
     doctor_cmd,
@@ -39,4 +40,5 @@ __all__ = [
 
 
 def main() -> None:
+    terminate_like_interrupt()  # SIGTERM (CI, Kubernetes) cleans up like Ctrl-C and exits 143
     app(prog_name="ascendkit")

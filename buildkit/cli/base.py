@@ -9,7 +9,9 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -18,6 +20,7 @@ import typer
 from rich.console import Console
 
 from buildkit import __version__
+from buildkit.cancel import signal_exit_code, stopped_by
 from buildkit.errors import AscendkitError, ExitCode, Finding, MatrixError
 
 P = ParamSpec("P")
@@ -34,7 +37,8 @@ app = typer.Typer(
         "Exit codes: 0 ok, 1 check failed (drift, stale lock, missing or conflicting pin), 2 invalid input, 3 output not writable, "
         "4 engine/base image/registry unreachable, 5 build failed, 6 verification failed, 7 publish failed, "
         "8 unverified (index unreachable; lock left unresolved), 9 smoke timed out or stalled, "
-        "10 no Ascend devices (config check and preflight only), 130 interrupted."
+        "10 no Ascend devices (config check and preflight only), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); "
+        "ASCENDKIT_DEBUG=1 adds the underlying error to a message."
     ),
 )
 matrix_app = typer.Typer(help="Inspect and validate compat_matrix.yaml.", no_args_is_help=True)
@@ -81,6 +85,13 @@ def _fail(message: str, code: ExitCode) -> typer.Exit:
     return typer.Exit(int(code))
 
 
+def _debug(exc: BaseException) -> None:
+    """With ASCENDKIT_DEBUG=1, the exception a message was made from, with its traceback (for a bug report)."""
+    original = exc.__cause__ or exc.__context__
+    if os.environ.get("ASCENDKIT_DEBUG") and original is not None:
+        typer.echo("".join(traceback.format_exception(original)).rstrip(), err=True)
+
+
 def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn every error about input or the machine into a message on stderr and its documented exit code."""
 
@@ -92,9 +103,10 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
             typer.echo(exc.format(), err=True)
             raise typer.Exit(int(exc.exit_code)) from None
         except AscendkitError as exc:
+            _debug(exc)
             raise _fail(str(exc), exc.exit_code) from None
-        except KeyboardInterrupt:
-            raise _fail("interrupted", ExitCode.INTERRUPTED) from None
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (buildkit.cancel.Terminated)
+            raise _fail(stopped_by(exc), ExitCode(signal_exit_code(exc))) from None
         # Not ours, but still about the input or the machine, never worth a traceback: a file the
         # command could not write, a value Python refused, input nested past the interpreter's stack.
         except OSError as exc:

@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
+from buildkit.cancel import Terminated, stopped_by
 from buildkit.cli.base import MAX_SECONDS, MAX_STEPS, JsonFlag, MatrixPath, app, finite, print_json, user_errors
-from buildkit.errors import InputError
+from buildkit.errors import InputError, Interrupted
 from buildkit.fsio import output_dir
 from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
 
@@ -117,7 +118,7 @@ def smoke(
         data_path=data,
         baseline=load_run(baseline) if baseline else None,
         baseline_name=baseline.name if baseline else None,
-        visible=parse_visible(devices) if devices else None,
+        visible=parse_visible(devices) if devices is not None else None,
         privileged=privileged,
         overrides=overrides,
         env=_pairs(env or [], "--env"),
@@ -130,8 +131,15 @@ def smoke(
     check_request(request)  # before the engine: a mistake in the options is exit 2, not 4
     client = connect()
     typer.echo(f"smoke: {image} on --hw {sku_id}; report in {out}/", err=True)
-    with output_dir(out, "report directory (--out)"):
-        report = run_smoke(client, request, echo=None if quiet or as_json else stderr_echo)
+    try:
+        with output_dir(out, "report directory (--out)"):
+            report = run_smoke(client, request, echo=None if quiet or as_json else stderr_echo)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: run_container has removed the container
+        raise Interrupted(
+            f"{stopped_by(exc)}: the smoke run was stopped and its container removed; no report was written "
+            f"(the logs so far stay in {out}/)",
+            terminated=isinstance(exc, Terminated),
+        ) from None
     if as_json:
         print_json(report.data)
     typer.echo(f"smoke: {report.outcome}: {report.message} (exit {report.exit_code}); see {out / 'report.md'}", err=True)

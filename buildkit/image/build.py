@@ -22,14 +22,15 @@ import docker
 import requests
 from docker.errors import DockerException, NotFound
 
+from buildkit.cancel import Terminated, deferred, stopped_by
 from buildkit.errors import BuildFailed, InputError, Interrupted, Unavailable, VerifyFailed
 from buildkit.fsio import check_output_dir, write_atomic
 from buildkit.image.engine import connect
 from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
-from buildkit.image.registry import split_ref
+from buildkit.image.registry import IMAGE_REFERENCE, split_ref
 from buildkit.image.render import CONTEXT_FILES, SECRETS_ARG, build_context, context_file, render_context
 from buildkit.image.sbom import BaseImage, dumps, sbom_document, sbom_path
-from buildkit.image.secrets import BuildSecrets, SecretServer, read_ca_bundle
+from buildkit.image.secrets import BuildSecrets, SecretServer
 from buildkit.image.verify import Check, Expected, collect_facts, compare, failures, manifest_data, write_manifest
 from buildkit.lock.inputs import LockTarget, lock_inputs
 from buildkit.lock.lockfile import LockFile, lock_problem, read_lock, section_texts
@@ -37,8 +38,9 @@ from buildkit.lock.wheelhouse import current_lock, missing_from
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import DOCKER_ARCH, Arch, normalize_arch
 from buildkit.plan import ImagePlan, hosts_arch, plan_image, plan_target
+from buildkit.reach import engine_said
 from buildkit.resources import DEFAULT_REPOSITORY
-from buildkit.settings import Mirrors, default_ca_bundle, split_credentials
+from buildkit.settings import Mirrors, default_ca_bundle, read_ca_bundle, split_credentials
 
 
 def host_arch() -> str:
@@ -164,6 +166,7 @@ def plan_build(
 ) -> BuildPlan:
     """Everything one build needs, checked before the engine is touched. ``wheelhouse`` makes the
     build offline: pip installs only from that directory, which must hold every locked package."""
+    check_names(repository, base_image)
     image = plan_image(loaded, plan_target(loaded, hw, stack, os_name), arch or hosts_arch(loaded, hw))
     mirrors = mirrors or Mirrors()
     base_registry = mirrors.get("base_registry")
@@ -172,6 +175,11 @@ def plan_build(
             f"--base-image names the whole base; base_registry (from {mirrors.origin['base_registry']}) only its registry: give one"
         )
     base = base_image or image.base_image_at(base_registry)
+    if not IMAGE_REFERENCE.match(base):
+        raise InputError(
+            f"base_registry {base_registry!r} (from {mirrors.origin['base_registry']}) makes the base {base!r}, which is not an "
+            "image reference: give HOST[:PORT]/PATH in lowercase, e.g. quay.nju.edu.cn/ascend"
+        )
     ctx = build_context(loaded, image)
     declared = {name for name, _ in ctx.build_args}
     buildargs = [("BASE_IMAGE", base)]
@@ -223,6 +231,22 @@ def plan_build(
     )
 
 
+def check_names(repository: str, base_image: str | None) -> None:
+    """``--repo``: a repository name the engine accepts for a tag, without a tag or digest of its own;
+    ``--base-image``: an image reference. The same for every target of ``build --all``."""
+    if base_image is not None and not IMAGE_REFERENCE.match(base_image):
+        raise InputError(
+            f"--base-image {base_image!r} is not an image reference: NAME[:TAG][@sha256:<64 hex>], "
+            "e.g. quay.io/ascend/cann:8.3.rc1-a3-ubuntu22.04-py3.11"
+        )
+    match = IMAGE_REFERENCE.match(repository)
+    if not match or match["tag"] or match["digest"]:
+        raise InputError(
+            f"--repo {repository!r}: expected a repository name without a tag, [HOST[:PORT]/]PATH in lowercase letters, "
+            "digits and . _ - (e.g. ascendkit/verl)"
+        )
+
+
 def _check_locks(
     loaded: LoadedMatrix, stack_id: str, arch: str, wheelhouse: Path | None
 ) -> tuple[tuple[tuple[str, str], ...], LockFile, tuple[str, ...]]:
@@ -268,7 +292,7 @@ def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 
         quick.inspect_distribution(plan.base_image)
         return
     except (DockerException, requests.exceptions.RequestException, OSError) as exc:
-        reason = (getattr(exc, "explanation", None) or str(exc)).splitlines()[0][:300]
+        reason = engine_said(exc)
     finally:
         quick.close()
     mirrors = "\n".join(f"    --base-registry {m.rsplit('/', 1)[0]}" for m in plan.base_mirrors)
@@ -326,7 +350,7 @@ def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -
             client.close()  # dropping the connection makes the engine cancel the build
             raise
         except (DockerException, requests.exceptions.RequestException) as exc:
-            progress.error = progress.error or f"lost the engine: {exc}"
+            progress.error = progress.error or f"lost the engine: {engine_said(exc)}"
         finally:
             progress.close()
     if progress.error or not progress.image_id:
@@ -353,31 +377,42 @@ def check_outputs(plan: BuildPlan) -> None:
 def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | None = None) -> BuildResult:
     check_outputs(plan)
     started = time.monotonic()
-    ensure_base_image(client, plan)
     progress = BuildProgress(reporter or QuietReporter())
     try:
+        ensure_base_image(client, plan)
         image_id = _build(client, plan, progress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (buildkit.cancel)
         fresh = connect(timeout=60)  # the build's own connection was closed to cancel it
         time.sleep(1)
         _remove_containers(fresh, progress.containers)
-        raise Interrupted("interrupted: the build was stopped; no tag was created and its containers were removed") from None
+        raise Interrupted(
+            f"{stopped_by(exc)}: the build was stopped; no tag was created and its containers were removed",
+            terminated=isinstance(exc, Terminated),
+        ) from None
     except BuildFailed:
         _remove_containers(client, progress.containers)
         raise
-    facts = collect_facts(client, image_id)
+    try:
+        facts = collect_facts(client, image_id)  # its container is removed however it ends
+    except KeyboardInterrupt as exc:
+        raise Interrupted(
+            f"{stopped_by(exc)}: image {image_id[:19]} was built but not verified; nothing was tagged and no manifest written",
+            terminated=isinstance(exc, Terminated),
+        ) from None
     checks = compare(facts, plan.expected)
     data = manifest_data(facts, plan.expected, checks, plan.refs)
-    manifest_json, manifest_md = write_manifest(plan.manifest_dir, plan.manifest_name, data)
     bad = failures(checks)
+    sbom = sbom_path(plan.manifest_dir, plan.manifest_name)
+    with deferred():  # the manifest, the SBOM and every tag, or (stopped before this) none of them
+        manifest_json, manifest_md = write_manifest(plan.manifest_dir, plan.manifest_name, data)
+        if not bad:
+            write_atomic(sbom, dumps(sbom_document(facts, plan.image, base_of(client, plan.base_image), plan.repository)))
+            for ref in plan.refs:
+                repository, tag = ref.rsplit(":", 1)
+                client.tag(image_id, repository, tag, force=True)
     if bad:
         lines = "\n".join(f"    {c.name}: expected {c.expected}, found {c.actual}" for c in bad)
         raise VerifyFailed(f"image {image_id[:19]} does not match the matrix; nothing was tagged:\n{lines}\n  manifest: {manifest_md}")
-    sbom = sbom_path(plan.manifest_dir, plan.manifest_name)
-    write_atomic(sbom, dumps(sbom_document(facts, plan.image, base_of(client, plan.base_image), plan.repository)))
-    for ref in plan.refs:
-        repository, tag = ref.rsplit(":", 1)
-        client.tag(image_id, repository, tag, force=True)
     return BuildResult(
         image_id=image_id,
         refs=plan.refs,

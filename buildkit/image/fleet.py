@@ -15,6 +15,7 @@ from typing import Any
 
 import docker
 
+from buildkit.cancel import Terminated, stopped_by
 from buildkit.errors import AscendkitError, Interrupted
 from buildkit.image.build import BuildPlan, BuildResult, run_build
 from buildkit.image.progress import Reporter
@@ -24,7 +25,7 @@ from buildkit.plan import ImagePlan
 @dataclass(frozen=True)
 class TargetOutcome:
     name: str  # "stack chip os arch"
-    result: str  # built, failed (the build, verification or push) or refused (before building)
+    result: str  # built, failed (the build, verification or push), refused (before building), interrupted, not started
     seconds: float
     size: int | None = None
     image_id: str | None = None
@@ -63,8 +64,10 @@ def build_each(
     on_error: Callable[[str, AscendkitError], None] | None = None,
 ) -> list[TargetOutcome]:
     """Build (and with ``publish``, push) every plan; a failure is recorded and the next one goes on.
-    Ctrl-C stops the whole run (the current build is cleaned up by ``run_build``)."""
-    outcomes = []
+    Ctrl-C or SIGTERM stops the whole run: the current build is cleaned up by ``run_build``, it is
+    recorded as ``interrupted`` and the ones after it as ``not started``, and the outcomes so far
+    are returned (the summary says what was built before the stop)."""
+    outcomes: list[TargetOutcome] = []
     for index, plan in enumerate(builds):
         if on_start is not None:
             on_start(index, plan)
@@ -73,8 +76,12 @@ def build_each(
         try:
             result = run_build(client, plan, reporter(plan))
             digest = publish(result, plan) if publish is not None else None
-        except Interrupted:
-            raise
+        except (Interrupted, KeyboardInterrupt) as exc:
+            stop = exc if isinstance(exc, Interrupted) else Interrupted(f"{stopped_by(exc)}", terminated=isinstance(exc, Terminated))
+            code, first = int(stop.exit_code), str(stop).splitlines()[0]
+            outcomes.append(TargetOutcome(name, "interrupted", time.monotonic() - started, exit_code=code, message=first))
+            outcomes += [TargetOutcome(target_name(p.image), "not started", 0.0, exit_code=code) for p in builds[index + 1 :]]
+            break
         except AscendkitError as exc:
             if on_error is not None:
                 on_error(name, exc)  # the whole message (the failing step's last lines), not only the summary's
@@ -87,5 +94,7 @@ def build_each(
 
 
 def exit_code(outcomes: list[TargetOutcome]) -> int:
-    """0 when every target was built; otherwise the code of the first one that was not."""
-    return next((o.exit_code for o in outcomes if o.result != "built"), 0)
+    """0 when every target was built; 130/143 when the run was stopped; otherwise the code of the
+    first target that was not built."""
+    stopped = [o.exit_code for o in outcomes if o.result == "interrupted"]
+    return stopped[0] if stopped else next((o.exit_code for o in outcomes if o.result != "built"), 0)

@@ -16,7 +16,9 @@ import requests
 from docker.errors import APIError, DockerException, NotFound
 
 from buildkit.errors import Unavailable
+from buildkit.image.engine import connect
 from buildkit.plan import LABEL_PREFIX
+from buildkit.reach import engine_said
 from buildkit.run.jobwatch import JobWatch, Stall
 
 SMOKE_LABEL = f"{LABEL_PREFIX}.smoke"
@@ -69,6 +71,19 @@ def _wait(client: docker.APIClient, cid: str, deadline: float, watch: JobWatch |
                 raise
 
 
+def _remove(client: docker.APIClient, cid: str) -> None:
+    """Remove the container (killing it if it runs). After Ctrl-C or SIGTERM the client's connection
+    may have been cut mid-answer: then once more on a fresh one, so the NPUs are never left held."""
+    for attempt in range(2):
+        try:
+            (client if attempt == 0 else connect(timeout=60)).remove_container(cid, force=True)
+            return
+        except NotFound:
+            return
+        except (DockerException, requests.exceptions.RequestException, Unavailable):
+            time.sleep(1)
+
+
 def run_container(
     client: docker.APIClient,
     image: str,
@@ -93,7 +108,7 @@ def run_container(
             labels={SMOKE_LABEL: "1"},
         )
     except (DockerException, requests.exceptions.RequestException) as exc:
-        raise Unavailable(f"cannot create the smoke container from {image}: {exc}") from None
+        raise Unavailable(f"cannot create the smoke container from {image}: {engine_said(exc)}") from None
     cid = created["Id"]
     code, stdout, stall = None, "", None
     streamer: threading.Thread | None = None
@@ -116,8 +131,7 @@ def run_container(
         if want_stdout and code is not None:
             stdout = client.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace")
     except (DockerException, requests.exceptions.RequestException) as exc:
-        raise Unavailable(f"the smoke container failed to run: {exc}") from None
+        raise Unavailable(f"the smoke container failed to run: {engine_said(exc)}") from None
     finally:
-        with contextlib.suppress(NotFound, DockerException, requests.exceptions.RequestException):
-            client.remove_container(cid, force=True)
+        _remove(client, cid)
     return RunResult(code, code is None and stall is None, stdout, stall)
