@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildkit.errors import InputError
-from buildkit.fsio import read_input_text
+from buildkit.fsio import read_input_bytes, read_input_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -121,3 +121,20 @@ def default_ca_bundle() -> Path | None:
         if value and Path(value).is_file():
             return Path(value)
     return None
+
+
+def read_ca_bundle(path: Path) -> bytes:
+    """A ``--ca-bundle``: a readable regular file with at least one PEM certificate (checked before
+    any index, registry or engine is asked, by every command that takes the option)."""
+    data = read_input_bytes(path, "CA bundle (--ca-bundle)")
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise InputError(f"--ca-bundle {path}: not a PEM certificate bundle (no BEGIN CERTIFICATE line)")
+    return data
+
+
+def checked_ca_bundle(path: Path | None) -> Path | None:
+    """The bundle to use for index requests: ``path`` once checked, else the host's (PIP_CERT, SSL_CERT_FILE)."""
+    if path is None:
+        return default_ca_bundle()
+    read_ca_bundle(path)
+    return path

@@ -1,9 +1,10 @@
 """Bad input, tried the way a new user would, across every command: paths, numbers, files, options.
 
 Each case runs the real ``ascendkit`` in a fresh directory, as its own process with a memory limit
-and a deadline, with DOCKER_HOST pointing at no engine (so a refusal that needs no engine must come
-before the engine is contacted: exit 2 or 3, not 4). Every case asserts the documented exit code,
-a message naming the problem, no traceback, and that no file or folder was created, replaced or
+and a deadline. DOCKER_HOST points at a tripwire socket and every HTTP(S) proxy at a tripwire port,
+so a refusal must come before the engine, a registry, an index or a git host is contacted: the
+case fails if anything connected to either. Every case asserts the documented exit code, a
+message naming the problem, no traceback, and that no file or folder was created, replaced or
 changed (FIFOs, devices and symlink targets included).
 """
 
@@ -14,11 +15,14 @@ import json
 import os
 import resource
 import shutil
+import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,8 +119,16 @@ CASES = [
     Case("matrix-alias-bomb", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "alias bomb", files(**{"m.yaml": ALIAS_BOMB})),
     Case("matrix-deep-nesting", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "levels deep", files(**{"m.yaml": DEEP})),
     Case("matrix-huge", ["matrix", "validate", "--matrix", "{d}/m.yaml"], 2, "MiB", files(**{"m.yaml": b"#" * (65 << 20)})),
+    Case("matrix-name-too-long", ["matrix", "validate", "--matrix", "{d}/" + "m" * 300 + ".yaml"], 2, "File name too long"),
+    Case("matrix-in-a-file", ["render", "--hw", "a3", "--matrix", "{d}/f/compat_matrix.yaml"], 2, "matrix file not found", files(f="x")),
     Case("show-unknown-stack", ["matrix", "show", "cann0.0", *M], 2, "cann0.0"),
     Case("verify-bad-arch", ["matrix", "verify", "--arch", "sparc", *M], 2, "sparc"),
+    Case("verify-fresh-and-no-resolve", ["matrix", "verify", "--fresh", "--no-resolve", *M], 2, "exclude each other"),
+    Case("verify-ca-missing", ["matrix", "verify", "--ca-bundle", "{d}/ca.pem", *M], 2, "ca.pem"),
+    Case("verify-ca-not-pem", ["matrix", "verify", "--ca-bundle", "{d}/ca.pem", *M], 2, "PEM", files(**{"ca.pem": "x"})),
+    Case("verify-unknown-index", ["matrix", "verify", "--index", "nope=https://x.example/simple", *M], 2, "--index"),
+    Case("outdated-ca-not-pem", ["matrix", "outdated", "--ca-bundle", "{d}/ca.pem", *M], 2, "PEM", files(**{"ca.pem": "x"})),
+    Case("outdated-unknown-stack", ["matrix", "outdated", "--stack", "nope", *M], 2, "nope"),
     Case("outdated-propose-no-stack", ["matrix", "outdated", "--propose", "new", *M], 2, "give --stack"),
     Case("outdated-propose-bad-id", ["matrix", "outdated", "-s", "cann8.3", "--propose", "New Stack", *M], 2, "stack id"),
     Case("outdated-unknown-index", ["matrix", "outdated", "--index", "nope=https://x.example/simple", *M], 2, "--index"),
@@ -127,6 +139,11 @@ CASES = [
     Case("render-unknown-hw", ["render", "--hw", "a9", *M], 2, "a9"),
     Case("render-unknown-stack", ["render", "--hw", "a3", "--stack", "nope", *M], 2, "nope"),
     Case("render-unknown-os", ["render", "--hw", "a3", "--os", "windows", *M], 2, "windows"),
+    Case("render-empty-os", ["render", "--hw", "a3", "--os", "", *M], 2, "--os ''"),
+    Case("render-empty-stack", ["render", "--hw", "a3", "--stack", "", *M], 2, "stack ''"),
+    Case("render-empty-hw", ["render", "--hw", "", *M], 2, "--hw"),
+    Case("render-to-read-only-fs", ["render", "--hw", "a3", "-o", "/proc/Dockerfile", *M], 3, "cannot write"),
+    Case("render-to-name-too-long", ["render", "--hw", "a3", "-o", "{d}/" + "D" * 300, *M], 3, "File name too long"),
     Case("render-all-with-hw", ["render", "--all", "--hw", "a3", *M], 2, "--all/--check"),
     Case("render-to-dev-null", ["render", "--hw", "a3", "-o", "/dev/null", *M], 3, "not a regular file"),
     Case("render-to-fifo", ["render", "--hw", "a3", "-o", "{d}/Dockerfile", *M], 3, "a FIFO", fifo("Dockerfile")),
@@ -146,6 +163,8 @@ CASES = [
     Case("plan-all-and-a-filter", ["plan", "--all", "--stack", "cann8.3", *M], 2, "not both"),
     Case("plan-unknown-stack", ["plan", "--stack", "nope", *M], 2, "nope"),
     Case("plan-unknown-os", ["plan", "--os", "windows", *M], 2, "windows"),
+    Case("plan-empty-os", ["plan", "--os", "", *M], 2, "''"),
+    Case("plan-bad-arch", ["plan", "--arch", "sparc", *M], 2, "sparc"),
     Case("plan-nothing-matches", ["plan", "--stack", "cann8.1", "--hw", "a3", *M], 2, "no image of the matrix matches"),
     # --- lock and wheelhouse ----------------------------------------------------------------------
     Case("lock-unknown-stack", ["lock", "--stack", "nope", *M], 2, "nope"),
@@ -155,6 +174,13 @@ CASES = [
     Case("lock-config-missing", ["lock", "--config", "{d}/none.toml", *M], 2, "none.toml"),
     Case("lock-config-fifo", ["lock", "--config", "{d}/c.toml", *M], 2, "a FIFO", fifo("c.toml")),
     Case("lock-config-not-toml", ["lock", "--config", "{d}/c.toml", *M], 2, "not valid TOML", files(**{"c.toml": "[mirrors\n"})),
+    Case("lock-ca-not-pem", ["lock", "--ca-bundle", "{d}/ca.pem", *M], 2, "PEM", files(**{"ca.pem": "x"})),
+    Case(
+        "wheelhouse-ca-missing",
+        ["wheelhouse", "--stack", "cann8.3", "--arch", "aarch64", "-o", "{d}/wh", "--ca-bundle", "{d}/ca.pem", *M],
+        2,
+        "ca.pem",
+    ),
     Case("wheelhouse-bad-arch", ["wheelhouse", "--stack", "cann8.3", "--arch", "sparc", "-o", "{d}/wh", *M], 2, "sparc"),
     Case(
         "wheelhouse-into-a-file",
@@ -182,6 +208,14 @@ CASES = [
         "build-ca-not-pem", ["build", "--hw", "a3", "--arch", "x86_64", "--ca-bundle", "{d}/ca.pem", *M], 2, "PEM", files(**{"ca.pem": "x"})
     ),
     Case("build-base-twice", ["build", "--hw", "a3", "--base-image", "x", "--base-registry", "y", *M], 2, "give one"),
+    Case("build-base-image-not-a-ref", ["build", "--hw", "a3", "--base-image", "UPPER/Case:tag@@", *M], 2, "--base-image"),
+    Case("build-base-image-empty", ["build", "--hw", "a3", "--base-image", "", *M], 2, "--base-image"),
+    Case("build-base-registry-not-a-host", ["build", "--hw", "a3", "--base-registry", "Bad Host/x", *M], 2, "base_registry"),
+    Case("build-repo-not-a-name", ["build", "--hw", "a3", "--repo", "Bad Repo", *M], 2, "--repo"),
+    Case("build-repo-with-a-tag", ["build", "--hw", "a3", "--repo", "ascendkit/verl:v1", *M], 2, "without a tag"),
+    Case("build-all-repo-not-a-name", ["build", "--all", "--repo", "Bad Repo", *M], 2, "--repo"),
+    Case("build-all-bad-arch", ["build", "--all", "--arch", "sparc", *M], 2, "sparc"),
+    Case("build-all-unknown-stack", ["build", "--all", "--stack", "nope", *M], 2, "nope"),
     Case(
         "build-manifest-dir-file",
         ["build", "--hw", "a3", "--arch", "x86_64", "--manifest-dir", "{d}/m", *M],
@@ -191,6 +225,9 @@ CASES = [
     ),
     Case("build-manifest-dir-device", ["build", "--hw", "a3", "--arch", "x86_64", "--manifest-dir", "/dev/null", *M], 3, "not a directory"),
     Case("publish-bad-registry", ["publish", "ascendkit/verl:x", "--registry", "UPPER/Case"], 2, "UPPER/Case"),
+    Case("publish-image-not-a-ref", ["publish", "Bad Image!!", "--registry", "127.0.0.1:5000/x"], 2, "not an image reference"),
+    Case("publish-image-empty", ["publish", "", "--registry", "127.0.0.1:5000/x"], 2, "not an image reference"),
+    Case("publish-manifest-dir-missing", ["publish", "a:1", "--registry", "127.0.0.1:5000/x", "--manifest-dir", "{d}/none"], 2, "no such"),
     Case("build-registry-without-push", ["build", "--hw", "a3", "--registry", "127.0.0.1:5000/x", *M], 2, "give --push"),
     Case("build-no-index-without-push", ["build", "--hw", "a3", "--no-index", *M], 2, "--no-index"),
     Case("publish-nothing", ["publish", "--registry", "127.0.0.1:5000/x"], 2, "give the local IMAGES"),
@@ -235,6 +272,23 @@ CASES = [
     Case("smoke-stall-negative", [*SMOKE, "--stall-timeout", "-5"], 2, "--stall-timeout"),
     Case("smoke-devices-garbage", [*SMOKE, "--devices", "all"], 2, "--devices"),
     Case("smoke-devices-huge-range", [*SMOKE, "--devices", f"0-{HUGE}"], 2, "--devices"),
+    Case("smoke-devices-beyond-the-sku", [*SMOKE, "--devices", "0-99"], 2, "a3 has 16 NPUs per node"),
+    Case("smoke-devices-empty", [*SMOKE, "--devices", ""], 2, "--devices is empty"),
+    Case(
+        "smoke-image-short-digest", ["smoke", "--hw", "a3", "--image", "x@sha256:short", "--out", "{d}/o", *M], 2, "not an image reference"
+    ),
+    Case(
+        "smoke-check-image-short-digest", ["smoke", "--hw", "a3", "--image", "x@sha256:short", "--check", *M], 2, "not an image reference"
+    ),
+    Case("smoke-image-empty", ["smoke", "--hw", "a3", "--image", "", "--out", "{d}/o", *M], 2, "not an image reference"),
+    Case("smoke-data-without-parquet", [*SMOKE, "--data", "{d}/data"], 2, "no train.parquet", files(**{"data__README": "gsm8k"})),
+    Case(
+        "smoke-data-not-parquet",
+        [*SMOKE, "--data", "{d}/data"],
+        2,
+        "not a parquet file",
+        files(**{"data__train.parquet": "a,b\n", "data__test.parquet": "PAR1"}),
+    ),
     Case("smoke-override-not-key-value", [*SMOKE, "--override", "novalue"], 2, "novalue"),
     Case("smoke-env-no-key", [*SMOKE, "--env", "=x"], 2, "--env"),
     Case("smoke-check-and-no-check", [*SMOKE, "--check", "--no-config-check"], 2, "exclude each other"),
@@ -253,6 +307,10 @@ CASES = [
         "k8s-image-by-tag", ["k8s", "render", "--hw", "a3", "--image", "ascendkit/verl:latest", "--job", "train", *M, *TRAIN], 2, "digest"
     ),
     Case("k8s-to-dev-null", [*K8S, "-o", "/dev/null", *TRAIN], 3, "not a regular file"),
+    Case("k8s-to-fifo", [*K8S, "-o", "{d}/k.yaml", *TRAIN], 3, "a FIFO", fifo("k.yaml")),
+    Case("k8s-to-symlink", [*K8S, "-o", "{d}/link", *TRAIN], 3, "symlink", both(files(keep="mine\n"), symlink("link", "keep"))),
+    Case("k8s-to-name-too-long", [*K8S, "-o", "{d}/" + "k" * 300, *TRAIN], 3, "File name too long"),
+    Case("k8s-empty-name", [*K8S, "--name", "", *TRAIN], 2, "--name"),
     Case("validate-missing", ["k8s", "validate", "{d}/none.yaml"], 2, "none.yaml"),
     Case("validate-fifo", ["k8s", "validate", "{d}/k.yaml"], 2, "a FIFO", fifo("k.yaml")),
     Case("validate-alias-bomb", ["k8s", "validate", "{d}/k.yaml"], 2, "alias bomb", files(**{"k.yaml": ALIAS_BOMB})),
@@ -329,6 +387,58 @@ CASES = [
 ]
 
 
+class Tripwire:
+    """A Unix socket (for DOCKER_HOST) and a TCP port (for the proxies) that note every connection."""
+
+    def __init__(self, directory: Path) -> None:
+        self.contacts: list[str] = []
+        self.unix = socket.socket(socket.AF_UNIX)
+        self.socket_path = directory / "engine.sock"
+        self.unix.bind(str(self.socket_path))
+        self.tcp = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.tcp.getsockname()[1])
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._watch, args=(s, name), daemon=True) for s, name in ((self.unix, "engine"), (self.tcp, "proxy"))
+        ]
+
+    def _watch(self, server: socket.socket, name: str) -> None:
+        server.listen()
+        server.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            self.contacts.append(name)
+            conn.close()
+
+    @property
+    def env(self) -> dict[str, str]:
+        proxy = f"http://127.0.0.1:{self.port}"
+        return {
+            "DOCKER_HOST": f"unix://{self.socket_path}",
+            **{name: proxy for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")},
+            "NO_PROXY": "",
+            "no_proxy": "",
+        }
+
+
+@contextmanager
+def tripwire(directory: Path) -> Iterator[Tripwire]:
+    wire = Tripwire(directory)
+    for thread in wire._threads:
+        thread.start()
+    try:
+        yield wire
+    finally:
+        wire._stop.set()
+        for thread in wire._threads:
+            thread.join()
+        wire.unix.close()
+        wire.tcp.close()
+
+
 def snapshot(root: Path) -> dict[str, tuple[str, str]]:
     """Every entry under root: its kind and content (a hash for files, the target for symlinks)."""
     seen: dict[str, tuple[str, str]] = {}
@@ -354,6 +464,10 @@ def test_there_are_enough_cases_and_each_command_is_tried() -> None:
     commands = {" ".join(a for a in c.argv[:2] if not a.startswith("-") and "{" not in a) for c in CASES}
     for command in (
         "matrix validate",
+        "matrix verify",
+        "matrix outdated",
+        "matrix schema",
+        "plan",
         "render",
         "lock",
         "wheelhouse",
@@ -362,7 +476,10 @@ def test_there_are_enough_cases_and_each_command_is_tried() -> None:
         "smoke",
         "k8s render",
         "k8s validate",
+        "sbom",
+        "metrics parse",
         "compare",
+        "baseline import",
     ):
         assert any(c.startswith(command) for c in commands), command
 
@@ -375,20 +492,22 @@ def test_bad_input_is_refused_cleanly(case: Case, tmp_path: Path) -> None:
     before = snapshot(work)
     devnull = Path("/dev/null").stat()
     argv = [*ASCENDKIT, *(a.replace("{d}", str(work)) for a in case.argv)]
-    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock", "HOME": str(tmp_path), "NO_COLOR": "1"}
-    env.pop("ASCENDKIT_CONFIG", None)
-    started = time.monotonic()
-    proc = subprocess.run(
-        argv,
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIME_LIMIT_S * 2,
-        preexec_fn=_limit_memory,
-        stdin=subprocess.DEVNULL,
-    )
-    elapsed = time.monotonic() - started
+    with tripwire(tmp_path) as wire:
+        env = {**os.environ, **wire.env, "HOME": str(tmp_path), "NO_COLOR": "1"}
+        env.pop("ASCENDKIT_CONFIG", None)
+        started = time.monotonic()
+        proc = subprocess.run(
+            argv,
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIME_LIMIT_S * 2,
+            preexec_fn=_limit_memory,
+            stdin=subprocess.DEVNULL,
+        )
+        elapsed = time.monotonic() - started
+    assert not wire.contacts, f"contacted {sorted(set(wire.contacts))} before refusing:\n{proc.stderr}"
     output = proc.stdout + proc.stderr
     assert "Traceback" not in output, output
     assert proc.returncode == case.code, f"exit {proc.returncode}, expected {case.code}:\n{output}"

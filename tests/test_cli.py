@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -284,3 +285,13 @@ def test_start_up_loads_none_of_the_pipeline() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
     assert "Usage: ascendkit" in out.stdout
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_every_exit_code_is_in_the_readme_table_and_the_help() -> None:
+    """The codes a script can rely on: the README's table and `--help` list exactly the ExitCode values."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Exit codes", 1)[1].split("\n\n", 2)[1]
+    assert sorted(int(code) for code in re.findall(r"^\| (\d+) \|", section, re.M)) == sorted(int(c) for c in ExitCode)
+    epilog = app.info.epilog or ""
+    for code in ExitCode:
+        assert re.search(rf"(^|[ :,]){int(code)} ", epilog), f"{int(code)} is not in the --help epilog"

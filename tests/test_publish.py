@@ -43,6 +43,7 @@ def test_index_refused_while_an_arch_is_missing(docker_env: DockerEnv, built: di
 
 
 def test_publish_needs_a_passed_build_manifest(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+    (tmp_path / "manifests").mkdir()  # a manifest folder without this image's manifest
     proc = docker_env.ascendkit("publish", built["tags"][0], "--registry", f"{docker_env.registry}/other", cwd=tmp_path)
     assert proc.returncode == ExitCode.PUBLISH_FAILED
     assert "no build manifest" in proc.stderr and "only verified images are published" in proc.stderr

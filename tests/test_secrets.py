@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from buildkit.errors import InputError
-from buildkit.image.secrets import BuildSecrets, SecretServer, read_ca_bundle
-from buildkit.settings import split_credentials
+from buildkit.image.secrets import BuildSecrets, SecretServer
+from buildkit.settings import read_ca_bundle, split_credentials
 
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from buildkit.cancel import Terminated, stopped_by
 from buildkit.cli.base import (
     ArchChoice,
     AscendIndexUrl,
@@ -25,7 +26,7 @@ from buildkit.cli.base import (
     print_json,
     user_errors,
 )
-from buildkit.errors import InputError
+from buildkit.errors import InputError, Interrupted
 from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
 from buildkit.settings import resolve_mirrors
 
@@ -126,7 +127,7 @@ def build(
 ) -> None:
     """Build, verify and tag one image (one stack, chip, OS and arch), or with --all every image the
     filters leave; optionally push them."""
-    from buildkit.image.build import check_outputs, plan_build, run_build
+    from buildkit.image.build import check_names, check_outputs, plan_build, run_build
     from buildkit.image.engine import connect
     from buildkit.image.registry import RegistryRef
     from buildkit.matrix.load import load_matrix
@@ -144,6 +145,7 @@ def build(
         raise InputError("--registry is where --push sends the image: give --push too, or drop --registry")
     if no_index and not push:
         raise InputError("--no-index only changes what --push does: give --push too")
+    check_names(repository, base_image)  # options every target shares: refused once, not per target
     loaded = load_matrix(matrix)
     mirrors = resolve_mirrors(
         {
@@ -244,7 +246,7 @@ def _build_all(
             outcomes.append(refused(image, exc))
     for plan in builds[:1]:
         check_outputs(plan)  # one manifest folder for all of them
-    client = connect()
+    client = connect() if builds else None
 
     def announce(index: int, plan: BuildPlan) -> None:
         typer.echo(f"[{index + 1}/{len(builds)}] building {plan.refs[0]} FROM {plan.base_image}", err=True)
@@ -261,7 +263,10 @@ def _build_all(
     def failed(name: str, error: AscendkitError) -> None:
         typer.echo(f"ascendkit: {name}: {error}\nascendkit: {name}: nothing was tagged; going on with the next target", err=True)
 
-    outcomes += build_each(client, builds, lambda _: StepPrinter(show_output=not quiet), publish=push, on_start=announce, on_error=failed)
+    if client is not None:  # every target refused: the engine is not needed
+        outcomes += build_each(
+            client, builds, lambda _: StepPrinter(show_output=not quiet), publish=push, on_start=announce, on_error=failed
+        )
     order = {f"{p.stack_id} {p.chip_id} {p.os_name} {p.arch}": i for i, p in enumerate(fleet)}
     outcomes.sort(key=lambda o: order[o.name])
     if as_json:
@@ -305,7 +310,7 @@ def publish(
 ) -> None:
     """Push verified images by digest with their SBOMs, then the multi-arch index (refused if an arch
     is missing); or, with --index-only, only the indexes of images already pushed."""
-    from buildkit.image.registry import RegistryRef
+    from buildkit.image.registry import IMAGE_REFERENCE, RegistryRef
 
     if index_only and (images or no_index):
         raise InputError("--index-only reads the build manifests in --manifest-dir: give no IMAGES and no --no-index")
@@ -314,6 +319,11 @@ def publish(
     if not index_only and not images:
         raise InputError("give the local IMAGES to push, or --index-only to publish indexes from --manifest-dir")
     target = RegistryRef.parse(registry)
+    for ref in images or []:
+        if not IMAGE_REFERENCE.match(ref):
+            raise InputError(f"{ref!r} is not an image reference: give local images as NAME[:TAG], as `ascendkit build` tagged them")
+    if not index_only and not manifest_dir.is_dir():  # (--index-only checks its own)
+        raise InputError(f"--manifest-dir {manifest_dir}: no such directory (where `ascendkit build` wrote the build manifests)")
     if index_only:
         from buildkit.image.index import publish_indexes
 
@@ -329,8 +339,16 @@ def publish(
     assert images is not None
     client = connect()
     local = [load_local_image(client, ref, manifest_dir) for ref in images]
-    results = []
-    for image, last_of_group in zip(local, closes_its_index(local), strict=True):
-        results.append(_publish(client, image, target, want_index=not no_index and last_of_group, require_index=True))
+    results: list[dict[str, Any]] = []
+    try:
+        for image, last_of_group in zip(local, closes_its_index(local), strict=True):
+            results.append(_publish(client, image, target, want_index=not no_index and last_of_group, require_index=True))
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say exactly what reached the registry
+        done = [p["ref"] for r in results for p in [*r["pushed"], *(r["index"] or [])]]
+        rest = images[len(results) :]
+        raise Interrupted(
+            f"{stopped_by(exc)}: published {', '.join(done) or 'nothing'}; not published (or not confirmed): {', '.join(rest)}",
+            terminated=isinstance(exc, Terminated),
+        ) from None
     if as_json:
         print_json(results)

@@ -25,7 +25,7 @@ from buildkit.cli.base import (
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import check_output_dir
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.settings import Mirrors, default_ca_bundle, resolve_mirrors
+from buildkit.settings import Mirrors, checked_ca_bundle, resolve_mirrors
 
 if TYPE_CHECKING:
     from buildkit.lock.relock import LockOutcome
@@ -47,7 +47,7 @@ def _mirrors(
 
 def _ca(mirrors: Mirrors) -> Path | None:
     setting = mirrors.get("ca_bundle")
-    return Path(setting) if setting else default_ca_bundle()
+    return checked_ca_bundle(Path(setting) if setting else None)
 
 
 @app.command("lock")

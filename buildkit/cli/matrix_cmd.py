@@ -23,7 +23,7 @@ from buildkit.cli.base import (
 from buildkit.errors import ExitCode, InputError, MatrixError
 from buildkit.fsio import write_output
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.settings import default_ca_bundle
+from buildkit.settings import checked_ca_bundle
 
 if TYPE_CHECKING:
     from buildkit.lock.availability import PinCheck
@@ -191,12 +191,14 @@ def matrix_verify(
     from buildkit.matrix.load import load_matrix, resolve_stack
     from buildkit.matrix.model import ARCHES
 
+    if fresh and no_resolve:
+        raise InputError("--fresh and --no-resolve exclude each other: --fresh re-resolves each stack, --no-resolve skips resolving")
     loaded = load_matrix(matrix)
     stacks = [resolve_stack(loaded, stack)[0]] if stack else None
     if arch is not None and arch not in ARCHES:
         raise InputError(f"--arch {arch!r}: choose one of {', '.join(ARCHES)}")
     overrides = index_overrides(loaded, index or [])
-    ca = ca_bundle or default_ca_bundle()
+    ca = checked_ca_bundle(ca_bundle)
     client = IndexClient(ca_bundle=ca)
     checks = check_matrix(loaded.matrix, client, stacks=stacks, arches=[arch] if arch else None, index_urls=overrides)
     if not no_resolve:

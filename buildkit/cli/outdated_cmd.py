@@ -11,7 +11,7 @@ from buildkit.cli.base import JsonFlag, MatrixPath, matrix_app, out, print_json,
 from buildkit.cli.matrix_cmd import IndexCaBundle, IndexOption, index_overrides
 from buildkit.errors import ExitCode, InputError
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.settings import default_ca_bundle
+from buildkit.settings import checked_ca_bundle
 
 
 @matrix_app.command("outdated")
@@ -39,7 +39,7 @@ def matrix_outdated(
     if propose is not None:
         check_new_id(loaded, propose)
     urls = {name: idx.url for name, idx in loaded.matrix.indexes.items()} | index_overrides(loaded, index or [])
-    news = outdated(loaded, IndexClient(ca_bundle=ca_bundle or default_ca_bundle()), urls, stack)
+    news = outdated(loaded, IndexClient(ca_bundle=checked_ca_bundle(ca_bundle)), urls, stack)
     unreachable = any(p.status == "unreachable" for n in news for p in n.pins)
     if propose is not None:
         (one,) = news

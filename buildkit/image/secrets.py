@@ -20,9 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from buildkit.errors import InputError
-from buildkit.fsio import read_input_bytes
-
 # For an offline build: pip takes packages from the served wheelhouse only, and every other
 # address pip could try goes to a proxy that is not there, so the pip steps cannot use the network.
 DEAD_PROXY = "http://127.0.0.1:9"
@@ -44,13 +41,6 @@ class BuildSecrets:
             env += [(name, DEAD_PROXY) for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")]
             env += [(name, "127.0.0.1,localhost") for name in ("no_proxy", "NO_PROXY")]
         return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env).encode()
-
-
-def read_ca_bundle(path: Path) -> bytes:
-    data = read_input_bytes(path, "CA bundle (--ca-bundle)")
-    if b"-----BEGIN CERTIFICATE-----" not in data:
-        raise InputError(f"--ca-bundle {path}: not a PEM certificate bundle (no BEGIN CERTIFICATE line)")
-    return data
 
 
 class SecretServer:

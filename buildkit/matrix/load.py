@@ -42,7 +42,11 @@ class LoadedMatrix:
 
 
 def read_matrix_text(path: Path) -> str:
-    if not path.exists() and not path.is_symlink():
+    try:
+        missing = not path.exists() and not path.is_symlink()
+    except OSError:  # a name too long, a folder without permission: read_input_text names it
+        missing = False
+    if missing:
         raise InputError(f"{path}: matrix file not found (pass --matrix PATH, default ./{DEFAULT_MATRIX})")
     return read_input_text(path, "matrix file")
 

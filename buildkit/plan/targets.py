@@ -16,7 +16,7 @@ def plan_target(loaded: LoadedMatrix, hw: str, stack_name: str | None, os_name: 
         raise InputError(f"stack {stack_id!r} does not support SKU {target.sku_id!r}; it supports: {', '.join(stack.skus)}")
     if not stack_skus_on_chip(loaded, stack, target.chip_id):
         raise InputError(f"stack {stack_id!r} has no SKU on chip {target.chip_id!r}; it supports: {', '.join(stack.skus)}")
-    chosen_os = os_name or stack.os[0]
+    chosen_os = stack.os[0] if os_name is None else os_name
     if chosen_os not in stack.os:
         raise InputError(f"stack {stack_id!r} is not built on --os {chosen_os!r}; choose one of: {', '.join(stack.os)}")
     return RenderTarget(stack_id, target.chip_id, chosen_os)

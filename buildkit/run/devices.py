@@ -42,6 +42,8 @@ MAX_NPU_ID = 256  # /dev/davinciN on one host; an A3 node has 16
 
 def parse_visible(text: str) -> list[int]:
     """``0-3,8`` -> [0, 1, 2, 3, 8] (the ASCEND_VISIBLE_DEVICES form)."""
+    if not text.strip():
+        raise InputError("--devices is empty: give NPU ids like 0-7 or 0,1,2,3, or leave it out to use all of the SKU's")
     ids: list[int] = []
     for part in text.split(","):
         first, sep, last = part.strip().partition("-")

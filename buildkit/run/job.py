@@ -30,6 +30,7 @@ SMOKE_FILES = "/opt/ascendkit-smoke"  # smoke_tests/, read-only (the data genera
 OUT_DIR = "/smoke/out"  # --out, writable: generated data
 MODEL_DIR = "/smoke/model"  # --model-path, read-only
 DATA_DIR = "/smoke/data"  # --data, read-only
+DATA_FILES = ("train.parquet", "test.parquet")  # what --data must hold (smoke_tests/grpo_smoke.yaml reads both)
 GENERATED_DATA = f"{OUT_DIR}/data"
 
 DEVICE_OVERRIDE = "trainer.device=npu"

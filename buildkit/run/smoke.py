@@ -32,14 +32,16 @@ from buildkit.accuracy.compare import Comparison, compare_runs
 from buildkit.accuracy.metrics import StepMetrics, parse_log
 from buildkit.errors import ExitCode, InputError, OutputError, Unavailable
 from buildkit.fsio import check_output_dir
+from buildkit.image.registry import IMAGE_REFERENCE
 from buildkit.matrix.model import Sku
 from buildkit.plan import LABEL_PREFIX
+from buildkit.reach import engine_said
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.configcheck import run_config_check
 from buildkit.run.container import run_container
 from buildkit.run.devices import DevicePlan, host_config_args, plan_devices
 from buildkit.run.doctor import EXIT_NO_DEVICES, Check
-from buildkit.run.job import DATA_DIR, GENERATED_DATA, MODEL_DIR, OUT_DIR, SMOKE_FILES, ImageJob, build_job, load_job
+from buildkit.run.job import DATA_DIR, DATA_FILES, GENERATED_DATA, MODEL_DIR, OUT_DIR, SMOKE_FILES, ImageJob, build_job, load_job
 from buildkit.run.jobwatch import JobWatch
 from buildkit.run.report import judge, write_reports
 
@@ -87,9 +89,9 @@ def _image_labels(client: docker.APIClient, ref: str) -> tuple[str, dict[str, st
             client.pull(ref)
             info = client.inspect_image(ref)
         except (DockerException, requests.exceptions.RequestException) as exc:
-            raise Unavailable(f"image {ref} is not on this engine and could not be pulled: {exc}") from None
+            raise Unavailable(f"image {ref} is not on this engine and could not be pulled: {engine_said(exc)}") from None
     except (DockerException, requests.exceptions.RequestException) as exc:
-        raise Unavailable(f"cannot inspect {ref}: {exc}") from None
+        raise Unavailable(f"cannot inspect {ref}: {engine_said(exc)}") from None
     return str(info["Id"]), dict((info.get("Config") or {}).get("Labels") or {})
 
 
@@ -103,15 +105,50 @@ def check_image_chip(ref: str, labels: dict[str, str], sku_id: str, chip_id: str
     return labels.get(f"{LABEL_PREFIX}.stack")
 
 
+PARQUET_MAGIC = b"PAR1"
+
+
+def check_data_dir(path: Path) -> None:
+    """``--data`` must hold the two parquet files the job reads (smoke_tests/grpo_smoke.yaml)."""
+    if not path.is_dir():
+        raise InputError(f"--data {path}: not a directory (one holding train.parquet and test.parquet)")
+    for name in DATA_FILES:
+        file = path / name
+        if not file.is_file():
+            raise InputError(
+                f"--data {path}: no {name} in it (the job reads train.parquet and test.parquet; leave --data out to generate them)"
+            )
+        try:
+            with file.open("rb") as handle:
+                magic = handle.read(len(PARQUET_MAGIC))
+        except OSError as exc:
+            raise InputError(f"--data {file}: cannot read: {exc.strerror}") from None
+        if magic != PARQUET_MAGIC:
+            raise InputError(f"--data {file}: not a parquet file (it does not start with PAR1)")
+
+
+def check_visible(visible: list[int], sku_id: str, sku: Sku) -> None:
+    """``--devices`` must name NPUs the SKU has: ids 0 to npus_per_node - 1."""
+    beyond = [i for i in visible if i >= sku.npus_per_node]
+    if beyond:
+        raise InputError(
+            f"--devices: {sku_id} has {sku.npus_per_node} NPUs per node (ids 0-{sku.npus_per_node - 1}); {beyond[0]} is not one of them"
+        )
+
+
 def check_request(request: SmokeRequest) -> DevicePlan:
     """Everything about a request that needs no engine, so a mistake is exit 2 (or 3) before the
     engine is contacted: the options, the paths, the report directory and the host's devices."""
     if request.check_only and not request.config_check:
         raise InputError("--check and --no-config-check exclude each other")
+    if not IMAGE_REFERENCE.match(request.image):
+        raise InputError(f"--image {request.image!r} is not an image reference: NAME[:TAG] or NAME@sha256:<64 hex>")
     if request.model_path is not None and not request.model_path.is_dir():
         raise InputError(f"--model-path {request.model_path}: not a directory (a local Qwen2.5-0.5B-Instruct)")
-    if request.data_path is not None and not request.data_path.exists():
-        raise InputError(f"--data {request.data_path}: not found")
+    if request.data_path is not None:
+        check_data_dir(request.data_path)
+    if request.visible is not None:
+        check_visible(request.visible, request.sku_id, request.sku)
     check_output_dir(request.out, "report directory (--out)")
     if request.check_only:
         devices = DevicePlan((), (), (), notes=("--check: the config check only, no devices used",))
