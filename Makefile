@@ -16,7 +16,7 @@ export ASCENDKIT_SERVICES_DIR := $(SERVICES_DIR)
 .DEFAULT_GOAL := help
 SMOKE_OUT ?= smoke-out/$(HW)
 SMOKE_ARGS = --hw $(HW) --out $(SMOKE_OUT)$(if $(MODEL), --model-path $(MODEL))$(if $(STEPS), --steps $(STEPS))$(if $(BASELINE), --baseline $(BASELINE))$(if $(DEVICES), --devices $(DEVICES))
-.PHONY: help install render check lock build lint unit services services-stop test smoke bench clean
+.PHONY: help install render check lock build lint unit services services-stop test smoke bench bench-quick clean
 
 help: ## List every target with one line each
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,7 +71,7 @@ services-stop: $(STAMP) ## Stop what `make services` started
 
 test: lint ## Lint, start the engine/registry/stand-in, run every test, stop them again (what CI runs)
 	$(BIN)/python -m tests.services start $(ARM64_FLAG)
-	set -a; . $(SERVICES_ENV); set +a; ASCENDKIT_REQUIRE_DOCKER=1 $(BIN)/pytest; status=$$?; \
+	set -a; . $(SERVICES_ENV); set +a; ASCENDKIT_REQUIRE_DOCKER=1 $(BIN)/pytest && $(MAKE) --no-print-directory bench-quick; status=$$?; \
 	  $(BIN)/python -m tests.services stop; exit $$status
 
 smoke: $(STAMP) ## Config check, doctor and GRPO smoke test of the HW image (IMAGE= MODEL= ...); no NPUs here: the config check only; STANDIN=1 without CANN
@@ -100,6 +100,13 @@ bench: $(STAMP) ## CLI timings; with `make services` running, build timings, siz
 	$(BIN)/python benchmarks/bench_lock.py
 	@if [ -f $(SERVICES_ENV) ]; then set -a; . $(SERVICES_ENV); set +a; $(BIN)/python benchmarks/bench_build.py; $(BIN)/python benchmarks/bench_sbom.py; \
 	  else echo "bench_build: skipped (run \`make services\` first for build benchmarks)"; fi
+
+bench-quick: $(STAMP) ## Every benchmark once, briefly (part of `make test`: a benchmark that breaks fails CI); needs `make services`
+	$(BIN)/python benchmarks/bench_cli.py --runs 1
+	$(BIN)/python benchmarks/bench_verify.py --runs 1
+	$(BIN)/python benchmarks/bench_lock.py --quick
+	set -a; . $(SERVICES_ENV); set +a; $(BIN)/python benchmarks/bench_build.py --quick --out $(SERVICES_DIR)/bench-build-quick.json && \
+	  $(BIN)/python benchmarks/bench_sbom.py --runs 1
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -34,7 +34,9 @@ def main() -> None:
         raise SystemExit("bench_sbom: run `make services` and source its env file first")
     client = connect()
     with tempfile.TemporaryDirectory(prefix="bench-sbom-") as out:
-        plan = plan_build(load_matrix(TEST_MATRIX), "a3", arch="x86_64", base_image=standin, use_default_ca=False, manifest_dir=Path(out))
+        plan = plan_build(
+            load_matrix(TEST_MATRIX), "a3", arch="x86_64", base_image=standin, use_default_ca=False, manifest_dir=Path(out), reverify=True
+        )  # reverify: each rebuild runs the verification the SBOM shares
         result = run_build(client, plan)  # warm: every later build is a no-op
         rebuilds, sboms, probes = [], [], []
         for _ in range(args.runs):

@@ -85,9 +85,11 @@ def build(
     manifest_dir: Path = Path("manifests"),
     wheelhouse: Path | None = None,
     reporter: Reporter | None = None,
+    reverify: bool = False,
 ) -> BuildResult:
-    """Build, verify and tag one image on the Docker engine of the environment (DOCKER_HOST)."""
-    build_plan = _build_plan(matrix, hw, stack, os, arch, base_image, mirrors, repository, manifest_dir, wheelhouse)
+    """Build, verify and tag one image on the Docker engine of the environment (DOCKER_HOST). An
+    unchanged image whose passed verification its manifest records is not verified again unless ``reverify``."""
+    build_plan = _build_plan(matrix, hw, stack, os, arch, base_image, mirrors, repository, manifest_dir, wheelhouse, reverify)
     check_outputs(build_plan)
     return run_build(connect(), build_plan, reporter)
 
@@ -168,6 +170,7 @@ def _build_plan(
     repository: str,
     manifest_dir: Path,
     wheelhouse: Path | None,
+    reverify: bool = False,
 ) -> BuildPlan:
     return plan_build(
         load(matrix),
@@ -180,4 +183,5 @@ def _build_plan(
         repository=repository,
         manifest_dir=manifest_dir,
         wheelhouse=wheelhouse,
+        reverify=reverify,
     )

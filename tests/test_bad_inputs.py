@@ -523,3 +523,23 @@ def test_dash_means_stdout(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (ROOT / "Dockerfile.a3").read_text()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "contact"),
+    [
+        (["publish", "ascendkit/verl:x", "--registry", "127.0.0.1:5000/x", "--manifest-dir", "{d}"], "engine"),
+        (["k8s", "render", "--hw", "a3", "--image", DIGEST, "--job", "smoke", "--stack", "cann8.3", *M], "proxy"),  # the image's labels
+        (["matrix", "verify", "--stack", "cann8.3", "--arch", "x86_64", "--no-resolve", *M], "proxy"),  # asks PyPI
+    ],
+    ids=["engine", "registry", "index"],
+)
+def test_the_tripwires_catch_a_command_that_does_reach_out(argv: list[str], contact: str, tmp_path: Path) -> None:
+    """The proof above is only as good as its tripwires: these commands are meant to reach out."""
+    with tripwire(tmp_path) as wire:
+        env = {**os.environ, **wire.env, "HOME": str(tmp_path), "NO_COLOR": "1"}
+        subprocess.run(
+            [*ASCENDKIT, *(a.replace("{d}", str(tmp_path)) for a in argv)],
+            cwd=tmp_path, env=env, capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert contact in wire.contacts

@@ -65,7 +65,7 @@ def test_json_result_and_tags(built: dict[str, Any]) -> None:
     assert len({p["digest"] for p in built["pushed"]}) == 1  # every tag points at one pushed manifest
     assert built["index"] is None and built["index_missing"] == ["aarch64"]
     assert built["digest"] == built["pushed"][0]["digest"]
-    assert "[10/" in built["stderr"] and "built and verified" in built["stderr"]
+    assert "[10/" in built["stderr"] and "steps cached), verified; manifest" in built["stderr"]
 
 
 def test_rebuild_without_change_is_fully_cached(docker_env: DockerEnv, built: dict[str, Any]) -> None:
@@ -76,6 +76,28 @@ def test_rebuild_without_change_is_fully_cached(docker_env: DockerEnv, built: di
     again = json.loads(proc.stdout)
     assert again["image_id"] == built["image_id"]
     assert again["steps_cached"] == again["steps_total"] == built["steps_total"]
+
+
+def test_an_unchanged_verified_image_is_not_verified_again(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+    """The same image ID with a passed verification against the same expectations on record: its
+    result is reused and the tags set; --reverify, or a manifest for other expectations, verifies."""
+    shutil.copytree(built["workdir"] / "manifests", tmp_path / "manifests")
+    argv = ["build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin, "--json", "-q"]
+    (manifest,) = (p for p in (tmp_path / "manifests").glob("verl3.7-*.json") if not p.name.endswith(".cdx.json"))  # not the SBOM
+    written = manifest.stat().st_mtime_ns
+    reused = docker_env.ascendkit(*argv, cwd=tmp_path, check=True)
+    result = json.loads(reused.stdout)
+    assert result["verification"] == "reused" and result["image_id"] == built["image_id"], reused.stderr
+    assert "unchanged; its passed verification is reused (--reverify runs it again)" in reused.stderr
+    assert manifest.stat().st_mtime_ns == written, "no verification ran, so no manifest was written"
+    recorded = json.loads(manifest.read_text())
+    assert recorded["passed"] and len(recorded["expected_sha256"]) == 64
+    again = docker_env.ascendkit(*argv, "--reverify", cwd=tmp_path, check=True)
+    assert json.loads(again.stdout)["verification"] == "ran"
+    assert json.loads(manifest.read_text())["checks"] == recorded["checks"], "the same image verifies the same"
+    changed = {**json.loads(manifest.read_text()), "expected_sha256": "0" * 64}  # as if the matrix expected something else
+    manifest.write_text(json.dumps(changed))
+    assert json.loads(docker_env.ascendkit(*argv, cwd=tmp_path, check=True).stdout)["verification"] == "ran"
 
 
 def test_impossible_pin_fails_cleanly(docker_env: DockerEnv, tmp_path: Path) -> None:

@@ -249,8 +249,11 @@ def test_json_output_is_a_list_kubectl_accepts_and_validate_reads(tmp_path: Path
         (["--hw", "a3", "--image", DIGEST_REF, "--job", "eval"], "--job 'eval': smoke or train"),
         (["--hw", "a3", "--image", DIGEST_REF, "--arch", "riscv64"], "--arch 'riscv64'"),
         (["--hw", "a3", "--image", DIGEST_REF, "--model-path", "models/q"], "an absolute path on the nodes"),
-        (["--hw", "a3", "--image", DIGEST_REF, "--stack", "cann8.1"], "stack 'cann8.1' does not support --hw a3"),
-        (["--hw", "a3", "--image", DIGEST_REF, "--stack", "cann9"], "--stack 'cann9': not a stack of"),
+        (
+            ["--hw", "a3", "--image", DIGEST_REF, "--stack", "cann8.1"],
+            "--stack: stack 'cann8.1' does not support SKU 'a3'; it supports: a2-box16, 900-podc (stacks for a3",
+        ),
+        (["--hw", "a3", "--image", DIGEST_REF, "--stack", "cann9"], "--stack: unknown stack 'cann9'"),
         (["--hw", "a3", "--image", DIGEST_REF, "--name", ""], "--name '' is not a valid Kubernetes name"),
         (["--hw", "a3", "--image", DIGEST_REF, "--model-path", "/m", "--model-pvc", "models"], "--model-path and --model-pvc both"),
         (["--hw", "a3", "--image", DIGEST_REF, "--queue", "rl"], "--queue is for Volcano: add --scheduler volcano"),

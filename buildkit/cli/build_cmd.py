@@ -110,6 +110,10 @@ def build(
     config: ConfigFile = None,
     repository: Annotated[str, typer.Option("--repo", help="Local image repository to tag.")] = DEFAULT_REPOSITORY,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
+    reverify: Annotated[
+        bool,
+        typer.Option("--reverify", help="Verify even an unchanged image whose passed verification its build manifest records."),
+    ] = False,
     push: Annotated[bool, typer.Option("--push", help="Push the verified image to --registry, by digest, with its SBOM.")] = False,
     no_index: Annotated[
         bool, typer.Option("--no-index", help="With --push: leave the multi-arch index to `publish --index-only` (CI's index job).")
@@ -169,6 +173,7 @@ def build(
         "no_cache": no_cache,
         "manifest_dir": manifest_dir,
         "wheelhouse": wheelhouse,
+        "reverify": reverify,
     }
     if every:
         _build_all(
@@ -203,9 +208,10 @@ def build(
     )
     result = run_build(client, plan, StepPrinter(show_output=not quiet))
     summary: dict[str, Any] = result.describe()
+    verified = "unchanged; its passed verification is reused (--reverify runs it again)" if result.verification == "reused" else "verified"
     typer.echo(
-        f"built and verified {result.image_id[:19]} in {result.duration_s:.1f}s "
-        f"({result.steps_cached}/{result.steps_total} steps cached); manifest {result.manifest_md}",
+        f"built {result.image_id[:19]} in {result.duration_s:.1f}s ({result.steps_cached}/{result.steps_total} steps cached), "
+        f"{verified}; manifest {result.manifest_md}",
         err=True,
     )
     for ref in result.refs:

@@ -24,16 +24,14 @@ app.add_typer(k8s_app, name="k8s")
 
 
 def check_stack(loaded: LoadedMatrix, stack: str, sku_id: str, what: str = "--stack") -> None:
-    """The stack must be one of the matrix's and support the SKU, as `render` requires of the pair."""
-    stacks = loaded.matrix.stacks
-    if stack not in stacks:
-        raise InputError(f"{what} {stack!r}: not a stack of {loaded.path}; one of {', '.join(stacks)}")
-    if sku_id not in stacks[stack].skus:
-        supported = ", ".join(s for s, st in stacks.items() if sku_id in st.skus)
-        raise InputError(
-            f"{what}: stack {stack!r} does not support --hw {sku_id} (it supports {', '.join(stacks[stack].skus)}); "
-            f"stacks for {sku_id}: {supported or 'none'}"
-        )
+    """The stack must be one of the matrix's and support the SKU: the checks `render` and `build` make, named by ``what``."""
+    from buildkit.matrix.load import check_stack_sku, resolve_stack
+
+    try:
+        resolve_stack(loaded, stack)
+        check_stack_sku(loaded, stack, sku_id)
+    except InputError as exc:
+        raise InputError(f"{what}: {exc}") from None
 
 
 def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) -> tuple[ImageJob, list[str]]:

@@ -31,7 +31,7 @@ from buildkit.image.registry import IMAGE_REFERENCE, split_ref
 from buildkit.image.render import CONTEXT_FILES, SECRETS_ARG, build_context, context_file, render_context
 from buildkit.image.sbom import BaseImage, dumps, sbom_document, sbom_path
 from buildkit.image.secrets import BuildSecrets, SecretServer
-from buildkit.image.verify import Check, Expected, collect_facts, compare, failures, manifest_data, write_manifest
+from buildkit.image.verify import Check, Expected, collect_facts, compare, failures, manifest_data, verified_before, write_manifest
 from buildkit.lock.inputs import LockTarget, lock_inputs
 from buildkit.lock.lockfile import LockFile, lock_problem, read_lock, section_texts
 from buildkit.lock.wheelhouse import current_lock, missing_from
@@ -63,6 +63,7 @@ class BuildPlan:
     lock_files: tuple[tuple[str, str], ...] = ()  # (path in the build context, text): every lock section
     lock_status: str = "resolved"  # of this arch's lock: "resolved" (hashes enforced) or "unresolved"
     warnings: tuple[str, ...] = ()
+    reverify: bool = False  # verify even an image whose passed verification is on record
 
     @property
     def stack_id(self) -> str:
@@ -134,9 +135,11 @@ class BuildResult:
     manifest_json: Path
     manifest_md: Path
     sbom: Path
+    verification: str = "ran"  # or "reused": the image ID and the expectations match a passed verification
 
     def describe(self) -> dict[str, Any]:
         return {
+            "verification": self.verification,
             "image_id": self.image_id,
             "tags": self.refs,
             "arch": self.arch,
@@ -163,6 +166,7 @@ def plan_build(
     no_cache: bool = False,
     manifest_dir: Path = Path("manifests"),
     wheelhouse: Path | None = None,
+    reverify: bool = False,
 ) -> BuildPlan:
     """Everything one build needs, checked before the engine is touched. ``wheelhouse`` makes the
     build offline: pip installs only from that directory, which must hold every locked package."""
@@ -228,6 +232,7 @@ def plan_build(
         lock_files=lock_files,
         lock_status=lock_status,
         warnings=warnings,
+        reverify=reverify,
     )
 
 
@@ -316,15 +321,21 @@ def _remove_containers(client: docker.APIClient, ids: list[str]) -> None:
                 client.remove_container(cid, force=True)
 
 
+def write_context(plan: BuildPlan, context: Path) -> None:
+    """The build context of ``plan`` in ``context``: the Dockerfile, the files it COPYs, the lock
+    sections (the benchmarks build the same context raw, to measure ascendkit's overhead)."""
+    (context / "Dockerfile").write_text(plan.dockerfile, encoding="utf-8")
+    for name, relative in CONTEXT_FILES.items():  # COPYed by the Dockerfile from its repository path
+        (context / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(context_file(name), context / relative)
+    for relative, text in plan.lock_files:  # each pip layer COPYs its own from the context root
+        (context / relative).parent.mkdir(parents=True, exist_ok=True)
+        (context / relative).write_text(text, encoding="utf-8")
+
+
 def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -> str:
     with tempfile.TemporaryDirectory(prefix="ascendkit-context-") as context, ExitStack() as cleanup:
-        Path(context, "Dockerfile").write_text(plan.dockerfile, encoding="utf-8")
-        for name, relative in CONTEXT_FILES.items():  # COPYed by the Dockerfile from its repository path
-            Path(context, relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(context_file(name), Path(context, relative))
-        for relative, text in plan.lock_files:  # each pip layer COPYs its own from the context root
-            (Path(context) / relative).parent.mkdir(parents=True, exist_ok=True)
-            Path(context, relative).write_text(text, encoding="utf-8")
+        write_context(plan, Path(context))
         buildargs = dict(plan.buildargs)
         network_mode = None
         if plan.secrets:
@@ -374,6 +385,12 @@ def check_outputs(plan: BuildPlan) -> None:
     check_output_dir(plan.manifest_dir, "manifest directory (--manifest-dir)")
 
 
+def _tag(client: docker.APIClient, image_id: str, refs: list[str]) -> None:
+    for ref in refs:
+        repository, tag = ref.rsplit(":", 1)
+        client.tag(image_id, repository, tag, force=True)
+
+
 def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | None = None) -> BuildResult:
     check_outputs(plan)
     started = time.monotonic()
@@ -392,6 +409,14 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     except BuildFailed:
         _remove_containers(client, progress.containers)
         raise
+    sbom = sbom_path(plan.manifest_dir, plan.manifest_name)
+    before = None if plan.reverify else verified_before(plan.manifest_dir, plan.manifest_name, image_id, plan.expected, plan.refs)
+    if before is not None and sbom.is_file():  # an unchanged image, verified against the same matrix: tag it
+        with deferred():
+            _tag(client, image_id, plan.refs)
+        checks = [Check(**check) for check in before["checks"]]
+        manifest = (plan.manifest_dir / f"{plan.manifest_name}.json", plan.manifest_dir / f"{plan.manifest_name}.md")
+        return _result(plan, image_id, started, progress, checks, manifest, sbom, "reused")
     try:
         facts = collect_facts(client, image_id)  # its container is removed however it ends
     except KeyboardInterrupt as exc:
@@ -402,17 +427,27 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     checks = compare(facts, plan.expected)
     data = manifest_data(facts, plan.expected, checks, plan.refs)
     bad = failures(checks)
-    sbom = sbom_path(plan.manifest_dir, plan.manifest_name)
     with deferred():  # the manifest, the SBOM and every tag, or (stopped before this) none of them
         manifest_json, manifest_md = write_manifest(plan.manifest_dir, plan.manifest_name, data)
         if not bad:
             write_atomic(sbom, dumps(sbom_document(facts, plan.image, base_of(client, plan.base_image), plan.repository)))
-            for ref in plan.refs:
-                repository, tag = ref.rsplit(":", 1)
-                client.tag(image_id, repository, tag, force=True)
+            _tag(client, image_id, plan.refs)
     if bad:
         lines = "\n".join(f"    {c.name}: expected {c.expected}, found {c.actual}" for c in bad)
         raise VerifyFailed(f"image {image_id[:19]} does not match the matrix; nothing was tagged:\n{lines}\n  manifest: {manifest_md}")
+    return _result(plan, image_id, started, progress, checks, (manifest_json, manifest_md), sbom, "ran")
+
+
+def _result(
+    plan: BuildPlan,
+    image_id: str,
+    started: float,
+    progress: BuildProgress,
+    checks: list[Check],
+    manifest: tuple[Path, Path],
+    sbom: Path,
+    verification: str,
+) -> BuildResult:
     return BuildResult(
         image_id=image_id,
         refs=plan.refs,
@@ -421,7 +456,8 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
         steps_total=progress.cacheable_steps,
         steps_cached=progress.cached_steps,
         checks=checks,
-        manifest_json=manifest_json,
-        manifest_md=manifest_md,
+        manifest_json=manifest[0],
+        manifest_md=manifest[1],
         sbom=sbom,
+        verification=verification,
     )

@@ -8,6 +8,8 @@ result is written as a build manifest, JSON for machines and Markdown for people
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -261,6 +263,27 @@ def failures(checks: list[Check]) -> list[Check]:
 # ---- the build manifest ----------------------------------------------------------------------
 
 
+def expected_fingerprint(expected: Expected) -> str:
+    """sha256 of everything the image was checked against: a verification holds for an image ID
+    only while this is unchanged (an edited matrix may expect something else of the same image)."""
+    return hashlib.sha256(json.dumps(dataclasses.asdict(expected), sort_keys=True).encode()).hexdigest()
+
+
+def verified_before(directory: Path, name: str, image_id: str, expected: Expected, refs: list[str]) -> dict[str, Any] | None:
+    """The build manifest that records a passed verification of this very image against these very
+    expectations and tags, with its Markdown beside it; None when there is none."""
+    try:
+        data: dict[str, Any] = json.loads((directory / f"{name}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    image = data.get("image") if isinstance(data, dict) else None
+    if not isinstance(image, dict) or image.get("id") != image_id or image.get("tags") != refs or data.get("passed") is not True:
+        return None
+    if data.get("expected_sha256") != expected_fingerprint(expected) or not isinstance(data.get("checks"), list):
+        return None
+    return data if (directory / f"{name}.md").is_file() else None
+
+
 def manifest_data(facts: ImageFacts, expected: Expected, checks: list[Check], refs: list[str]) -> dict[str, Any]:
     return {
         "image": {"id": facts.image_id, "tags": refs, "architecture": facts.architecture},
@@ -274,6 +297,7 @@ def manifest_data(facts: ImageFacts, expected: Expected, checks: list[Check], re
         "os_release": {k: facts.os_release.get(k, "") for k in ("ID", "VERSION_ID", "PRETTY_NAME")},
         "cann": {"version": facts.cann_version, "source": facts.cann_source},
         "passed": not failures(checks),
+        "expected_sha256": expected_fingerprint(expected),
         "doctor": facts.doctor_report,
         "checks": [c.__dict__ for c in checks],
         "labels": dict(sorted(facts.labels.items())),

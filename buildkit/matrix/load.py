@@ -188,6 +188,17 @@ def resolve_stack(loaded: LoadedMatrix, name: str | None) -> tuple[str, Stack]:
     return name, stack
 
 
+def check_stack_sku(loaded: LoadedMatrix, stack_id: str, sku_id: str) -> None:
+    """The stack must support the SKU; the refusal lists what it supports and which stacks do."""
+    stacks = loaded.matrix.stacks
+    if sku_id not in stacks[stack_id].skus:
+        others = ", ".join(s for s, st in stacks.items() if sku_id in st.skus) or "none"
+        raise InputError(
+            f"stack {stack_id!r} does not support SKU {sku_id!r}; it supports: {', '.join(stacks[stack_id].skus)} "
+            f"(stacks for {sku_id}: {others})"
+        )
+
+
 @dataclass(frozen=True)
 class HardwareTarget:
     """What ``--hw`` named: a chip family (image target) and, when a SKU was named, the SKU."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from buildkit.errors import InputError
-from buildkit.matrix.load import LoadedMatrix, resolve_hw, resolve_stack
+from buildkit.matrix.load import LoadedMatrix, check_stack_sku, resolve_hw, resolve_stack
 from buildkit.matrix.model import ARCHES, Arch
 from buildkit.plan.image import ImagePlan, RenderTarget, plan_image, stack_skus_on_chip
 
@@ -12,8 +12,8 @@ def plan_target(loaded: LoadedMatrix, hw: str, stack_name: str | None, os_name: 
     """Check that ``--hw``/``--stack``/``--os`` name a Dockerfile the matrix supports."""
     stack_id, stack = resolve_stack(loaded, stack_name)
     target = resolve_hw(loaded, hw)
-    if target.sku_id is not None and target.sku_id not in stack.skus:
-        raise InputError(f"stack {stack_id!r} does not support SKU {target.sku_id!r}; it supports: {', '.join(stack.skus)}")
+    if target.sku_id is not None:
+        check_stack_sku(loaded, stack_id, target.sku_id)
     if not stack_skus_on_chip(loaded, stack, target.chip_id):
         raise InputError(f"stack {stack_id!r} has no SKU on chip {target.chip_id!r}; it supports: {', '.join(stack.skus)}")
     chosen_os = stack.os[0] if os_name is None else os_name
