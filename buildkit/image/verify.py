@@ -264,9 +264,12 @@ def failures(checks: list[Check]) -> list[Check]:
 
 
 def expected_fingerprint(expected: Expected) -> str:
-    """sha256 of everything the image was checked against: a verification holds for an image ID
-    only while this is unchanged (an edited matrix may expect something else of the same image)."""
-    return hashlib.sha256(json.dumps(dataclasses.asdict(expected), sort_keys=True).encode()).hexdigest()
+    """sha256 of what the image was checked against and how: the expectations and this module (its
+    checks and probe). A verification holds for an image ID only while this is unchanged: an edited
+    matrix may expect something else of the same image, a newer ascendkit may check more."""
+    digest = hashlib.sha256(json.dumps(dataclasses.asdict(expected), sort_keys=True).encode())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()
 
 
 def verified_before(directory: Path, name: str, image_id: str, expected: Expected, refs: list[str]) -> dict[str, Any] | None:
