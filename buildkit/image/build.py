@@ -8,7 +8,6 @@ the build manifest -> tag. A failure or Ctrl-C leaves no tag and no container be
 
 from __future__ import annotations
 
-import contextlib
 import platform
 import shutil
 import tempfile
@@ -25,7 +24,7 @@ from docker.errors import DockerException, NotFound
 from buildkit.cancel import Terminated, deferred, stopped_by
 from buildkit.errors import BuildFailed, InputError, Interrupted, Unavailable, VerifyFailed
 from buildkit.fsio import check_output_dir, write_atomic
-from buildkit.image.engine import connect
+from buildkit.image.engine import connect, remove_containers
 from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
 from buildkit.image.registry import IMAGE_REFERENCE, split_ref
 from buildkit.image.render import CONTEXT_FILES, SECRETS_ARG, build_context, context_file, render_context
@@ -309,18 +308,6 @@ def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 
     )
 
 
-def _remove_containers(client: docker.APIClient, ids: list[str]) -> None:
-    for cid in ids:
-        try:
-            client.remove_container(cid, force=True)
-        except NotFound:
-            pass
-        except DockerException:
-            time.sleep(1)  # the engine may still be tearing the step down; one more try
-            with contextlib.suppress(DockerException):
-                client.remove_container(cid, force=True)
-
-
 def write_context(plan: BuildPlan, context: Path) -> None:
     """The build context of ``plan`` in ``context``: the Dockerfile, the files it COPYs, the lock
     sections (the benchmarks build the same context raw, to measure ascendkit's overhead)."""
@@ -401,13 +388,13 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (buildkit.cancel)
         fresh = connect(timeout=60)  # the build's own connection was closed to cancel it
         time.sleep(1)
-        _remove_containers(fresh, progress.containers)
+        remove_containers(fresh, progress.containers)
         raise Interrupted(
             f"{stopped_by(exc)}: the build was stopped; no tag was created and its containers were removed",
             terminated=isinstance(exc, Terminated),
         ) from None
     except BuildFailed:
-        _remove_containers(client, progress.containers)
+        remove_containers(client, progress.containers)
         raise
     sbom = sbom_path(plan.manifest_dir, plan.manifest_name)
     before = None if plan.reverify else verified_before(plan.manifest_dir, plan.manifest_name, image_id, plan.expected, plan.refs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import docker
@@ -28,6 +29,21 @@ def connect(timeout: int = BUILD_READ_TIMEOUT) -> docker.APIClient:
     except (DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise Unavailable(engine_failure(host, exc)) from None
     return client
+
+
+def remove_containers(client: docker.APIClient, ids: list[str]) -> None:
+    """Remove containers (killing them if they run). A failure is retried once, a second later, on a
+    fresh connection: the engine may still be tearing a build step down, and after Ctrl-C or SIGTERM
+    the client's connection may have been cut mid-answer. Used wherever ascendkit removes its own."""
+    for cid in ids:
+        for attempt in range(2):
+            try:
+                (client if attempt == 0 else connect(timeout=60)).remove_container(cid, force=True)
+                break
+            except NotFound:
+                break
+            except (DockerException, requests.exceptions.RequestException, Unavailable):
+                time.sleep(1)
 
 
 def ascendkit_image(client: docker.APIClient, ref: str, missing_hint: str) -> tuple[dict[str, Any], str]:

@@ -7,7 +7,6 @@ result is written as a build manifest, JSON for machines and Markdown for people
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -19,12 +18,13 @@ from typing import Any, Literal
 
 import docker
 import requests
-from docker.errors import DockerException, NotFound
+from docker.errors import DockerException
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion
 
 from buildkit.errors import VerifyFailed
 from buildkit.fsio import write_atomic
+from buildkit.image.engine import remove_containers
 from buildkit.matrix.model import normalize_arch
 from buildkit.reach import engine_said
 
@@ -149,8 +149,7 @@ def run_in_image(client: docker.APIClient, image_id: str, command: list[str], ti
     except (DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise VerifyFailed(f"could not run the verification container: {engine_said(exc)}") from None
     finally:
-        with contextlib.suppress(NotFound):
-            client.remove_container(cid, force=True)
+        remove_containers(client, [cid])
     return int(status.get("StatusCode", -1)), stdout, stderr
 
 

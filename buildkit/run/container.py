@@ -16,7 +16,7 @@ import requests
 from docker.errors import APIError, DockerException, NotFound
 
 from buildkit.errors import Unavailable
-from buildkit.image.engine import connect
+from buildkit.image.engine import remove_containers
 from buildkit.plan import LABEL_PREFIX
 from buildkit.reach import engine_said
 from buildkit.run.jobwatch import JobWatch, Stall
@@ -71,19 +71,6 @@ def _wait(client: docker.APIClient, cid: str, deadline: float, watch: JobWatch |
                 raise
 
 
-def _remove(client: docker.APIClient, cid: str) -> None:
-    """Remove the container (killing it if it runs). After Ctrl-C or SIGTERM the client's connection
-    may have been cut mid-answer: then once more on a fresh one, so the NPUs are never left held."""
-    for attempt in range(2):
-        try:
-            (client if attempt == 0 else connect(timeout=60)).remove_container(cid, force=True)
-            return
-        except NotFound:
-            return
-        except (DockerException, requests.exceptions.RequestException, Unavailable):
-            time.sleep(1)
-
-
 def run_container(
     client: docker.APIClient,
     image: str,
@@ -133,5 +120,5 @@ def run_container(
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"the smoke container failed to run: {engine_said(exc)}") from None
     finally:
-        _remove(client, cid)
+        remove_containers(client, [cid])
     return RunResult(code, code is None and stall is None, stdout, stall)
