@@ -18,6 +18,8 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
+from buildkit.errors import Interrupted
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM arrived: stop like Ctrl-C, exit 143."""
@@ -68,3 +70,8 @@ def deferred() -> Iterator[None]:
 def stopped_by(exc: BaseException) -> str:
     """``terminated (SIGTERM)`` or ``interrupted (Ctrl-C)``: how a message about a stopped run starts."""
     return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+
+
+def interrupted(exc: BaseException, what: str) -> Interrupted:
+    """The error a stopped run ends with: ``<how it was stopped>: <what>``, exit 143 for SIGTERM, 130 for Ctrl-C."""
+    return Interrupted(f"{stopped_by(exc)}: {what}", terminated=isinstance(exc, Terminated))

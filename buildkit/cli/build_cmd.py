@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from buildkit.cancel import Terminated, stopped_by
+from buildkit.cancel import interrupted
 from buildkit.cli.base import (
     ArchChoice,
     AscendIndexUrl,
@@ -26,7 +26,7 @@ from buildkit.cli.base import (
     print_json,
     user_errors,
 )
-from buildkit.errors import InputError, Interrupted
+from buildkit.errors import InputError
 from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
 from buildkit.settings import resolve_mirrors
 
@@ -352,9 +352,6 @@ def publish(
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say exactly what reached the registry
         done = [p["ref"] for r in results for p in [*r["pushed"], *(r["index"] or [])]]
         rest = images[len(results) :]
-        raise Interrupted(
-            f"{stopped_by(exc)}: published {', '.join(done) or 'nothing'}; not published (or not confirmed): {', '.join(rest)}",
-            terminated=isinstance(exc, Terminated),
-        ) from None
+        raise interrupted(exc, f"published {', '.join(done) or 'nothing'}; not published (or not confirmed): {', '.join(rest)}") from None
     if as_json:
         print_json(results)

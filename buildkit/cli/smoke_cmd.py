@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from buildkit.cancel import Terminated, stopped_by
+from buildkit.cancel import interrupted
 from buildkit.cli.base import MAX_SECONDS, MAX_STEPS, JsonFlag, MatrixPath, app, finite, print_json, user_errors
-from buildkit.errors import InputError, Interrupted
+from buildkit.errors import InputError
 from buildkit.fsio import output_dir
 from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
 
@@ -135,10 +135,8 @@ def smoke(
         with output_dir(out, "report directory (--out)"):
             report = run_smoke(client, request, echo=None if quiet or as_json else stderr_echo)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: run_container has removed the container
-        raise Interrupted(
-            f"{stopped_by(exc)}: the smoke run was stopped and its container removed; no report was written "
-            f"(the logs so far stay in {out}/)",
-            terminated=isinstance(exc, Terminated),
+        raise interrupted(
+            exc, f"the smoke run was stopped and its container removed; no report was written (the logs so far stay in {out}/)"
         ) from None
     if as_json:
         print_json(report.data)

@@ -21,8 +21,8 @@ import docker
 import requests
 from docker.errors import DockerException, NotFound
 
-from buildkit.cancel import Terminated, deferred, stopped_by
-from buildkit.errors import BuildFailed, InputError, Interrupted, Unavailable, VerifyFailed
+from buildkit.cancel import deferred, interrupted
+from buildkit.errors import BuildFailed, InputError, Unavailable, VerifyFailed
 from buildkit.fsio import check_output_dir, write_atomic
 from buildkit.image.engine import connect, remove_containers
 from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
@@ -389,10 +389,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
         fresh = connect(timeout=60)  # the build's own connection was closed to cancel it
         time.sleep(1)
         remove_containers(fresh, progress.containers)
-        raise Interrupted(
-            f"{stopped_by(exc)}: the build was stopped; no tag was created and its containers were removed",
-            terminated=isinstance(exc, Terminated),
-        ) from None
+        raise interrupted(exc, "the build was stopped; no tag was created and its containers were removed") from None
     except BuildFailed:
         remove_containers(client, progress.containers)
         raise
@@ -407,10 +404,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     try:
         facts = collect_facts(client, image_id)  # its container is removed however it ends
     except KeyboardInterrupt as exc:
-        raise Interrupted(
-            f"{stopped_by(exc)}: image {image_id[:19]} was built but not verified; nothing was tagged and no manifest written",
-            terminated=isinstance(exc, Terminated),
-        ) from None
+        raise interrupted(exc, f"image {image_id[:19]} was built but not verified; nothing was tagged and no manifest written") from None
     checks = compare(facts, plan.expected)
     data = manifest_data(facts, plan.expected, checks, plan.refs)
     bad = failures(checks)

@@ -15,7 +15,7 @@ from typing import Any
 
 import docker
 
-from buildkit.cancel import Terminated, stopped_by
+from buildkit.cancel import interrupted
 from buildkit.errors import AscendkitError, Interrupted
 from buildkit.image.build import BuildPlan, BuildResult, run_build
 from buildkit.image.progress import Reporter
@@ -77,7 +77,7 @@ def build_each(
             result = run_build(client, plan, reporter(plan))
             digest = publish(result, plan) if publish is not None else None
         except (Interrupted, KeyboardInterrupt) as exc:
-            stop = exc if isinstance(exc, Interrupted) else Interrupted(f"{stopped_by(exc)}", terminated=isinstance(exc, Terminated))
+            stop = exc if isinstance(exc, Interrupted) else interrupted(exc, "the run was stopped")
             code, first = int(stop.exit_code), str(stop).splitlines()[0]
             outcomes.append(TargetOutcome(name, "interrupted", time.monotonic() - started, exit_code=code, message=first))
             outcomes += [TargetOutcome(target_name(p.image), "not started", 0.0, exit_code=code) for p in builds[index + 1 :]]
