@@ -93,3 +93,24 @@ def test_base_image_pull_is_reported_per_layer_state() -> None:
         "out a1: Download complete",
         "out a1: Pull complete",
     ]
+
+
+def test_a_line_the_engine_sends_in_pieces_is_one_line() -> None:
+    """The engine cuts output where its buffer fills (seen with uv's ' + markupsafe==2.0.1'): the
+    pieces are joined, a piece left open is shown when the next builder line or the end comes."""
+    recorder = Recorder()
+    progress = BuildProgress(recorder)
+    for event in [
+        *STREAM[6:8],
+        {"stream": "Installed 1 package in 8ms\n + marku"},
+        {"stream": "psafe==2.0.1\n + six"},
+        {"stream": "==1.16.0"},
+        {"stream": " ---> 98ea4c035483\n"},
+        {"stream": "Step 5/6 : RUN true\n"},
+        {"stream": "no newline at the end"},
+    ]:
+        progress.feed(event)
+    progress.close()
+    outputs = [e for e in recorder.events if e.startswith("out ")]
+    assert outputs == ["out Installed 1 package in 8ms", "out  + markupsafe==2.0.1", "out  + six==1.16.0", "out no newline at the end"]
+    assert [s.number for s in progress.steps] == [4, 5]

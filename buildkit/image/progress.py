@@ -61,6 +61,9 @@ class BuildProgress:
     containers: list[str] = field(default_factory=list)  # every RUN container the engine started
     image_id: str | None = None
     error: str | None = None
+    # The engine cuts a step's output into events wherever its buffer fills, not at newlines: the
+    # text after the last newline waits for the next event, so a line is never shown in two halves.
+    _partial: str = ""
 
     @property
     def current(self) -> Step | None:
@@ -81,6 +84,16 @@ class BuildProgress:
             self.reporter.step_finished(step)
 
     def feed(self, event: Mapping[str, Any]) -> None:
+        text = event.get("stream")
+        if isinstance(text, str):
+            if _STEP.match(text) or text.startswith(" ---> "):
+                self._flush_partial()  # the builder's own lines start afresh
+            *lines, self._partial = (self._partial + text).split("\n")
+            for line in lines:
+                for raw in line.splitlines():
+                    self._line(raw.rstrip())
+            return
+        self._flush_partial()
         if "error" in event:
             self.error = str(event.get("error") or event.get("errorDetail", {}).get("message", "unknown error")).strip()
             return
@@ -92,10 +105,10 @@ class BuildProgress:
         if isinstance(status, str):
             self._pull_status(str(event.get("id", "")), status)
             return
-        text = event.get("stream")
-        if not isinstance(text, str):
-            return
-        for raw in text.splitlines():
+
+    def _flush_partial(self) -> None:
+        partial, self._partial = self._partial, ""
+        for raw in partial.splitlines():
             self._line(raw.rstrip())
 
     def _line(self, line: str) -> None:
@@ -139,6 +152,7 @@ class BuildProgress:
         self.reporter.output(self.current, line)
 
     def close(self) -> None:
+        self._flush_partial()
         self._finish_current()
 
     def failure_message(self) -> str:
