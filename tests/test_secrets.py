@@ -67,6 +67,9 @@ def test_offline_build_serves_the_wheelhouse_as_pips_only_source(tmp_path: Path)
         listing = urllib.request.urlopen(f"{server.url}/wheels/").read().decode()
         assert '<a href="MarkupSafe-2.0.1.tar.gz">' in listing and '<a href="six-1.16.0-py2.py3-none-any.whl">' in listing
         assert urllib.request.urlopen(f"{server.url}/wheels/six-1.16.0-py2.py3-none-any.whl").read() == b"wheel bytes"
+        # uv asks with HEAD before it downloads a wheel: the size, no body
+        head = urllib.request.urlopen(urllib.request.Request(f"{server.url}/wheels/six-1.16.0-py2.py3-none-any.whl", method="HEAD"))
+        assert head.headers["Content-Length"] == str(len(b"wheel bytes")) and head.read() == b""
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"{server.url}/wheels/../ca.pem.whl")
     with SecretServer(BuildSecrets(PEM)) as server:  # an online build has no wheelhouse to list

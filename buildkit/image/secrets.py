@@ -60,28 +60,30 @@ class SecretServer:
             files["wheels/"] = f"<!DOCTYPE html>\n<html><body>\n{listing}</body></html>\n".encode()
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            # HEAD too: uv asks a find-links server whether a wheel can be read in ranges first.
             def do_GET(self) -> None:
+                self._serve(with_body=True)
+
+            def do_HEAD(self) -> None:
+                self._serve(with_body=False)
+
+            def _serve(self, *, with_body: bool) -> None:
                 name = urllib.parse.unquote(self.path.removeprefix(f"/{token}/")) if self.path.startswith(f"/{token}/") else ""
-                if name.startswith("wheels/") and name.removeprefix("wheels/") in wheels:
-                    self._send_file(wheels[name.removeprefix("wheels/")])
-                    return
-                body = files.get(name) if name else None
-                if body is None:
+                wheel = wheels.get(name.removeprefix("wheels/")) if name.startswith("wheels/") else None
+                body = files.get(name) if name and wheel is None else None
+                if wheel is None and body is None:
                     self.send_error(404)
                     return
                 self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                if name == "wheels/":
-                    self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(wheel.stat().st_size if wheel is not None else len(body or b"")))
+                self.send_header("Content-Type", "text/html; charset=utf-8" if name == "wheels/" else "application/octet-stream")
                 self.end_headers()
-                self.wfile.write(body)
-
-            def _send_file(self, path: Path) -> None:
-                self.send_response(200)
-                self.send_header("Content-Length", str(path.stat().st_size))
-                self.send_header("Content-Type", "application/octet-stream")
-                self.end_headers()
-                with path.open("rb") as handle:
+                if not with_body:
+                    return
+                if wheel is None:
+                    self.wfile.write(body or b"")
+                    return
+                with wheel.open("rb") as handle:
                     shutil.copyfileobj(handle, self.wfile, 1 << 20)
 
             def log_message(self, format: str, *args: object) -> None:
