@@ -86,10 +86,12 @@ def build(
     wheelhouse: Path | None = None,
     reporter: Reporter | None = None,
     reverify: bool = False,
+    installer: str = "uv",
 ) -> BuildResult:
     """Build, verify and tag one image on the Docker engine of the environment (DOCKER_HOST). An
-    unchanged image whose passed verification its manifest records is not verified again unless ``reverify``."""
-    build_plan = _build_plan(matrix, hw, stack, os, arch, base_image, mirrors, repository, manifest_dir, wheelhouse, reverify)
+    unchanged image whose passed verification its manifest records is not verified again unless ``reverify``.
+    ``installer``: uv (the default) or pip installs the locked layers."""
+    build_plan = _build_plan(matrix, hw, stack, os, arch, base_image, mirrors, repository, manifest_dir, wheelhouse, reverify, installer)
     check_outputs(build_plan)
     return run_build(connect(), build_plan, reporter)
 
@@ -171,6 +173,7 @@ def _build_plan(
     manifest_dir: Path,
     wheelhouse: Path | None,
     reverify: bool = False,
+    installer: str = "uv",
 ) -> BuildPlan:
     return plan_build(
         load(matrix),
@@ -184,4 +187,5 @@ def _build_plan(
         manifest_dir=manifest_dir,
         wheelhouse=wheelhouse,
         reverify=reverify,
+        installer=installer,
     )

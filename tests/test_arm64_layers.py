@@ -1,8 +1,9 @@
 """The default stack's real Python layers on arm64, and verl's own code running the smoke job's config.
 
-In the arm64 stand-in base (qemu), the committed cann8.3 aarch64 lock sections are installed the way
-the image's pip layers install them (in layer order, ``--require-hashes``, no build isolation),
-from a wheelhouse `ascendkit wheelhouse` fills and keeps between runs. Left out, because they need
+In the arm64 stand-in base (qemu), the committed cann8.3 aarch64 lock sections are installed by the
+image's own ``ascendkit_install`` (build-env.sh: uv, in layer order, ``--require-hashes``, no build
+isolation, bytecode compiled), offline from a wheelhouse `ascendkit wheelhouse` fills and keeps
+between runs, as ``build --offline`` would. Left out, because they need
 CANN at build time: the vllm and vllm-ascend source builds themselves (their dependencies are
 installed) and the MindSpeed/Megatron checkouts (GitHub and gitcode are out of reach here).
 
@@ -20,15 +21,15 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from buildkit.matrix.load import load_matrix
-from buildkit.plan import LABEL_PREFIX, section_path, stack_layers
+from buildkit.plan import LABEL_PREFIX
 from buildkit.run.job import ImageJob, build_job, load_job
 from tests.conftest import MATRIX, ROOT, DockerEnv
+from tests.locked_install import BUILD_ENV, install_script, run_install, write_sections
 from tests.upstream import CACHE_ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -36,7 +37,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 LOADED = load_matrix(MATRIX)
 STACK_ID = next(s for s, st in LOADED.matrix.stacks.items() if st.default)
 STACK = LOADED.matrix.stacks[STACK_ID]
-SOURCE_BUILDS = {"vllm", "vllm-ascend"}  # need CANN to build: out of scope here
+SOURCE_BUILDS = frozenset({"vllm", "vllm-ascend"})  # need CANN to build: out of scope here
 
 STANDIN_SITE = """\
 # STAND-IN (ascendkit CI): this image holds torch_npu's wheel but no CANN, so torch_npu cannot load
@@ -47,20 +48,11 @@ import sys
 sys.modules["torch_npu"] = None
 """
 
-INSTALL = """\
-set -euo pipefail
-export DEBIAN_FRONTEND=noninteractive
 # What the template's system step installs that the stand-in base lacks and main_ppo's imports need.
+SETUP = """\
+export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq && apt-get install -y -qq --no-install-recommends libsndfile1 >/dev/null
 mkdir -p /opt/ascendkit-standin && cp /mnt/standin/sitecustomize.py /opt/ascendkit-standin/
-for section in /mnt/sections/*.txt; do
-  if grep -q '==' "$section"; then
-    echo "installing $(basename "$section")"
-    python3 -m pip install --quiet --no-cache-dir --no-compile --root-user-action=ignore --no-index --find-links /mnt/wheelhouse \\
-      --require-hashes --no-build-isolation -r "$section"
-  fi
-done
-python3 -m pip check
 """
 
 # verl's own start-up validation (verl/utils/config.py) on the job's config, composed by verl's
@@ -80,26 +72,9 @@ for name, overrides in json.loads(sys.argv[1]).items():
     results[name] = {"device": config.trainer.device, "world": config.trainer.n_gpus_per_node * config.trainer.nnodes}
     from hydra.core.global_hydra import GlobalHydra
     GlobalHydra.instance().clear()
-packages = ["torch", "torch-npu", "torchvision", "triton-ascend", "transformers", "verl", "pyarrow", "numpy"]
+packages = ["uv", "torch", "torch-npu", "torchvision", "triton-ascend", "transformers", "verl", "pyarrow", "numpy"]
 print("RESULT " + json.dumps({"configs": results, "versions": {p: version(p) for p in packages}}))
 """
-
-
-def _sections(tmp: Path) -> list[Path]:
-    """The aarch64 lock sections in layer order, without the source-built packages themselves."""
-    written = []
-    for index, layer in enumerate(stack_layers(STACK).names):
-        text = (ROOT / section_path(STACK_ID, layer, "aarch64")).read_text(encoding="utf-8")
-        kept, skip = [], False
-        for line in text.splitlines():
-            if re.match(r"^[A-Za-z0-9]", line):
-                skip = line.split("==")[0] in SOURCE_BUILDS
-            if not skip:
-                kept.append(line)
-        path = tmp / f"{index:02d}-{layer}.txt"
-        path.write_text("\n".join(kept) + "\n", encoding="utf-8")
-        written.append(path)
-    return written
 
 
 @pytest.fixture(scope="session")
@@ -112,12 +87,15 @@ def layers_image(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory
     tmp = tmp_path_factory.mktemp("layers")
     sections_dir = tmp / "sections"
     sections_dir.mkdir()
-    sections = _sections(sections_dir)
+    sections = write_sections(LOADED, STACK_ID, "aarch64", sections_dir, drop=SOURCE_BUILDS)
     standin_dir = tmp / "standin"
     standin_dir.mkdir()
     (standin_dir / "sitecustomize.py").write_text(STANDIN_SITE, encoding="utf-8")
+    # bytecode is a cache: compiling it under emulation is minutes this test does not need
+    script = install_script(LOADED, STACK_ID, "aarch64", "uv", setup=SETUP, compile_bytecode=False)
     digest = hashlib.sha256()
-    for part in [docker_env.client.inspect_image(base)["Id"], INSTALL, STANDIN_SITE, *(p.read_text() for p in sections)]:
+    parts = [docker_env.client.inspect_image(base)["Id"], script, BUILD_ENV.read_text(), STANDIN_SITE]
+    for part in parts + [p.read_text() for p in sections]:
         digest.update(part.encode())
     tag = f"ascendkit-it/{STACK_ID}-aarch64-layers:{digest.hexdigest()[:16]}"
     if docker_env.client.images(name=tag):
@@ -125,17 +103,10 @@ def layers_image(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory
     wheelhouse = CACHE_ROOT / "wheelhouse" / f"{STACK_ID}-aarch64"
     docker_env.ascendkit("wheelhouse", "--stack", STACK_ID, "--arch", "aarch64", "-o", str(wheelhouse), cwd=ROOT, check=True)
     client = docker_env.client
-    binds: dict[str, Mapping[str, str]] = {
-        str(wheelhouse): {"bind": "/mnt/wheelhouse", "mode": "ro"},
-        str(sections_dir): {"bind": "/mnt/sections", "mode": "ro"},
-        str(standin_dir): {"bind": "/mnt/standin", "mode": "ro"},
-    }
-    container = client.create_container(base, command=["bash", "-c", INSTALL], host_config=client.create_host_config(binds=binds))
+    installed = run_install(client, base, script, sections_dir, wheelhouse, {str(standin_dir): "/mnt/standin"})
+    container = installed.container
     try:
-        client.start(container)
-        code = client.wait(container, timeout=1800)["StatusCode"]
-        log = client.logs(container).decode("utf-8", "replace")
-        assert code == 0, f"installing the {STACK_ID} aarch64 lock sections failed:\n{log[-4000:]}"
+        assert installed.exit_code == 0, f"installing the {STACK_ID} aarch64 lock sections failed:\n{installed.log[-4000:]}"
         labels = {
             f"{LABEL_PREFIX}.chip": "a3",
             f"{LABEL_PREFIX}.stack": STACK_ID,

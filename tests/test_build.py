@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from buildkit.errors import ExitCode
+from buildkit.image.verify import run_in_image
 from buildkit.lock.inputs import lock_inputs, lock_targets
-from buildkit.lock.lockfile import render_unresolved
+from buildkit.lock.lockfile import read_lock, render_unresolved
 from buildkit.matrix.load import load_matrix
+from buildkit.plan import UV_LAYER
 from tests.conftest import TEST_MATRIX, DockerEnv, write_unresolved_locks
 
 pytestmark = pytest.mark.docker
@@ -98,6 +100,45 @@ def test_an_unchanged_verified_image_is_not_verified_again(docker_env: DockerEnv
     changed = {**json.loads(manifest.read_text()), "expected_sha256": "0" * 64}  # as if the matrix expected something else
     manifest.write_text(json.dumps(changed))
     assert json.loads(docker_env.ascendkit(*argv, cwd=tmp_path, check=True).stdout)["verification"] == "ran"
+
+
+DISTRIBUTIONS = """\
+import json
+from importlib.metadata import distributions
+rows = {}
+for d in distributions():
+    rows[d.metadata["Name"].lower().replace("_", "-")] = [d.version, (d.read_text("INSTALLER") or "").strip()]
+print(json.dumps(rows))
+"""
+
+
+def test_pip_and_uv_install_the_same_distributions(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+    """The installer changes how, not what: the test stack built with --installer pip holds exactly the
+    distributions, at the same versions, as the default (uv) build, and each was installed by its installer."""
+    proc = docker_env.ascendkit(
+        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
+        "--installer", "pip", "--repo", f"pip-{uuid.uuid4().hex[:8]}/verl", "--json", "-q",
+        cwd=tmp_path, check=True,
+    )  # fmt: skip
+    by_pip = json.loads(proc.stdout)
+    assert by_pip["image_id"] != built["image_id"]
+
+    def installed(image: str) -> dict[str, list[str]]:
+        code, out, err = run_in_image(docker_env.client, image, ["python3", "-c", DISTRIBUTIONS])
+        assert code == 0, err
+        rows: dict[str, list[str]] = json.loads(out)
+        return rows
+
+    with_uv, with_pip = installed(built["image_id"]), installed(by_pip["image_id"])
+    assert {name: row[0] for name, row in with_uv.items()} == {name: row[0] for name, row in with_pip.items()}
+    lock = read_lock(TEST_MATRIX.parent / "locks" / "teststack-x86_64.txt")
+    locked = {package.key for layer, package in lock.packages if layer != UV_LAYER}
+    by_uv = {name for name, row in with_uv.items() if row[1] == "uv"}
+    assert by_uv and by_uv <= locked
+    assert not [name for name, row in with_pip.items() if row[1] == "uv"]
+    # what neither installed, the base already had at its locked version (setuptools, wheel)
+    assert {name: with_uv[name] for name in locked - by_uv} == {name: with_pip[name] for name in locked - by_uv}
+    assert with_uv["uv"] == with_pip["uv"] == [load_matrix(TEST_MATRIX).matrix.installer.uv, "pip"]
 
 
 def test_impossible_pin_fails_cleanly(docker_env: DockerEnv, tmp_path: Path) -> None:

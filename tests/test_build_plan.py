@@ -140,7 +140,7 @@ def test_credentials_in_extra_index_urls(loaded: LoadedMatrix) -> None:
 
 def test_plan_carries_both_locks_and_checks_every_locked_package() -> None:
     plan = plan_build(load_matrix(TEST_MATRIX), "a3", arch="x86_64", use_default_ca=False)
-    layers = ["torch", "triton-ascend", "build", "vllm", "vllm-ascend", "transformers", "verl"]
+    layers = ["uv", "torch", "triton-ascend", "build", "vllm", "vllm-ascend", "transformers", "verl"]
     assert [relative for relative, _ in plan.lock_files] == [
         f"locks/teststack/{layer}-{arch}.txt" for arch in ("x86_64", "aarch64") for layer in layers
     ]

@@ -92,7 +92,7 @@ def test_served_secrets_reach_pip_and_are_gone_when_the_step_ends(loaded: Loaded
 
 def test_the_scripts_agree_with_the_paths_the_python_side_uses() -> None:
     build_env = BUILD_ENV_SH.read_text()
-    assert f"{IMAGE_LOCKS_DIR}/${{layer}}-$(uname -m).txt" in build_env
+    assert f"{IMAGE_LOCKS_DIR}/${{layer}}-${{arch}}.txt" in build_env and f'{IMAGE_LOCKS_DIR}/*-"${{arch}}".txt' in build_env
     assert build_env.count(CONSTRAINTS_FILE) == 2
     assert f"${{{SECRETS_ARG}:-}}" in build_env
     assert f"exec python3 {DOCTOR_PATH} " in context_file("in_image_cli").read_text()
@@ -112,3 +112,25 @@ def test_the_in_image_cli_carries_only_doctor(tmp_path: Path) -> None:
 def test_the_entrypoint_runs_the_command_where_no_cann_is_installed() -> None:
     proc = subprocess.run([str(context_file("entrypoint")), "sh", "-c", "echo ran $0", "x"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0 and proc.stdout == "ran x\n"
+
+
+def test_uv_gets_the_indexes_and_wheelhouse_pip_gets(loaded: LoadedMatrix, tmp_path: Path) -> None:
+    """uv reads UV_* variables, not pip's: the served index credentials and an offline build's
+    wheelhouse reach them, and xtrace shows neither."""
+    args = dockerfile_args(loaded, "cann8.3")
+    with_token = "https://user:s3cret@mirror.example/simple"
+    secrets = BuildSecrets(CA, (("PIP_INDEX_URL", with_token), ("PYTORCH_INDEX_URL", with_token)))
+    probe = '{ set +x; } 2>/dev/null; printf "%s\\n%s\\n%s\\n" "${UV_INDEX_URL}" "${UV_EXTRA_INDEX_URL}" "${UV_FIND_LINKS:-unset}"'
+    with SecretServer(secrets) as server:
+        proc = source_build_env(tmp_path, "x86_64", {**args, SECRETS_ARG: server.url}, probe)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [with_token, with_token, "unset"]
+    assert "s3cret" not in proc.stderr
+    offline = source_build_env(
+        tmp_path, "aarch64", {**args, "PIP_FIND_LINKS": "http://127.0.0.1:1/w/ /mnt/wheels"}, 'printf "%s" "${UV_FIND_LINKS}"'
+    )
+    assert offline.stdout == "http://127.0.0.1:1/w/,/mnt/wheels", "uv separates find-links with commas"
+    defaults = source_build_env(
+        tmp_path, "aarch64", args, '{ set +x; } 2>/dev/null; printf "%s|%s" "${UV_INDEX_URL}" "${UV_EXTRA_INDEX_URL-unset}"'
+    )
+    assert defaults.stdout == f"{args['PIP_INDEX_URL']}|unset"

@@ -135,7 +135,7 @@ def _copy_matrix(tmp_path: Path, replace: tuple[str, str] | None = None) -> Path
 
 def test_inputs_follow_the_image_layers(test_loaded: LoadedMatrix) -> None:
     inputs = lock_inputs(test_loaded, LockTarget("teststack", "x86_64"))
-    assert [layer for layer, _ in inputs.layers] == ["torch", "triton-ascend", "vllm", "vllm-ascend", "transformers", "verl"]
+    assert [layer for layer, _ in inputs.layers] == ["uv", "torch", "triton-ascend", "vllm", "vllm-ascend", "transformers", "verl"]
     assert dict(inputs.layers)["torch"] == ("tomli==2.0.0", "h11==0.15.0", "markdown-it-py==2.0.0")
     assert inputs.source_builds == (("markupsafe", "2.0.1"), ("iniconfig", "2.0.0"))
     assert ("tomli", "pypi-again") in inputs.assigned  # torch's stand-in: its own index on x86_64
@@ -279,7 +279,7 @@ def test_relocking_reproduces_the_committed_test_locks(tmp_path: Path, runner: C
     assert result.exit_code == 0, result.output
     assert [r["status"] for r in json.loads(result.stdout)["locks"]] == ["resolved", "resolved"]
     committed = sorted(p.relative_to(TEST_MATRIX.parent).as_posix() for p in (TEST_MATRIX.parent / "locks").rglob("*.txt"))
-    assert len(committed) == 2 + 2 * 7  # the two locks and their per-layer sections
+    assert len(committed) == 2 + 2 * 8  # the two locks and their per-layer sections
     for name in committed:
         assert (tmp_path / name).read_text() == (TEST_MATRIX.parent / name).read_text(), name
 
@@ -331,7 +331,7 @@ def test_matrix_verify_resolves_each_stack_as_a_whole(tmp_path: Path, runner: Cl
     assert ok.exit_code == 0, ok.output
     [together] = [r for r in json.loads(ok.stdout)["results"] if r["component"] == "co-resolution"]
     assert together["status"] == "found"
-    assert together["detail"] == "locks/teststack-aarch64.txt is current: 21 packages resolved from these pins"
+    assert together["detail"] == "locks/teststack-aarch64.txt is current: 22 packages resolved from these pins"
 
     # every pin exists, but they cannot be installed together: a conflict, exit 1, the old lock untouched
     matrix = _copy_matrix(tmp_path, ('      numpy: "<2.0.0"\n', '      numpy: "<2.0.0"\n      six: "<1.16"\n'))

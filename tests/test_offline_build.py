@@ -4,6 +4,7 @@ steps, a wheelhouse that lacks a package, and a lock hash pip refuses."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -36,11 +37,14 @@ def test_offline_build_installs_only_from_the_wheelhouse(docker_env: DockerEnv, 
         "--offline", "--wheelhouse", str(wheelhouse), "--no-cache", "--repo", "offline/verl", "--json",
         cwd=tmp_path, check=True,
     )  # fmt: skip
-    # every pip step ran (no cache) and found its packages in the served wheelhouse, not on an index
-    assert proc.stderr.count("Looking in links: http://127.0.0.1:") == 7
+    # every pip step ran (no cache) with no index: pip installed uv from the served wheelhouse, and
+    # uv every later layer, with nothing but the wheelhouse
+    assert proc.stderr.count("Looking in links: http://127.0.0.1:") == 1
+    uv_runs = [line for line in proc.stderr.splitlines() if " python3 -m uv pip install " in line]  # some through the entrypoint
+    assert len(uv_runs) == 7 and all(" --no-index " in line for line in uv_runs)
     step_output = [line for line in proc.stderr.splitlines() if line.lstrip().startswith("| ")]
     assert not [line for line in step_output if "Looking in indexes" in line or "pypi.org" in line]
-    assert "Successfully installed markupsafe-2.0.1" in proc.stderr  # the source build, from the wheelhouse's sdist
+    assert "+ markupsafe==2.0.1" in proc.stderr  # the source build, from the wheelhouse's sdist
     result = json.loads(proc.stdout)
     manifest = json.loads(Path(tmp_path, result["manifest"]).read_text())
     lock_check = next(c for c in manifest["checks"] if c["name"] == "lock")
@@ -70,8 +74,8 @@ def test_a_wheel_missing_from_the_wheelhouse_is_named_before_anything_runs(docke
     assert docker_env.containers() == before
 
 
-def test_pip_offline_names_a_wheel_that_went_missing(docker_env: DockerEnv, wheelhouse: Path, tmp_path: Path) -> None:
-    """Past the check (a file removed while the build runs): pip, with no index, names what it lacks."""
+def test_an_offline_build_names_a_wheel_that_went_missing(docker_env: DockerEnv, wheelhouse: Path, tmp_path: Path) -> None:
+    """Past the check (a file removed while the build runs): uv, with no index, names what it lacks."""
     partial = tmp_path / "wheels"
     shutil.copytree(wheelhouse, partial)
     plan = plan_build(
@@ -82,25 +86,25 @@ def test_pip_offline_names_a_wheel_that_went_missing(docker_env: DockerEnv, whee
     before = docker_env.containers()
     with pytest.raises(BuildFailed) as failure:
         run_build(docker_env.client, plan)
-    assert "No matching distribution found for six==1.16.0" in str(failure.value)
+    assert "six was not found in the provided package locations and you require six==1.16.0" in str(failure.value)
     assert docker_env.client.images(name="offline-gone/verl") == []
     assert docker_env.containers() == before
 
 
-def test_pip_refuses_a_file_whose_hash_the_lock_does_not_allow(docker_env: DockerEnv, tmp_path: Path) -> None:
+def test_the_installer_refuses_a_file_whose_hash_the_lock_does_not_allow(docker_env: DockerEnv, tmp_path: Path) -> None:
     matrix = tmp_path / "test_matrix.yaml"
     shutil.copy2(TEST_MATRIX, matrix)
     shutil.copytree(LOCKS, tmp_path / "locks")
     lock = tmp_path / "locks" / "teststack-x86_64.txt"
     text = lock.read_text()
     idna = text.index("idna==3.7")
-    lock.write_text(text[:idna] + text[idna:].replace("--hash=sha256:", "--hash=sha256:0000", 1))  # still current
+    wrong = re.sub(r"--hash=sha256:[0-9a-f]{64}", "--hash=sha256:" + "0" * 64, text[idna:], count=1)
+    lock.write_text(text[:idna] + wrong)  # still current: the lock's inputs did not change
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(matrix), "--base-image", docker_env.standin,
         "--repo", "badhash/verl", "-q",
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == ExitCode.BUILD_FAILED, proc.stderr
-    assert "THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE" in proc.stderr
-    assert "idna==3.7" in proc.stderr
+    assert "Hash mismatch for `idna==3.7`" in proc.stderr
     assert docker_env.client.images(name="badhash/verl") == []

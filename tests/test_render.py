@@ -100,8 +100,13 @@ def test_every_pip_layer_sources_the_build_env(loaded: LoadedMatrix) -> None:
     assert "ARG PYTORCH_INDEX_URL=https://download.pytorch.org/whl/cpu\n" in text
     # Every pip layer sources the same helper, so sdist builds resolve torch the way the torch layer did.
     pip_layers = [i for i in instructions(text) if i.startswith("RUN") and "ascendkit_install " in i]
-    assert len(pip_layers) == 8  # torch, triton-ascend, build, vllm, vllm-ascend, git, transformers, verl
+    assert len(pip_layers) == 9  # uv, torch, triton-ascend, build, vllm, vllm-ascend, git, transformers, verl
     assert all(". /usr/local/lib/ascendkit/build-env.sh;" in layer for layer in pip_layers)
+    # uv comes first, installed by pip from its hash-locked section; every later layer uses the
+    # installer the ASCENDKIT_INSTALLER build ARG names (uv unless told otherwise)
+    assert "ARG ASCENDKIT_INSTALLER=uv\n" in text
+    assert "ASCENDKIT_INSTALLER=pip ascendkit_install uv uv==0.13.9;" in pip_layers[0]
+    assert not [layer for layer in pip_layers[1:] if "ASCENDKIT_INSTALLER" in layer]
     # nothing about the secrets is an ARG (ARG values are recorded in `docker history`)
     assert "ARG ftp_proxy" not in text and "ARG PIP_CERT" not in text
 
@@ -138,11 +143,11 @@ def test_vllm_and_vllm_ascend_built_from_source(loaded: LoadedMatrix) -> None:
 def test_pip_layers_install_their_lock_section_with_hashes(loaded: LoadedMatrix) -> None:
     text = render(loaded, "a3")
     # each pip layer COPYs its own section of both arches' locks right before it runs
-    for layer in ("torch", "triton-ascend", "build", "vllm", "vllm-ascend", "git", "transformers", "verl"):
+    for layer in ("uv", "torch", "triton-ascend", "build", "vllm", "vllm-ascend", "git", "transformers", "verl"):
         copy = f"COPY locks/cann8.3/{layer}-aarch64.txt locks/cann8.3/{layer}-x86_64.txt /etc/ascendkit/locks/\n"
         assert text.count(copy) == 1, layer
     verl_copy = text.index("COPY locks/cann8.3/verl-aarch64.txt")
-    assert text.index("# 11. verl") < verl_copy < text.index("ascendkit_install verl verl==0.6.1")
+    assert text.index("# 12. verl") < verl_copy < text.index("ascendkit_install verl verl==0.6.1")
 
 
 @pytest.mark.parametrize(("stack", "abi"), [("cann8.3", 0), ("cann8.5", 1)])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -114,6 +114,10 @@ def build(
         bool,
         typer.Option("--reverify", help="Verify even an unchanged image whose passed verification its build manifest records."),
     ] = False,
+    installer: Annotated[
+        Literal["uv", "pip"],
+        typer.Option("--installer", help="What installs the locked packages: uv, or pip (the same hash-locked packages, slower)."),
+    ] = "uv",
     push: Annotated[bool, typer.Option("--push", help="Push the verified image to --registry, by digest, with its SBOM.")] = False,
     no_index: Annotated[
         bool, typer.Option("--no-index", help="With --push: leave the multi-arch index to `publish --index-only` (CI's index job).")
@@ -174,6 +178,7 @@ def build(
         "manifest_dir": manifest_dir,
         "wheelhouse": wheelhouse,
         "reverify": reverify,
+        "installer": installer,
     }
     if every:
         _build_all(

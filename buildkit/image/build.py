@@ -36,7 +36,7 @@ from buildkit.lock.lockfile import LockFile, lock_problem, read_lock, section_te
 from buildkit.lock.wheelhouse import current_lock, missing_from
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import DOCKER_ARCH, Arch, normalize_arch
-from buildkit.plan import ImagePlan, hosts_arch, plan_image, plan_target
+from buildkit.plan import INSTALLER_ARG, INSTALLERS, ImagePlan, hosts_arch, plan_image, plan_target
 from buildkit.reach import engine_said
 from buildkit.resources import DEFAULT_REPOSITORY
 from buildkit.settings import Mirrors, default_ca_bundle, read_ca_bundle, split_credentials
@@ -166,10 +166,14 @@ def plan_build(
     manifest_dir: Path = Path("manifests"),
     wheelhouse: Path | None = None,
     reverify: bool = False,
+    installer: str = INSTALLERS[0],
 ) -> BuildPlan:
     """Everything one build needs, checked before the engine is touched. ``wheelhouse`` makes the
-    build offline: pip installs only from that directory, which must hold every locked package."""
+    build offline: pip installs only from that directory, which must hold every locked package.
+    ``installer`` installs the locked layers: uv (the Dockerfile's default) or pip."""
     check_names(repository, base_image)
+    if installer not in INSTALLERS:
+        raise InputError(f"--installer {installer!r}: choose one of {', '.join(INSTALLERS)}")
     image = plan_image(loaded, plan_target(loaded, hw, stack, os_name), arch or hosts_arch(loaded, hw))
     mirrors = mirrors or Mirrors()
     base_registry = mirrors.get("base_registry")
@@ -186,6 +190,8 @@ def plan_build(
     ctx = build_context(loaded, image)
     declared = {name for name, _ in ctx.build_args}
     buildargs = [("BASE_IMAGE", base)]
+    if installer != INSTALLERS[0]:
+        buildargs.append((INSTALLER_ARG, installer))
     env: list[tuple[str, str]] = []
     for arg, value in mirrors.build_args().items():
         if arg not in declared:

@@ -22,6 +22,7 @@ from buildkit.plan import (
     ENTRYPOINT,
     GIT_LAYER,
     IMAGE_LOCKS_DIR,
+    INSTALLER_ARG,
     PRIMARY_INDEX,
     GitCheckout,
     ImagePlan,
@@ -240,6 +241,7 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.globals["in_image_cli"] = IN_IMAGE_CLI
     env.globals["image_info_file"] = IMAGE_INFO_FILE
     env.globals["image_locks_dir"] = IMAGE_LOCKS_DIR
+    env.globals["installer_arg"] = INSTALLER_ARG
     env.globals["git_layer"] = GIT_LAYER
     return env
 

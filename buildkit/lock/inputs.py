@@ -121,7 +121,7 @@ def lock_targets(loaded: LoadedMatrix, stack: str | None = None, arch: str | Non
 def lock_inputs(loaded: LoadedMatrix, target: LockTarget) -> LockInputs:
     matrix = loaded.matrix
     stack: Stack = matrix.stacks[target.stack_id]
-    planned = stack_layers(stack)
+    planned = stack_layers(stack, matrix.installer)
     layers = tuple((layer.name, tuple(p.requirement for p in layer.pins)) for layer in planned.all if layer.pins)
     dists = {p.dist: p for layer in planned.all for p in layer.pins}
     assigned = []

@@ -170,6 +170,17 @@ class Compat(Frozen):
     )
 
 
+class Installer(Frozen):
+    """What installs the locked Python packages of every image."""
+
+    uv: PackageVersion = Field(
+        description=(
+            "the uv release every locked pip layer installs with; it comes from PyPI by hash as the first "
+            "section of each lock, installed by pip (which stays in the image for users)"
+        )
+    )
+
+
 class Stack(Frozen):
     """One release line: every pin of one image, for each OS, arch and SKU it supports."""
 
@@ -258,5 +269,6 @@ class Matrix(Frozen):
     chips: dict[Identifier, Chip] = Field(min_length=1)
     skus: dict[Identifier, Sku] = Field(min_length=1)
     compat: Compat
+    installer: Installer
     stacks: dict[Identifier, Stack] = Field(min_length=1)
     ci: Ci = Ci()

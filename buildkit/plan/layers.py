@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from buildkit.matrix.model import PypiPin, Stack
+from buildkit.matrix.model import Installer, PypiPin, Stack
 
 LABEL_PREFIX = "io.ascendkit"
 PRIMARY_INDEX = "pypi"  # read by pip from PIP_INDEX_URL; every other index is an extra one
+UV_LAYER = "uv"  # lock section of the installer itself, the first layer of every image
+INSTALLER_ARG = "ASCENDKIT_INSTALLER"  # build ARG: uv (the default) or pip installs the locked layers
+INSTALLERS = ("uv", "pip")
 BUILD_LAYER = "build"  # lock section of the source builds' build requirements
 GIT_LAYER = "git"  # lock section of the PyPI pins installed with the git checkouts
 VERL_LAYER = "verl"
@@ -81,14 +84,20 @@ def expected_packages(stack: Stack) -> dict[str, str]:
     return {pin_of(stack, c).dist: pin_of(stack, c).version for c in stack.pins()}
 
 
-def stack_layers(stack: Stack) -> StackLayers:
+def stack_layers(stack: Stack, installer: Installer) -> StackLayers:
     """The one derivation of a stack's install layers (what lock splits by and render lays out)."""
     head = [
+        Layer(
+            UV_LAYER,
+            "uv, which installs every locked layer below; pip installs uv itself (and stays for users)",
+            (Pin("uv", installer.uv),),
+            env=((INSTALLER_ARG, "pip"),),
+        ),
         Layer(
             "torch",
             "torch, torch_npu and torchvision (pinned together: a loose torchvision replaces torch)",
             (pin_of(stack, "torch"), pin_of(stack, "torchvision"), pin_of(stack, "torch_npu")),
-        )
+        ),
     ]
     after_vllm: tuple[str, ...] = ()
     if stack.triton_ascend is not None:

@@ -48,28 +48,69 @@ if [ -n "${ascendkit_urls}" ]; then
   export PIP_EXTRA_INDEX_URL="${ascendkit_urls}${PIP_EXTRA_INDEX_URL:+ ${PIP_EXTRA_INDEX_URL}}"
 fi
 
+# uv reads its own variables, not pip's: the same indexes (credentials included, set here where
+# xtrace is off so no command line shows them) and an offline build's wheelhouse (pip separates
+# find-links with spaces, uv with commas). A served CA bundle reaches uv as SSL_CERT_FILE (above).
+export UV_INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}"
+if [ -n "${PIP_EXTRA_INDEX_URL:-}" ]; then export UV_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL}"; fi
+if [ -n "${PIP_FIND_LINKS:-}" ]; then export UV_FIND_LINKS="${PIP_FIND_LINKS// /,}"; fi
+
 # ascendkit_install LAYER PIN...: what each pip layer runs. With this arch's lock resolved, it
 # installs the layer's section of the lock (COPYed right before the step) with every hash enforced
 # and no build isolation (the build requirements are locked too); the locked versions join the
-# constraints file. A lock marked unresolved (its index was unreachable when it was made) falls
-# back to the version pins, loudly.
+# constraints file. The installer is uv, or pip with ASCENDKIT_INSTALLER=pip: the same section,
+# the same packages, bytecode compiled (ASCENDKIT_COMPILE_BYTECODE=0 skips that, for tests under
+# emulation, where compiling is most of the time and bytecode is only a cache). uv, unlike pip,
+# wants a trusted hash for every requirement, also one an earlier layer installed: every other
+# section of this arch is given as a constraint, hashes and all. A lock marked unresolved (its
+# index was unreachable when it was made) falls back to pip and the version pins, loudly.
 ascendkit_install() {
-  local layer="$1" flags=() section
+  # No xtrace of the bookkeeping below: the log shows each installer command, as it runs.
+  { local trace="$-"; set +x; } 2>/dev/null
+  local layer="$1" arch flags=() launcher=() section other
   shift
-  section="/etc/ascendkit/locks/${layer}-$(uname -m).txt"
+  if [ -n "${ASCENDKIT_LAUNCHER:-}" ]; then launcher=("${ASCENDKIT_LAUNCHER}"); fi
+  arch="$(uname -m)"
+  section="/etc/ascendkit/locks/${layer}-${arch}.txt"
   if [ -n "${ASCENDKIT_NO_BINARY:-}" ]; then flags+=(--no-binary "${ASCENDKIT_NO_BINARY}"); fi
+  local compile=(--compile-bytecode) no_compile=()
+  if [ "${ASCENDKIT_COMPILE_BYTECODE:-1}" = 0 ]; then compile=() no_compile=(--no-compile); fi
   if grep -qx "# status: resolved" "${section}"; then
     if grep -q "^[A-Za-z0-9]" "${section}"; then
-      ${ASCENDKIT_LAUNCHER:-} python3 -m pip install --no-cache-dir --require-hashes --no-build-isolation \
-        "${flags[@]}" -r "${section}"
+      case "${ASCENDKIT_INSTALLER:-uv}" in
+        uv)
+          if [ -n "${PIP_NO_INDEX:-}" ]; then flags=(--no-index "${flags[@]}"); fi
+          for other in /etc/ascendkit/locks/*-"${arch}".txt; do
+            if [ "${other}" != "${section}" ] && grep -q "^[A-Za-z0-9]" "${other}"; then flags+=(--constraint "${other}"); fi
+          done
+          ascendkit_run "${launcher[@]}" python3 -m uv pip install "${flags[@]}" --python "$(command -v python3)" \
+            --no-config --no-cache --link-mode=copy "${compile[@]}" --require-hashes --no-build-isolation -r "${section}"
+          ;;
+        pip)
+          ascendkit_run "${launcher[@]}" python3 -m pip install --no-cache-dir "${no_compile[@]}" --require-hashes \
+            --no-build-isolation "${flags[@]}" -r "${section}"
+          ;;
+        *)
+          echo "ascendkit: ASCENDKIT_INSTALLER=${ASCENDKIT_INSTALLER}: choose uv or pip" >&2
+          return 2
+          ;;
+      esac
       grep -o "^[A-Za-z0-9][^ ]*==[^ ]*" "${section}" >> /etc/ascendkit/constraints.txt
     else
       echo "ascendkit: lock layer ${layer}: nothing new, earlier layers installed all of it"
     fi
   elif [ "$#" -gt 0 ]; then
-    echo "ascendkit: WARNING: the $(uname -m) lock is unresolved; installing $* by version pins, hashes NOT enforced" >&2
-    ${ASCENDKIT_LAUNCHER:-} python3 -m pip install --no-cache-dir -c /etc/ascendkit/constraints.txt "${flags[@]}" "$@"
+    echo "ascendkit: WARNING: the ${arch} lock is unresolved; installing $* by version pins, hashes NOT enforced" >&2
+    ascendkit_run "${launcher[@]}" python3 -m pip install --no-cache-dir "${no_compile[@]}" -c /etc/ascendkit/constraints.txt \
+      "${flags[@]}" "$@"
   fi
+  case "${trace}" in *x*) set -x ;; esac
+}
+
+# ascendkit_run COMMAND...: print the command (it holds no secret: those travel in the environment), run it.
+ascendkit_run() {
+  echo "+ $*" >&2
+  "$@"
 }
 
 if [ "${ascendkit_xtrace}" = 1 ]; then set -x; fi
