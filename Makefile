@@ -71,7 +71,7 @@ services-stop: $(STAMP) ## Stop what `make services` started
 
 test: lint ## Lint, start the engine/registry/stand-in, run every test, stop them again (what CI runs)
 	$(BIN)/python -m tests.services start $(ARM64_FLAG)
-	set -a; . $(SERVICES_ENV); set +a; ASCENDKIT_REQUIRE_DOCKER=1 $(BIN)/pytest && $(MAKE) --no-print-directory bench-quick; status=$$?; \
+	set -a; . $(SERVICES_ENV); set +a; ASCENDKIT_REQUIRE_DOCKER=1 $(BIN)/pytest --durations=15 && $(MAKE) --no-print-directory bench-quick; status=$$?; \
 	  $(BIN)/python -m tests.services stop; exit $$status
 
 smoke: $(STAMP) ## Config check, doctor and GRPO smoke test of the HW image (IMAGE= MODEL= ...); no NPUs here: the config check only; STANDIN=1 without CANN
@@ -94,11 +94,16 @@ else
 	fi
 endif
 
-bench: $(STAMP) ## CLI timings; with `make services` running, build timings, size and wasted bytes too
-	$(BIN)/python benchmarks/bench_cli.py
-	$(BIN)/python benchmarks/bench_verify.py
-	$(BIN)/python benchmarks/bench_lock.py
-	@if [ -f $(SERVICES_ENV) ]; then set -a; . $(SERVICES_ENV); set +a; $(BIN)/python benchmarks/bench_build.py; $(BIN)/python benchmarks/bench_sbom.py; \
+RESULTS := benchmarks/results
+
+bench: $(STAMP) ## CLI timings; with `make services` running, build timings, pip vs uv, size and wasted bytes too; printed and kept in benchmarks/results/
+	@mkdir -p $(RESULTS)
+	set -o pipefail; $(BIN)/python benchmarks/bench_cli.py | tee $(RESULTS)/cli.txt
+	set -o pipefail; $(BIN)/python benchmarks/bench_verify.py | tee $(RESULTS)/verify.txt
+	set -o pipefail; $(BIN)/python benchmarks/bench_lock.py | tee $(RESULTS)/lock.txt
+	@if [ -f $(SERVICES_ENV) ]; then set -a; . $(SERVICES_ENV); set +a; set -o pipefail; \
+	  $(BIN)/python benchmarks/bench_build.py --out $(RESULTS)/build.json | tee $(RESULTS)/build.txt && \
+	  $(BIN)/python benchmarks/bench_sbom.py | tee $(RESULTS)/sbom.txt; \
 	  else echo "bench_build: skipped (run \`make services\` first for build benchmarks)"; fi
 
 bench-quick: $(STAMP) ## Every benchmark once, briefly (part of `make test`: a benchmark that breaks fails CI); needs `make services`

@@ -6,7 +6,13 @@ Prints a table and writes JSON (default benchmarks/results/build.json); asserts 
   wall time, which steps re-ran, bytes of layers reused;
 * ascendkit's overhead over a raw docker-py build of the same Dockerfile (both fully cached, so the
   difference is planning, the base-image check, verification and tagging);
-* image size, and wasted bytes: files shadowed or deleted by later layers, plus leftover caches.
+* image size, and wasted bytes: files shadowed or deleted by later layers, plus leftover caches;
+* pip against uv for the same locked install: every lock section of a stack installed by the
+  image's own ``ascendkit_install`` (hashes enforced, no build isolation, bytecode compiled),
+  offline from a wheelhouse, in a fresh container of the stand-in base, once with each installer.
+  The test stack on x86_64 always; without --quick and with an arm64 stand-in
+  (ASCENDKIT_STANDIN_IMAGE_ARM64), also the default stack's real aarch64 layers under emulation
+  (its two CANN source builds left out, as in the arm64 layers test; about 15 minutes).
 
 Needs DOCKER_HOST and ASCENDKIT_STANDIN_IMAGE (`make services`).
 """
@@ -20,6 +26,7 @@ import os
 import posixpath  # paths inside layer tarballs, not on this machine
 import shutil
 import statistics
+import sys
 import tarfile
 import tempfile
 import time
@@ -30,13 +37,21 @@ import docker
 
 from buildkit.image.build import BuildPlan, plan_build, run_build, write_context
 from buildkit.image.engine import connect
-from buildkit.lock.inputs import lock_targets
+from buildkit.lock.inputs import LockTarget, lock_targets
 from buildkit.lock.relock import index_urls_for, lock_all
-from buildkit.matrix.load import load_matrix
+from buildkit.lock.wheelhouse import make_wheelhouse
+from buildkit.matrix.load import LoadedMatrix, load_matrix
+from buildkit.matrix.model import Arch
+from buildkit.plan import INSTALLERS
 from buildkit.settings import Mirrors, default_ca_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the locked-install runner the arm64 layers test uses
+from tests.locked_install import install_script, run_install, write_sections  # noqa: E402
+from tests.upstream import CACHE_ROOT  # noqa: E402
+
 TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"
+MATRIX = ROOT / "compat_matrix.yaml"
 CACHE_DIRS = ("root/.cache/", "var/cache/apt/", "var/lib/apt/lists/", "tmp/", "var/tmp/")
 
 
@@ -71,6 +86,27 @@ def raw_build_seconds(client: docker.APIClient, p: BuildPlan, runs: int) -> floa
                     raise SystemExit(f"raw docker-py build failed: {event['error']}")
             samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+def installers(
+    client: docker.APIClient, loaded: LoadedMatrix, stack_id: str, arch: Arch, base: str, drop: frozenset[str]
+) -> dict[str, Any]:
+    """Seconds each installer takes for the same locked install (see the module docstring)."""
+    wheelhouse = CACHE_ROOT / "wheelhouse" / f"{stack_id}-{arch}"
+    urls = index_urls_for(loaded, Mirrors())
+    report = make_wheelhouse(loaded, LockTarget(stack_id, arch), wheelhouse, urls, ca_bundle=default_ca_bundle())
+    result: dict[str, Any] = {"stack": stack_id, "arch": arch, "wheelhouse_bytes": report.total_bytes}
+    with tempfile.TemporaryDirectory() as sections:
+        written = write_sections(loaded, stack_id, arch, Path(sections), drop)
+        result["packages"] = sum(1 for path in written for line in path.read_text().splitlines() if "==" in line and line[0].isalnum())
+        for installer in INSTALLERS:
+            done = run_install(client, base, install_script(loaded, stack_id, arch, installer), Path(sections), wheelhouse)
+            client.remove_container(done.container, force=True)
+            if done.exit_code != 0:
+                raise SystemExit(f"the {installer} install of {stack_id}/{arch} failed:\n{done.log[-3000:]}")
+            result[f"{installer}_s"] = done.seconds
+    result["speedup"] = round(result["pip_s"] / result["uv_s"], 2)
+    return result
 
 
 def waste(client: docker.APIClient, image: str, base_layers: int) -> dict[str, int]:
@@ -166,6 +202,12 @@ def main() -> None:
             "raw_docker_py_noop_s": round(raw, 2),
             "overhead_s": round(ascendkit_noop - raw, 2),
         }
+        results["installers"] = [installers(client, load_matrix(TEST_MATRIX), "teststack", "x86_64", standin, frozenset())]
+        standin_arm64 = os.environ.get("ASCENDKIT_STANDIN_IMAGE_ARM64")
+        if standin_arm64 and not args.quick:
+            loaded = load_matrix(MATRIX)
+            default = next(name for name, stack in loaded.matrix.stacks.items() if stack.default)
+            results["installers"].append(installers(client, loaded, default, "aarch64", standin_arm64, frozenset({"vllm", "vllm-ascend"})))
         info = client.inspect_image(cold.image_id)
         base_layers = len(client.inspect_image(standin)["RootFS"]["Layers"])
         results["image"] = {"size_bytes": info["Size"], **waste(client, cold.image_id, base_layers)}
@@ -208,6 +250,14 @@ def main() -> None:
             f"leftover caches {results['image']['leftover_cache_bytes'] / 1024:.0f} KiB",
         ),
     ]
+    for run in results["installers"]:
+        rows.append(
+            (
+                f"install {run['stack']} {run['arch']}",
+                f"{run['uv_s']:.1f}s",
+                f"uv; pip {run['pip_s']:.1f}s ({run['speedup']}x): {run['packages']} locked packages from a wheelhouse",
+            )
+        )
     for name, value, note in rows:
         print(f"{name:<28} {value:>10}  {note}")
     print(f"(JSON: {args.out})")
