@@ -198,6 +198,8 @@ CASES = [
     Case("build-all-dry-run", ["build", "--all", "--dry-run", *M], 2, "ascendkit plan"),
     Case("build-all-nothing-matches", ["build", "--all", "--stack", "cann8.1", "--hw", "a3", *M], 2, "no image of the matrix matches"),
     Case("build-bad-arch", ["build", "--hw", "a3", "--arch", "sparc", *M], 2, "sparc"),
+    Case("build-unknown-installer", ["build", "--hw", "a3", "--installer", "conda", *M], 2, "'conda' is not one of 'uv', 'pip'"),
+    Case("build-all-unknown-installer", ["build", "--all", "--installer", "", *M], 2, "is not one of 'uv', 'pip'"),
     Case("build-push-no-registry", ["build", "--hw", "a3", "--push", *M], 2, "--registry"),
     Case("build-bad-registry", ["build", "--hw", "a3", "--push", "--registry", "Not A Ref", *M], 2, "Not A Ref"),
     Case("build-offline-alone", ["build", "--hw", "a3", "--offline", *M], 2, "--wheelhouse"),

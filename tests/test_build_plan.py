@@ -198,3 +198,12 @@ def test_the_default_arch_follows_the_matrix(loaded: LoadedMatrix) -> None:
 
     assert {hosts_arch(loaded, hw) for hw in ("a2", "a2-box16", "900-podc", "a3")} == {"aarch64"}
     assert hosts_arch(load_matrix(TEST_MATRIX), "a3") == "x86_64"  # the stand-in SKUs are the CI machines
+
+
+def test_the_installer_is_a_build_arg_only_when_it_is_not_the_dockerfiles_default(loaded: LoadedMatrix) -> None:
+    """uv is the Dockerfile's default, so a uv build passes no ARG (plain `docker build` of the
+    committed Dockerfile shares its cache); pip is passed; anything else is refused before a build."""
+    assert "ASCENDKIT_INSTALLER" not in dict(plan_build(loaded, "a3", use_default_ca=False).buildargs)
+    assert dict(plan_build(loaded, "a3", use_default_ca=False, installer="pip").buildargs)["ASCENDKIT_INSTALLER"] == "pip"
+    with pytest.raises(InputError, match="--installer 'conda': choose one of uv, pip"):
+        plan_build(loaded, "a3", use_default_ca=False, installer="conda")
