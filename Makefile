@@ -71,7 +71,7 @@ services-stop: $(STAMP) ## Stop what `make services` started
 
 test: lint ## Lint, start the engine/registry/stand-in, run every test, stop them again (what CI runs)
 	$(BIN)/python -m tests.services start $(ARM64_FLAG)
-	set -a; . $(SERVICES_ENV); set +a; ASCENDKIT_REQUIRE_DOCKER=1 $(BIN)/pytest --durations=15 && $(MAKE) --no-print-directory bench-quick; status=$$?; \
+	set -a; . $(SERVICES_ENV); set +a; ASCENDKIT_REQUIRE_DOCKER=1 $(BIN)/pytest --durations=50 && $(MAKE) --no-print-directory bench-quick; status=$$?; \
 	  $(BIN)/python -m tests.services stop; exit $$status
 
 smoke: $(STAMP) ## Config check, doctor and GRPO smoke test of the HW image (IMAGE= MODEL= ...); no NPUs here: the config check only; STANDIN=1 without CANN
