@@ -98,12 +98,12 @@ RESULTS := benchmarks/results
 
 bench: $(STAMP) ## CLI timings; with `make services` running, build timings, pip vs uv, size and wasted bytes too; printed and kept in benchmarks/results/
 	@mkdir -p $(RESULTS)
-	set -o pipefail; $(BIN)/python benchmarks/bench_cli.py | tee $(RESULTS)/cli.txt
-	set -o pipefail; $(BIN)/python benchmarks/bench_verify.py | tee $(RESULTS)/verify.txt
-	set -o pipefail; $(BIN)/python benchmarks/bench_lock.py | tee $(RESULTS)/lock.txt
-	@if [ -f $(SERVICES_ENV) ]; then set -a; . $(SERVICES_ENV); set +a; set -o pipefail; \
-	  $(BIN)/python benchmarks/bench_build.py --out $(RESULTS)/build.json | tee $(RESULTS)/build.txt && \
-	  $(BIN)/python benchmarks/bench_sbom.py | tee $(RESULTS)/sbom.txt; \
+	bash -o pipefail -c '$(BIN)/python benchmarks/bench_cli.py | tee $(RESULTS)/cli.txt'
+	bash -o pipefail -c '$(BIN)/python benchmarks/bench_verify.py | tee $(RESULTS)/verify.txt'
+	bash -o pipefail -c '$(BIN)/python benchmarks/bench_lock.py | tee $(RESULTS)/lock.txt'
+	@if [ -f $(SERVICES_ENV) ]; then set -a; . $(SERVICES_ENV); set +a; \
+	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_build.py --out $(RESULTS)/build.json | tee $(RESULTS)/build.txt' && \
+	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_sbom.py | tee $(RESULTS)/sbom.txt'; \
 	  else echo "bench_build: skipped (run \`make services\` first for build benchmarks)"; fi
 
 bench-quick: $(STAMP) ## Every benchmark once, briefly (part of `make test`: a benchmark that breaks fails CI); needs `make services`
