@@ -114,3 +114,14 @@ def test_a_line_the_engine_sends_in_pieces_is_one_line() -> None:
     outputs = [e for e in recorder.events if e.startswith("out ")]
     assert outputs == ["out Installed 1 package in 8ms", "out  + markupsafe==2.0.1", "out  + six==1.16.0", "out no newline at the end"]
     assert [s.number for s in progress.steps] == [4, 5]
+
+
+def test_the_builders_stderr_colour_is_taken_out_even_mid_line() -> None:
+    """The classic builder wraps each stderr chunk in ESC[91m ... ESC[0m: a line written in two pieces
+    (uv's ' + ' and 'markupsafe==2.0.1') comes with the codes in its middle."""
+    recorder = Recorder()
+    progress = BuildProgress(recorder)
+    for event in [*STREAM[6:8], {"stream": "\x1b[91m + \x1b[0m"}, {"stream": "\x1b[91mmarkupsafe==2.0.1\n\x1b[0m"}]:
+        progress.feed(event)
+    progress.close()
+    assert [e for e in recorder.events if e.startswith("out ")] == ["out  + markupsafe==2.0.1"]

@@ -15,6 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+# The classic builder wraps every chunk a step writes to stderr in red (ESC[91m ... ESC[0m), also
+# in the middle of a line when the program wrote it in pieces; the output is shown without them.
+_COLOR = re.compile(r"\x1b\[[0-9;]*m")
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})$")
 _LAYER = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
@@ -88,7 +91,7 @@ class BuildProgress:
         if isinstance(text, str):
             if _STEP.match(text) or text.startswith(" ---> "):
                 self._flush_partial()  # the builder's own lines start afresh
-            *lines, self._partial = (self._partial + text).split("\n")
+            *lines, self._partial = (self._partial + _COLOR.sub("", text)).split("\n")
             for line in lines:
                 for raw in line.splitlines():
                     self._line(raw.rstrip())
