@@ -8,10 +8,15 @@
 * the stand-in CANN base image: Debian 12 with Python 3.11 and a clearly labelled placeholder of
   the CANN layout (set_env.sh scripts, a version file, no CANN binaries), made with debootstrap
   because the real CANN base cannot be pulled on these machines. With --arm64 an arm64 stand-in
-  is made too, through qemu-user-static.
+  is made too, through qemu-user-static (both debootstraps run at once), and a second engine is
+  started for the tests marked ``emulated``: on its own socket, data root and bridge, sharing
+  only the registry with the first, the way the workflow's arm64 build runs on a runner of its
+  own. `make test` runs those tests there beside the others (tests/ci.py), so what they build,
+  remove and run never shows in the other tests' engine.
 
 The env file (``$ASCENDKIT_SERVICES_DIR/env``, default /tmp/ascendkit-services/env) holds
-DOCKER_HOST, ASCENDKIT_REGISTRY and ASCENDKIT_STANDIN_IMAGE[_ARM64] for the tests.
+DOCKER_HOST, ASCENDKIT_REGISTRY, ASCENDKIT_STANDIN_IMAGE[_ARM64] and, with --arm64,
+ASCENDKIT_EMULATED_DOCKER_HOST for the tests.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import tarfile
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -38,16 +45,43 @@ from buildkit.fsio import sha256_of
 
 STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
 ENV_FILE = STATE / "env"
-SOCKET = STATE / "docker.sock"
+EMULATED_HOST_VAR = "ASCENDKIT_EMULATED_DOCKER_HOST"
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One dockerd: its files under STATE, and the bridge its containers attach to (None: docker0)."""
+
+    name: str  # "docker" (every test's engine), "docker-emulated" (the emulated tests')
+    bridge: tuple[str, str] | None = None  # (interface, gateway CIDR) made for it
+
+    @property
+    def socket(self) -> Path:
+        return STATE / f"{self.name}.sock"
+
+    @property
+    def pid_file(self) -> Path:
+        return STATE / f"{self.name}.pid"
+
+    @property
+    def host(self) -> str:
+        return f"unix://{self.socket}"
+
+
+MAIN = Engine("docker")
+# Its own bridge and subnet, so its iptables rules and addresses never meet docker0's.
+EMULATED = Engine("docker-emulated", bridge=("ascendkit-emu0", "10.213.0.1/24"))
+SOCKET = MAIN.socket
 REGISTRY_PORT = int(os.environ.get("ASCENDKIT_REGISTRY_PORT", "5000"))
 STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
 STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}
-STANDIN_VERSION = "5"  # bump when the stand-in's contents change
+STANDIN_VERSION = "6"  # bump when the stand-in's contents change
 DEBIAN_MIRROR = os.environ.get("ASCENDKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-# What the CANN images bring that the template's system step installs anyway; preinstalled so the
-# step is quick, as it is on the real base.
-STANDIN_PACKAGES = "ca-certificates,python3,python3-pip,git,gcc,g++,make,cmake,libnuma-dev"
+# What the template's system step installs, preinstalled so that the step is quick (most come with
+# the real CANN base too), and so that the arm64 layers test, which does not run the step, has
+# libsndfile1 for main_ppo's imports.
+STANDIN_PACKAGES = "ca-certificates,python3,python3-pip,git,gcc,g++,make,cmake,libnuma-dev,libsndfile1"
 
 
 def log(message: str) -> None:
@@ -93,29 +127,37 @@ def _wait(what: str, ready: object, seconds: float = 60) -> None:
     sys.exit(f"[services] {what} did not become ready in {seconds:.0f}s; see {STATE}")
 
 
-def start_dockerd() -> None:
-    pid_file = STATE / "docker.pid"
-    if _alive(pid_file):
+def _make_bridge(interface: str, cidr: str) -> None:
+    if subprocess.run(["ip", "link", "show", interface], capture_output=True, check=False).returncode == 0:
         return
-    log(f"starting dockerd on unix://{SOCKET}")
-    with (STATE / "dockerd.log").open("ab") as out:
-        subprocess.Popen(
-            [
-                "dockerd",
-                "--host",
-                f"unix://{SOCKET}",
-                "--data-root",
-                str(STATE / "docker-data"),
-                "--exec-root",
-                str(STATE / "docker-exec"),
-                "--pidfile",
-                str(pid_file),
-            ],
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-        )
-    _wait("dockerd", lambda: docker.APIClient(base_url=f"unix://{SOCKET}").ping())
+    run("ip", "link", "add", "name", interface, "type", "bridge")
+    run("ip", "addr", "add", cidr, "dev", interface)
+    run("ip", "link", "set", interface, "up")
+
+
+def start_dockerd(engine: Engine = MAIN) -> None:
+    if _alive(engine.pid_file):
+        return
+    log(f"starting dockerd on {engine.host}")
+    argv = [
+        "dockerd",
+        "--host",
+        engine.host,
+        "--data-root",
+        str(STATE / f"{engine.name}-data"),
+        "--exec-root",
+        str(STATE / f"{engine.name}-exec"),
+        "--pidfile",
+        str(engine.pid_file),
+    ]
+    if engine.bridge:
+        _make_bridge(*engine.bridge)
+        config = STATE / f"{engine.name}.json"  # not /etc/docker/daemon.json, which is the first engine's
+        config.write_text("{}\n")
+        argv += ["--bridge", engine.bridge[0], "--config-file", str(config)]
+    with (STATE / f"dockerd{engine.name.removeprefix('docker')}.log").open("ab") as out:  # dockerd.log, dockerd-emulated.log
+        subprocess.Popen(argv, stdout=out, stderr=out, start_new_session=True)
+    _wait(f"dockerd ({engine.name})", lambda: docker.APIClient(base_url=engine.host).ping())
 
 
 def start_registry() -> None:
@@ -190,18 +232,39 @@ def enable_arm64_emulation() -> None:
         run("update-binfmts", "--enable", "qemu-aarch64")
 
 
-def build_standin(client: docker.APIClient, deb_arch: str) -> str:
-    ref = f"{STANDIN_REPO}:{STANDIN_TAGS[deb_arch]}"
+def _current(client: docker.APIClient, ref: str) -> bool:
     try:
         labels = client.inspect_image(ref)["Config"].get("Labels") or {}
-        if labels.get("io.ascendkit.standin.version") == STANDIN_VERSION:
-            return ref
     except NotFound:
-        pass
+        return False
+    return labels.get("io.ascendkit.standin.version") == STANDIN_VERSION
+
+
+def _standin_archive(ref: str, deb_arch: str, clients: list[docker.APIClient]) -> Path:
+    """The stand-in in `docker save` format, kept in STATE for every engine that lacks it: saved from
+    an engine that has it, else made with debootstrap (older versions' archives are removed)."""
+    image = STATE / f"standin-{deb_arch}-v{STANDIN_VERSION}.tar"
+    if image.exists():
+        return image
+    for stale in STATE.glob(f"standin-{deb_arch}-v*.tar"):
+        stale.unlink()
+    source = next((client for client in clients if _current(client, ref)), None)
+    if source is not None:
+        partial = image.with_suffix(".partial")
+        with partial.open("wb") as out:
+            for chunk in source.get_image(ref):
+                out.write(chunk)
+        partial.rename(image)
+        return image
     log(f"building the stand-in base {ref} with debootstrap ({deb_arch})")
     with tempfile.TemporaryDirectory(prefix="ascendkit-standin-", dir=STATE) as tmp:
         root = Path(tmp) / "rootfs"
-        run("debootstrap", "--variant=minbase", f"--arch={deb_arch}", f"--include={STANDIN_PACKAGES}", "bookworm", str(root), DEBIAN_MIRROR)
+        transcript = STATE / f"debootstrap-{deb_arch}.log"
+        with transcript.open("wb") as out:
+            argv = ["debootstrap", "--variant=minbase", f"--arch={deb_arch}", f"--include={STANDIN_PACKAGES}"]
+            argv += ["bookworm", str(root), DEBIAN_MIRROR]
+            if subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False).returncode != 0:
+                sys.exit(f"[services] debootstrap ({deb_arch}) failed:\n{transcript.read_text(errors='replace')[-3000:]}")
         _add_standin_layout(root, deb_arch)
         layer = Path(tmp) / "layer.tar"
         with tarfile.open(layer, "w") as tar:
@@ -227,40 +290,57 @@ def build_standin(client: docker.APIClient, deb_arch: str) -> str:
         config_bytes = json.dumps(config, sort_keys=True).encode()
         config_name = f"{hashlib.sha256(config_bytes).hexdigest()}.json"
         manifest = json.dumps([{"Config": config_name, "RepoTags": [ref], "Layers": ["layer/layer.tar"]}]).encode()
-        image = Path(tmp) / "image.tar"
-        with tarfile.open(image, "w") as tar:
+        partial = Path(tmp) / "image.tar"
+        with tarfile.open(partial, "w") as tar:
             for name, body in (("manifest.json", manifest), (config_name, config_bytes)):
                 info = tarfile.TarInfo(name)
                 info.size = len(body)
                 tar.addfile(info, io.BytesIO(body))
             tar.add(layer, arcname="layer/layer.tar")
-        with image.open("rb") as data:
-            client.load_image(data)
-        if client.inspect_image(ref)["Architecture"] != deb_arch:
-            sys.exit(f"[services] {ref} was loaded with the wrong architecture")
+        partial.rename(image)  # whole or not at all
+    return image
+
+
+def build_standin(clients: list[docker.APIClient], deb_arch: str) -> str:
+    """The stand-in for ``deb_arch`` in each engine of ``clients``; its reference."""
+    ref = f"{STANDIN_REPO}:{STANDIN_TAGS[deb_arch]}"
+    missing = [client for client in clients if not _current(client, ref)]
+    if missing:
+        archive = _standin_archive(ref, deb_arch, clients)
+        for client in missing:
+            with archive.open("rb") as data:
+                client.load_image(data)
+            if client.inspect_image(ref)["Architecture"] != deb_arch:
+                sys.exit(f"[services] {ref} was loaded with the wrong architecture")
     return ref
 
 
 def start(arm64: bool) -> None:
     STATE.mkdir(parents=True, exist_ok=True)
     install_packages(arm64)
-    start_dockerd()
+    engines = [MAIN, EMULATED] if arm64 else [MAIN]
+    for engine in engines:
+        start_dockerd(engine)
     start_registry()
-    client = docker.APIClient(base_url=f"unix://{SOCKET}", timeout=600)
-    env = {
-        "DOCKER_HOST": f"unix://{SOCKET}",
-        "ASCENDKIT_REGISTRY": f"127.0.0.1:{REGISTRY_PORT}",
-        "ASCENDKIT_STANDIN_IMAGE": build_standin(client, "amd64"),
-    }
+    clients = [docker.APIClient(base_url=engine.host, timeout=600) for engine in engines]
     if arm64:
         enable_arm64_emulation()
-        env["ASCENDKIT_STANDIN_IMAGE_ARM64"] = build_standin(client, "arm64")
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the two debootstraps at once: mostly downloads and dpkg
+        standins = {arch: pool.submit(build_standin, clients, arch) for arch in (["amd64", "arm64"] if arm64 else ["amd64"])}
+        env = {
+            "DOCKER_HOST": MAIN.host,
+            "ASCENDKIT_REGISTRY": f"127.0.0.1:{REGISTRY_PORT}",
+            "ASCENDKIT_STANDIN_IMAGE": standins["amd64"].result(),
+        }
+        if arm64:
+            env["ASCENDKIT_STANDIN_IMAGE_ARM64"] = standins["arm64"].result()
+            env[EMULATED_HOST_VAR] = EMULATED.host
     ENV_FILE.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
     log(f"ready; environment in {ENV_FILE}")
 
 
 def stop() -> None:
-    for name in ("registry", "docker"):
+    for name in ("registry", MAIN.name, EMULATED.name):
         pid_file = STATE / f"{name}.pid"
         if not _alive(pid_file):
             continue
