@@ -9,7 +9,7 @@ ARCH   ?=
 RENDERED := Dockerfile.a2 Dockerfile.a3 $(wildcard dockerfiles/*/Dockerfile.*)
 SERVICES_DIR ?= /tmp/ascendkit-services
 SERVICES_ENV := $(SERVICES_DIR)/env
-# ASCENDKIT_ARM64=1 also makes the arm64 stand-in (qemu) and runs the slow arm64 build test.
+# ASCENDKIT_ARM64=1 also makes the arm64 stand-in (qemu) and runs the emulated tests on an engine of their own.
 ARM64_FLAG := $(if $(filter 1,$(ASCENDKIT_ARM64)),--arm64)
 export ASCENDKIT_SERVICES_DIR := $(SERVICES_DIR)
 
@@ -69,10 +69,8 @@ services: $(STAMP) ## As root: start dockerd, the registry on 127.0.0.1:5000 and
 services-stop: $(STAMP) ## Stop what `make services` started
 	$(BIN)/python -m tests.services stop
 
-test: lint ## Lint, start the engine/registry/stand-in, run every test, stop them again (what CI runs)
-	$(BIN)/python -m tests.services start $(ARM64_FLAG)
-	set -a; . $(SERVICES_ENV); set +a; ASCENDKIT_REQUIRE_DOCKER=1 $(BIN)/pytest --durations=50 && $(MAKE) --no-print-directory bench-quick; status=$$?; \
-	  $(BIN)/python -m tests.services stop; exit $$status
+test: $(STAMP) ## What CI runs: lint, the services, every test, the quick benchmarks, at once where they can be (tests/ci.py); stops the services
+	$(BIN)/python -m tests.ci $(ARM64_FLAG)
 
 smoke: $(STAMP) ## Config check, doctor and GRPO smoke test of the HW image (IMAGE= MODEL= ...); no NPUs here: the config check only; STANDIN=1 without CANN
 ifeq ($(STANDIN),1)

@@ -60,7 +60,6 @@ def test_definitive_push_failure_reports_nothing_published(docker_env: DockerEnv
     assert "pushed " not in proc.stderr
 
 
-@pytest.mark.slow
 def test_arm64_build_completes_the_multi_arch_index(docker_env: DockerEnv, built: dict[str, Any]) -> None:
     standin_arm64 = os.environ.get("ASCENDKIT_STANDIN_IMAGE_ARM64")
     if not standin_arm64:

@@ -20,7 +20,7 @@ from buildkit.image.registry import DOCKER_LIST, Registry
 from tests.conftest import TEST_MATRIX, DockerEnv, edit
 from tests.test_workflow import command_lines
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = pytest.mark.docker
 
 
 def arm64_standin() -> str:

@@ -1,0 +1,241 @@
+"""What `make test` (and so CI) runs: the lint, every test and the quick benchmarks, at once where
+they can be.
+
+    python -m tests.ci [--arm64]
+
+The jobs, and what each waits for::
+
+    job        waits for         runs
+    services   -                 python -m tests.services start [--arm64]: engines, registry, stand-ins
+    lint       -                 make lint
+    unit       lint              pytest -m "not docker", with no engine (a test that needs one fails)
+    docker     lint, services    pytest -m "docker and not emulated", on the tests' engine
+    emulated   services          pytest -m emulated, on the emulated engine (only with --arm64)
+    bench      unit, docker      make bench-quick
+
+The emulated tests (the default stack's real arm64 layers, installed and importing verl under
+qemu) take about as long as all the other jobs together: run beside them, the whole takes the
+longer of the two instead of their sum. They share no image with the other tests, and their engine
+is their own, so nothing they build, remove or run shows in the docker job's checks of what is
+left behind. The arm64 build of the test stack stays in the docker job: it completes the
+multi-arch index of that job's own x86_64 build.
+
+Each job's output is printed as it comes, every line headed by the job's name, and kept whole in
+``$ASCENDKIT_SERVICES_DIR/ci/<job>.log``. A job whose prerequisite failed does not run, and says so.
+The services are stopped at the end whatever happened, also on Ctrl-C or SIGTERM; then a table
+says how each job ended and how long it took. The exit status is 0 when every job passed, else 1
+(130 or 143 when interrupted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
+
+PASSED, FAILED, NOT_RUN, STOPPED = "passed", "FAILED", "not run", "stopped"
+
+
+@dataclass
+class Job:
+    name: str
+    argv: Sequence[str]
+    needs: tuple[str, ...] = ()
+    env: Callable[[], Mapping[str, str]] = dict  # read when the job starts (after its prerequisites)
+    result: str = ""
+    detail: str = ""
+    started: float = 0.0
+    ended: float = 0.0
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) clock ticks of every CPU since boot, from /proc/stat ((0, 0) where there is none)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float:
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else 0.0
+
+
+def services_env() -> dict[str, str]:
+    """The env file `tests.services start` wrote."""
+    pairs = (line.split("=", 1) for line in (STATE / "env").read_text().splitlines() if "=" in line)
+    return {key: value for key, value in pairs}
+
+
+def emulated_env() -> dict[str, str]:
+    env = services_env()
+    return {**env, "DOCKER_HOST": env["ASCENDKIT_EMULATED_DOCKER_HOST"]}
+
+
+def pytest_argv(name: str, marks: str) -> list[str]:
+    # Each run its own temporary root (concurrent sessions may prune each other's default one), as
+    # short as the default: some tests put socket paths in it, which have a length limit.
+    basetemp = Path(tempfile.gettempdir()) / f"ak-ci-{name}"
+    return [str(BIN / "pytest"), "-m", marks, "--durations=25", "-p", "no:cacheprovider", f"--basetemp={basetemp}"]
+
+
+def jobs_for(arm64: bool) -> list[Job]:
+    make = ["make", "--no-print-directory"]
+    services = [str(BIN / "python"), "-m", "tests.services", "start", *(["--arm64"] if arm64 else [])]
+    jobs = [
+        Job("services", services),
+        Job("lint", [*make, "lint"]),
+        Job("unit", pytest_argv("unit", "not docker"), needs=("lint",)),
+        Job("docker", pytest_argv("docker", "docker and not emulated" if arm64 else "docker"), ("lint", "services"), services_env),
+        Job("bench", [*make, "bench-quick"], ("unit", "docker"), services_env),
+    ]
+    if arm64:
+        jobs.insert(2, Job("emulated", pytest_argv("emulated", "emulated"), ("services",), emulated_env))
+    return jobs
+
+
+class Runner:
+    """Runs jobs as their prerequisites pass, each in its own process group, printing their lines."""
+
+    def __init__(self, jobs: list[Job], logs: Path, base_env: Mapping[str, str]) -> None:
+        self.jobs = {job.name: job for job in jobs}
+        self.logs = logs
+        self.base_env = dict(base_env)
+        self.width = max(len(name) for name in self.jobs)
+        self.lock = threading.RLock()  # re-entrant: the signal handler runs on the main thread, maybe inside it
+        self.changed = threading.Condition(self.lock)
+        self.interrupted = 0
+        self.t0 = time.monotonic()
+        self.cpu0 = cpu_times()
+
+    def say(self, name: str, line: str) -> None:
+        with self.lock:
+            sys.stdout.write(f"[{name:<{self.width}}] {line}\n")
+            sys.stdout.flush()
+
+    def _start(self, job: Job) -> None:
+        env = {**self.base_env, **job.env(), "PYTHONUNBUFFERED": "1"}
+        job.started = time.monotonic()
+        job.process = subprocess.Popen(
+            list(job.argv), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.say(job.name, f"started: {' '.join(job.argv)}")
+        threading.Thread(target=self._follow, args=(job,), daemon=True).start()
+
+    def _follow(self, job: Job) -> None:
+        assert job.process is not None and job.process.stdout is not None
+        with (self.logs / f"{job.name}.log").open("wb") as log:
+            for raw in job.process.stdout:
+                log.write(raw)
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                self.say(job.name, line.removeprefix(f"[{job.name}] "))  # tests.services heads its own lines
+        code = job.process.wait()
+        with self.changed:
+            job.ended = time.monotonic()
+            job.result = STOPPED if self.interrupted else PASSED if code == 0 else FAILED
+            job.detail = f"exit {code}" if code else ""
+            self.changed.notify_all()
+        self.say(job.name, f"{job.result} in {job.ended - job.started:.0f} s" + (f" ({job.detail})" if job.detail else ""))
+
+    def run(self) -> None:
+        """Until every job has ended or will never run."""
+        with self.changed:
+            while True:
+                progressed = False
+                for job in self.jobs.values():
+                    if job.result or job.process is not None:
+                        continue
+                    needs = [self.jobs[n] for n in job.needs]
+                    blocked = [n.name for n in needs if n.result and n.result != PASSED]
+                    if blocked or self.interrupted:
+                        job.result = NOT_RUN
+                        job.detail = "interrupted" if self.interrupted else f"{', '.join(blocked)} did not pass"
+                        progressed = True
+                    elif all(n.result == PASSED for n in needs):
+                        self.changed.release()
+                        try:
+                            self._start(job)
+                        finally:
+                            self.changed.acquire()
+                        progressed = True
+                if all(job.result for job in self.jobs.values()):
+                    return
+                if not progressed:
+                    self.changed.wait(timeout=1.0)
+
+    def interrupt(self, signum: int) -> None:
+        """Stop every running job's process group; the jobs not yet started will not start."""
+        with self.changed:
+            self.interrupted = signum
+            running = [job for job in self.jobs.values() if job.process is not None and not job.result]
+            self.changed.notify_all()
+        for job in running:
+            assert job.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job.process.pid, signal.SIGTERM)
+
+    def summary(self) -> str:
+        rows = [f"{'job':<{self.width}}  {'result':<8} {'start':>6} {'took':>6}"]
+        for job in self.jobs.values():
+            start = f"{(job.started - self.t0) / 60:5.1f}m" if job.started else ""
+            took = f"{(job.ended - job.started) / 60:5.1f}m" if job.ended else ""
+            rows.append(f"{job.name:<{self.width}}  {job.result:<8} {start:>6} {took:>6}  {job.detail}".rstrip())
+        busy = cpu_busy(self.cpu0, cpu_times())
+        rows.append(f"total {(time.monotonic() - self.t0) / 60:.1f} min; the CPUs were busy {busy:.0%} of it ({os.cpu_count()} cores)")
+        return "\n".join(rows)
+
+    @property
+    def ok(self) -> bool:
+        return all(job.result == PASSED for job in self.jobs.values())
+
+
+def stop_services(runner: Runner) -> None:
+    if runner.jobs["services"].started:
+        code = subprocess.run([str(BIN / "python"), "-m", "tests.services", "stop"], cwd=ROOT, check=False).returncode
+        if code != 0:
+            print(f"[ci] stopping the services failed (exit {code})", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arm64", action="store_true", help="also the arm64 stand-in, and the emulated tests on their own engine")
+    args = parser.parse_args(argv)
+    logs = STATE / "ci"
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True)
+    base_env = {**os.environ, "ASCENDKIT_REQUIRE_DOCKER": "1"}
+    for name in ("DOCKER_HOST", "ASCENDKIT_REGISTRY", "ASCENDKIT_STANDIN_IMAGE", "ASCENDKIT_STANDIN_IMAGE_ARM64"):
+        base_env.pop(name, None)  # the unit job gets no engine; the others get the services' own
+    runner = Runner(jobs_for(args.arm64), logs, base_env)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda s, _frame: runner.interrupt(s))
+    try:
+        runner.run()
+    finally:
+        stop_services(runner)
+        print(runner.summary(), flush=True)
+        print(f"(each job's whole output: {logs}/<job>.log)", flush=True)
+    if runner.interrupted:
+        return 128 + runner.interrupted
+    return 0 if runner.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

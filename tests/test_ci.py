@@ -1,0 +1,114 @@
+"""tests/ci.py, the runner behind `make test`: order, failure, interruption, output, and the job graph."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.ci import FAILED, NOT_RUN, PASSED, STOPPED, Job, Runner, jobs_for
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def run(jobs: list[Job], tmp_path: Path) -> Runner:
+    runner = Runner(jobs, tmp_path, dict(os.environ))
+    runner.run()
+    return runner
+
+
+def test_a_job_starts_only_after_what_it_needs_has_passed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    marker = tmp_path / "first-done"
+    jobs = [
+        Job("second", py(f"import pathlib; assert pathlib.Path({str(marker)!r}).exists(); print('saw it')"), needs=("first",)),
+        Job("first", py(f"import pathlib, time; time.sleep(0.5); pathlib.Path({str(marker)!r}).touch(); print('made it')")),
+        Job("alone", py("print('hello')\nprint('world')")),
+    ]
+    runner = run(jobs, tmp_path)
+    assert runner.ok and [j.result for j in jobs] == [PASSED, PASSED, PASSED]
+    assert jobs[0].started >= jobs[1].ended
+    out = capsys.readouterr().out
+    assert "[second] saw it" in out and "[first ] made it" in out and "[alone ] hello\n[alone ] world" in out
+    assert (tmp_path / "alone.log").read_text() == "hello\nworld\n", "each job's whole output is kept"
+
+
+def test_a_failed_job_keeps_its_dependents_from_running_and_the_rest_goes_on(tmp_path: Path) -> None:
+    jobs = [
+        Job("lint", py("import sys; print('E501'); sys.exit(3)")),
+        Job("unit", py("print('never')"), needs=("lint",)),
+        Job("bench", py("print('never')"), needs=("unit",)),
+        Job("services", py("print('up')")),
+    ]
+    runner = run(jobs, tmp_path)
+    assert not runner.ok
+    assert [(j.result, j.detail) for j in jobs] == [
+        (FAILED, "exit 3"),
+        (NOT_RUN, "lint did not pass"),
+        (NOT_RUN, "unit did not pass"),
+        (PASSED, ""),
+    ]
+    assert not (tmp_path / "unit.log").exists()
+    summary = runner.summary()
+    assert "lint      FAILED" in summary and "unit      not run" in summary and "lint did not pass" in summary
+
+
+def test_an_interrupt_stops_the_running_jobs_and_starts_no_more(tmp_path: Path) -> None:
+    child = tmp_path / "child.pid"
+    # The job's own child sleeps too: the whole process group must go, not only the job's process.
+    code = f"import pathlib, subprocess, sys, time; p = subprocess.Popen(['sleep', '60']); pathlib.Path({str(child)!r}).write_text(str(p.pid)); time.sleep(60)"  # noqa: E501
+    jobs = [Job("long", py(code)), Job("after", py("print('never')"), needs=("long",))]
+    runner = Runner(jobs, tmp_path, dict(os.environ))
+
+    def interrupt_when_started() -> None:
+        _wait_for(child)
+        runner.interrupt(signal.SIGTERM)
+
+    threading.Thread(target=interrupt_when_started, daemon=True).start()
+    t0 = time.monotonic()
+    runner.run()
+    assert time.monotonic() - t0 < 30
+    assert [j.result for j in jobs] == [STOPPED, NOT_RUN] and jobs[1].detail == "interrupted"
+    pid = int(child.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid), "the job's child process was stopped with it"
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 20
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return state not in ("Z", "X")
+
+
+def test_every_test_runs_in_exactly_one_job() -> None:
+    """The jobs' marker expressions split the suite: none left out, none run twice."""
+    for arm64 in (True, False):
+        jobs = {job.name: job for job in jobs_for(arm64)}
+        marks = {name: job.argv[job.argv.index("-m") + 1] for name, job in jobs.items() if job.argv[0].endswith("pytest")}
+        assert set(marks) == ({"unit", "docker", "emulated"} if arm64 else {"unit", "docker"})
+        for docker in (True, False):
+            for emulated in (True, False):
+                if emulated and not docker:
+                    continue  # the emulated tests all need an engine
+                names = {"docker": docker, "emulated": emulated}
+                # pytest's -m grammar (and, or, not over marker names) is a subset of Python's
+                chosen = [name for name, expr in marks.items() if eval(expr, {}, names)]
+                assert len(chosen) == 1, (arm64, names, chosen)
+        assert jobs["emulated" if arm64 else "docker"].needs[-1] == "services"
