@@ -353,6 +353,12 @@ def stop() -> None:
         if _alive(pid_file):
             os.kill(pid, signal.SIGKILL)
         pid_file.unlink(missing_ok=True)
+    # dockerd leaves its data root bind-mounted and the default network namespace mounted in its
+    # exec root: unmounted, so that the state directory can be removed.
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for point in sorted((m for m in mounts if Path(m).is_relative_to(STATE)), key=len, reverse=True):
+        if subprocess.run(["umount", point], capture_output=True, check=False).returncode != 0:
+            log(f"could not unmount {point}")
 
 
 def main() -> None:
