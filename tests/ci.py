@@ -43,9 +43,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.services import EMULATED_HOST_VAR, ENV_FILE, STATE
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
 
 PASSED, FAILED, NOT_RUN, STOPPED = "passed", "FAILED", "not run", "stopped"
 
@@ -80,13 +81,13 @@ def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float:
 
 def services_env() -> dict[str, str]:
     """The env file `tests.services start` wrote."""
-    pairs = (line.split("=", 1) for line in (STATE / "env").read_text().splitlines() if "=" in line)
+    pairs = (line.split("=", 1) for line in ENV_FILE.read_text().splitlines() if "=" in line)
     return {key: value for key, value in pairs}
 
 
 def emulated_env() -> dict[str, str]:
     env = services_env()
-    return {**env, "DOCKER_HOST": env["ASCENDKIT_EMULATED_DOCKER_HOST"]}
+    return {**env, "DOCKER_HOST": env[EMULATED_HOST_VAR]}
 
 
 def pytest_argv(name: str, marks: str) -> list[str]:

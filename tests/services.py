@@ -71,7 +71,6 @@ class Engine:
 MAIN = Engine("docker")
 # Its own bridge and subnet, so its iptables rules and addresses never meet docker0's.
 EMULATED = Engine("docker-emulated", bridge=("ascendkit-emu0", "10.213.0.1/24"))
-SOCKET = MAIN.socket
 REGISTRY_PORT = int(os.environ.get("ASCENDKIT_REGISTRY_PORT", "5000"))
 STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
