@@ -14,7 +14,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+from buildkit.text import strip_ansi
+
 _RAY_PREFIX = re.compile(r"^\s*\((?:[A-Za-z_][\w.]*)\s+pid=\d+[^)]*\)\s*")
 _STEP = re.compile(r"^step:\s*(\d+)\s*(?:-\s*|$)")
 _WRAPPED = re.compile(r"^np\.(?:float|int|uint)\d*\((.*)\)$")
@@ -43,7 +44,7 @@ def parse_value(text: str) -> float | None:
 
 def parse_line(line: str) -> StepMetrics | None:
     """The metrics of one step line, or None when the line is not a step line."""
-    text = _RAY_PREFIX.sub("", ANSI_ESCAPE.sub("", line)).strip()
+    text = _RAY_PREFIX.sub("", strip_ansi(line)).strip()
     match = _STEP.match(text)
     if not match:
         return None

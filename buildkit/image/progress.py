@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-# The classic builder wraps every chunk a step writes to stderr in red (ESC[91m ... ESC[0m), also
-# in the middle of a line when the program wrote it in pieces; the output is shown without them.
-_COLOR = re.compile(r"\x1b\[[0-9;]*m")
+from buildkit.text import strip_ansi
+
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})$")
 _LAYER = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
@@ -91,7 +90,9 @@ class BuildProgress:
         if isinstance(text, str):
             if _STEP.match(text) or text.startswith(" ---> "):
                 self._flush_partial()  # the builder's own lines start afresh
-            *lines, self._partial = (self._partial + _COLOR.sub("", text)).split("\n")
+            # The classic builder wraps every chunk a step writes to stderr in red (ESC[91m .. ESC[0m),
+            # also mid-line when the program wrote the line in pieces: shown without them.
+            *lines, self._partial = (self._partial + strip_ansi(text)).split("\n")
             for line in lines:
                 for raw in line.splitlines():
                     self._line(raw.rstrip())

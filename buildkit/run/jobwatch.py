@@ -14,7 +14,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from buildkit.accuracy.metrics import ANSI_ESCAPE, parse_line
+from buildkit.accuracy.metrics import parse_line
+from buildkit.text import strip_ansi
 
 # Ray is up: what ray.init prints locally, or on connecting to a cluster (KubeRay, ray start).
 _RAY_UP = re.compile(r"Started a local Ray instance|Connected to Ray cluster|Connecting to existing Ray cluster")
@@ -67,7 +68,7 @@ class JobWatch:
         self.started = self.clock()
 
     def feed(self, raw: str) -> None:
-        line = ANSI_ESCAPE.sub("", raw).rstrip()
+        line = strip_ansi(raw).rstrip()
         if not line.strip():
             return
         self.tail.append(line)
