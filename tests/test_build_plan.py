@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
+import typing
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from buildkit.cli import app
+from buildkit.cli import app, build_cmd
 from buildkit.errors import ExitCode, InputError
 from buildkit.image.build import plan_build
 from buildkit.matrix.load import LoadedMatrix, load_matrix
+from buildkit.plan import INSTALLERS
 from buildkit.settings import Mirrors
 from tests.conftest import MATRIX, ROOT, write_unresolved_locks
 
@@ -207,3 +210,12 @@ def test_the_installer_is_a_build_arg_only_when_it_is_not_the_dockerfiles_defaul
     assert dict(plan_build(loaded, "a3", use_default_ca=False, installer="pip").buildargs)["ASCENDKIT_INSTALLER"] == "pip"
     with pytest.raises(InputError, match="--installer 'conda': choose one of uv, pip"):
         plan_build(loaded, "a3", use_default_ca=False, installer="conda")
+
+
+def test_the_cli_offers_exactly_the_installers_the_plan_knows() -> None:
+    """`build --installer` is a Literal for Typer's own choice checking; it must list what
+    buildkit.plan.INSTALLERS lists, default first."""
+    hint = typing.get_type_hints(build_cmd.build, include_extras=True)["installer"]
+    choices = typing.get_args(typing.get_args(hint)[0])
+    assert choices == INSTALLERS
+    assert inspect.signature(build_cmd.build).parameters["installer"].default == INSTALLERS[0]
