@@ -82,7 +82,7 @@ def _header(inputs: LockInputs, status: str) -> list[str]:
     target = inputs.target
     return [
         f"# ascendkit lock: stack {target.stack_id} on {target.arch} ({inputs.platform}, CPython {inputs.python}).",
-        "# Every Python package of the image, with the hashes pip enforces. Do not edit: run",
+        "# Every Python package of the image, with the hashes its installer (uv; pip with --installer pip) enforces. Do not edit: run",
         f"# `ascendkit lock --stack {target.stack_id} --arch {target.arch}`; `ascendkit render --check` fails when it is stale.",
         f"# format: {LOCK_FORMAT}",
         f"# inputs-sha256: {inputs.digest()}",
