@@ -173,6 +173,9 @@ class Runner:
                         self.changed.release()
                         try:
                             self._start(job)
+                        except (OSError, KeyError) as exc:  # no such program, no env file or variable
+                            job.result, job.detail = FAILED, f"could not start: {exc!r}"
+                            self.say(job.name, job.detail)
                         finally:
                             self.changed.acquire()
                         progressed = True

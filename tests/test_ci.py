@@ -112,3 +112,12 @@ def test_every_test_runs_in_exactly_one_job() -> None:
                 chosen = [name for name, expr in marks.items() if eval(expr, {}, names)]
                 assert len(chosen) == 1, (arm64, names, chosen)
         assert jobs["emulated" if arm64 else "docker"].needs[-1] == "services"
+
+
+def test_a_job_that_cannot_start_fails_and_its_dependents_do_not_run(tmp_path: Path) -> None:
+    def no_env_file() -> dict[str, str]:
+        raise FileNotFoundError("/nowhere/env")
+
+    jobs = [Job("docker", py("print('never')"), env=no_env_file), Job("bench", py("print('never')"), needs=("docker",))]
+    assert not run(jobs, tmp_path).ok
+    assert [j.result for j in jobs] == [FAILED, NOT_RUN] and "/nowhere/env" in jobs[0].detail
