@@ -225,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
     base_env = {**os.environ, "ASCENDKIT_REQUIRE_DOCKER": "1"}
-    for name in ("DOCKER_HOST", "ASCENDKIT_REGISTRY", "ASCENDKIT_STANDIN_IMAGE", "ASCENDKIT_STANDIN_IMAGE_ARM64"):
+    for name in ("DOCKER_HOST", "ASCENDKIT_REGISTRY", "ASCENDKIT_STANDIN_IMAGE", "ASCENDKIT_STANDIN_IMAGE_ARM64", EMULATED_HOST_VAR):
         base_env.pop(name, None)  # the unit job gets no engine; the others get the services' own
     runner = Runner(jobs_for(args.arm64), logs, base_env)
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -239,19 +239,18 @@ def _current(client: docker.APIClient, ref: str) -> bool:
     return labels.get("io.ascendkit.standin.version") == STANDIN_VERSION
 
 
-def _standin_archive(ref: str, deb_arch: str, clients: list[docker.APIClient]) -> Path:
+def _standin_archive(ref: str, deb_arch: str, having: list[docker.APIClient]) -> Path:
     """The stand-in in `docker save` format, kept in STATE for every engine that lacks it: saved from
-    an engine that has it, else made with debootstrap (older versions' archives are removed)."""
+    an engine ``having`` it, else made with debootstrap (older versions' archives are removed)."""
     image = STATE / f"standin-{deb_arch}-v{STANDIN_VERSION}.tar"
     if image.exists():
         return image
     for stale in STATE.glob(f"standin-{deb_arch}-v*.tar"):
         stale.unlink()
-    source = next((client for client in clients if _current(client, ref)), None)
-    if source is not None:
+    if having:
         partial = image.with_suffix(".partial")
         with partial.open("wb") as out:
-            for chunk in source.get_image(ref):
+            for chunk in having[0].get_image(ref):
                 out.write(chunk)
         partial.rename(image)
         return image
@@ -305,7 +304,7 @@ def build_standin(clients: list[docker.APIClient], deb_arch: str) -> str:
     ref = f"{STANDIN_REPO}:{STANDIN_TAGS[deb_arch]}"
     missing = [client for client in clients if not _current(client, ref)]
     if missing:
-        archive = _standin_archive(ref, deb_arch, clients)
+        archive = _standin_archive(ref, deb_arch, [client for client in clients if client not in missing])
         for client in missing:
             with archive.open("rb") as data:
                 client.load_image(data)
