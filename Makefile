@@ -62,7 +62,7 @@ lint: $(STAMP) ## ruff, mypy --strict, import contracts, shellcheck, hadolint, t
 unit: $(STAMP) ## Run the tests that need no Docker engine
 	$(BIN)/pytest -m "not docker"
 
-services: $(STAMP) ## As root: start dockerd, the registry on 127.0.0.1:5000 and the stand-in CANN base
+services: $(STAMP) ## As root: start dockerd, the registry on 127.0.0.1:5000 and the stand-in CANN base (ASCENDKIT_ARM64=1: also the arm64 stand-in and the emulated tests' own engine)
 	$(BIN)/python -m tests.services start $(ARM64_FLAG)
 	@echo "now: set -a; . $(SERVICES_ENV); set +a"
 
