@@ -45,6 +45,9 @@ def test_every_rule_has_tests_below() -> None:
         "python-offered-by-cann-base",
         "torch-npu-matches-cann",
         "known-issues",
+        "one-framework",
+        "openrlhf-matches-stack",
+        "patches-name-pins",
         "one-default-stack",
         "references-exist",
         "hw-names-unambiguous",
@@ -155,6 +158,66 @@ def test_one_default_stack(loaded: LoadedMatrix) -> None:
     assert "cann8.3, cann9.1" in v.message
 
 
+OPENRLHF = "openrlhf-cann8.1"
+
+
+def _data(loaded: LoadedMatrix) -> dict[str, Any]:
+    return loaded.matrix.model_dump(mode="python", exclude_none=True)
+
+
+def test_one_framework(loaded: LoadedMatrix) -> None:
+    assert run("one-framework", loaded.matrix) == []
+    data = _data(loaded)
+    data["stacks"]["cann8.3"]["openrlhf"] = data["stacks"][OPENRLHF]["openrlhf"]
+    del data["stacks"]["cann9.1"]["verl"]
+    found = {v.path: v.message for v in run("one-framework", Matrix.model_validate(data))}
+    assert found == {
+        ("stacks", "cann8.3"): "the stack names verl and openrlhf; an image carries exactly one",
+        ("stacks", "cann9.1"): "the stack names no framework; an image carries exactly one",
+    }
+
+
+def test_openrlhf_matches_stack(loaded: LoadedMatrix) -> None:
+    assert run("openrlhf-matches-stack", loaded.matrix) == []
+    data = _data(loaded)
+    stack = data["stacks"][OPENRLHF]
+    stack["vllm_ascend"]["version"] = "0.9.1"  # a pair vllm-ascend-pairs-vllm would flag too; this rule names the fork's
+    stack["transformers"]["version"] = "4.52.4"
+    del stack["ring_attn_ascend"]
+    found = {v.path: v for v in run("openrlhf-matches-stack", Matrix.model_validate(data))}
+    assert set(found) == {
+        ("stacks", OPENRLHF, "vllm_ascend", "version"),
+        ("stacks", OPENRLHF, "transformers", "version"),
+        ("stacks", OPENRLHF),
+    }
+    wrong = found[("stacks", OPENRLHF, "vllm_ascend", "version")]
+    assert wrong.message == "OpenRLHF 0.7.5's Ascend branch was validated with vllm-ascend ==0.8.5rc1, not 0.9.1"
+    assert wrong.hint == "vllm-ascend 0.8.5rc1"
+    assert "needs ring-attn-ascend (>=0.0.1), which the stack does not pin" in found[("stacks", OPENRLHF)].message
+
+    data = _data(loaded)
+    data["stacks"][OPENRLHF]["openrlhf"]["version"] = "0.9.0"
+    (v,) = run("openrlhf-matches-stack", Matrix.model_validate(data))
+    assert v.path == ("stacks", OPENRLHF, "openrlhf", "version")
+    assert "no Ascend validation for OpenRLHF 0.9.0 is recorded" in v.message and 'compat.openrlhf_ascend."0.9.0"' in v.hint
+
+    data = _data(loaded)
+    data["stacks"][OPENRLHF]["cann"] = "8.2.RC1"
+    paths = {v.path for v in run("openrlhf-matches-stack", Matrix.model_validate(data))}
+    assert paths == {("stacks", OPENRLHF, "cann")}
+
+
+def test_patches_name_pins(loaded: LoadedMatrix) -> None:
+    assert run("patches-name-pins", loaded.matrix) == []
+    data = _data(loaded)
+    data["stacks"][OPENRLHF]["patches"][0]["package"] = "vllm_Ascend"  # any spelling of the pinned distribution
+    assert run("patches-name-pins", Matrix.model_validate(data)) == []
+    data["stacks"][OPENRLHF]["patches"][0]["package"] = "ray"  # installed, but not at a version the matrix pins
+    (v,) = run("patches-name-pins", Matrix.model_validate(data))
+    assert v.path == ("stacks", OPENRLHF, "patches", 0, "package")
+    assert "ray is not a pin of the stack" in v.message and "vllm-ascend" in v.hint
+
+
 def test_references_exist(loaded: LoadedMatrix) -> None:
     m = loaded.matrix
     assert run("references-exist", m) == []
@@ -173,8 +236,9 @@ def test_references_exist(loaded: LoadedMatrix) -> None:
     data = m.model_dump(mode="python", exclude_none=True)
     data["skus"]["a3"]["chip"] = "a4"
     data["repos"]["mindspeed"]["host"] = "gitee"
+    data["stacks"][OPENRLHF]["openrlhf"]["repo"] = "openrlhf"
     paths = {v.path for v in run("references-exist", Matrix.model_validate(data))}
-    assert paths == {("skus", "a3", "chip"), ("repos", "mindspeed", "host")}
+    assert paths == {("skus", "a3", "chip"), ("repos", "mindspeed", "host"), ("stacks", OPENRLHF, "openrlhf", "repo")}
 
 
 def test_hw_names_unambiguous(loaded: LoadedMatrix) -> None:

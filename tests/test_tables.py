@@ -48,7 +48,7 @@ def test_readme_tables_match(loaded: LoadedMatrix) -> None:
 def test_list_json(runner: CliRunner) -> None:
     result = runner.invoke(app, ["matrix", "list", "--json", "--matrix", str(MATRIX)])
     rows = json.loads(result.stdout)
-    assert [r["stack"] for r in rows] == ["cann8.1", "cann8.2", "cann8.3", "cann8.5", "cann9.1"]
+    assert [r["stack"] for r in rows] == ["cann8.1", "cann8.2", "cann8.3", "cann8.5", "cann9.1", "openrlhf-cann8.1"]
     assert [r["stack"] for r in rows if r["default"]] == ["cann8.3"]
 
 
@@ -78,7 +78,7 @@ def test_show_for_people_lists_known_issue(runner: CliRunner) -> None:
 def test_validate_ok(runner: CliRunner) -> None:
     result = runner.invoke(app, ["matrix", "validate", "--matrix", str(MATRIX)])
     assert result.exit_code == 0
-    assert "valid" in result.stdout and "5 stacks (default cann8.3)" in result.stdout
+    assert "valid" in result.stdout and "6 stacks (default cann8.3)" in result.stdout
     assert "warning:" in result.stderr
     data = json.loads(runner.invoke(app, ["matrix", "validate", "--json", "--matrix", str(MATRIX)]).stdout)
     assert data["valid"] is True and len(data["warnings"]) == 7  # a known issue, six git refs that are not commits

@@ -72,7 +72,8 @@ def matrix_list(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = False) 
             "python": s.python,
             "torch_npu": s.torch_npu.version,
             "vllm_ascend": s.vllm_ascend.version,
-            "verl": s.verl.version,
+            "framework": s.framework,
+            "framework_version": s.framework_version,
             "os": list(s.os),
             "arches": list(s.arches),
             "skus": list(s.skus),
@@ -83,7 +84,7 @@ def matrix_list(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = False) 
         print_json(rows)
         return
     table = RichTable(title=f"Stacks in {matrix}")
-    for column in ("stack", "CANN", "Python", "torch_npu", "vllm-ascend", "verl", "OS", "arches", "SKUs"):
+    for column in ("stack", "CANN", "Python", "torch_npu", "vllm-ascend", "framework", "OS", "arches", "SKUs"):
         table.add_column(column)
     for r in rows:
         table.add_row(
@@ -92,7 +93,7 @@ def matrix_list(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = False) 
             str(r["python"]),
             str(r["torch_npu"]),
             str(r["vllm_ascend"]),
-            str(r["verl"]),
+            f"{r['framework']} {r['framework_version']}",
             ", ".join(r["os"]),  # type: ignore[arg-type]
             ", ".join(r["arches"]),  # type: ignore[arg-type]
             ", ".join(r["skus"]),  # type: ignore[arg-type]
@@ -139,6 +140,16 @@ def matrix_show(
     for component, git in s.git_pins().items():
         repo = m.repos[git.repo]
         table.add_row(component, f"{git.ref}  ({m.git_hosts[repo.host].url}/{repo.path}, {git.install})")
+    if s.openrlhf is not None:
+        repo = m.repos[s.openrlhf.repo]
+        built = " ".join(f"{k}={v}" for k, v in s.openrlhf.install_env.items())
+        table.add_row(
+            "openrlhf",
+            f"{s.openrlhf.version} from {m.git_hosts[repo.host].url}/{repo.path} at {s.openrlhf.ref} "
+            f"({s.openrlhf.requirements}{', ' + built if built else ''}; leaves out {', '.join(s.openrlhf.leaves_out) or 'nothing'})",
+        )
+    for patch in s.patches:
+        table.add_row(f"patch {patch.package}", f"{patch.file}: comments out {patch.comment_out!r} ({patch.reason})")
     for pkg, spec in s.constraints.items():
         table.add_row(f"constraint {pkg}", spec)
     for arch, specs in s.constraints_by_arch.items():

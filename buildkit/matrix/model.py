@@ -151,6 +151,58 @@ class GitPin(Frozen):
     )
 
 
+COMMIT_ID = r"^[0-9a-f]{40}$"
+
+
+def _relative_path(value: str) -> str:
+    if value.startswith("/") or ".." in value.split("/") or "" in value.split("/"):
+        raise ValueError(f"{value!r} must be a relative path inside the repository or distribution (no leading /, no .., no //)")
+    return value
+
+
+# A path inside a repository or a distribution: what a patch or a requirements file names.
+RelativePath = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9._/-]+$"), AfterValidator(_relative_path)]
+
+
+class FrameworkSource(Frozen):
+    """An RL framework installed from a git checkout at one commit (its NPU port lives in a fork, not
+    on PyPI): the checkout is built with ``install_env``, its requirements file is locked like every
+    other layer, and the image is checked to hold exactly that commit and ``version``."""
+
+    repo: Identifier = Field(description="key of repos")
+    ref: Annotated[StrictStr, Field(pattern=COMMIT_ID)] = Field(description="the full commit id (40 hex digits): a source pin cannot move")
+    version: PackageVersion = Field(description="the version the checkout installs as (its own version file): verified in the image")
+    requirements: RelativePath = Field(description="the requirements file its setup.py installs with install_env (what the lock resolves)")
+    install_env: dict[Annotated[StrictStr, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], StrictStr] = Field(
+        default={}, description="environment of the checkout's install, e.g. TARGET_DEVICE: NPU"
+    )
+    leaves_out: tuple[PackageName, ...] = Field(
+        default=(), description="packages the NPU install drops (CUDA-only): the lock fails when anything pulls one in"
+    )
+
+
+class SourcePatch(Frozen):
+    """One line of an installed distribution commented out after it is installed, in the open: the
+    build fails when the line is not there exactly once, and verification checks it stayed out."""
+
+    package: PackageName = Field(description="the installed distribution (a pin of the stack) whose file is changed")
+    file: RelativePath = Field(description="the file, relative to the distribution's root in site-packages")
+    comment_out: StrictStr = Field(min_length=1, description="the line as it stands in the file (surrounding whitespace ignored)")
+    reason: StrictStr = Field(min_length=1, description="why, with its source: shown in the Dockerfile and the SBOM")
+
+
+class OpenRlhfLine(Frozen):
+    """What an OpenRLHF release's Ascend branch was validated with (PEP 440 specifiers on the stack's pins)."""
+
+    cann: CannVersion
+    torch_npu: VersionSpecifier
+    vllm: VersionSpecifier
+    vllm_ascend: VersionSpecifier
+    transformers: VersionSpecifier | None = None
+    deepspeed: VersionSpecifier | None = None
+    ring_attn_ascend: VersionSpecifier | None = None
+
+
 class KnownIssue(Frozen):
     torch_npu: PackageVersion
     cann: CannVersion
@@ -167,6 +219,15 @@ class Compat(Frozen):
     known_issues: tuple[KnownIssue, ...] = ()
     verl_npu_autodetect: PackageVersion = Field(
         description="first verl release whose main_ppo sets trainer.device=npu by itself; older ones need the override"
+    )
+    verl_sft_trainer: PackageVersion = Field(
+        description=(
+            "first verl release whose SFT entry point is verl.trainer.sft_trainer (which sets trainer.device=npu itself); "
+            "older ones run verl.trainer.fsdp_sft_trainer and need the override"
+        )
+    )
+    openrlhf_ascend: dict[PackageVersion, OpenRlhfLine] = Field(
+        default={}, description="OpenRLHF release -> the pins its Ascend branch was validated with"
     )
 
 
@@ -202,7 +263,12 @@ class Stack(Frozen):
     mindspeed: GitPin | None = None
     megatron_lm: GitPin | None = None
     mbridge: PypiPin | None = None
-    verl: PypiPin
+    deepspeed: PypiPin | None = None
+    ring_attn_ascend: PypiPin | None = None
+    # The framework the image carries: exactly one of these (rule one-framework).
+    verl: PypiPin | None = None
+    openrlhf: FrameworkSource | None = None
+    patches: tuple[SourcePatch, ...] = Field(default=(), description="lines commented out of installed distributions, each with its reason")
     constraints: dict[PackageName, VersionSpecifier] = {}
     constraints_by_arch: dict[Arch, dict[PackageName, VersionSpecifier]] = {}
     overrides: dict[PackageName, VersionSpecifier] = Field(
@@ -225,9 +291,23 @@ class Stack(Frozen):
             "vllm_ascend": self.vllm_ascend,
             "mbridge": self.mbridge,
             "transformers": self.transformers,
+            "deepspeed": self.deepspeed,
+            "ring_attn_ascend": self.ring_attn_ascend,
             "verl": self.verl,
         }
         return {k: v for k, v in named.items() if v is not None}
+
+    @property
+    def framework(self) -> str:
+        """``verl`` or ``openrlhf``: what the image is for (names its tags, labels and smoke jobs)."""
+        return "openrlhf" if self.openrlhf is not None else "verl"
+
+    @property
+    def framework_version(self) -> str:
+        if self.openrlhf is not None:
+            return self.openrlhf.version
+        assert self.verl is not None, "a loaded stack carries one framework (rule one-framework)"
+        return self.verl.version
 
     def git_pins(self) -> dict[str, GitPin]:
         named = {"mindspeed": self.mindspeed, "megatron_lm": self.megatron_lm}

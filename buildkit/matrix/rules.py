@@ -172,6 +172,81 @@ def known_issues(matrix: Matrix) -> Iterator[Violation]:
                 )
 
 
+@rule("one-framework")
+def one_framework(matrix: Matrix) -> Iterator[Violation]:
+    """An image carries one RL framework: verl from PyPI, or OpenRLHF from its Ascend source."""
+    for name, stack in _stacks(matrix):
+        given = [f for f in FRAMEWORKS if getattr(stack, f) is not None]
+        if len(given) != 1:
+            yield Violation(
+                ("stacks", name),
+                f"the stack names {' and '.join(given) if given else 'no framework'}; an image carries exactly one",
+                hint="either `verl: {version: ...}` or `openrlhf: {repo, ref, version, requirements}`",
+            )
+
+
+FRAMEWORKS = ("verl", "openrlhf")
+
+
+@rule("openrlhf-matches-stack")
+def openrlhf_matches_stack(matrix: Matrix) -> Iterator[Violation]:
+    """The OpenRLHF release's Ascend branch was validated with these pins (compat.openrlhf_ascend)."""
+    table = matrix.compat.openrlhf_ascend
+    for name, stack in _stacks(matrix):
+        if stack.openrlhf is None:
+            continue
+        release = stack.openrlhf.version
+        line = table.get(release)
+        if line is None:
+            yield _no_fact(
+                ("stacks", name, "openrlhf", "version"), f"Ascend validation for OpenRLHF {release}", "openrlhf_ascend", release, table
+            )
+            continue
+        if stack.cann != line.cann:
+            yield Violation(
+                ("stacks", name, "cann"),
+                f"OpenRLHF {release}'s Ascend branch was validated on CANN {line.cann}, not {stack.cann}",
+                hint=f"cann: {line.cann}",
+            )
+        pins = stack.pins()
+        for component in ("torch_npu", "vllm", "vllm_ascend", "transformers", "deepspeed", "ring_attn_ascend"):
+            spec = getattr(line, component)
+            if spec is None:
+                continue
+            pin = pins.get(component)
+            if pin is None:
+                yield Violation(
+                    ("stacks", name),
+                    f"OpenRLHF {release} needs {component.replace('_', '-')} ({spec}), which the stack does not pin",
+                    hint=f"{component}: {{version: ...}} in {spec}",
+                )
+            elif not SpecifierSet(spec).contains(pin.version, prereleases=True):
+                yield Violation(
+                    ("stacks", name, component, "version"),
+                    f"OpenRLHF {release}'s Ascend branch was validated with {component.replace('_', '-')} {spec}, not {pin.version}",
+                    hint=f"{component.replace('_', '-')} {spec.lstrip('=')}" if spec.startswith("==") else f"a version in {spec}",
+                )
+
+
+@rule("patches-name-pins")
+def patches_name_pins(matrix: Matrix) -> Iterator[Violation]:
+    """A patch changes a distribution the stack installs at a pinned version (the line it removes is
+    only known to be there in that version)."""
+    for name, stack in _stacks(matrix):
+        dists = {canonical(pin.package or component.replace("_", "-")): component for component, pin in stack.pins().items()}
+        for i, patch in enumerate(stack.patches):
+            if canonical(patch.package) not in dists:
+                yield Violation(
+                    ("stacks", name, "patches", i, "package"),
+                    f"{patch.package} is not a pin of the stack: a patch needs the exact version it was written for",
+                    hint=", ".join(sorted(dists)),
+                )
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 @rule("one-default-stack")
 def one_default_stack(matrix: Matrix) -> Iterator[Violation]:
     defaults = [name for name, stack in _stacks(matrix) if stack.default]
@@ -205,10 +280,13 @@ def references_exist(matrix: Matrix) -> Iterator[Violation]:
                 yield Violation(("stacks", name, "skus", i), f"unknown SKU {sku_id!r}", hint=", ".join(matrix.skus))
         for component, pin in stack.pins().items():
             yield from _index_refs(matrix, ("stacks", name, component), pin)
-        for component, git in stack.git_pins().items():
-            if git.repo not in matrix.repos:
+        named: list[tuple[str, str]] = [(component, git.repo) for component, git in stack.git_pins().items()]
+        if stack.openrlhf is not None:
+            named.append(("openrlhf", stack.openrlhf.repo))
+        for component, repo_id in named:
+            if repo_id not in matrix.repos:
                 yield Violation(
-                    ("stacks", name, component, "repo"), f"unknown repo {git.repo!r}", hint=", ".join(matrix.repos) or "define repos"
+                    ("stacks", name, component, "repo"), f"unknown repo {repo_id!r}", hint=", ".join(matrix.repos) or "define repos"
                 )
 
 

@@ -15,6 +15,13 @@ def _git(stack: Stack) -> str:
     return " / ".join(parts) if parts else "-"
 
 
+def framework_cell(stack: Stack) -> str:
+    """``verl 0.6.1``; ``OpenRLHF 0.7.5 @06ac74cf`` (built from that commit of its Ascend source)."""
+    if stack.openrlhf is not None:
+        return f"OpenRLHF {stack.openrlhf.version} @{stack.openrlhf.ref[:8]}"
+    return f"verl {stack.framework_version}"
+
+
 def stacks_table(matrix: Matrix) -> Table:
     header = [
         "stack",
@@ -27,7 +34,8 @@ def stacks_table(matrix: Matrix) -> Table:
         "transformers",
         "MindSpeed / Megatron-LM",
         "mbridge",
-        "verl",
+        "DeepSpeed",
+        "framework",
         "OS",
         "SKUs",
     ]
@@ -45,7 +53,8 @@ def stacks_table(matrix: Matrix) -> Table:
                 s.transformers.version,
                 _git(s),
                 s.mbridge.version if s.mbridge else "-",
-                s.verl.version,
+                s.deepspeed.version if s.deepspeed else "-",
+                framework_cell(s),
                 ", ".join(s.os),
                 ", ".join(s.skus),
             ]
