@@ -34,6 +34,7 @@ PROJECTS: dict[str, list[dict[str, Any]]] = {
     "markupsafe": [{"filename": "MarkupSafe-2.0.1.tar.gz"}],
     "iniconfig": [_wheel("iniconfig", "2.0.0", "py3-none-any"), {"filename": "iniconfig-1.1.1.tar.gz"}],
     "six": [_wheel("six", "1.16.0", "py2.py3-none-any", requires=">=3.12")],
+    "docopt": [{"filename": "docopt-0.6.2.tar.gz"}],
 }
 
 
@@ -82,8 +83,8 @@ def index_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def test_every_outcome_against_a_fake_index(index_url: str) -> None:
     matrix = load_matrix(TEST_MATRIX).matrix
-    checks = check_matrix(matrix, IndexClient(retries=0), index_urls={"pypi": index_url, "pypi-again": index_url})
-    by = {(c.arch, c.component): c for c in checks}
+    checks = check_matrix(matrix, IndexClient(retries=0), index_urls={"pypi": index_url, "pypi-again": index_url}, git_timeout=5)
+    by = {(c.arch, c.component): c for c in checks if c.stack == "teststack"}
     assert by[("x86_64", "torch")].status == "found"
     torch_arm = by[("aarch64", "torch")]
     assert torch_arm.status == "missing"
@@ -94,7 +95,13 @@ def test_every_outcome_against_a_fake_index(index_url: str) -> None:
     assert by[("x86_64", "transformers")].status == "missing"  # requires-python excludes 3.11
     assert by[("x86_64", "verl")].detail == f"no project idna on {index_url}"
     assert by[("x86_64", "triton_ascend")].status == "found"  # 0.2.13 fine; the yanked 0.2.14 is not offered
-    assert summarize(checks) == {"found": 9, "missing": 7, "unverified": 0, "conflict": 0}
+    assert summarize([c for c in checks if c.stack == "teststack"]) == {"found": 9, "missing": 7, "unverified": 0, "conflict": 0}
+    openrlhf = {c.component: c for c in checks if c.stack == "teststack-openrlhf"}
+    assert openrlhf["deepspeed"].status == "found", "docopt, sdist-only, is built from source as DeepSpeed is"
+    assert openrlhf["ring_attn_ascend"].detail == f"no project colorama on {index_url}"
+    source = openrlhf["openrlhf"]  # a checkout: its commit asked of its git host, which CI cannot reach
+    assert source.status == "unverified" and source.detail.startswith("git host unreachable: git fetch failed")
+    assert source.source == "https://github.com/ascendkit-standin/OpenRLHF.git@12e2a08edffda11502c61db53dfa9cc7b647b14f"
 
 
 def test_unreachable_index_is_unverified_not_missing(index_url: str) -> None:
@@ -102,6 +109,7 @@ def test_unreachable_index_is_unverified_not_missing(index_url: str) -> None:
     checks = check_matrix(
         matrix, IndexClient(retries=0, timeout=2), index_urls={"pypi": "http://127.0.0.1:9/simple", "pypi-again": index_url}
     )
+    checks = [c for c in checks if c.stack == "teststack"]
     torch = next(c for c in checks if c.component == "torch" and c.arch == "x86_64")
     assert torch.status == "found"  # x86_64 torch uses the other (reachable) index
     others = [c for c in checks if c.component != "torch" or c.arch != "x86_64"]

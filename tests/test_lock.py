@@ -8,6 +8,7 @@ import json
 import shutil
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from buildkit.lock.resolve import _check, assign_layers, parse_uv_output
 from buildkit.lock.sdist import SourceMetadata, read_sdist
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from tests.conftest import ROOT, TEST_MATRIX
+from tests.gitserver import serve
+from tests.openrlhf_standin import REPO_PATH, standin_repository
 
 UV_OUTPUT = """\
 attrs==21.4.0 \\
@@ -238,7 +241,7 @@ def test_resolution_rules(test_loaded: LoadedMatrix) -> None:
 
 
 def test_every_stack_and_arch_has_a_target(test_loaded: LoadedMatrix) -> None:
-    assert [t.name for t in lock_targets(test_loaded)] == ["teststack-x86_64", "teststack-aarch64"]
+    assert [t.name for t in lock_targets(test_loaded)] == ["teststack-x86_64", "teststack-aarch64", "teststack-openrlhf-x86_64"]
     with pytest.raises(InputError, match="unknown --stack 'nope'"):
         lock_targets(test_loaded, "nope")
 
@@ -246,8 +249,8 @@ def test_every_stack_and_arch_has_a_target(test_loaded: LoadedMatrix) -> None:
 def test_an_index_down_today_keeps_a_current_resolved_lock(tmp_path: Path, runner: CliRunner) -> None:
     matrix = _copy_matrix(tmp_path)
     before = (tmp_path / "locks" / "teststack-x86_64.txt").read_text()
-    argv = ["lock", "--matrix", str(matrix), "--arch", "x86_64", "--pip-index-url", "http://127.0.0.1:9/simple", "--json"]
-    result = runner.invoke(app, argv)
+    argv = ["lock", "--matrix", str(matrix), "--stack", "teststack", "--arch", "x86_64", "--pip-index-url", "http://127.0.0.1:9/simple"]
+    result = runner.invoke(app, [*argv, "--json"])
     assert result.exit_code == ExitCode.UNVERIFIED, result.output
     [report] = json.loads(result.stdout)["locks"]
     assert report["status"] == "unresolved" and report["changed"] is False
@@ -258,9 +261,8 @@ def test_an_index_down_today_keeps_a_current_resolved_lock(tmp_path: Path, runne
 def test_unreachable_index_writes_an_unresolved_lock_and_exits_8(tmp_path: Path, runner: CliRunner) -> None:
     matrix = _copy_matrix(tmp_path)
     (tmp_path / "locks" / "teststack-x86_64.txt").unlink()  # nothing resolved to keep
-    result = runner.invoke(
-        app, ["lock", "--matrix", str(matrix), "--arch", "x86_64", "--pip-index-url", "http://127.0.0.1:9/simple", "--json"]
-    )
+    argv = ["lock", "--matrix", str(matrix), "--stack", "teststack", "--arch", "x86_64", "--pip-index-url", "http://127.0.0.1:9/simple"]
+    result = runner.invoke(app, [*argv, "--json"])
     assert result.exit_code == ExitCode.UNVERIFIED, result.output
     report = json.loads(result.stdout)["locks"]
     assert [(r["lock"], r["status"], r["changed"]) for r in report] == [("locks/teststack-x86_64.txt", "unresolved", True)]
@@ -277,9 +279,11 @@ def test_relocking_reproduces_the_committed_test_locks(tmp_path: Path, runner: C
     matrix = _copy_matrix(tmp_path)
     result = runner.invoke(app, ["lock", "--matrix", str(matrix), "--json"])
     assert result.exit_code == 0, result.output
-    assert [r["status"] for r in json.loads(result.stdout)["locks"]] == ["resolved", "resolved"]
+    assert [r["status"] for r in json.loads(result.stdout)["locks"]] == ["resolved", "resolved", "resolved"]
     committed = sorted(p.relative_to(TEST_MATRIX.parent).as_posix() for p in (TEST_MATRIX.parent / "locks").rglob("*.txt"))
-    assert len(committed) == 2 + 2 * 8  # the two locks and their per-layer sections
+    # three locks; the per-layer sections of teststack's two arches and teststack-openrlhf's one; the
+    # OpenRLHF source's requirements file, kept from the lock that read it (no git host was asked now)
+    assert len(committed) == 3 + 2 * 8 + 9 + 1
     for name in committed:
         assert (tmp_path / name).read_text() == (TEST_MATRIX.parent / name).read_text(), name
 
@@ -314,10 +318,10 @@ def test_bumping_verl_changes_only_the_verl_section(tmp_path: Path, runner: CliR
     """Each pip layer COPYs only its own section, so this is what keeps a verl bump a one-layer rebuild."""
     matrix = _copy_matrix(tmp_path, ('version: "3.7"', 'version: "3.6"'))  # verl's stand-in
     loaded = load_matrix(matrix)
-    before = {path: text for t in lock_targets(loaded) for path, text in section_texts(load_matrix(TEST_MATRIX), t).items()}
-    result = runner.invoke(app, ["lock", "--matrix", str(matrix)])
+    before = {path: text for t in lock_targets(loaded, "teststack") for path, text in section_texts(load_matrix(TEST_MATRIX), t).items()}
+    result = runner.invoke(app, ["lock", "--matrix", str(matrix), "--stack", "teststack"])
     assert result.exit_code == 0, result.output
-    after = {path: text for t in lock_targets(loaded) for path, text in section_texts(loaded, t).items()}
+    after = {path: text for t in lock_targets(loaded, "teststack") for path, text in section_texts(loaded, t).items()}
     assert sorted(path for path in after if after[path] != before[path]) == [
         "locks/teststack/verl-aarch64.txt",
         "locks/teststack/verl-x86_64.txt",
@@ -341,3 +345,100 @@ def test_matrix_verify_resolves_each_stack_as_a_whole(tmp_path: Path, runner: Cl
     assert data["summary"]["conflict"] == 1 and data["summary"]["missing"] == 0
     [together] = [r for r in data["results"] if r["component"] == "co-resolution"]
     assert together["status"] == "conflict" and "six" in together["detail"]
+
+
+# --- a framework built from a git checkout: its requirements read at the pinned commit ----------------
+
+
+OPENRLHF = LockTarget("teststack-openrlhf", "x86_64")
+OPENRLHF_LOCK = "locks/teststack-openrlhf-x86_64.txt"
+STORED = "locks/_sources/openrlhf-standin/12e2a08edffda11502c61db53dfa9cc7b647b14f/requirements-npu.txt"
+
+
+@pytest.fixture
+def standin_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """tests/gitserver.py serving the OpenRLHF-shaped stand-in repository: the test matrix's GitHub."""
+    root = tmp_path_factory.mktemp("git")
+    standin_repository(root)
+    with serve(root) as url:
+        yield url
+
+
+def test_a_checkouts_requirements_are_read_from_its_git_host_once_and_kept(tmp_path: Path, runner: CliRunner, standin_host: str) -> None:
+    matrix = _copy_matrix(tmp_path)
+    shutil.rmtree(tmp_path / "locks" / "_sources")
+    (tmp_path / OPENRLHF_LOCK).unlink()
+    argv = ["lock", "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--json"]
+    result = runner.invoke(app, [*argv, "--github-url", standin_host])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / STORED).read_text() == (TEST_MATRIX.parent / STORED).read_text(), "the file at the commit, kept beside the locks"
+    assert (tmp_path / OPENRLHF_LOCK).read_text() == (TEST_MATRIX.parent / OPENRLHF_LOCK).read_text()
+    lock = read_lock(tmp_path / OPENRLHF_LOCK)
+    (line,) = lock.checkouts
+    assert line.startswith(f"openrlhf https://github.com/{REPO_PATH}@12e2a08edffda11502c61db53dfa9cc7b647b14f {STORED} sha256:")
+    assert standin_host not in (tmp_path / OPENRLHF_LOCK).read_text(), "the lock names the matrix's host, not the mirror used"
+    layers = {p.key: layer for layer, p in lock.packages}
+    assert layers["ray"] == "openrlhf" and layers["docopt"] == "deepspeed" and "pynvml" not in layers
+    ray = next(p for _, p in lock.packages if p.key == "ray")
+    assert ray.via == ["requirements-npu.txt of openrlhf"]
+    # kept: a re-lock needs no git host (an unreachable mirror is not even asked)
+    again = runner.invoke(app, [*argv, "--github-url", "http://127.0.0.1:9", "--upgrade"])
+    assert again.exit_code == 0, again.output
+    assert (tmp_path / OPENRLHF_LOCK).read_text() == (TEST_MATRIX.parent / OPENRLHF_LOCK).read_text()
+
+
+def test_without_the_file_or_its_git_host_the_lock_is_unresolved_and_says_why(tmp_path: Path, runner: CliRunner) -> None:
+    matrix = _copy_matrix(tmp_path)
+    shutil.rmtree(tmp_path / "locks" / "_sources")
+    assert "was made from locks/_sources/" in (lock_problem(tmp_path, lock_inputs(load_matrix(matrix), OPENRLHF)) or "")
+    argv = ["lock", "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--github-url", "http://127.0.0.1:9", "--json"]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == ExitCode.UNVERIFIED, result.output
+    [report] = json.loads(result.stdout)["locks"]
+    assert report["status"] == "unresolved" and "127.0.0.1:9" in report["detail"] and "git fetch failed" in report["detail"]
+
+
+def test_a_commit_the_host_does_not_have_fails_the_lock(tmp_path: Path, runner: CliRunner, standin_host: str) -> None:
+    missing = "0123456789abcdef0123456789abcdef01234567"
+    matrix = _copy_matrix(tmp_path, ("ref: 12e2a08edffda11502c61db53dfa9cc7b647b14f", f"ref: {missing}"))
+    argv = ["lock", "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--github-url", standin_host, "--json"]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == ExitCode.CHECK_FAILED, result.output
+    [report] = json.loads(result.stdout)["locks"]
+    assert report["status"] == "failed" and f"has no commit {missing}" in report["detail"]
+
+
+def test_a_package_the_npu_install_leaves_out_fails_the_lock(tmp_path: Path, runner: CliRunner) -> None:
+    matrix = _copy_matrix(tmp_path, ("leaves_out: [flash-attn, bitsandbytes, pynvml]", "leaves_out: [flash-attn, Ray]"))
+    result = runner.invoke(app, ["lock", "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--json"])
+    assert result.exit_code == ExitCode.CHECK_FAILED, result.output
+    [report] = json.loads(result.stdout)["locks"]
+    assert (
+        "ray==2.43.0 (pulled in by requirements-npu.txt of openrlhf) is one of the packages the framework's NPU install leaves out"
+        in (report["detail"])
+    )
+
+
+def test_an_edited_copy_of_the_checkouts_requirements_makes_the_lock_stale(tmp_path: Path) -> None:
+    matrix = _copy_matrix(tmp_path)
+    loaded = load_matrix(matrix)
+    assert lock_problem(tmp_path, lock_inputs(loaded, OPENRLHF)) is None
+    stored = tmp_path / STORED
+    stored.write_text(stored.read_text() + "flash-attn\n")
+    problem = lock_problem(tmp_path, lock_inputs(loaded, OPENRLHF))
+    assert problem is not None and "was made from another" in problem and STORED in problem
+
+
+def test_the_checkout_and_what_it_leaves_out_are_lock_inputs(test_loaded: LoadedMatrix) -> None:
+    inputs = lock_inputs(test_loaded, OPENRLHF)
+    (spec,) = inputs.checkouts
+    assert (spec.layer, spec.repo_path, spec.commit, spec.file) == (
+        "openrlhf",
+        REPO_PATH,
+        "12e2a08edffda11502c61db53dfa9cc7b647b14f",
+        "requirements-npu.txt",
+    )
+    assert spec.install_env == (("TARGET_DEVICE", "NPU"),) and spec.stored == STORED
+    assert inputs.leaves_out == ("bitsandbytes", "flash-attn", "pynvml")
+    plain = lock_inputs(test_loaded, LockTarget("teststack", "x86_64"))
+    assert plain.checkouts == () and plain.leaves_out == ()

@@ -54,6 +54,8 @@ PipIndexUrl = Annotated[str | None, typer.Option("--pip-index-url", help="PyPI m
 PipExtraIndexUrl = Annotated[str | None, typer.Option("--pip-extra-index-url", help="Extra index(es), space separated.")]
 PytorchIndexUrl = Annotated[str | None, typer.Option("--pytorch-index-url", help="Mirror of the PyTorch CPU index (x86_64 torch).")]
 AscendIndexUrl = Annotated[str | None, typer.Option("--ascend-index-url", help="Mirror of Ascend's pip index.")]
+GithubUrl = Annotated[str | None, typer.Option("--github-url", help="GitHub mirror for source checkouts.")]
+GitcodeUrl = Annotated[str | None, typer.Option("--gitcode-url", help="gitcode mirror for source checkouts.")]
 CaBundle = Annotated[
     Path | None, typer.Option("--ca-bundle", help="PEM bundle for pip (default: $PIP_CERT or $SSL_CERT_FILE); never stored in an image.")
 ]

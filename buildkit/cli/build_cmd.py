@@ -16,6 +16,8 @@ from buildkit.cli.base import (
     AscendIndexUrl,
     CaBundle,
     ConfigFile,
+    GitcodeUrl,
+    GithubUrl,
     JsonFlag,
     MatrixPath,
     PipExtraIndexUrl,
@@ -27,7 +29,7 @@ from buildkit.cli.base import (
     user_errors,
 )
 from buildkit.errors import InputError
-from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
+from buildkit.resources import DEFAULT_MATRIX
 from buildkit.settings import resolve_mirrors
 
 if TYPE_CHECKING:
@@ -105,10 +107,13 @@ def build(
     pytorch_index_url: PytorchIndexUrl = None,
     ascend_index_url: AscendIndexUrl = None,
     apt_mirror: Annotated[str | None, typer.Option("--apt-mirror", help="OS package mirror (serves /ubuntu, /ubuntu-ports, ...).")] = None,
-    github_url: Annotated[str | None, typer.Option("--github-url", help="GitHub mirror for source checkouts.")] = None,
-    gitcode_url: Annotated[str | None, typer.Option("--gitcode-url", help="gitcode mirror for source checkouts.")] = None,
+    github_url: GithubUrl = None,
+    gitcode_url: GitcodeUrl = None,
     config: ConfigFile = None,
-    repository: Annotated[str, typer.Option("--repo", help="Local image repository to tag.")] = DEFAULT_REPOSITORY,
+    repository: Annotated[
+        str | None,
+        typer.Option("--repo", help="Local image repository to tag (default ascendkit/<framework>: ascendkit/verl, ascendkit/openrlhf)."),
+    ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
     reverify: Annotated[
         bool,

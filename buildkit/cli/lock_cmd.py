@@ -13,6 +13,8 @@ from buildkit.cli.base import (
     AscendIndexUrl,
     CaBundle,
     ConfigFile,
+    GitcodeUrl,
+    GithubUrl,
     JsonFlag,
     MatrixPath,
     PipIndexUrl,
@@ -32,13 +34,21 @@ if TYPE_CHECKING:
 
 
 def _mirrors(
-    pip_index_url: str | None, pytorch_index_url: str | None, ascend_index_url: str | None, ca_bundle: Path | None, config: Path | None
+    pip_index_url: str | None,
+    pytorch_index_url: str | None,
+    ascend_index_url: str | None,
+    ca_bundle: Path | None,
+    config: Path | None,
+    github_url: str | None = None,
+    gitcode_url: str | None = None,
 ) -> Mirrors:
     return resolve_mirrors(
         {
             "pip_index_url": pip_index_url,
             "pytorch_index_url": pytorch_index_url,
             "ascend_index_url": ascend_index_url,
+            "github_url": github_url,
+            "gitcode_url": gitcode_url,
             "ca_bundle": str(ca_bundle) if ca_bundle else None,
         },
         config=config,
@@ -63,6 +73,8 @@ def lock(
     pip_index_url: PipIndexUrl = None,
     pytorch_index_url: PytorchIndexUrl = None,
     ascend_index_url: AscendIndexUrl = None,
+    github_url: GithubUrl = None,
+    gitcode_url: GitcodeUrl = None,
     ca_bundle: CaBundle = None,
     config: ConfigFile = None,
     as_json: JsonFlag = False,
@@ -70,18 +82,21 @@ def lock(
 ) -> None:
     """Write locks/<stack>-<arch>.txt: every package of the image, pinned with hashes, for the target.
 
+    A framework built from a git checkout (OpenRLHF) has its requirements file read at the pinned
+    commit from its git host (or --github-url / --gitcode-url) once, and kept in locks/_sources/.
+
     Exit 0: all resolved; 1: a stack's pins do not resolve together (its lock is left as it was);
-    8: some lock is marked unresolved because its index could not be reached.
+    8: some lock is marked unresolved because its index or git host could not be reached.
     """
     from buildkit.lock.inputs import lock_targets
-    from buildkit.lock.relock import index_urls_for, lock_all
+    from buildkit.lock.relock import git_hosts_for, index_urls_for, lock_all
     from buildkit.matrix.load import load_matrix
 
     if stack and all_stacks:
         raise InputError("give --stack S or --all, not both")
     loaded = load_matrix(matrix)
     targets = lock_targets(loaded, stack, arch)
-    mirrors = _mirrors(pip_index_url, pytorch_index_url, ascend_index_url, ca_bundle, config)
+    mirrors = _mirrors(pip_index_url, pytorch_index_url, ascend_index_url, ca_bundle, config, github_url, gitcode_url)
     printing = threading.Lock()
 
     def progress(outcome: LockOutcome) -> None:
@@ -96,6 +111,7 @@ def lock(
         upgrade=upgrade,
         jobs=jobs,
         on_done=None if as_json else progress,
+        git_hosts=git_hosts_for(loaded, mirrors),
     )
     failed = [o for o in outcomes if o.status == "failed"]
     unresolved = [o for o in outcomes if o.status == "unresolved"]

@@ -22,8 +22,9 @@ from typing import Literal
 
 from packaging.version import Version
 
+from buildkit.lock.gitsource import GitSourceReader
 from buildkit.lock.index import IndexClient, IndexUnreachable, ProjectMissing, installable, target_tags
-from buildkit.lock.inputs import LockTarget, lock_inputs
+from buildkit.lock.inputs import CheckoutSpec, LockFailed, LockTarget, lock_inputs
 from buildkit.lock.lockfile import lock_problem, read_lock
 from buildkit.lock.relock import lock_one
 from buildkit.lock.sdist import SdistReader
@@ -110,6 +111,18 @@ def _ls_remote(url: str, ref: str, timeout: float) -> tuple[Status, str]:
     return "missing", f"no tag or branch {ref} in {url}"
 
 
+def _check_source(spec: CheckoutSpec, stack_id: str, arch: str, version: str, timeout: float) -> PinCheck:
+    """A framework built from a checkout: its commit fetched from the host, its requirements file read there."""
+    base = PinCheck(stack_id, arch, spec.layer, spec.layer, version, f"{spec.url}@{spec.commit}", "found")
+    try:
+        GitSourceReader(Path(), keep=False, timeout=timeout).fetch(spec)
+    except LockFailed as exc:
+        return _with(base, "missing", str(exc))
+    except IndexUnreachable as exc:
+        return _with(base, "unverified", f"git host unreachable: {exc.why}")
+    return base
+
+
 def _check_git(url: str, stack_id: str, arch: str, component: str, pin: GitPin, timeout: float) -> PinCheck:
     base = PinCheck(stack_id, arch, component, component.replace("_", "-"), pin.ref, url, "found")
     status, detail = _ls_remote(url, pin.ref, timeout)
@@ -130,7 +143,7 @@ def check_matrix(
     urls = {name: (index_urls or {}).get(name, index.url) for name, index in matrix.indexes.items()}
     chosen = list(stacks) if stacks is not None else list(matrix.stacks)
     wanted_arches = list(arches) if arches is not None else list(ARCHES)
-    jobs: list[tuple[str, str, Stack, str, str, PypiPin | GitPin]] = []
+    jobs: list[tuple[str, str, Stack, str, str, PypiPin | GitPin | CheckoutSpec]] = []
     for stack_id in chosen:
         stack = matrix.stacks[stack_id]
         for arch in (a for a in wanted_arches if a in stack.arches):
@@ -138,9 +151,17 @@ def check_matrix(
                 jobs.append(("pypi", stack_id, stack, arch, component, pin))
             for component, git in stack.git_pins().items():
                 jobs.append(("git", stack_id, stack, arch, component, git))
+            if stack.openrlhf is not None:
+                source = stack.openrlhf
+                repo = matrix.repos[source.repo]
+                spec = CheckoutSpec("openrlhf", source.repo, repo.path, matrix.git_hosts[repo.host].url, source.ref, source.requirements)
+                jobs.append(("source", stack_id, stack, arch, "openrlhf", spec))
 
-    def run(job: tuple[str, str, Stack, str, str, PypiPin | GitPin]) -> PinCheck:
+    def run(job: tuple[str, str, Stack, str, str, PypiPin | GitPin | CheckoutSpec]) -> PinCheck:
         kind, stack_id, stack, arch, component, pin = job
+        if kind == "source":
+            assert isinstance(pin, CheckoutSpec)
+            return _check_source(pin, stack_id, arch, stack.framework_version, git_timeout)
         if kind == "git":
             assert isinstance(pin, GitPin)
             repo = matrix.repos[pin.repo]

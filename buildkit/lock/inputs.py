@@ -11,7 +11,7 @@ from packaging.utils import canonicalize_name
 from buildkit.errors import AscendkitError, ExitCode, InputError
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import ARCHES, Arch, Stack
-from buildkit.plan import PRIMARY_INDEX, dist_name, lock_path, stack_layers
+from buildkit.plan import LOCKS_DIR, PRIMARY_INDEX, dist_name, lock_path, stack_layers
 
 LOCK_FORMAT = 1
 # The oldest glibc among the base OSes (Ubuntu 22.04: 2.35), so no locked wheel needs a newer one.
@@ -54,6 +54,31 @@ def python_platform(arch: str) -> str:
 
 
 @dataclass(frozen=True)
+class CheckoutSpec:
+    """A framework built from a git checkout in one layer: the lock resolves its requirements file."""
+
+    layer: str  # the image layer (and distribution) it is built in
+    repo_id: str
+    repo_path: str  # e.g. zhuo97/OpenRLHF.git
+    host_url: str  # the official host the matrix names
+    commit: str
+    file: str  # the requirements file its setup.py reads, relative to the repository
+    install_env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def stored(self) -> str:
+        """Where the file is kept once read, relative to the matrix's directory (``locks/_sources``)."""
+        return f"{SOURCES_DIR}/{self.repo_id}/{self.commit}/{self.file}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.host_url.rstrip('/')}/{self.repo_path}"
+
+
+SOURCES_DIR = f"{LOCKS_DIR}/_sources"  # "_" keeps it apart from the per-stack section folders
+
+
+@dataclass(frozen=True)
 class LockInputs:
     """Everything from the matrix a lock depends on; its digest goes into the lock's header."""
 
@@ -67,6 +92,8 @@ class LockInputs:
     assigned: tuple[tuple[str, str], ...]  # (dist, index name) for every pin
     triton_ascend: str = ""  # the triton-ascend pin's dist, when the stack has one (the CUDA triton must stay out)
     order: tuple[str, ...] = ()  # every pip layer of the image in build order, the pinless build layer included
+    checkouts: tuple[CheckoutSpec, ...] = ()  # frameworks built from a checkout: their requirements file is read at lock time
+    leaves_out: tuple[str, ...] = ()  # canonical names no package of the lock may be (the framework's NPU install drops them)
 
     @property
     def platform(self) -> str:
@@ -86,6 +113,13 @@ class LockInputs:
             "indexes": self.indexes,
             "assigned": self.assigned,
         }
+        # Added only when a stack has them, so the locks of stacks without them keep their digest.
+        if self.checkouts:
+            data["checkouts"] = [
+                [c.layer, c.repo_path, c.host_url, c.commit, c.file, [list(pair) for pair in c.install_env]] for c in self.checkouts
+            ]
+        if self.leaves_out:
+            data["leaves_out"] = list(self.leaves_out)
         return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     @property
@@ -129,6 +163,21 @@ def lock_inputs(loaded: LoadedMatrix, target: LockTarget) -> LockInputs:
         assigned.append((_pin_dist(stack, component), pin.index_for(target.arch)))
     used = sorted({index for _, index in assigned} - {PRIMARY_INDEX})
     constraints = {**stack.constraints, **stack.constraints_by_arch.get(target.arch, {})}
+    checkouts: tuple[CheckoutSpec, ...] = ()
+    if stack.openrlhf is not None:
+        source = stack.openrlhf
+        repo = matrix.repos[source.repo]
+        checkouts = (
+            CheckoutSpec(
+                planned.framework.name,
+                source.repo,
+                repo.path,
+                matrix.git_hosts[repo.host].url,
+                source.ref,
+                source.requirements,
+                tuple(sorted(source.install_env.items())),
+            ),
+        )
     return LockInputs(
         target=target,
         python=stack.python,
@@ -140,6 +189,8 @@ def lock_inputs(loaded: LoadedMatrix, target: LockTarget) -> LockInputs:
         assigned=tuple(sorted(assigned)),
         triton_ascend=_pin_dist(stack, "triton_ascend"),
         order=planned.names,
+        checkouts=checkouts,
+        leaves_out=tuple(sorted(canon(n) for n in stack.openrlhf.leaves_out)) if stack.openrlhf else (),
     )
 
 

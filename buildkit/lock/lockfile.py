@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ from buildkit.matrix.load import LoadedMatrix
 from buildkit.plan import section_path, stack_layers
 
 if TYPE_CHECKING:
+    from buildkit.lock.gitsource import CheckoutRequirements
     from buildkit.lock.sdist import SourceMetadata
 
 
@@ -30,6 +32,7 @@ class LockedPackage:
         return canon(self.name)
 
 
+CHECKOUT_KEY = "source checkout"  # header: LAYER URL@COMMIT STORED-FILE sha256:HEX (its requirements, read at lock time)
 PACKAGE_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s\\;]+)")
 
 
@@ -38,6 +41,7 @@ class Resolution:
     layers: dict[str, list[LockedPackage]]
     sources: tuple[SourceMetadata, ...]
     resolver: str
+    checkouts: tuple[CheckoutRequirements, ...] = ()
 
 
 def render_lock(inputs: LockInputs, resolution: Resolution) -> str:
@@ -55,6 +59,8 @@ def render_lock(inputs: LockInputs, resolution: Resolution) -> str:
             f"requirements from {meta.requires_from}, build requirements from "
             f"{'pyproject.toml' if meta.build_requires != LEGACY_BUILD_REQUIRES else 'the setuptools default'}"
         )
+    for checkout in resolution.checkouts:
+        lines.append(f"# {CHECKOUT_KEY}: {checkout.header_line()}")
     lines.append(f"# packages: {total}")
     for layer, packages in resolution.layers.items():
         lines += ["", f"# layer: {layer}"]
@@ -96,6 +102,7 @@ class LockFile:
     header: dict[str, str]
     layers: dict[str, list[LockedPackage]]
     source_builds: frozenset[str] = frozenset()  # canonical names installed from their sdist
+    checkouts: tuple[str, ...] = ()  # the source checkout header lines: what each checkout's requirements were read from
 
     @property
     def resolved(self) -> bool:
@@ -118,6 +125,7 @@ def read_lock(path: Path) -> LockFile:
     layer = ""
     current: LockedPackage | None = None
     sources: set[str] = set()
+    checkouts: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.startswith("# layer: "):
             layer = line.removeprefix("# layer: ").strip()
@@ -128,6 +136,8 @@ def read_lock(path: Path) -> LockFile:
             header.setdefault(key.strip(), value.strip())
             if key == "source build":
                 sources.add(canon(value.split("==", 1)[0]))
+            elif key == CHECKOUT_KEY:
+                checkouts.append(value.strip())
         elif line and not line[0].isspace() and not line.startswith("#"):
             match = PACKAGE_LINE.match(line)
             if match is None or not layer:
@@ -144,7 +154,7 @@ def read_lock(path: Path) -> LockFile:
                 current.via = [v for v in stripped.removeprefix("# via: ").split(", ") if v]
     if "inputs-sha256" not in header or "status" not in header:
         raise InputError(f"{path}: not an ascendkit lock (no inputs-sha256/status header)")
-    return LockFile(path, header, layers, frozenset(sources))
+    return LockFile(path, header, layers, frozenset(sources), tuple(checkouts))
 
 
 def section_texts(loaded: LoadedMatrix, target: LockTarget) -> dict[str, str]:
@@ -206,4 +216,12 @@ def lock_problem(root: Path, inputs: LockInputs) -> str | None:
         return f"{exc}: run `{command}`"
     if lock.header.get("format") != str(LOCK_FORMAT) or lock.header.get("inputs-sha256") != inputs.digest():
         return f"{inputs.target.path} is stale: the matrix changed since it was made; run `{command}`"
+    for line in lock.checkouts:
+        _, _, stored, digest = [*line.split(" "), "", "", "", ""][:4]
+        try:
+            text = (root / stored).read_text(encoding="utf-8")
+        except OSError:
+            return f"{inputs.target.path} was made from {stored}, which is missing: restore it, or run `{command}` to read it again"
+        if f"sha256:{hashlib.sha256(text.encode('utf-8')).hexdigest()}" != digest:
+            return f"{inputs.target.path} was made from another {stored} than the one there (its sha256 differs): run `{command}`"
     return None

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from buildkit.errors import InputError
 from buildkit.fsio import write_atomic
+from buildkit.lock.gitsource import GitSourceReader
 from buildkit.lock.index import IndexClient, IndexUnreachable, ProjectMissing
 from buildkit.lock.inputs import LockFailed, LockInputs, LockTarget, lock_inputs
 from buildkit.lock.lockfile import lock_problem, render_lock, render_unresolved, write_sections
@@ -84,9 +85,11 @@ def lock_one(
     ca_bundle: Path | None = None,
     upgrade: bool = False,
     write: bool = True,
+    git: GitSourceReader | None = None,
 ) -> LockOutcome:
     started = time.monotonic()
     inputs = lock_inputs(loaded, target)
+    git = git or GitSourceReader(loaded.root, keep=write)
     path = loaded.root / target.path
     old = path.read_text(encoding="utf-8") if path.is_file() else None
     try:
@@ -95,9 +98,18 @@ def lock_one(
             text, status, detail, count = render_unresolved(inputs, reason), "unresolved", reason, 0
         else:
             sources = [reader.metadata(index_urls[_index_of(inputs, dist)], dist, version) for dist, version in inputs.source_builds]
+            checkouts = tuple(git.requirements(spec) for spec in inputs.checkouts)
             previous = old if (old and not upgrade and "# status: resolved" in old) else None
             # narrowing hashes to the target's files costs an index query per package: only for a lock kept
-            resolution = resolve(inputs, sources, index_urls, ca_bundle=ca_bundle, previous=previous, client=client if write else None)
+            resolution = resolve(
+                inputs,
+                sources,
+                index_urls,
+                ca_bundle=ca_bundle,
+                previous=previous,
+                client=client if write else None,
+                checkouts=checkouts,
+            )
             text, status, count = render_lock(inputs, resolution), "resolved", sum(len(p) for p in resolution.layers.values())
             detail = f"{count} packages"
     except IndexUnreachable as exc:
@@ -130,19 +142,30 @@ def lock_all(
     upgrade: bool = False,
     jobs: int = 4,
     on_done: Callable[[LockOutcome], None] | None = None,
+    git_hosts: dict[str, str] | None = None,
 ) -> list[LockOutcome]:
-    """Lock every target, ``jobs`` at a time; outcomes in the order of ``targets``."""
+    """Lock every target, ``jobs`` at a time; outcomes in the order of ``targets``. ``git_hosts``
+    maps a git host's URL in the matrix to the mirror to read checkouts from."""
     client = IndexClient(ca_bundle=ca_bundle)
     reader = SdistReader(client)
+    git = GitSourceReader(loaded.root, git_hosts)
 
     def one(target: LockTarget) -> LockOutcome:
-        outcome = lock_one(loaded, target, client=client, reader=reader, index_urls=index_urls, ca_bundle=ca_bundle, upgrade=upgrade)
+        outcome = lock_one(
+            loaded, target, client=client, reader=reader, index_urls=index_urls, ca_bundle=ca_bundle, upgrade=upgrade, git=git
+        )
         if on_done is not None:
             on_done(outcome)
         return outcome
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(one, targets))
+
+
+def git_hosts_for(loaded: LoadedMatrix, mirrors: Mirrors) -> dict[str, str]:
+    """A git host's URL in the matrix -> the mirror given for it (flag, environment, config file)."""
+    redirected = mirrors.build_args()
+    return {host.url: redirected[host.arg] for host in loaded.matrix.git_hosts.values() if redirected.get(host.arg)}
 
 
 def index_urls_for(loaded: LoadedMatrix, mirrors: Mirrors) -> dict[str, str]:

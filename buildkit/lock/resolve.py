@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from packaging.requirements import Requirement
 
 from buildkit.errors import InputError
+from buildkit.lock.gitsource import CheckoutRequirements
 from buildkit.lock.index import IndexClient, IndexUnreachable, ProjectMissing, installable, target_tags
 from buildkit.lock.inputs import UV_TIMEOUT_S, LockFailed, LockInputs, canon
 from buildkit.lock.lockfile import PACKAGE_LINE, LockedPackage, Resolution
@@ -127,12 +128,16 @@ def resolve(
     ca_bundle: Path | None = None,
     previous: str | None = None,
     client: IndexClient | None = None,
+    checkouts: tuple[CheckoutRequirements, ...] = (),
 ) -> Resolution:
     """Run uv for one target and split the result by layer. ``index_urls`` maps each index name to
     the URL to use (a mirror, maybe with credentials); ``previous`` is the current lock's text,
-    whose versions uv keeps where they still fit (``ascendkit lock --upgrade`` passes None)."""
+    whose versions uv keeps where they still fit (``ascendkit lock --upgrade`` passes None);
+    ``checkouts`` are the requirements of the layers built from a git checkout (their roots)."""
     pinned = inputs.pinned
-    layer_requirements = dict(inputs.layers)
+    layer_requirements = {layer: list(pins) for layer, pins in inputs.layers}
+    for checkout in checkouts:
+        layer_requirements.setdefault(checkout.spec.layer, []).extend(checkout.requires)
     build: list[str] = []
     for meta in sources:
         for requirement in meta.build_requires:
@@ -143,7 +148,7 @@ def resolve(
         work = Path(tmp)
         layer_files = {}
         for number, layer in enumerate(inputs.order, start=1):
-            requirements = build if layer == BUILD_LAYER else list(layer_requirements.get(layer, ()))
+            requirements = build if layer == BUILD_LAYER else layer_requirements.get(layer, [])
             if not requirements:
                 continue  # the build layer, when every build requirement is a pin of the stack
             filename = f"{number:02d}-{layer}.in"
@@ -212,7 +217,10 @@ def resolve(
             package.source = candidates[0]
         else:
             package.source = url  # not an index of this target: _check reports it for a pin
-    _check(inputs, packages)
+    labels = {f"-r {name}": f"pins of layer {layer}" for layer, name in layer_files.items()}
+    for checkout in checkouts:  # its roots are its requirements file, not pins of the matrix
+        labels[f"-r {layer_files[checkout.spec.layer]}"] = f"{checkout.spec.file} of {checkout.spec.layer}"
+    _check(inputs, packages, labels)
     sdists = {canon(m.dist): f"sha256:{m.sha256}" for m in sources}
     for package in packages:
         if package.key in sdists:
@@ -222,10 +230,9 @@ def resolve(
     if client is not None:
         _keep_target_files(client, packages, index_urls, inputs)
     layers = assign_layers(packages, layer_files)
-    pins_of = {f"-r {name}": f"pins of layer {layer}" for layer, name in layer_files.items()}
     for package in packages:
-        package.via = [pins_of.get(v, v) for v in package.via]
-    return Resolution(layers, tuple(sources), uv_version())
+        package.via = [labels.get(v, v) for v in package.via]
+    return Resolution(layers, tuple(sources), uv_version(), checkouts)
 
 
 def _keep_target_files(client: IndexClient, packages: list[LockedPackage], index_urls: dict[str, str], inputs: LockInputs) -> None:
@@ -259,9 +266,14 @@ def _redact(text: str, urls: object) -> str:
     return text
 
 
-def _check(inputs: LockInputs, packages: list[LockedPackage]) -> None:
-    """Rules the resolution must keep: pins unchanged, pins from their assigned index, no CUDA triton."""
+def _check(inputs: LockInputs, packages: list[LockedPackage], labels: dict[str, str] | None = None) -> None:
+    """Rules the resolution must keep: pins unchanged, pins from their assigned index, no CUDA triton,
+    nothing the framework's NPU install leaves out. ``labels`` name uv's ``-r FILE`` parents."""
     found = {p.key: p for p in packages}
+
+    def via(name: str) -> str:
+        return ", ".join((labels or {}).get(v, v) for v in found[name].via)
+
     problems = []
     for dist, version in inputs.pinned.items():
         package = found.get(dist)
@@ -271,9 +283,15 @@ def _check(inputs: LockInputs, packages: list[LockedPackage]) -> None:
         package = found.get(canon(dist))
         if package is not None and package.source != index:
             problems.append(f"{dist} came from {package.source or 'an unknown index'}, but the matrix assigns it to {index}")
+    for name in inputs.leaves_out:
+        if name in found:
+            problems.append(
+                f"{name}=={found[name].version} (pulled in by {via(name)}) is one of the packages the "
+                "framework's NPU install leaves out (CUDA-only): pin or constrain what pulls it in"
+            )
     if inputs.triton_ascend and "triton" in found:
         problems.append(
-            f"triton=={found['triton'].version} (the CUDA build, pulled in by {', '.join(found['triton'].via)}) "
+            f"triton=={found['triton'].version} (the CUDA build, pulled in by {via('triton')}) "
             "would overwrite triton-ascend's files: pin or constrain what pulls it in"
         )
     if problems:

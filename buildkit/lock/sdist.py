@@ -9,6 +9,7 @@ import sys
 import tarfile
 import threading
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -63,29 +64,40 @@ class _Archive:
         return None if data is None else data.decode("utf-8", errors="replace")
 
 
-def _requirement_lines(archive: _Archive, name: str, seen: frozenset[str] = frozenset()) -> list[str]:
+def _requirement_lines(archive: _Archive, name: str) -> list[str]:
     """Requirements of one requirements file in the sdist, following ``-r`` includes."""
     text = archive.text(name)
     if text is None:
         raise InputError(f"{archive.path.name}: {name} is included but not in the sdist")
+    return requirement_lines(text, f"{archive.path.name}: {name}", name, archive.text)
+
+
+def requirement_lines(
+    text: str, where: str, name: str, include: Callable[[str], str | None] | None = None, seen: frozenset[str] = frozenset()
+) -> list[str]:
+    """The requirements of a requirements file's ``text`` (``name``: its path, for ``-r`` includes,
+    which ``include`` reads; ``where`` names it in errors). Index options are dropped: the matrix
+    decides indexes."""
     result: list[str] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = re.sub(r"(^|\s)#.*$", "", raw).strip()
         if not line:
             continue
         if line.startswith(("-r ", "--requirement ")):
-            include = str(PurePosixPath(name).parent / line.split(None, 1)[1])
-            include = os.path.normpath(include)
-            if include in seen:
+            target = os.path.normpath(str(PurePosixPath(name).parent / line.split(None, 1)[1]))
+            if target in seen:
                 continue
-            result += _requirement_lines(archive, include, seen | {name})
+            included = include(target) if include is not None else None
+            if included is None:
+                raise InputError(f"{where} line {number}: includes {target}, which cannot be read here")
+            result += requirement_lines(included, where.replace(name, target), target, include, seen | {name})
             continue
         if line.startswith("-"):
             continue  # index options (--extra-index-url, --pre): the matrix decides indexes
         try:
             Requirement(line)
         except InvalidRequirement as exc:
-            raise InputError(f"{archive.path.name}: {name} line {number}: not a requirement: {line!r} ({exc})") from None
+            raise InputError(f"{where} line {number}: not a requirement: {line!r} ({exc})") from None
         result.append(line)
     return result
 
