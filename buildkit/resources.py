@@ -21,4 +21,9 @@ SMOKE_DIR = _data_dir("smoke_tests")
 
 # Defaults the CLI shows in --help: kept here, so `ascendkit --help` loads none of the pipeline.
 DEFAULT_MATRIX = Path("compat_matrix.yaml")
-DEFAULT_REPOSITORY = "ascendkit/verl"  # where `ascendkit build` tags images locally
+REPOSITORY_PREFIX = "ascendkit"  # `ascendkit build` tags images locally as ascendkit/<framework>
+
+
+def default_repository(framework: str) -> str:
+    """Where ``ascendkit build`` tags an image of ``framework`` locally: ascendkit/verl, ascendkit/openrlhf."""
+    return f"{REPOSITORY_PREFIX}/{framework}"

@@ -24,7 +24,8 @@ def test_expected_outputs_cover_everything(loaded: LoadedMatrix) -> None:
     paths = {f.path for f in generate.expected_outputs(loaded)}
     assert {"Dockerfile.a2", "Dockerfile.a3", "README.md", "compat_matrix.schema.json"} <= paths
     assert "dockerfiles/cann9.1/Dockerfile.a3-openeuler24.03" in paths
-    assert len([p for p in paths if p.startswith("dockerfiles/")]) == 13
+    assert "dockerfiles/openrlhf-cann8.1/Dockerfile.a2-ubuntu22.04" in paths
+    assert len([p for p in paths if p.startswith("dockerfiles/")]) == 14
 
 
 def test_drift_in_a_dockerfile_is_reported_and_fixed(repo_copy: Path, runner: CliRunner) -> None:

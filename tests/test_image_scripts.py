@@ -8,11 +8,16 @@ Docker build tests.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
 import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,7 +98,7 @@ def test_served_secrets_reach_pip_and_are_gone_when_the_step_ends(loaded: Loaded
 def test_the_scripts_agree_with_the_paths_the_python_side_uses() -> None:
     build_env = BUILD_ENV_SH.read_text()
     assert f"{IMAGE_LOCKS_DIR}/${{layer}}-${{arch}}.txt" in build_env and f'{IMAGE_LOCKS_DIR}/*-"${{arch}}".txt' in build_env
-    assert build_env.count(CONSTRAINTS_FILE) == 2
+    assert build_env.count(CONSTRAINTS_FILE) == 3
     assert f"${{{SECRETS_ARG}:-}}" in build_env
     assert f"exec python3 {DOCTOR_PATH} " in context_file("in_image_cli").read_text()
     assert BUILD_ENV.endswith("/build-env.sh") and ENTRYPOINT == "/usr/local/bin/ascendkit-entrypoint"
@@ -134,3 +139,59 @@ def test_uv_gets_the_indexes_and_wheelhouse_pip_gets(loaded: LoadedMatrix, tmp_p
         tmp_path, "aarch64", args, '{ set +x; } 2>/dev/null; printf "%s|%s" "${UV_INDEX_URL}" "${UV_EXTRA_INDEX_URL-unset}"'
     )
     assert defaults.stdout == f"{args['PIP_INDEX_URL']}|unset"
+
+
+# ---- patch.py: a line commented out of an installed distribution, in the open --------------------------
+
+
+def _installed(site: Path, source: str) -> Path:
+    """A distribution ``demo`` 1.0 installed in ``site`` (what pip leaves: the package and its metadata)."""
+    (site / "demo-1.0.dist-info").mkdir(parents=True)
+    (site / "demo-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
+    (site / "demo").mkdir()
+    module = site / "demo" / "platform.py"
+    module.write_text(source)
+    return module
+
+
+def _patch_tool() -> Any:
+    spec = importlib.util.spec_from_file_location("ascendkit_patch", context_file("patch_tool"))
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_patch_comments_out_the_line_once_and_records_a_diff(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    line = 'os.environ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = "1"'
+    module = _installed(tmp_path / "site", f"import os\n\nif True:\n    {line}\nX = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    record = tmp_path / "patches.json"
+    entry = _patch_tool().patch("demo", "demo/platform.py", line, "a device error (the fork's docs)", record)
+    text = module.read_text()
+    assert text == f"import os\n\nif True:\n    pass  # ascendkit patch (see /etc/ascendkit/patches.json): {line}\nX = 1\n", (
+        "indent kept, and the block it was the only statement of stays valid"
+    )
+    assert entry["line"] == 4 and entry["version"] == "1.0" and entry["package"] == "demo"
+    assert entry["sha256_after"] == hashlib.sha256(text.encode()).hexdigest() != entry["sha256_before"]
+    assert entry["diff"].startswith("--- a/demo/platform.py\n+++ b/demo/platform.py\n") and f"-    {line}\n" in entry["diff"]
+    assert json.loads(record.read_text()) == [entry]
+    assert (module.parent / "__pycache__").is_dir(), "the bytecode is made again for the new text"
+    with pytest.raises(SystemExit, match="stands there 0 times, not once; the patch was written for another version"):
+        _patch_tool().patch("demo", "demo/platform.py", line, "again", record)
+    assert json.loads(record.read_text()) == [entry], "a refused patch records nothing"
+
+
+def test_patch_refuses_a_line_twice_a_missing_file_or_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _installed(tmp_path / "site", "x = 1\nx = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    tool, record = _patch_tool(), tmp_path / "patches.json"
+    with pytest.raises(SystemExit, match=r"demo 1\.0 demo/platform\.py: the line 'x = 1' stands there 2 times"):
+        tool.patch("demo", "demo/platform.py", "x = 1", "r", record)
+    with pytest.raises(SystemExit, match=r"demo 1\.0 demo/nope\.py: no such file in the installed distribution"):
+        tool.patch("demo", "demo/nope.py", "x = 1", "r", record)
+    with pytest.raises(SystemExit, match="nope is not installed"):
+        tool.patch("nope", "demo/platform.py", "x = 1", "r", record)
+    assert not record.exists()
+    proc = subprocess.run([sys.executable, str(context_file("patch_tool"))], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and "usage: patch.py DIST FILE LINE REASON" in proc.stderr

@@ -217,6 +217,37 @@ def test_git_checkouts_pinned_and_recorded(loaded: LoadedMatrix) -> None:
     assert ">> /etc/ascendkit/git-revisions.txt" in text
 
 
+def test_openrlhf_is_built_from_its_pinned_commit_for_npu_last(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a2", "openrlhf-cann8.1")
+    steps = instructions(text)
+    last = next(i for i in steps if i.startswith("RUN") and "OpenRLHF.git" in i)
+    commit = "06ac74cf1ea896c379ef4cb6a39dbd8488fb16fd"
+    assert 'git clone --filter=blob:none --no-checkout "${GITHUB_URL}/zhuo97/OpenRLHF.git" /tmp/OpenRLHF' in last
+    assert f'test "$(git -C /tmp/OpenRLHF rev-parse HEAD)" = {commit}' in last, "the build fails on any other commit"
+    parts = ("ascendkit_install openrlhf;", "TARGET_DEVICE=NPU ascendkit_install_checkout openrlhf", "rm -rf")
+    order = [last.index(part) for part in parts]
+    assert order == sorted(order), "its locked requirements, then the checkout itself, then nothing left behind"
+    pips = [i for i in steps if i.startswith("RUN") and "build-env.sh" in i]
+    assert pips[-1] == last, "the framework is the last (most volatile) layer"
+    assert "ARG GITHUB_URL=https://github.com" in steps and "ARG GITCODE_URL=https://gitcode.com" not in steps
+    assert 'io.ascendkit.framework="openrlhf"' in text
+    assert f'io.ascendkit.commit.openrlhf="{commit}"' in text
+
+
+def test_a_patch_runs_right_after_the_layer_that_installs_its_package(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a2", "openrlhf-cann8.1")
+    steps = instructions(text)
+    (layer,) = [i for i in steps if i.startswith("RUN") and "ascendkit_install vllm-ascend " in i]
+    install = layer.index("ascendkit_install vllm-ascend vllm-ascend==0.8.5rc1;")
+    patch = layer.index("python3 /usr/local/lib/ascendkit/patch.py vllm-ascend vllm_ascend/platform.py")
+    assert install < patch < layer.index(">> /etc/ascendkit/constraints.txt")
+    assert """'os.environ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = "1"'""" in layer, "the line, quoted for the shell"
+    assert "COPY buildkit/image/files/patch.py /usr/local/lib/ascendkit/patch.py" in steps
+    assert "#    Patched after the install (vllm-ascend vllm_ascend/platform.py): with it Ray does not set" in text, "the reason"
+    verl = render(loaded, "a3", "cann8.3")
+    assert "patch.py" not in verl, "an image with nothing to patch carries no patch tool"
+
+
 def test_every_pin_is_held_for_later_layers(loaded: LoadedMatrix) -> None:
     text = render(loaded, "a3", "cann9.1")
     appended = " ".join(re.findall(r"printf '%s\\n' ([^>]+) >> /etc/ascendkit/constraints.txt", text))
@@ -228,7 +259,8 @@ def test_target_filenames(loaded: LoadedMatrix) -> None:
     targets = all_targets(loaded)
     assert RenderTarget("cann8.1", "a2", "ubuntu22.04") in targets
     assert not any(t.stack_id == "cann8.1" and t.chip_id == "a3" for t in targets)  # 8.1 is A2-only
-    assert len(targets) == 13
+    assert RenderTarget("openrlhf-cann8.1", "a2", "ubuntu22.04") in targets
+    assert len(targets) == 14
     assert RenderTarget("cann9.1", "a3", "openeuler24.03").filename == "Dockerfile.a3-openeuler24.03"
 
 

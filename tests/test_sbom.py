@@ -115,6 +115,44 @@ def test_rpm_and_git_checkouts(loaded: Any) -> None:
     assert by_ref["git:mindspeed"]["purl"].startswith(f"pkg:generic/mindspeed@{'f' * 40}?vcs_url=git%2Bhttps")
 
 
+def test_a_framework_from_a_checkout_and_a_patched_package(loaded: Any) -> None:
+    """OpenRLHF built from the fork's commit: a PyPI name and version, but its purl says which source;
+    vllm-ascend with a line commented out: its pedigree carries the diff and the reason."""
+    plan = plan_image(loaded, plan_target(loaded, "a2", "openrlhf-cann8.1", None), "aarch64")
+    commit = "06ac74cf1ea896c379ef4cb6a39dbd8488fb16fd"
+    diff_text = "--- a/vllm_ascend/platform.py\n+++ b/vllm_ascend/platform.py\n@@ -48 +48 @@\n-os.environ[...]\n+# ascendkit patch ...\n"
+    record = {
+        "package": "vllm_ascend",
+        "version": "0.8.5rc1",
+        "file": "vllm_ascend/platform.py",
+        "line": 48,
+        "comment_out": 'os.environ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = "1"',
+        "reason": "device error",
+        "diff": diff_text,
+    }
+    found = facts(
+        packages={"openrlhf": "0.7.5", "vllm-ascend": "0.8.5rc1"},
+        git_revisions=f"openrlhf {commit} {commit}\n",
+        patches=(record,),
+        machine="aarch64",
+    )
+    document = sbom_document(found, plan, BASE, "ascendkit/openrlhf")
+    validate(document)
+    by_ref = {c["bom-ref"]: c for c in document["components"]}
+    framework = by_ref["pypi:openrlhf"]
+    assert framework["purl"] == f"pkg:pypi/openrlhf@0.7.5?vcs_url=git%2Bhttps%3A%2F%2Fgithub.com%2Fzhuo97%2FOpenRLHF.git%40{commit}"
+    props = {p["name"]: p["value"] for p in framework["properties"]}
+    assert props == {"ascendkit:component": "openrlhf", "ascendkit:source": f"git https://github.com/zhuo97/OpenRLHF.git@{commit}"}
+    assert by_ref["git:openrlhf"]["purl"] == f"pkg:github/zhuo97/openrlhf@{commit}"
+    patched = by_ref["pypi:vllm-ascend"]
+    diff = {"text": {"contentType": "text/x-diff", "content": diff_text}}
+    assert patched["pedigree"]["patches"] == [{"type": "unofficial", "diff": diff}]
+    assert patched["pedigree"]["notes"] == "vllm_ascend/platform.py line 48 commented out: device error"
+    assert {"name": "ascendkit:patched", "value": "yes"} in patched["properties"]
+    shown = {e.name: e.detail for e in entries(document)}
+    assert shown["vllm-ascend"] == "vllm_ascend, patched" and shown["openrlhf"] == "openrlhf"
+
+
 def test_lock_hashes_follow_their_requirement() -> None:
     assert lock_hashes({"a": LOCK}) == {"tomli": {"2.0.0": [HASH, "b" * 64]}, "idna": {"3.7": ["c" * 64]}}
 

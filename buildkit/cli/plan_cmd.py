@@ -10,7 +10,7 @@ from rich.table import Table as RichTable
 
 from buildkit.cli.base import ArchChoice, JsonFlag, MatrixPath, app, out, print_json, user_errors
 from buildkit.errors import InputError
-from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
+from buildkit.resources import DEFAULT_MATRIX, default_repository
 
 if TYPE_CHECKING:
     from buildkit.matrix.load import LoadedMatrix
@@ -43,7 +43,9 @@ def plan(
     hw: Annotated[str | None, typer.Option("--hw", help="Only this SKU's or chip family's images.")] = None,
     os_name: Annotated[str | None, typer.Option("--os", help="Only this base OS.")] = None,
     arch: ArchChoice = None,
-    repository: Annotated[str, typer.Option("--repo", help="Image repository the tags are shown in.")] = DEFAULT_REPOSITORY,
+    repository: Annotated[
+        str | None, typer.Option("--repo", help="Image repository the tags are shown in (default ascendkit/<framework>).")
+    ] = None,
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
@@ -58,7 +60,7 @@ def plan(
     loaded = load_matrix(matrix)
     fleet = plan_fleet(loaded, stack=stack, hw=hw, os_name=os_name, arch=arch)
     states = {(p.stack_id, p.arch): lock_state(loaded, LockTarget(p.stack_id, p.arch)) for p in fleet}  # a lock serves every chip and OS
-    targets = [describe_target(loaded, p, repository, states[p.stack_id, p.arch]) for p in fleet]
+    targets = [describe_target(loaded, p, repository or default_repository(p.framework), states[p.stack_id, p.arch]) for p in fleet]
     if as_json:
         print_json(targets)
         return

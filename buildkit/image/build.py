@@ -38,7 +38,7 @@ from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import DOCKER_ARCH, Arch, normalize_arch
 from buildkit.plan import INSTALLER_ARG, INSTALLERS, ImagePlan, hosts_arch, plan_image, plan_target
 from buildkit.reach import engine_said
-from buildkit.resources import DEFAULT_REPOSITORY
+from buildkit.resources import default_repository
 from buildkit.settings import Mirrors, default_ca_bundle, read_ca_bundle, split_credentials
 
 
@@ -161,7 +161,7 @@ def plan_build(
     base_image: str | None = None,
     mirrors: Mirrors | None = None,
     use_default_ca: bool = True,
-    repository: str = DEFAULT_REPOSITORY,
+    repository: str | None = None,
     no_cache: bool = False,
     manifest_dir: Path = Path("manifests"),
     wheelhouse: Path | None = None,
@@ -170,11 +170,13 @@ def plan_build(
 ) -> BuildPlan:
     """Everything one build needs, checked before the engine is touched. ``wheelhouse`` makes the
     build offline: pip installs only from that directory, which must hold every locked package.
-    ``installer`` installs the locked layers: uv (the Dockerfile's default) or pip."""
+    ``installer`` installs the locked layers: uv (the Dockerfile's default) or pip. ``repository``
+    is where the image is tagged locally (default ascendkit/<its framework>)."""
     check_names(repository, base_image)
     if installer not in INSTALLERS:
         raise InputError(f"--installer {installer!r}: choose one of {', '.join(INSTALLERS)}")
     image = plan_image(loaded, plan_target(loaded, hw, stack, os_name), arch or hosts_arch(loaded, hw))
+    repository = repository or default_repository(image.framework)
     mirrors = mirrors or Mirrors()
     base_registry = mirrors.get("base_registry")
     if base_image and base_registry:
@@ -223,6 +225,9 @@ def plan_build(
         lock=image.lock_path if lock_status == "resolved" else "",
         locked=locked,
         unresolved_lock=image.lock_path if lock_status != "resolved" else "",
+        commits=image.expected_sources.commits,
+        leaves_out=image.expected_sources.leaves_out,
+        patches=image.expected_sources.patches,
     )
     return BuildPlan(
         image=image,
@@ -241,7 +246,7 @@ def plan_build(
     )
 
 
-def check_names(repository: str, base_image: str | None) -> None:
+def check_names(repository: str | None, base_image: str | None) -> None:
     """``--repo``: a repository name the engine accepts for a tag, without a tag or digest of its own;
     ``--base-image``: an image reference. The same for every target of ``build --all``."""
     if base_image is not None and not IMAGE_REFERENCE.match(base_image):
@@ -249,6 +254,8 @@ def check_names(repository: str, base_image: str | None) -> None:
             f"--base-image {base_image!r} is not an image reference: NAME[:TAG][@sha256:<64 hex>], "
             "e.g. quay.io/ascend/cann:8.3.rc1-a3-ubuntu22.04-py3.11"
         )
+    if repository is None:
+        return
     match = IMAGE_REFERENCE.match(repository)
     if not match or match["tag"] or match["digest"]:
         raise InputError(

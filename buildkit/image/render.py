@@ -38,6 +38,8 @@ BUILD_ENV = "/usr/local/lib/ascendkit/build-env.sh"
 DOCTOR_PATH = "/usr/local/lib/ascendkit/doctor.py"
 IN_IMAGE_CLI = "/usr/local/bin/ascendkit"
 IMAGE_INFO_FILE = "/etc/ascendkit/image.json"
+PATCH_TOOL = "/usr/local/lib/ascendkit/patch.py"
+PATCHES_FILE = "/etc/ascendkit/patches.json"  # what patch.py records: verification and the SBOM read it
 # The classic builder passes predefined proxy build args to RUN but keeps them out of
 # `docker history` and the cache key; ascendkit uses this one to hand the pip layers the loopback
 # URL where it serves a CA bundle and index credentials for the length of one build
@@ -50,6 +52,7 @@ CONTEXT_FILES = {
     "entrypoint": "buildkit/image/files/entrypoint.sh",
     "build_env": "buildkit/image/files/build-env.sh",
     "in_image_cli": "buildkit/image/files/ascendkit.sh",
+    "patch_tool": "buildkit/image/files/patch.py",
 }
 
 
@@ -76,9 +79,11 @@ class DockerfileContext:
     git_step_title: str
     git_pins: tuple[Pin, ...]
     git_checkouts: tuple[GitCheckout, ...]
+    source_checkout: GitCheckout | None  # the framework's checkout, built in the last step
     pythonpath_dirs: tuple[str, ...]
     tail_steps: tuple[Layer, ...]
     last_step: Layer
+    patched: bool  # the image carries patch.py: the matrix names lines to comment out
     lock_sections: dict[str, str]  # layer -> its section files (every arch), as COPY sources
     image_info: str
     labels: tuple[tuple[str, str], ...]
@@ -161,7 +166,9 @@ def build_context(loaded: LoadedMatrix, plan: ImagePlan) -> DockerfileContext:
     target = plan.target
     build_args = [(index.arg, index.url) for index in matrix.indexes.values()]
     build_args += [("PIP_EXTRA_INDEX_URL", ""), ("APT_MIRROR", "")]
-    used_hosts = {matrix.repos[g.repo].host for g in stack.git_pins().values()}
+    used_hosts = {matrix.repos[c.repo].host for c in stack.git_pins().values()}
+    if stack.openrlhf is not None:
+        used_hosts.add(matrix.repos[stack.openrlhf.repo].host)
     build_args += [(h.arg, h.url) for name, h in matrix.git_hosts.items() if name in used_hosts]
     env_roots, env = cann_env(stack)
     layers = plan.layers
@@ -193,6 +200,7 @@ def build_context(loaded: LoadedMatrix, plan: ImagePlan) -> DockerfileContext:
         "cann": stack.cann,
         "python": stack.python,
         "atb_cxx_abi": stack.atb_cxx_abi,
+        "framework": stack.framework,
     }  # no versions: doctor reads those from the constraints file, and verl's must not touch this layer
     return DockerfileContext(
         plan=plan,
@@ -210,11 +218,13 @@ def build_context(loaded: LoadedMatrix, plan: ImagePlan) -> DockerfileContext:
         env=env,
         steps=layers.head,
         git_checkouts=plan.git_checkouts,
+        source_checkout=plan.source_checkout,
         git_step_title=git_title,
         git_pins=git_pins,
         pythonpath_dirs=tuple(c.directory for c in plan.git_checkouts if c.install == "pythonpath"),
         tail_steps=layers.tail,
-        last_step=layers.verl,
+        last_step=layers.framework,
+        patched=bool(stack.patches),
         image_info=json.dumps(image_info, sort_keys=True, separators=(",", ":")),
         labels=plan.labels,
     )
@@ -243,6 +253,7 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.globals["image_locks_dir"] = IMAGE_LOCKS_DIR
     env.globals["installer_arg"] = INSTALLER_ARG
     env.globals["git_layer"] = GIT_LAYER
+    env.globals["patch_tool"] = PATCH_TOOL
     return env
 
 

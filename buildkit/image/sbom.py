@@ -65,21 +65,34 @@ def lock_hashes(locks: dict[str, str]) -> dict[str, dict[str, list[str]]]:
     return found
 
 
-def _python_components(facts: ImageFacts, roles: dict[str, str]) -> list[dict[str, Any]]:
+def _patch_pedigree(patches: list[dict[str, Any]]) -> dict[str, Any]:
+    """CycloneDX's record of changes to a component: each patch as an unofficial diff, with its reason."""
+    return {
+        "patches": [
+            {"type": "unofficial", "diff": {"text": {"contentType": "text/x-diff", "content": str(p.get("diff", ""))}}} for p in patches
+        ],
+        "notes": "; ".join(f"{p.get('file')} line {p.get('line')} commented out: {p.get('reason')}" for p in patches),
+    }
+
+
+def _python_components(facts: ImageFacts, roles: dict[str, str], sources: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+    """``sources``: distribution -> (git URL, commit) for those built from a checkout rather than an index."""
     hashes = lock_hashes(facts.locks)
     components = []
     for name, version in sorted(facts.packages.items()):
-        component: dict[str, Any] = {
-            "type": "library",
-            "bom-ref": f"pypi:{name}",
-            "name": name,
-            "version": version,
-            "purl": f"pkg:pypi/{name}@{_purl_version(version)}",
-        }
+        purl = f"pkg:pypi/{name}@{_purl_version(version)}"
+        if name in sources:  # the same name and version as a PyPI release, but built from this commit of another repository
+            url, commit = sources[name]
+            purl += "?vcs_url=" + quote(f"git+{url}@{commit}", safe="")
+        component: dict[str, Any] = {"type": "library", "bom-ref": f"pypi:{name}", "name": name, "version": version, "purl": purl}
         allowed = sorted(set(hashes.get(name, {}).get(version, [])))
         if allowed:
             component["hashes"] = [{"alg": "SHA-256", "content": h} for h in allowed]
-        props = _props(component=roles.get(name, ""), locked="yes" if allowed else "")
+        patches = [p for p in facts.patches if normalize(str(p.get("package", ""))) == name]
+        if patches:
+            component["pedigree"] = _patch_pedigree(patches)
+        source = f"git {sources[name][0]}@{sources[name][1]}" if name in sources else ""
+        props = _props(component=roles.get(name, ""), locked="yes" if allowed else "", source=source, patched="yes" if patches else "")
         if props:
             component["properties"] = props
         components.append(component)
@@ -116,7 +129,7 @@ def _os_components(facts: ImageFacts) -> list[dict[str, Any]]:
 
 
 def _git_components(facts: ImageFacts, plan: ImagePlan) -> list[dict[str, Any]]:
-    urls = {checkout.name: checkout.url for checkout in plan.git_checkouts}
+    urls = {checkout.name: checkout.url for checkout in plan.checkouts}
     components = []
     for line in sorted(facts.git_revisions.splitlines()):
         parts = line.split()
@@ -159,7 +172,11 @@ def _timestamp(created: str) -> str:
 def sbom_document(facts: ImageFacts, plan: ImagePlan, base: BaseImage, repository: str) -> dict[str, Any]:
     """The CycloneDX 1.6 document of one built image."""
     roles = {normalize(pin_of(plan.stack, component).dist): component for component in plan.stack.pins()}
-    components = _python_components(facts, roles) + _os_components(facts) + _git_components(facts, plan)
+    sources = {}
+    if plan.source_checkout is not None:
+        roles[normalize(plan.source_checkout.name)] = plan.framework
+        sources[normalize(plan.source_checkout.name)] = (plan.source_checkout.url, plan.source_checkout.ref)
+    components = _python_components(facts, roles, sources) + _os_components(facts) + _git_components(facts, plan)
     if facts.cann_version:
         components.append(
             {
@@ -179,7 +196,13 @@ def sbom_document(facts: ImageFacts, plan: ImagePlan, base: BaseImage, repositor
         "name": repository,
         "version": plan.full_tag,
         "properties": _props(
-            image_id=facts.image_id, stack=plan.stack_id, chip=plan.chip_id, os=plan.os_name, arch=plan.arch, skus=",".join(plan.skus)
+            image_id=facts.image_id,
+            stack=plan.stack_id,
+            framework=plan.framework,
+            chip=plan.chip_id,
+            os=plan.os_name,
+            arch=plan.arch,
+            skus=",".join(plan.skus),
         ),
     }
     metadata: dict[str, Any] = {
@@ -251,6 +274,8 @@ def entries(document: dict[str, Any]) -> list[Entry]:
         kind = KINDS.get(ref.split(":", 1)[0], str(component.get("type", "other")))
         props = {p.get("name"): p.get("value") for p in component.get("properties", []) if isinstance(p, dict)}
         detail = props.get(f"{PROPERTY}:component") or props.get(f"{PROPERTY}:git-ref") or ""
+        if props.get(f"{PROPERTY}:patched") == "yes":
+            detail = f"{detail}, patched" if detail else "patched"
         found.append(Entry(kind, str(component.get("name", "")), str(component.get("version", "")), str(detail)))
     return sorted(found)
 

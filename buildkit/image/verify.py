@@ -32,7 +32,8 @@ PROBE_LABEL = "io.ascendkit.probe"
 
 # Runs inside the image with its own Python; prints one JSON document.
 PROBE = r"""
-import glob, json, os, platform, subprocess, sys
+import glob, hashlib, json, os, platform, subprocess, sys
+from importlib import metadata
 def read(path):
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -47,6 +48,26 @@ def run(argv):
     return done.stdout if done.returncode == 0 else None
 pip = subprocess.run([sys.executable, "-m", "pip", "list", "--format=json", "--disable-pip-version-check"], capture_output=True, text=True)
 arch = platform.machine()
+def installed(name, relative):
+    try:
+        with open(metadata.distribution(name).locate_file(relative), "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except (metadata.PackageNotFoundError, OSError):
+        return None
+try:
+    patches = json.loads(read("/etc/ascendkit/patches.json") or "[]")
+except ValueError:
+    patches = []
+for patch in patches:
+    patch["sha256_now"] = installed(patch.get("package", ""), patch.get("file", ""))
+revisions = read("/etc/ascendkit/git-revisions.txt") or ""
+requires = {}
+for line in revisions.splitlines():
+    name = (line.split() or [""])[0]
+    try:
+        requires[name] = metadata.requires(name) or []
+    except metadata.PackageNotFoundError:
+        pass
 patterns = ["/usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info",
             "/usr/local/Ascend/ascend-toolkit/latest/version.cfg"]
 print(json.dumps({
@@ -59,8 +80,10 @@ print(json.dumps({
     "env": {k: os.environ.get(k) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ATB_HOME_PATH")},
     "dpkg": run(["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\t${Architecture}\\n"]),
     "rpm": run(["rpm", "-qa", "--qf", "%{NAME}\\t%{EPOCHNUM}:%{VERSION}-%{RELEASE}\\t%{ARCH}\\n"]),
-    "git_revisions": read("/etc/ascendkit/git-revisions.txt") or "",
+    "git_revisions": revisions,
     "locks": {p: read(p) for p in sorted(glob.glob("/etc/ascendkit/locks/*-" + arch + ".txt"))},
+    "patches": patches,
+    "requires": requires,
 }))
 """
 
@@ -84,6 +107,9 @@ class Expected:
     lock: str = ""  # the resolved lock the image installed from ("" when its arch's lock is unresolved)
     locked: tuple[tuple[str, str], ...] = ()  # every package of that lock: (name, version)
     unresolved_lock: str = ""  # the lock of this arch when it is unresolved: the manifest says so
+    commits: tuple[tuple[str, str], ...] = ()  # (checkout, commit) the image must hold: the framework's source
+    leaves_out: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (checkout, packages its install must not require)
+    patches: tuple[tuple[str, str, str], ...] = ()  # (distribution, file, line commented out)
 
 
 @dataclass(frozen=True)
@@ -112,6 +138,8 @@ class ImageFacts:
     os_packages: dict[str, str] = field(default_factory=dict)  # "dpkg"/"rpm" -> that tool's listing ("" when absent)
     git_revisions: str = ""  # /etc/ascendkit/git-revisions.txt: "name ref commit" per checkout
     locks: dict[str, str] = field(default_factory=dict)  # this arch's lock sections in the image: path -> text
+    patches: tuple[dict[str, Any], ...] = ()  # /etc/ascendkit/patches.json, each with the file's sha256 as it is now
+    requires: dict[str, list[str]] = field(default_factory=dict)  # checkout (installed as a distribution) -> its requirements
 
 
 def normalize(name: str) -> str:
@@ -192,6 +220,8 @@ def collect_facts(client: docker.APIClient, image_id: str) -> ImageFacts:
         os_packages={tool: probe[tool] for tool in ("dpkg", "rpm") if probe.get(tool)},
         git_revisions=str(probe.get("git_revisions") or ""),
         locks={path: text for path, text in (probe.get("locks") or {}).items() if text},
+        patches=tuple(p for p in probe.get("patches") or [] if isinstance(p, dict)),
+        requires={str(k): [str(r) for r in v] for k, v in (probe.get("requires") or {}).items()},
     )
 
 
@@ -249,9 +279,47 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
         checks.append(check("lock", want, got_text, not wrong))
     elif expected.unresolved_lock:
         checks.append(Check("lock", "hash-locked install", f"{expected.unresolved_lock} is unresolved: pins installed unhashed", "absent"))
+    checks += _source_checks(facts, expected)
     for key, value in expected.labels:
         got = facts.labels.get(key)
         checks.append(check(f"label {key}", value, got, got == value))
+    return checks
+
+
+def _requirement_name(requirement: str) -> str:
+    return normalize(re.split(r"[\s<>=!~;\[(]", requirement.strip(), maxsplit=1)[0])
+
+
+def _source_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
+    """What was built from source and changed after install: the commit a checkout holds, the
+    requirements it was built with (TARGET_DEVICE=NPU leaves the CUDA-only ones out), the patches."""
+    checks = []
+    commits = {parts[0]: parts[2] for parts in (line.split() for line in facts.git_revisions.splitlines()) if len(parts) == 3}
+    for name, commit in expected.commits:
+        got = commits.get(name)
+        checks.append(Check(f"checkout {name}", commit, got or "(not recorded)", "pass" if got == commit else "fail"))
+    for name, left_out in expected.leaves_out:
+        required = {_requirement_name(r) for r in facts.requires.get(name, [])}
+        found = sorted(required & {normalize(n) for n in left_out})
+        if name not in facts.requires:
+            checks.append(Check(f"{name} requirements", f"none of {', '.join(left_out)}", "not an installed distribution", "fail"))
+        else:
+            got = "requires " + ", ".join(found) if found else f"none of them ({len(required)} requirements)"
+            checks.append(Check(f"{name} requirements", f"none of {', '.join(left_out)}", got, "fail" if found else "pass"))
+    for package, file, line in expected.patches:
+        record = next(
+            (p for p in facts.patches if normalize(str(p.get("package"))) == normalize(package) and p.get("file") == file),
+            None,
+        )
+        if record is None:
+            got, ok = "not applied (no record in /etc/ascendkit/patches.json)", False
+        elif record.get("comment_out") != line.strip():
+            got, ok = f"another line commented out: {record.get('comment_out')!r}", False
+        elif record.get("sha256_now") != record.get("sha256_after"):
+            got, ok = "the file changed after the patch", False
+        else:
+            got, ok = f"commented out at line {record.get('line')} of {record.get('version')}", True
+        checks.append(Check(f"patch {package} {file}", f"{line.strip()!r} commented out", got, "pass" if ok else "fail"))
     return checks
 
 

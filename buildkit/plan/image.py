@@ -10,6 +10,7 @@ from buildkit.matrix.model import Arch, Chip, Matrix, Stack
 from buildkit.plan.layers import (
     DOCKERFILES_DIR,
     LABEL_PREFIX,
+    OPENRLHF_LAYER,
     StackLayers,
     dist_name,
     expected_packages,
@@ -67,7 +68,20 @@ def base_image_ref(matrix: Matrix, stack: Stack, chip_id: str, os_name: str, reg
 
 
 def full_tag(stack: Stack, chip_id: str, os_name: str) -> str:
-    return f"verl{stack.verl.version}-cann{stack.cann.lower()}-torch_npu{stack.torch_npu.version}-{chip_id}-{os_name}-py{stack.python}"
+    """Named for the framework the image carries first: verl0.6.1-..., openrlhf0.7.5-..."""
+    return (
+        f"{stack.framework}{stack.framework_version}-cann{stack.cann.lower()}-torch_npu{stack.torch_npu.version}"
+        f"-{chip_id}-{os_name}-py{stack.python}"
+    )
+
+
+FRAMEWORK_NAMES = {"verl": "verl", "openrlhf": "OpenRLHF"}
+
+
+def framework_title(stack: Stack) -> str:
+    """``verl 0.6.1``, ``OpenRLHF 0.7.5 (zhuo97/OpenRLHF@06ac74cf1ea8)``: what people call the image's framework."""
+    name = f"{FRAMEWORK_NAMES[stack.framework]} {stack.framework_version}"
+    return name if stack.openrlhf is None else f"{name} (source {stack.openrlhf.ref[:12]})"
 
 
 def arch_tag(tag: str, arch: str) -> str:
@@ -92,16 +106,17 @@ def stack_skus_on_chip(loaded: LoadedMatrix, stack: Stack, chip_id: str) -> list
 def _labels(target: RenderTarget, stack: Stack, chip: Chip, skus: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """Image labels; ${BASE_IMAGE} and ${SOC_VERSION} are filled by the build's arguments."""
     labels: list[tuple[str, str]] = [
-        ("org.opencontainers.image.title", f"ascendkit verl {target.stack_id} {target.chip_id}"),
+        ("org.opencontainers.image.title", f"ascendkit {stack.framework} {target.stack_id} {target.chip_id}"),
         (
             "org.opencontainers.image.description",
-            f"verl {stack.verl.version} for {chip.name}: CANN {stack.cann}, torch_npu {stack.torch_npu.version}, "
+            f"{framework_title(stack)} for {chip.name}: CANN {stack.cann}, torch_npu {stack.torch_npu.version}, "
             f"vllm-ascend {stack.vllm_ascend.version}, Python {stack.python}",
         ),
         ("org.opencontainers.image.vendor", "ascendkit"),
         ("org.opencontainers.image.version", full_tag(stack, target.chip_id, target.os_name)),
         ("org.opencontainers.image.base.name", "${BASE_IMAGE}"),
         (f"{LABEL_PREFIX}.stack", target.stack_id),
+        (f"{LABEL_PREFIX}.framework", stack.framework),
         (f"{LABEL_PREFIX}.chip", target.chip_id),
         (f"{LABEL_PREFIX}.skus", ",".join(skus)),
         (f"{LABEL_PREFIX}.os", target.os_name),
@@ -115,7 +130,19 @@ def _labels(target: RenderTarget, stack: Stack, chip: Chip, skus: tuple[str, ...
         labels.append((f"{LABEL_PREFIX}.version.{dist_name(component)}", pin.version))
     for component, git in stack.git_pins().items():
         labels.append((f"{LABEL_PREFIX}.version.{dist_name(component)}", git.ref))
+    if stack.openrlhf is not None:
+        labels.append((f"{LABEL_PREFIX}.version.{OPENRLHF_LAYER}", stack.openrlhf.version))
+        labels.append((f"{LABEL_PREFIX}.commit.{OPENRLHF_LAYER}", stack.openrlhf.ref))
     return tuple(labels)
+
+
+@dataclass(frozen=True)
+class SourceChecks:
+    """The framework's commit, what its NPU install leaves out, the patched lines: verification's expectations."""
+
+    commits: tuple[tuple[str, str], ...]  # (checkout, commit)
+    leaves_out: tuple[tuple[str, tuple[str, ...]], ...]  # (checkout, packages its requirements must not name)
+    patches: tuple[tuple[str, str, str], ...]  # (distribution, file, line commented out)
 
 
 @dataclass(frozen=True)
@@ -136,6 +163,7 @@ class ImagePlan:
     base_mirrors: tuple[str, ...]  # mirror repositories of the CANN base, as the matrix lists them
     layers: StackLayers
     git_checkouts: tuple[GitCheckout, ...]
+    source_checkout: GitCheckout | None  # the framework's own checkout (OpenRLHF), built in its layer
     labels: tuple[tuple[str, str], ...]
     expected_packages: tuple[tuple[str, str], ...]
     full_tag: str
@@ -144,6 +172,25 @@ class ImagePlan:
     @property
     def stack_id(self) -> str:
         return self.target.stack_id
+
+    @property
+    def framework(self) -> str:
+        return self.stack.framework
+
+    @property
+    def expected_sources(self) -> SourceChecks:
+        """What verification checks of what was built from source or changed after install."""
+        source = self.stack.openrlhf
+        return SourceChecks(
+            commits=((self.source_checkout.name, self.source_checkout.ref),) if self.source_checkout else (),
+            leaves_out=((OPENRLHF_LAYER, source.leaves_out),) if source is not None and source.leaves_out else (),
+            patches=tuple((p.package, p.file, p.comment_out) for p in self.stack.patches),
+        )
+
+    @property
+    def checkouts(self) -> tuple[GitCheckout, ...]:
+        """Every git checkout the image records in its revisions file, the framework's last."""
+        return (*self.git_checkouts, *((self.source_checkout,) if self.source_checkout else ()))
 
     @property
     def chip_id(self) -> str:
@@ -181,6 +228,12 @@ class ImagePlan:
         return tuple((k, substitutions.get(v, v)) for k, v in self.labels)
 
 
+def _checkout(matrix: Matrix, name: str, repo_id: str, ref: str, install: str) -> GitCheckout:
+    repo = matrix.repos[repo_id]
+    host = matrix.git_hosts[repo.host]
+    return GitCheckout(name, host.arg, repo.path, ref, install, host.url)
+
+
 def plan_image(loaded: LoadedMatrix, target: RenderTarget, arch: str | None = None) -> ImagePlan:
     """The plan of one image; ``arch`` must be one of the stack's (default: its first)."""
     matrix = loaded.matrix
@@ -191,16 +244,9 @@ def plan_image(loaded: LoadedMatrix, target: RenderTarget, arch: str | None = No
     chip = matrix.chips[target.chip_id]
     skus = tuple(stack_skus_on_chip(loaded, stack, target.chip_id))
     checkouts = tuple(
-        GitCheckout(
-            dist_name(component),
-            matrix.git_hosts[matrix.repos[git.repo].host].arg,
-            matrix.repos[git.repo].path,
-            git.ref,
-            git.install,
-            matrix.git_hosts[matrix.repos[git.repo].host].url,
-        )
-        for component, git in stack.git_pins().items()
+        _checkout(matrix, dist_name(component), git.repo, git.ref, git.install) for component, git in stack.git_pins().items()
     )
+    source = stack.openrlhf
     return ImagePlan(
         target=target,
         arch=chosen,  # narrowed to Arch by the membership check above
@@ -213,6 +259,7 @@ def plan_image(loaded: LoadedMatrix, target: RenderTarget, arch: str | None = No
         base_mirrors=tuple(f"{m}/{matrix.base_image.repository}" for m in matrix.base_image.mirrors.values()),
         layers=stack_layers(stack, matrix.installer),
         git_checkouts=checkouts,
+        source_checkout=None if source is None else _checkout(matrix, OPENRLHF_LAYER, source.repo, source.ref, "pip"),
         labels=_labels(target, stack, chip, skus),
         expected_packages=tuple(sorted(expected_packages(stack).items())),
         full_tag=full_tag(stack, target.chip_id, target.os_name),

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
-from buildkit.matrix.model import Installer, PypiPin, Stack
+from buildkit.matrix.model import Installer, PypiPin, SourcePatch, Stack
 
 LABEL_PREFIX = "io.ascendkit"
 PRIMARY_INDEX = "pypi"  # read by pip from PIP_INDEX_URL; every other index is an extra one
@@ -14,6 +15,7 @@ INSTALLERS = ("uv", "pip")
 BUILD_LAYER = "build"  # lock section of the source builds' build requirements
 GIT_LAYER = "git"  # lock section of the PyPI pins installed with the git checkouts
 VERL_LAYER = "verl"
+OPENRLHF_LAYER = "openrlhf"
 DOCKERFILES_DIR = "dockerfiles"  # every rendered Dockerfile, relative to the matrix's directory
 LOCKS_DIR = "locks"  # relative to the matrix's directory, and to the build context
 # Where things live in the image (the Dockerfile, its scripts and doctor agree on these).
@@ -34,6 +36,24 @@ class Pin:
 
 
 @dataclass(frozen=True)
+class FrameworkCheckout:
+    """The framework's git checkout, built in its layer: its section of the lock holds what its
+    requirements file needs beyond the earlier layers; the checkout itself installs with no deps."""
+
+    name: str  # its distribution name, and the name the image records the commit under
+    repo: str  # key of the matrix's repos (the plan turns it into the host ARG and path)
+    commit: str
+    version: str
+    requirements: str
+    install_env: tuple[tuple[str, str], ...]
+
+    @property
+    def env_prefix(self) -> str:
+        """``TARGET_DEVICE=NPU `` before the command that builds the checkout."""
+        return "".join(f"{name}={value} " for name, value in self.install_env)
+
+
+@dataclass(frozen=True)
 class Layer:
     """One pip layer of the image: its lock section, the pins it installs, and how pip is called."""
 
@@ -45,6 +65,8 @@ class Layer:
     after: tuple[str, ...] = ()
     soc_arg: bool = False  # declare the SOC_VERSION build ARG right before this layer
     launcher: str = ""  # command that runs pip (the entrypoint, when CANN's environment is needed)
+    patches: tuple[SourcePatch, ...] = ()  # applied right after this layer installs their packages
+    source: FrameworkCheckout | None = None  # the framework built from a git checkout in this layer
 
     @property
     def no_binary(self) -> str:
@@ -58,11 +80,11 @@ class StackLayers:
     head: tuple[Layer, ...]  # before the git checkouts
     git: Layer | None  # the PyPI pins that ride with the checkouts
     tail: tuple[Layer, ...]
-    verl: Layer
+    framework: Layer  # verl from PyPI, or OpenRLHF from its checkout: the most volatile, last
 
     @property
     def all(self) -> tuple[Layer, ...]:
-        return (*self.head, *((self.git,) if self.git else ()), *self.tail, self.verl)
+        return (*self.head, *((self.git,) if self.git else ()), *self.tail, self.framework)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -80,8 +102,37 @@ def pin_of(stack: Stack, component: str) -> Pin:
 
 
 def expected_packages(stack: Stack) -> dict[str, str]:
-    """Distribution name -> exact version for every PyPI-style pin (what verification checks)."""
-    return {pin_of(stack, c).dist: pin_of(stack, c).version for c in stack.pins()}
+    """Distribution name -> exact version for every pin, the framework's checkout included (what verification checks)."""
+    expected = {pin_of(stack, c).dist: pin_of(stack, c).version for c in stack.pins()}
+    if stack.openrlhf is not None:
+        expected[OPENRLHF_LAYER] = stack.openrlhf.version
+    return expected
+
+
+def _patched(stack: Stack, layer: Layer) -> Layer:
+    """``layer`` with the stack's patches of the distributions it installs."""
+    dists = {_canonical(p.dist) for p in layer.pins}
+    patches = tuple(patch for patch in stack.patches if _canonical(patch.package) in dists)
+    return replace(layer, patches=patches) if patches else layer
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def framework_layer(stack: Stack) -> Layer:
+    if stack.openrlhf is not None:
+        source = stack.openrlhf
+        checkout = FrameworkCheckout(
+            OPENRLHF_LAYER, source.repo, source.ref, source.version, source.requirements, tuple(sorted(source.install_env.items()))
+        )
+        title = (
+            f"OpenRLHF {source.version} from its Ascend source at {source.ref[:12]}, built with "
+            + " ".join(f"{k}={v}" for k, v in checkout.install_env)
+            + f"\n#    (the most volatile layer); what its {source.requirements} needs beyond the layers above comes from the lock"
+        )
+        return Layer(OPENRLHF_LAYER, title, source=checkout)
+    return Layer(VERL_LAYER, "verl (the most volatile layer: bumping verl rebuilds only this)", (pin_of(stack, "verl"),))
 
 
 def stack_layers(stack: Stack, installer: Installer) -> StackLayers:
@@ -152,8 +203,25 @@ def stack_layers(stack: Stack, installer: Installer) -> StackLayers:
     elif stack.mbridge is not None:
         tail.append(Layer("mbridge", "mbridge", (pin_of(stack, "mbridge"),)))
     tail.append(Layer("transformers", "transformers", (pin_of(stack, "transformers"),)))
-    verl = Layer(VERL_LAYER, "verl (the most volatile layer: bumping verl rebuilds only this)", (pin_of(stack, "verl"),))
-    return StackLayers(tuple(head), git, tuple(tail), verl)
+    if stack.deepspeed is not None:
+        tail.append(
+            Layer(
+                "deepspeed",
+                "DeepSpeed from its sdist, against the torch above (its ops are built when first used)",
+                (pin_of(stack, "deepspeed"),),
+                env=(("DS_BUILD_OPS", "0"),),
+            )
+        )
+    if stack.ring_attn_ascend is not None:
+        tail.append(
+            Layer("ring-attn-ascend", "ring-attn-ascend: Ring Attention on the NPU's fused attention", (pin_of(stack, "ring_attn_ascend"),))
+        )
+    return StackLayers(
+        tuple(_patched(stack, layer) for layer in head),
+        git if git is None else _patched(stack, git),
+        tuple(_patched(stack, layer) for layer in tail),
+        _patched(stack, framework_layer(stack)),
+    )
 
 
 def lock_path(stack_id: str, arch: str) -> str:

@@ -107,6 +107,24 @@ ascendkit_install() {
   case "${trace}" in *x*) set -x ;; esac
 }
 
+# ascendkit_install_checkout LAYER DIR: the framework's git checkout, after ascendkit_install LAYER
+# put what its requirements need beyond the earlier layers in place. With this arch's lock
+# resolved, the checkout itself installs with no dependencies and no build isolation, so nothing
+# unlocked comes in; with it unresolved, pip resolves its requirements under the constraints file.
+# The variables of its build (TARGET_DEVICE=NPU) come from the caller's environment.
+ascendkit_install_checkout() {
+  { local trace="$-"; set +x; } 2>/dev/null
+  local layer="$1" dir="$2" section
+  section="/etc/ascendkit/locks/${layer}-$(uname -m).txt"
+  if grep -qx "# status: resolved" "${section}"; then
+    ascendkit_run python3 -m pip install --no-cache-dir --no-deps --no-build-isolation "${dir}"
+  else
+    echo "ascendkit: WARNING: the $(uname -m) lock is unresolved; ${dir}'s requirements are resolved by pip, hashes NOT enforced" >&2
+    ascendkit_run python3 -m pip install --no-cache-dir -c /etc/ascendkit/constraints.txt "${dir}"
+  fi
+  case "${trace}" in *x*) set -x ;; esac
+}
+
 # ascendkit_run COMMAND...: print the command (it holds no secret: those travel in the environment), run it.
 ascendkit_run() {
   echo "+ $*" >&2
