@@ -92,7 +92,8 @@ def run(*argv: str, **kwargs: object) -> None:
 
 
 def install_packages(arm64: bool) -> None:
-    wanted = {"dockerd": "docker.io", "docker-registry": "docker-registry", "debootstrap": "debootstrap"}
+    # skopeo: a registry client nobody here wrote, which the tests read pushed images back with
+    wanted = {"dockerd": "docker.io", "docker-registry": "docker-registry", "debootstrap": "debootstrap", "skopeo": "skopeo"}
     if arm64:
         wanted["qemu-aarch64-static"] = "qemu-user-static"
         wanted["update-binfmts"] = "binfmt-support"
