@@ -31,7 +31,8 @@ from buildkit.lock.relock import LockOutcome, index_urls_for, lock_all
 from buildkit.matrix.load import LoadedMatrix, load_matrix, resolve_sku
 from buildkit.plan import ImagePlan, hosts_arch, plan_target
 from buildkit.plan import plan_image as _plan_image
-from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
+from buildkit.resources import DEFAULT_MATRIX
+from buildkit.run.job import JobFacts
 from buildkit.run.smoke import SmokeReport, SmokeRequest, check_request, run_smoke
 from buildkit.settings import Mirrors
 
@@ -81,7 +82,7 @@ def build(
     arch: str | None = None,
     base_image: str | None = None,
     mirrors: Mirrors | None = None,
-    repository: str = DEFAULT_REPOSITORY,
+    repository: str | None = None,
     manifest_dir: Path = Path("manifests"),
     wheelhouse: Path | None = None,
     reporter: Reporter | None = None,
@@ -107,7 +108,7 @@ def verify(
     base_image: str | None = None,
 ) -> list[Check]:
     """Check an existing local image against what the matrix says it holds (every check, passed or not)."""
-    expected = _build_plan(matrix, hw, stack, os, arch, base_image, None, DEFAULT_REPOSITORY, Path("manifests"), None).expected
+    expected = _build_plan(matrix, hw, stack, os, arch, base_image, None, None, Path("manifests"), None).expected
     client = connect()
     return compare_facts(collect_facts(client, image), expected)
 
@@ -134,8 +135,10 @@ def smoke(
     check_only: bool = False,
     model_path: Path | None = None,
     echo: Callable[[str], None] | None = None,
+    job: str = "grpo",
 ) -> SmokeReport:
-    """The config check, doctor and (on an NPU host) the GRPO smoke job; writes the report to ``out``."""
+    """The config check, doctor and (on an NPU host) the image's smoke job (``job``: grpo, or verl's
+    sft); writes the report to ``out``."""
     loaded = load(matrix)
     sku_id, sku, chip_id = resolve_sku(loaded, hw, "smoke needs the SKU (its NPU count)")
     if steps < 1:
@@ -148,7 +151,8 @@ def smoke(
         out=out,
         steps=steps,
         model_path=model_path,
-        first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
+        facts=JobFacts.of(loaded.matrix.compat),
+        job=job,
         check_only=check_only,
     )
     check_request(request)
@@ -169,7 +173,7 @@ def _build_plan(
     arch: str | None,
     base_image: str | None,
     mirrors: Mirrors | None,
-    repository: str,
+    repository: str | None,
     manifest_dir: Path,
     wheelhouse: Path | None,
     reverify: bool = False,

@@ -1,7 +1,8 @@
 """Write a gsm8k-format train/test parquet pair of arithmetic word problems, with no download.
 
-The rows have the shape verl's ``examples/data_preprocess/gsm8k.py`` writes, so ``main_ppo`` and
-its rule reward for ``openai/gsm8k`` read them unchanged:
+With ``--format verl-rl`` (the default) the rows have the shape verl's
+``examples/data_preprocess/gsm8k.py`` writes, so ``main_ppo`` and its rule reward for
+``openai/gsm8k`` read them unchanged:
 
     data_source  "openai/gsm8k"
     prompt       [{"role": "user", "content": <question> + INSTRUCTION}]
@@ -9,10 +10,16 @@ its rule reward for ``openai/gsm8k`` read them unchanged:
     reward_model {"style": "rule", "ground_truth": <the number after "####", commas removed>}
     extra_info   {"split", "index", "answer", "question"}
 
-The same seed and counts give the same rows and, with the same pyarrow, the same bytes. Runs inside
-the image (pyarrow comes with verl's dependencies) and on a host with pyarrow installed:
+``--format verl-sft`` adds what verl's SFT trainers read: ``extra_info`` question and answer
+(fsdp_sft_trainer, as the seed's script keys them) and ``messages``, the same exchange as a
+conversation (sft_trainer's multi-turn data). ``--format openrlhf-rl`` writes what OpenRLHF's
+prompt dataset reads with ``--input_key prompt --label_key label --apply_chat_template``:
+``data_source``, ``prompt`` and ``label`` (the ground truth, for the reward function).
 
-    python3 gsm8k_synth.py --out DIR [--train 256] [--test 64] [--seed 0]
+The same seed, counts and format give the same rows and, with the same pyarrow, the same bytes.
+Runs inside the image (pyarrow comes with the frameworks' dependencies) and on a host with pyarrow:
+
+    python3 gsm8k_synth.py --out DIR [--train 256] [--test 64] [--seed 0] [--format verl-rl]
 """
 
 from __future__ import annotations
@@ -89,22 +96,31 @@ def _savings(rng: random.Random) -> Problem:
 TEMPLATES: tuple[Callable[[random.Random], Problem], ...] = (_sold, _shared, _price, _distance, _savings)
 
 
-def rows(split: str, count: int, seed: int) -> list[dict[str, Any]]:
-    """``count`` rows of one split; the split name is part of the seed, so train and test differ."""
+FORMATS = ("verl-rl", "verl-sft", "openrlhf-rl")
+
+
+def rows(split: str, count: int, seed: int, fmt: str = "verl-rl") -> list[dict[str, Any]]:
+    """``count`` rows of one split; the split name is part of the seed, so train and test differ.
+    The problems depend on the seed alone: every format holds the same ones."""
     rng = random.Random(f"ascendkit-gsm8k-synth/{seed}/{split}")
     result = []
     for index in range(count):
         question, worked, value = rng.choice(TEMPLATES)(rng)
         answer = f"{worked}\n#### {value:,}"  # gsm8k writes thousands with commas after ####
-        result.append(
-            {
-                "data_source": DATA_SOURCE,
-                "prompt": [{"role": "user", "content": question + INSTRUCTION}],
-                "ability": "math",
-                "reward_model": {"style": "rule", "ground_truth": ground_truth(answer)},
-                "extra_info": {"split": split, "index": index, "answer": answer, "question": question},
-            }
-        )
+        prompt = [{"role": "user", "content": question + INSTRUCTION}]
+        if fmt == "openrlhf-rl":
+            result.append({"data_source": DATA_SOURCE, "prompt": prompt, "label": ground_truth(answer)})
+            continue
+        row: dict[str, Any] = {
+            "data_source": DATA_SOURCE,
+            "prompt": prompt,
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": ground_truth(answer)},
+            "extra_info": {"split": split, "index": index, "answer": answer, "question": question},
+        }
+        if fmt == "verl-sft":
+            row["messages"] = [*prompt, {"role": "assistant", "content": answer}]
+        result.append(row)
     return result
 
 
@@ -113,27 +129,31 @@ def ground_truth(answer: str) -> str:
     return answer.split("####")[-1].strip().replace(",", "")
 
 
-def _schema() -> Any:
+def _schema(fmt: str = "verl-rl") -> Any:
     import pyarrow as pa
 
     text = pa.string()
-    return pa.schema(
-        [
-            ("data_source", text),
-            ("prompt", pa.list_(pa.struct([("role", text), ("content", text)]))),
-            ("ability", text),
-            ("reward_model", pa.struct([("style", text), ("ground_truth", text)])),
-            ("extra_info", pa.struct([("split", text), ("index", pa.int64()), ("answer", text), ("question", text)])),
-        ]
-    )
+    messages = pa.list_(pa.struct([("role", text), ("content", text)]))
+    if fmt == "openrlhf-rl":
+        return pa.schema([("data_source", text), ("prompt", messages), ("label", text)])
+    columns = [
+        ("data_source", text),
+        ("prompt", messages),
+        ("ability", text),
+        ("reward_model", pa.struct([("style", text), ("ground_truth", text)])),
+        ("extra_info", pa.struct([("split", text), ("index", pa.int64()), ("answer", text), ("question", text)])),
+    ]
+    if fmt == "verl-sft":
+        columns.append(("messages", messages))
+    return pa.schema(columns)
 
 
-def write_split(path: Path, data: list[dict[str, Any]]) -> None:
+def write_split(path: Path, data: list[dict[str, Any]], fmt: str = "verl-rl") -> None:
     """Write one parquet file atomically (a temporary file, then a rename)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pylist(data, schema=_schema())
+    table = pa.Table.from_pylist(data, schema=_schema(fmt))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
@@ -150,18 +170,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train", type=int, default=256, help="training rows (default 256)")
     parser.add_argument("--test", type=int, default=64, help="test rows (default 64)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--format", choices=FORMATS, default="verl-rl", help="the columns of a framework and job (default verl-rl)")
     args = parser.parse_args(argv)
     if args.train < 1 or args.test < 1:
         parser.error("--train and --test must be at least 1")
     try:
         import pyarrow  # noqa: F401
     except ImportError:
-        print("gsm8k_synth: pyarrow is not installed (verl's images carry it; on a host: pip install pyarrow)", file=sys.stderr)
+        print("gsm8k_synth: pyarrow is not installed (the images carry it; on a host: pip install pyarrow)", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     for split, count in (("train", args.train), ("test", args.test)):
-        write_split(args.out / f"{split}.parquet", rows(split, count, args.seed))
-    print(f"gsm8k_synth: wrote {args.train} train and {args.test} test rows to {args.out}")
+        write_split(args.out / f"{split}.parquet", rows(split, count, args.seed, args.format), args.format)
+    print(f"gsm8k_synth: wrote {args.train} train and {args.test} test rows ({args.format}) to {args.out}")
     return 0
 
 

@@ -27,7 +27,7 @@ import pytest
 
 from buildkit.matrix.load import load_matrix
 from buildkit.plan import LABEL_PREFIX
-from buildkit.run.job import ImageJob, build_job, load_job
+from buildkit.run.job import ImageJob, JobFacts, build_job, load_job
 from tests.conftest import MATRIX, ROOT, DockerEnv
 from tests.locked_install import BUILD_ENV, install_script, run_install, write_sections
 from tests.upstream import CACHE_ROOT
@@ -55,12 +55,14 @@ dpkg -s libsndfile1 >/dev/null
 mkdir -p /opt/ascendkit-standin && cp /mnt/standin/sitecustomize.py /opt/ascendkit-standin/
 """
 
-# The imports both tests make, once, before the image is committed: their bytecode goes into it,
-# as the image's own build compiles every module's. Compiling all of it here would take minutes
-# more under emulation; without any, each test compiles torch, sympy and the rest again.
+# The imports the tests make (GRPO's main_ppo and verl's validation, SFT's fsdp_sft_trainer), once,
+# before the image is committed: their bytecode goes into it, as the image's own build compiles every
+# module's. Compiling all of it here would take minutes more under emulation; without any, each test
+# compiles torch, sympy and the rest again.
 WARM = """\
 SECONDS=0
-TORCH_DEVICE_BACKEND_AUTOLOAD=0 PYTHONPATH=/opt/ascendkit-standin python3 -c 'import hydra, verl.trainer.main_ppo, verl.utils.config'
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 PYTHONPATH=/opt/ascendkit-standin \\
+  python3 -c 'import hydra, verl.trainer.main_ppo, verl.utils.config, verl.trainer.fsdp_sft_trainer'
 echo "imports warmed in ${SECONDS} s"
 """
 
@@ -119,7 +121,7 @@ def layers_image(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory
         labels = {
             f"{LABEL_PREFIX}.chip": "a3",
             f"{LABEL_PREFIX}.stack": STACK_ID,
-            f"{LABEL_PREFIX}.version.verl": STACK.verl.version,
+            f"{LABEL_PREFIX}.version.verl": STACK.framework_version,
             "io.ascendkit.standin": "true",
         }
         changes = [f'LABEL {k}="{v}"' for k, v in labels.items()] + ["ENV PYTHONPATH=/opt/ascendkit-standin", 'CMD ["/bin/bash"]']
@@ -150,6 +152,30 @@ def test_smoke_check_composes_the_job_with_the_real_verl_in_the_image(docker_env
     assert re.search(r"^  n_gpus_per_node: 16$", printed, re.M)
 
 
+@pytest.mark.parametrize(("override", "expected"), [(None, 0), ("model.lora_rnk=8", 1)], ids=["as-shipped", "planted-bad-key"])
+def test_smoke_check_composes_the_sft_job_with_the_real_verl_in_the_image(
+    docker_env: DockerEnv, layers_image: str, tmp_path: Path, override: str | None, expected: int
+) -> None:
+    """`ascendkit smoke --check --job sft`: fsdp_sft_trainer --cfg job in the image (verl 0.6.1's SFT
+    entry point, by compat.verl_sft_trainer), then the SFT checks; a key verl does not define fails
+    there with Hydra's own message."""
+    out = tmp_path / "sft"
+    argv = ["smoke", "--check", "--job", "sft", "--hw", "a3", "--image", layers_image, "--out", str(out), "--timeout", "1500"]
+    proc = docker_env.ascendkit(*argv, *(["--override", override] if override else []), "--matrix", str(MATRIX), cwd=tmp_path)
+    log = (out / "config-check.log").read_text() if (out / "config-check.log").exists() else ""
+    assert proc.returncode == expected, proc.stderr[-3000:] + log[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["config_check"]["command"][:3] == ["python3", "-m", "verl.trainer.fsdp_sft_trainer"]
+    if override is None:
+        assert report["outcome"] == "checked"
+        assert {c["name"]: c["status"] for c in report["config_check"]["checks"]} == {"device": "ok", "batch split": "ok", "LoRA": "ok"}
+        printed = (out / "job-config.yaml").read_text()
+        assert re.search(r"^  device: npu$", printed, re.M) and re.search(r"^  lora_rank: 32$", printed, re.M)
+    else:
+        assert report["outcome"] == "failed"
+        assert "verl refused the job's config" in report["message"] and "lora_rnk" in report["message"]
+
+
 def test_verls_own_validation_accepts_the_job_for_one_and_two_nodes(docker_env: DockerEnv, layers_image: str) -> None:
     """verl's validate_config (upstream code, in the image) on the smoke job and the 2-node Kubernetes job;
     and every locked package is installed at its locked version."""
@@ -158,8 +184,8 @@ def test_verls_own_validation_accepts_the_job_for_one_and_two_nodes(docker_env: 
             build_job(
                 load_job(),
                 LOADED.matrix.skus["a3"],
-                ImageJob(STACK_ID, STACK.verl.version),
-                first_autodetect=LOADED.matrix.compat.verl_npu_autodetect,
+                ImageJob(STACK_ID, STACK.framework_version),
+                facts=JobFacts.of(LOADED.matrix.compat),
                 steps=5,
                 nnodes=nodes,
             ).overrides

@@ -376,7 +376,7 @@ CASES = [
         "baseline-log-without-steps",
         ["baseline", "import", "{d}/a.log", "--name", "x", "-o", "{d}/x.json"],
         2,
-        "no verl step lines",
+        "no steps: neither verl's step lines",
         files(**{"a.log": "hello\n"}),
     ),
     Case(

@@ -67,8 +67,28 @@ def test_loss_falls_back_to_the_loss_the_run_has() -> None:
     npu = parse_log(["step:1 - critic/rewards/mean:0.5 - actor/loss:0.30"])
     base = parse_log(["step:1 - critic/rewards/mean:0.5 - actor/loss:0.31"])
     assert [m.name for m in compare_runs(npu, base).metrics] == ["critic/rewards/mean", "actor/loss"]
-    with pytest.raises(InputError, match="share no loss metric"):
+    with pytest.raises(InputError, match="the runs are not both verl grpo runs: the baseline lacks critic/rewards/mean"):
         compare_runs(parse_log(["step:1 - critic/rewards/mean:0.5"]), parse_log(["step:1 - critic/rewards/mean:0.5"]))
+    with pytest.raises(InputError, match="the NPU run has no metric of a known job"):
+        compare_runs(parse_log(["step:1 - throughput:5"]), parse_log(["step:1 - throughput:5"]))
+
+
+def test_each_jobs_gate_is_the_seeds() -> None:
+    """verl GRPO: rewards 4 %, loss 2 % (seeds 002, 004); OpenRLHF: reward and policy loss 2 % (seed 003);
+    verl SFT: loss 2 % (seed 000). The job is told from the metrics its log holds."""
+    sft = parse_log(["step:1 - train/loss:1.20 - train/lr(1e-3):0.1", "step:2 - train/loss:1.10"])
+    sft_gpu = parse_log(["step:1 - train/loss:1.21", "step:2 - train/loss:1.11"])
+    result = compare_runs(sft, sft_gpu)
+    assert [(m.name, m.tolerance_pct, m.passed) for m in result.metrics] == [("train/loss", 2.0, True)]
+    assert result.throughput_ratio is None
+    bar = "Episode [1/1]:  20%|##        | {n}/5 [00:{t:02d}<00:40, 10.0s/it, policy_loss={loss}, reward={reward}]"
+    npu = parse_log([bar.format(n=0, t=10, loss=0.05, reward=0.25), bar.format(n=1, t=20, loss=0.04, reward=0.5)])
+    gpu = parse_log([bar.format(n=0, t=8, loss=0.05, reward=0.25), bar.format(n=1, t=16, loss=0.041, reward=0.53)])
+    result = compare_runs(npu, gpu)
+    assert [(m.name, m.tolerance_pct) for m in result.metrics] == [("reward", 2.0), ("policy_loss", 2.0)]
+    reward, loss = result.metrics
+    assert abs(reward.mean_abs_error_pct - 1.5) < 1e-9 and reward.passed  # (0 + 0.03) / 2 x 100
+    assert abs(loss.mean_abs_error_pct - 0.05) < 1e-9 and loss.passed
 
 
 def test_baseline_import_round_trip(runner: CliRunner, tmp_path: Path) -> None:

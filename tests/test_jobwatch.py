@@ -27,7 +27,7 @@ def test_each_step_line_prints_one_progress_line_with_its_time() -> None:
     watch.feed("(TaskRunner pid=7) step:1 - critic/rewards/mean:0.5 - timing_s/step:38.25")
     clock.now += 30
     watch.feed("\x1b[36m(TaskRunner pid=7)\x1b[0m step:2 - critic/rewards/mean:0.6")
-    assert seen == ["step 1/2: 38.2 s by verl", "step 2/2: 30.0 s since the last progress"]
+    assert seen == ["step 1/2: 38.2 s by the job's log", "step 2/2: 30.0 s since the last progress"]
     clock.now += 10_000
     assert watch.stalled() is None, "every step done: nothing to wait for"
 

@@ -16,7 +16,7 @@ from buildkit.k8s.render import DRIVER_VOLUMES, K8sRequest, as_documents, render
 from buildkit.k8s.validate import validate_documents
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.run.job import ImageJob
+from buildkit.run.job import ImageJob, JobFacts
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "k8s"
@@ -24,12 +24,18 @@ SKUS = load_matrix(ROOT / DEFAULT_MATRIX).matrix.skus
 DIGEST_REF = "127.0.0.1:5000/ascendkit/verl@sha256:" + "0123456789abcdef" * 4
 # The goldens show the default stack's image: verl 0.6.1, which needs trainer.device=npu.
 DEFAULT_IMAGE = ImageJob("cann8.3", "0.6.1")
-FIRST = load_matrix(ROOT / DEFAULT_MATRIX).matrix.compat.verl_npu_autodetect
+OPENRLHF_IMAGE = ImageJob("openrlhf-cann8.1", "0.7.5", "openrlhf")
+FACTS = JobFacts.of(load_matrix(ROOT / DEFAULT_MATRIX).matrix.compat)
 UPDATE = os.environ.get("ASCENDKIT_UPDATE_GOLDEN") == "1"  # rewrite the golden files after a deliberate change
 
 
-def _request(sku_id: str, sku: Any, nodes: int, **kw: Any) -> K8sRequest:
-    return K8sRequest(sku_id, sku, DIGEST_REF, nodes=nodes, image_job=DEFAULT_IMAGE, first_autodetect=FIRST, **kw)
+def _ref(image: ImageJob) -> str:
+    """The image by digest, in a repository named for its framework."""
+    return DIGEST_REF.replace("/verl@", f"/{image.framework}@")
+
+
+def _request(sku_id: str, sku: Any, nodes: int, image: ImageJob = DEFAULT_IMAGE, **kw: Any) -> K8sRequest:
+    return K8sRequest(sku_id, sku, _ref(image), nodes=nodes, image_job=image, facts=FACTS, **kw)
 
 
 def ascendkit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -51,15 +57,25 @@ def pods(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # Every kind `k8s render` makes: (golden name, nodes, request options). Goldens for every SKU on the
-# default scheduler, for a3 on Volcano (the pod is the same code for every SKU).
+# default scheduler, for a3 on Volcano (the pod is the same code for every SKU); verl's SFT job on
+# one node; OpenRLHF's GRPO job in each kind, on a2-box16 (its stack's SKUs are the A2 ones).
 VARIANTS: dict[str, tuple[int, dict[str, Any]]] = {
     "job": (1, {}),
     "rayjob": (2, {}),
     "job-volcano": (1, {"scheduler": "volcano", "queue": "rl"}),
     "rayjob-volcano": (2, {"scheduler": "volcano", "topology_mode": "hard", "topology_tier": 1}),
     "vcjob": (3, {"scheduler": "volcano", "kuberay": False}),
+    "sft-job": (1, {"job": "sft"}),
+    "openrlhf-job": (1, {"image": OPENRLHF_IMAGE}),
+    "openrlhf-rayjob": (2, {"image": OPENRLHF_IMAGE}),
+    "openrlhf-vcjob": (2, {"image": OPENRLHF_IMAGE, "scheduler": "volcano", "kuberay": False}),
 }
-GOLDENS = [(v, s) for v in VARIANTS for s in sorted(SKUS) if v in ("job", "rayjob") or s == "a3"]
+GOLDENS = [
+    (v, s)
+    for v in VARIANTS
+    for s in sorted(SKUS)
+    if v in ("job", "rayjob") or (s == "a3" and not v.startswith("openrlhf")) or (s == "a2-box16" and v.startswith("openrlhf"))
+]
 
 
 @pytest.mark.parametrize(("variant", "sku_id"), GOLDENS)
@@ -90,8 +106,10 @@ ALL_KINDS = [
     for scheduler in ("default", "volcano")
     for kuberay, kr in ((True, "kuberay"), (False, "vcjob"))
     for host_network, hn in ((None, "hostnet-default"), (True, "hostnet"), (False, "podnet"))
-    for job in ("smoke", "train")
-    if kuberay or (scheduler == "volcano" and nodes > 1)
+    for job in ("smoke", "sft", "openrlhf", "train")
+    if (kuberay or (scheduler == "volcano" and nodes > 1))
+    and (job != "sft" or nodes == 1)
+    and (job != "openrlhf" or sku_id != "a3")  # the OpenRLHF stack is A2-only
 ]
 
 
@@ -101,11 +119,16 @@ def test_every_manifest_validates_strictly_and_every_pod_takes_the_nodes_npus(
 ) -> None:
     sku = SKUS[sku_id]
     command = ("python3", "-m", "verl.trainer.main_ppo") if job == "train" else ()
-    request = _request(sku_id, sku, nodes, scheduler=scheduler, kuberay=kuberay, host_network=host_network, job=job, command=command)
+    image = OPENRLHF_IMAGE if job == "openrlhf" else DEFAULT_IMAGE
+    kind_job = "grpo" if job == "openrlhf" else job
+    request = _request(
+        sku_id, sku, nodes, image, scheduler=scheduler, kuberay=kuberay, host_network=host_network, job=kind_job, command=command
+    )
     docs = docs_of(render(request).text)
     assert validate_documents(docs) == []
     *configmaps, workload = docs
-    assert [c["kind"] for c in configmaps] == (["ConfigMap"] if job == "smoke" else [])
+    smoke = job != "train"
+    assert [c["kind"] for c in configmaps] == (["ConfigMap"] if smoke else [])
     kind = (workload["apiVersion"], workload["kind"])
     assert (
         kind
@@ -127,7 +150,7 @@ def test_every_manifest_validates_strictly_and_every_pod_takes_the_nodes_npus(
         assert {p for _, p, _ in DRIVER_VOLUMES} <= {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v}
         assert all(m["readOnly"] for m in main["volumeMounts"] if m["name"] in {n for n, _, _ in DRIVER_VOLUMES})
         assert spec["initContainers"][0]["args"] == ["ascendkit", "doctor", *(["--links"] if nodes > 1 else [])]
-        assert [c["name"] for c in spec["initContainers"]] == ["doctor", *(["smoke-data"] if job == "smoke" else [])]
+        assert [c["name"] for c in spec["initContainers"]] == ["doctor", *(["smoke-data"] if smoke else [])]
         assert spec.get("hostNetwork", False) is (nodes > 1 if host_network is None else host_network)
         assert (spec.get("dnsPolicy") == "ClusterFirstWithHostNet") is spec.get("hostNetwork", False)
         env = {e["name"]: e for e in main["env"]}
@@ -138,7 +161,12 @@ def test_every_manifest_validates_strictly_and_every_pod_takes_the_nodes_npus(
         volcano_pod = scheduler == "volcano"
         assert (pod["metadata"]["labels"].get("ring-controller.atlas") == sku.k8s_ring_controller) is volcano_pod
         assert spec.get("schedulerName") == ("volcano" if volcano_pod and request.kind != "RayJob" else None)
-        assert {c["image"] for c in [*spec["containers"], *spec["initContainers"]]} == {DIGEST_REF}
+        assert {c["image"] for c in [*spec["containers"], *spec["initContainers"]]} == {_ref(image)}
+        if job == "openrlhf":  # the reward function is read by the job itself: every NPU pod mounts it
+            assert {"name": "smoke-files", "mountPath": "/opt/ascendkit-smoke", "readOnly": True} in main["volumeMounts"]
+            assert set(configmaps[0]["data"]) == {"gsm8k_synth.py", "gsm8k_reward.py"}
+        elif smoke:
+            assert set(configmaps[0]["data"]) == {"gsm8k_synth.py"} and "smoke-files" not in {m["name"] for m in main["volumeMounts"]}
 
 
 def test_the_volcano_job_is_a_gang_of_every_pod_with_rays_npus_declared() -> None:
@@ -253,7 +281,9 @@ def test_json_output_is_a_list_kubectl_accepts_and_validate_reads(tmp_path: Path
         (["--hw", "a9", "--image", DIGEST_REF], "a9"),
         (["--hw", "a2", "--image", DIGEST_REF], "names a chip family; pods are sized by the SKU: one of a2-box16, 900-podc"),
         (["--hw", "a3", "--image", DIGEST_REF, "--job", "train"], "--job train needs the command after `--`"),
-        (["--hw", "a3", "--image", DIGEST_REF, "--job", "eval"], "--job 'eval': smoke or train"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--job", "eval"], "--job 'eval': one of smoke, grpo, sft, train"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--job", "sft", "--nodes", "2"], "--job sft runs on one node"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--job", "sft", "--", "python3"], "a command after `--` is for --job train"),
         (["--hw", "a3", "--image", DIGEST_REF, "--arch", "riscv64"], "--arch 'riscv64'"),
         (["--hw", "a3", "--image", DIGEST_REF, "--model-path", "models/q"], "an absolute path on the nodes"),
         (

@@ -1,4 +1,5 @@
-"""Parsing verl console logs: both number formats, Ray prefixes, ANSI, noise and cut-off lines."""
+"""Parsing training logs: verl's console lines (both number formats, Ray prefixes, ANSI, noise and
+cut-off lines) and OpenRLHF's progress bar as the real tqdm draws it."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buildkit.accuracy.metrics import parse_line, parse_log, parse_value
+from buildkit.accuracy.metrics import STEP_TIME, StepParser, parse_line, parse_log, parse_value
 from buildkit.cli import app
 from buildkit.errors import ExitCode
 from tests.conftest import ROOT
+from tests.openrlhf_log import openrlhf_log, status
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 GPU_STEP1 = {
@@ -115,8 +117,42 @@ def test_parse_command_errors(runner: CliRunner, tmp_path: Path) -> None:
     empty = tmp_path / "empty.log"
     empty.write_text("nothing to see\n")
     result = runner.invoke(app, ["metrics", "parse", str(empty)])
-    assert result.exit_code == ExitCode.INVALID_INPUT and "no verl step lines" in result.stderr
+    assert result.exit_code == ExitCode.INVALID_INPUT and "no steps: neither verl's step lines" in result.stderr
     both = runner.invoke(app, ["metrics", "parse", str(LOGS / "npu_old_verl.log"), "--json", "--csv"])
     assert both.exit_code == ExitCode.INVALID_INPUT
     missing = runner.invoke(app, ["metrics", "parse", str(tmp_path / "nope.log")])
     assert missing.exit_code == 2 and "Traceback" not in missing.output
+
+
+# ---- OpenRLHF's progress bar -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("redraws_on_new_lines", [False, True], ids=["ray-forwarded", "one-redraw-a-line"])
+def test_openrlhf_steps_come_from_each_new_status_of_its_episode_bar(redraws_on_new_lines: bool) -> None:
+    """tqdm shows a step's status first with the bar still on the step before; each new status is a step,
+    over episodes too, with tqdm's three significant digits and the bar's clock as the step time."""
+    text = openrlhf_log(4, episodes=2, seconds=37, redraws_on_new_lines=redraws_on_new_lines)
+    steps = parse_log(text.splitlines())
+    assert [s.step for s in steps] == list(range(1, 9))
+    for s in steps:
+        expected = {k: float(f"{v:.3g}") for k, v in status(s.step).items()}
+        assert {k: v for k, v in s.metrics.items() if k != STEP_TIME} == pytest.approx(expected, rel=1e-9)
+        assert s.metrics[STEP_TIME] == 37.0, "the bar's elapsed clock, per step (the second episode's bar starts at 0)"
+
+
+def test_openrlhf_a_redraw_without_a_new_status_is_no_step() -> None:
+    bar = "Episode [1/1]:  40%|####      | {n}/5 [00:{t:02d}<00:40, 10.0s/it, policy_loss=0.05, reward=0.5]"
+    parser = StepParser()
+    assert [m.step for m in parser.feed(bar.format(n=1, t=20))] == [2]
+    assert parser.feed(bar.format(n=2, t=21)) == [], "the same status after update(): the same step"
+    assert parser.feed("Episode [1/1]:   0%|          | 0/5 [00:00<?, ?it/s]") == [], "no status yet"
+    assert parser.feed("(ActorModelRayActor pid=9) Train epoch [1/1]: 100%|###| 4/4 [00:02<00:00, act_loss=0.1, reward=0.5]") == []
+
+
+def test_metrics_parse_reads_an_openrlhf_log(runner: CliRunner, tmp_path: Path) -> None:
+    log = tmp_path / "openrlhf.log"
+    log.write_text(openrlhf_log(3))
+    result = runner.invoke(app, ["metrics", "parse", str(log), "--csv"])
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.splitlines()
+    assert header.startswith("step,") and "policy_loss" in header and "reward" in header and len(rows) == 3

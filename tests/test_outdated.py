@@ -46,7 +46,7 @@ def test_a_planted_older_pin_is_found_and_the_newer_one_proposed(runner: CliRunn
     validated = runner.invoke(app, ["matrix", "validate", "--matrix", str(extended)])
     assert validated.exit_code == 0, validated.stderr
     proposed = load_matrix(extended).matrix.stacks["teststack2"]
-    assert proposed.verl.version == verl["accepted"] and not proposed.default
+    assert proposed.framework_version == verl["accepted"] and not proposed.default
 
 
 def test_an_unreachable_index_is_reported_not_guessed(runner: CliRunner, tmp_path: Path) -> None:

@@ -6,7 +6,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import re
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -30,10 +34,12 @@ from buildkit.run.devices import (
     plan_devices,
 )
 from buildkit.run.doctor import Check
-from buildkit.run.job import MODEL_DIR, SMOKE_FILES
+from buildkit.run.job import ARGS_CHECK, MODEL_DIR, SMOKE_FILES, JobFacts
 from buildkit.run.report import judge, write_reports
 from buildkit.run.smoke import SmokeRequest, run_smoke
-from tests.upstream import compose_ppo_trainer
+from tests.openrlhf_log import openrlhf_log
+from tests.openrlhf_standin import standin_tree
+from tests.upstream import compose_config, hydra_config_name
 
 SKUS = load_matrix().matrix.skus
 
@@ -149,7 +155,13 @@ def test_each_failure_is_caught_and_named() -> None:
     assert statuses(high)["rewards in [0, 1]"] == "error" and "step 1: 1.5" in high[2].detail
     assert statuses(judge(run((0.5, 0.0, 0.0)), 1))["throughput > 0"] == "error"
     empty = statuses(judge([], 5))
-    assert empty == {"steps completed": "error", "finite metrics": "ok", "rewards in [0, 1]": "error", "throughput > 0": "error"}
+    assert empty == {
+        "steps completed": "error",
+        "finite metrics": "ok",
+        "rewards in [0, 1]": "error",
+        "loss logged": "error",
+        "throughput > 0": "error",
+    }
 
 
 def _report_data(outcome: str) -> dict[str, object]:
@@ -197,7 +209,7 @@ def test_reports_are_valid_json_deterministic_and_readable(tmp_path: Path) -> No
     data = json.loads(first[0])  # NaN became null: strict JSON parsers accept it
     assert data["comparison"]["metrics"]["critic/rewards/mean"]["mean_abs_error"] is None
     text = first[1].decode()
-    assert text.startswith("# GRPO smoke test: FAILED")
+    assert text.startswith("# verl GRPO smoke test: FAILED")
     assert "| finite metrics | error | step 1 actor/pg_loss=nan |" in text
     assert "| `critic/rewards/mean` | 2 | n/a | n/a | 4 | FAIL |" in text
     assert "Throughput ratio (NPU / baseline): 0.500" in text
@@ -254,22 +266,36 @@ def test_the_worked_answers_are_right() -> None:
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 
+VERL_LABELS = {"io.ascendkit.chip": "a3", "io.ascendkit.stack": "cann8.3", "io.ascendkit.version.verl": "0.6.1"}
+OPENRLHF_LABELS = {
+    "io.ascendkit.chip": "a2",
+    "io.ascendkit.stack": "openrlhf-cann8.1",
+    "io.ascendkit.framework": "openrlhf",
+    "io.ascendkit.version.openrlhf": "0.7.5",
+}
+
+
 class FakeEngine:
     """Stands in for docker-py's APIClient where no NPU exists: records what smoke asks for, plays
-    back doctor's JSON and a real verl log (the tests' fixture logs), and answers the config check
-    as verl 0.6.1 does: its own ppo_trainer config, composed by Hydra from the PyPI wheel with the
-    command's overrides (exit 1 with Hydra's message when they do not compose)."""
+    back doctor's JSON and a training log (the tests' fixtures), and answers the config check as the
+    image's framework does: verl 0.6.1 composes the config its entry point names, by Hydra from the
+    PyPI wheel with the command's overrides (exit 1 with Hydra's message when they do not compose);
+    OpenRLHF runs its own parser, the file vendored from the pinned fork, through smoke_tests'
+    openrlhf_args.py (argparse's exit 2 and message for a flag it does not know)."""
 
     VERL = "0.6.1"
 
-    def __init__(self, doctor_code: int, job_log: Path, job_code: int = 0, *, job_hangs: bool = False) -> None:
+    def __init__(
+        self, doctor_code: int, job_log: Path, job_code: int = 0, *, job_hangs: bool = False, labels: dict[str, str] | None = None
+    ) -> None:
         self.doctor_code, self.job_log, self.job_code, self.job_hangs = doctor_code, job_log, job_code, job_hangs
+        self.labels = labels or VERL_LABELS
         self.created: list[dict[str, Any]] = []
         self.removed: list[str] = []
+        self.checked: dict[str, tuple[int, bytes]] = {}
 
     def inspect_image(self, ref: str) -> dict[str, Any]:
-        labels = {"io.ascendkit.chip": "a3", "io.ascendkit.stack": "cann8.3", "io.ascendkit.version.verl": self.VERL}
-        return {"Id": "sha256:" + "b" * 64, "Config": {"Labels": labels}}
+        return {"Id": "sha256:" + "b" * 64, "Config": {"Labels": self.labels}}
 
     def create_host_config(self, **kwargs: Any) -> dict[str, Any]:
         return kwargs
@@ -285,17 +311,34 @@ class FakeEngine:
         command = self._command(cid)
         if command[:2] == ["ascendkit", "doctor"]:
             return "doctor"
-        return "check" if command[3:5] == ["--cfg", "job"] else "job"
+        return "check" if command[3:5] == ["--cfg", "job"] or command[1] == ARGS_CHECK else "job"
 
     def _check(self, cid: str) -> tuple[int, bytes]:
+        if cid not in self.checked:
+            command = self._command(cid)
+            self.checked[cid] = self._parse(command) if command[1] == ARGS_CHECK else self._compose(command)
+        return self.checked[cid]
+
+    def _compose(self, command: list[str]) -> tuple[int, bytes]:
         from hydra.errors import ConfigCompositionException
         from omegaconf import OmegaConf
 
         try:
-            config = compose_ppo_trainer(self.VERL, self._command(cid)[5:])
+            config = compose_config(self.VERL, hydra_config_name(self.VERL, command[2]), command[5:])
         except ConfigCompositionException as exc:
             return 1, f"{exc}\n{exc.__cause__}\n".encode()
         return 0, ("ray init noise printed before the config\n" + OmegaConf.to_yaml(config)).encode()
+
+    def _parse(self, command: list[str]) -> tuple[int, bytes]:
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = standin_tree(Path(tmp) / "src")
+            done = subprocess.run(
+                [sys.executable, str(SMOKE_DIR / "openrlhf_args.py"), *command[2:]],
+                env={**os.environ, "PYTHONPATH": str(tree)},
+                capture_output=True,
+                check=False,
+            )
+        return done.returncode, done.stdout + done.stderr
 
     def start(self, cid: str) -> None:
         pass
@@ -335,7 +378,7 @@ def smoke_request(tmp_path: Path, **kwargs: Any) -> SmokeRequest:
         "out": tmp_path / "out",
         "model_path": tmp_path / "model",
         "host_root": npu_host(tmp_path, 16),
-        "first_autodetect": load_matrix().matrix.compat.verl_npu_autodetect,
+        "facts": JobFacts.of(load_matrix().matrix.compat),
         **kwargs,
     }
     return SmokeRequest(**settings)
@@ -359,7 +402,8 @@ def test_on_an_npu_host_doctor_then_the_job_run_with_the_skus_devices_and_pass(t
     assert config["binds"][str(SMOKE_DIR)] == {"bind": SMOKE_FILES, "mode": "ro"}
     script = job["command"][2]
     assert script.startswith(
-        "set -e; python3 /opt/ascendkit-smoke/gsm8k_synth.py --out /smoke/out/data --train 256; exec python3 -m verl.trainer.main_ppo"
+        "set -e; python3 /opt/ascendkit-smoke/gsm8k_synth.py --out /smoke/out/data --train 256 --format verl-rl; "
+        "exec python3 -m verl.trainer.main_ppo"
     )
     assert "trainer.n_gpus_per_node=16" in script and "data.train_files=/smoke/out/data/train.parquet" in script
     assert engine.removed == ["c1", "c2", "c3"]
@@ -448,6 +492,100 @@ def test_a_job_that_never_steps_is_stopped_and_the_cause_named(tmp_path: Path) -
     stall = report.data["job"]["stall"]
     assert "GPU" in stall["last_lines"][-1] and engine.removed == ["c1", "c2", "c3"]
     assert "## Why the job stopped" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_verls_sft_job_runs_torchrun_checked_by_the_sft_config_verl_composes(tmp_path: Path) -> None:
+    engine = FakeEngine(0, LOGS / "npu_sft.log")
+    report = run_smoke(cast(Any, engine), smoke_request(tmp_path, job="sft"))
+    assert (report.outcome, report.exit_code) == ("passed", 0), report.message
+    assert report.message == "5 verl SFT steps trained and passed every check"
+    check, _, job = engine.created
+    assert check["command"][:5] == ["python3", "-m", "verl.trainer.fsdp_sft_trainer", "--cfg", "job"]
+    names = {c["name"]: c["status"] for c in report.data["config_check"]["checks"]}
+    assert names == {"device": "ok", "batch split": "ok", "LoRA": "ok"}
+    assert "--nproc_per_node=16 -m verl.trainer.fsdp_sft_trainer" in job["command"][2]
+    assert "--format verl-sft" in job["command"][2] and "model.lora_rank=32" in job["command"][2]
+    judged = {c["name"]: c["status"] for c in report.data["checks"]}
+    assert judged == {"steps completed": "ok", "finite metrics": "ok", "loss logged": "ok"}, "an SFT run has no reward to judge"
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert text.startswith("# verl SFT smoke test: PASSED") and "## Config check (verl composes the job in the image): passed" in text
+
+
+def test_a_misspelled_sft_key_is_refused_by_verls_own_sft_config(tmp_path: Path) -> None:
+    engine = FakeEngine(0, LOGS / "npu_sft.log")
+    report = run_smoke(cast(Any, engine), smoke_request(tmp_path, job="sft", check_only=True, overrides=("model.lora_rnk=8",)))
+    assert (report.outcome, report.exit_code) == ("failed", 1)
+    assert "verl refused the job's config" in report.message and "lora_rnk" in report.message
+
+
+def _openrlhf_request(tmp_path: Path, **kwargs: Any) -> SmokeRequest:
+    return smoke_request(tmp_path, sku_id="a2-box16", sku=SKUS["a2-box16"], chip_id="a2", image="ascendkit/openrlhf:test", **kwargs)
+
+
+def test_openrlhfs_grpo_job_is_checked_by_its_own_parser_then_runs_on_a_ray_head(tmp_path: Path) -> None:
+    log = tmp_path / "openrlhf.log"
+    log.write_text(openrlhf_log(5))
+    engine = FakeEngine(0, log, labels=OPENRLHF_LABELS)
+    report = run_smoke(cast(Any, engine), _openrlhf_request(tmp_path))
+    assert (report.outcome, report.exit_code) == ("passed", 0), report.message
+    assert report.message == "5 OpenRLHF GRPO steps trained and passed every check"
+    check, _, job = engine.created
+    assert check["command"][:3] == ["python3", ARGS_CHECK, "openrlhf.cli.train_ppo_ray"]
+    assert check["host_config"]["binds"][str(SMOKE_DIR)] == {"bind": SMOKE_FILES, "mode": "ro"}, "the argument check script"
+    names = {c["name"]: c["status"] for c in report.data["config_check"]["checks"]}
+    assert names == {"hybrid engine": "ok", "colocation": "ok", "NPU placement": "ok", "batch split": "ok", "steps": "ok", "reward": "ok"}
+    args = json.loads((tmp_path / "out" / "job-args.json").read_text())
+    assert (
+        args["vllm_num_engines"] == 8
+        and args["actor_num_gpus_per_node"] == 8
+        and args["remote_rm_url"] == ["/opt/ascendkit-smoke/gsm8k_reward.py"]
+    ), "the arguments as OpenRLHF parsed them"
+    script = job["command"][2]
+    steps = script.removeprefix("set -e; ").split("; ")
+    assert steps[0].endswith("--format openrlhf-rl") and steps[1].startswith("ray start --head --port=6379")
+    assert steps[2].startswith("exec python3 -m openrlhf.cli.train_ppo_ray --pretrain=/smoke/model")
+    judged = {c["name"]: c["status"] for c in report.data["checks"]}
+    assert judged == {"steps completed": "ok", "finite metrics": "ok", "rewards in [0, 1]": "ok", "loss logged": "ok"}
+    assert report.data["job"]["steps_logged"] == 5 and report.data["image"]["framework"] == "openrlhf"
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert text.startswith("# OpenRLHF GRPO smoke test: PASSED")
+    assert "## Config check (OpenRLHF parses the job's flags in the image): passed" in text
+
+
+def test_a_flag_openrlhf_does_not_know_fails_with_openrlhfs_own_message(tmp_path: Path) -> None:
+    engine = FakeEngine(0, LOGS / "npu_old_verl.log", labels=OPENRLHF_LABELS)
+    # (argparse takes an unambiguous prefix as the flag it begins: --vllm_num_engine is --vllm_num_engines)
+    request = _openrlhf_request(tmp_path, check_only=True, model_path=None, host_root=tmp_path, overrides=("--vllm_num_engins=2",))
+    report = run_smoke(cast(Any, engine), request)
+    assert (report.outcome, report.exit_code) == ("failed", 1)
+    assert report.message.startswith("config check: OpenRLHF refused the job's arguments (exit 2): ")
+    assert "train_ppo_ray.py: error: unrecognized arguments: --vllm_num_engins=2" in report.message
+    assert len(engine.created) == 1, "no doctor, no job"
+
+
+def test_openrlhfs_own_assertion_is_the_message(tmp_path: Path) -> None:
+    engine = FakeEngine(0, LOGS / "npu_old_verl.log", labels=OPENRLHF_LABELS)
+    request = _openrlhf_request(tmp_path, check_only=True, model_path=None, host_root=tmp_path, overrides=("--n_samples_per_prompt=1",))
+    report = run_smoke(cast(Any, engine), request)
+    assert (report.outcome, report.exit_code) == ("failed", 1)
+    assert "AssertionError: group_norm requires n_samples_per_prompt > 1" in report.message
+
+
+def test_an_openrlhf_job_asking_for_more_npus_than_the_node_has_fails_before_ray(tmp_path: Path) -> None:
+    """OpenRLHF itself would accept it and wait forever for the placement; ascendkit's check names it."""
+    engine = FakeEngine(0, LOGS / "npu_old_verl.log", labels=OPENRLHF_LABELS)
+    request = _openrlhf_request(tmp_path, check_only=True, model_path=None, host_root=tmp_path, overrides=("--vllm_num_engines=12",))
+    report = run_smoke(cast(Any, engine), request)
+    assert (report.outcome, report.exit_code) == ("failed", 1)
+    assert "NPU placement: the job asks Ray for 20 NPUs (actor 8, vLLM 12) and 1 node(s) have 16" in report.message
+
+
+def test_an_openrlhf_image_has_no_sft_job(tmp_path: Path) -> None:
+    engine = FakeEngine(0, LOGS / "npu_old_verl.log", labels=OPENRLHF_LABELS)
+    with pytest.raises(InputError, match="an OpenRLHF image has the grpo smoke job"):
+        run_smoke(cast(Any, engine), _openrlhf_request(tmp_path, job="sft", check_only=True, model_path=None, host_root=tmp_path))
+    with pytest.raises(InputError, match="this image runs OpenRLHF, whose arguments are flags"):
+        run_smoke(cast(Any, engine), _openrlhf_request(tmp_path, check_only=True, model_path=None, host_root=tmp_path, overrides=("a=b",)))
 
 
 def test_composition_errors_say_what_to_do() -> None:

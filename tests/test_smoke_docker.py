@@ -65,7 +65,7 @@ def test_smoke_on_a_host_without_npus_runs_doctor_and_stops_there(docker_env: Do
         "--no-config-check", cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == ExitCode.NO_DEVICES, proc.stderr
-    assert "no Ascend devices on this host: doctor's preflight passed in the image; GRPO not run" in proc.stderr
+    assert "no Ascend devices on this host: doctor's preflight passed in the image; verl GRPO not run" in proc.stderr
     assert docker_env.containers() == before, "the smoke containers were removed"
     report = json.loads((out / "report.json").read_text())
     assert report["outcome"] == "no-devices" and report["exit_code"] == 10
@@ -74,7 +74,7 @@ def test_smoke_on_a_host_without_npus_runs_doctor_and_stops_there(docker_env: Do
     assert report["config_check"] is None and report["settings"]["devices"] == [] and report["settings"]["privileged"] is False
     assert "trainer.device=npu" not in report["job"]["command"], "the test stack's verl pin (3.7) detects NPUs itself"
     assert json.loads((out / "doctor.log").read_text())["outcome"].startswith("no Ascend devices")
-    assert (out / "report.md").read_text().startswith("# GRPO smoke test: NO-DEVICES")
+    assert (out / "report.md").read_text().startswith("# verl GRPO smoke test: NO-DEVICES")
     assert not (out / "job.log").exists()
 
 

@@ -1,10 +1,11 @@
-"""The smoke job against the real verl each stack carries: its PyPI wheel's own Hydra config and
-reward code, not our expectations of them.
+"""verl's smoke jobs (GRPO and SFT) against the real verl each stack carries: its PyPI wheel's own
+Hydra configs, entry points and reward code, not our expectations of them.
 
-For every stack x SKU, the job is filled exactly as ``ascendkit smoke`` fills it (``build_job``
-with the image's verl) and as ``ascendkit k8s render`` writes it (parsed back out of the
-manifests, one node and two), composed by Hydra from that verl's ``ppo_trainer`` config in struct
-mode (a key verl does not define fails), and put through verl's start-up checks.
+For every stack x SKU x job, the job is filled exactly as ``ascendkit smoke`` fills it
+(``build_job`` with the image's verl) and as ``ascendkit k8s render`` writes it (parsed back out of
+the manifests: GRPO on one node and two, SFT on one), composed by Hydra from the config that
+verl's entry point names in its ``@hydra.main`` (struct mode: a key verl does not define fails),
+and put through verl's start-up checks.
 """
 
 from __future__ import annotations
@@ -21,41 +22,40 @@ from packaging.version import Version
 
 from buildkit.k8s.render import K8sRequest, as_documents, render
 from buildkit.matrix.load import LoadedMatrix, load_matrix
-from buildkit.run.job import DEVICE_OVERRIDE, JOB_FILE, ImageJob, Job, build_job, load_job
-from buildkit.run.verlconfig import check_config
+from buildkit.run.job import DEVICE_OVERRIDE, JOB_FILE, ImageJob, Job, JobFacts, build_job, load_job, spec_for
+from buildkit.run.verlconfig import check_config, check_sft_config
 from tests.conftest import MATRIX
 from tests.test_smoke import gsm8k_generator
-from tests.upstream import compose_ppo_trainer, config_dir, verl_importable
+from tests.upstream import compose_config, compose_ppo_trainer, config_dir, hydra_config_name, verl_importable, verl_wheel
 
 SHIPPED = load_matrix(MATRIX)
-STACK_SKUS = [(stack_id, sku_id) for stack_id, st in SHIPPED.matrix.stacks.items() for sku_id in st.skus]
-VERLS = sorted({st.verl.version for st in SHIPPED.matrix.stacks.values()}, key=Version)
+VERL_STACKS = {stack_id: st for stack_id, st in SHIPPED.matrix.stacks.items() if st.verl is not None}
+STACK_SKUS = [(stack_id, sku_id) for stack_id, st in VERL_STACKS.items() for sku_id in st.skus]
+VERLS = sorted({st.framework_version for st in VERL_STACKS.values()}, key=Version)
 DIGEST = "127.0.0.1:5000/ascendkit/verl@sha256:" + "ab" * 32
 
 
-def _smoke_job(loaded: LoadedMatrix, stack_id: str, sku_id: str, *, extra: tuple[str, ...] = ()) -> Job:
-    st = loaded.matrix.stacks[stack_id]
-    return build_job(
-        load_job(),
-        loaded.matrix.skus[sku_id],
-        ImageJob(stack_id, st.verl.version),
-        first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
-        steps=5,
-        extra=extra,
-    )
+def _facts(loaded: LoadedMatrix) -> JobFacts:
+    return JobFacts.of(loaded.matrix.compat)
 
 
-def _k8s_overrides(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int, kind: str = "kuberay") -> list[str]:
-    """The Hydra overrides as the rendered manifests carry them to the cluster: the Job's args, the
-    RayJob's entrypoint, or (``kind="volcano"``) what the Volcano Job's head runs once Ray is up."""
+def _smoke_job(loaded: LoadedMatrix, stack_id: str, sku_id: str, *, extra: tuple[str, ...] = (), job: str = "grpo") -> Job:
+    image = ImageJob(stack_id, loaded.matrix.stacks[stack_id].framework_version)
+    return build_job(spec_for(image, job, _facts(loaded)), loaded.matrix.skus[sku_id], image, facts=_facts(loaded), steps=5, extra=extra)
+
+
+def _k8s_argv(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int, kind: str = "kuberay", job: str = "smoke") -> list[str]:
+    """The command as the rendered manifests carry it to the cluster: the Job's args, the RayJob's
+    entrypoint, or (``kind="volcano"``) what the Volcano Job's head runs once Ray is up."""
     st = loaded.matrix.stacks[stack_id]
     request = K8sRequest(
         sku_id=sku_id,
         sku=loaded.matrix.skus[sku_id],
         image=DIGEST,
         nodes=nodes,
-        image_job=ImageJob(stack_id, st.verl.version),
-        first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
+        job=job,
+        image_job=ImageJob(stack_id, st.framework_version, st.framework),
+        facts=_facts(loaded),
         scheduler="volcano" if kind == "volcano" else "default",
         kuberay=kind != "volcano",
     )
@@ -68,8 +68,13 @@ def _k8s_overrides(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int,
         head = workload["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["args"]
         assert head[:2] == ["bash", "-c"] and '"$@"' in head[2], "the head script runs its arguments: the job"
         argv = head[4:]
+    return [str(a) for a in argv]
+
+
+def _k8s_overrides(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int, kind: str = "kuberay") -> list[str]:
+    argv = _k8s_argv(loaded, stack_id, sku_id, nodes, kind)
     assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
-    return [str(a) for a in argv[3:]]
+    return argv[3:]
 
 
 def _composed(verl: str, overrides: list[str]) -> dict[str, Any]:
@@ -82,7 +87,7 @@ def _composed(verl: str, overrides: list[str]) -> dict[str, Any]:
 
 
 def _assert_passes(loaded: LoadedMatrix, stack_id: str, config: dict[str, Any]) -> None:
-    verl = loaded.matrix.stacks[stack_id].verl.version
+    verl = loaded.matrix.stacks[stack_id].framework_version
     checks = check_config(config, verl=verl, first_autodetect=loaded.matrix.compat.verl_npu_autodetect)
     failed = [f"{c.name}: {c.detail}" for c in checks if c.status != "ok"]
     assert not failed, f"{stack_id} (verl {verl}): {failed}"
@@ -93,7 +98,7 @@ def _assert_passes(loaded: LoadedMatrix, stack_id: str, config: dict[str, Any]) 
 @pytest.mark.parametrize(("stack_id", "sku_id"), STACK_SKUS)
 def test_smoke_job_composes_with_the_stacks_verl(loaded: LoadedMatrix, stack_id: str, sku_id: str) -> None:
     job = _smoke_job(loaded, stack_id, sku_id)
-    config = _composed(loaded.matrix.stacks[stack_id].verl.version, list(job.overrides))
+    config = _composed(loaded.matrix.stacks[stack_id].framework_version, list(job.overrides))
     _assert_passes(loaded, stack_id, config)
     assert config["trainer"]["n_gpus_per_node"] == loaded.matrix.skus[sku_id].npus_per_node
     assert config["trainer"]["total_training_steps"] == 5
@@ -103,7 +108,7 @@ def test_smoke_job_composes_with_the_stacks_verl(loaded: LoadedMatrix, stack_id:
 @pytest.mark.parametrize(("nodes", "kind"), [(1, "kuberay"), (2, "kuberay"), (2, "volcano")])
 def test_k8s_job_composes_with_the_stacks_verl(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int, kind: str) -> None:
     overrides = _k8s_overrides(loaded, stack_id, sku_id, nodes, kind)
-    config = _composed(loaded.matrix.stacks[stack_id].verl.version, overrides)
+    config = _composed(loaded.matrix.stacks[stack_id].framework_version, overrides)
     _assert_passes(loaded, stack_id, config)
     assert config["trainer"]["nnodes"] == nodes
     # Kubernetes runs exactly what smoke runs, but for the nodes and where the data is generated.
@@ -115,7 +120,7 @@ def test_k8s_job_composes_with_the_stacks_verl(loaded: LoadedMatrix, stack_id: s
 def test_default_stack_needs_and_gets_the_device_override(loaded: LoadedMatrix) -> None:
     """verl 0.6.1 (cann8.3) has no NPU auto-detection: without the override its job waits for GPUs."""
     default = next(s for s, st in loaded.matrix.stacks.items() if st.default)
-    verl = loaded.matrix.stacks[default].verl.version
+    verl = loaded.matrix.stacks[default].framework_version
     assert "auto_set_device" not in (config_dir(verl).parent / "main_ppo.py").read_text(encoding="utf-8")
     job = _smoke_job(loaded, default, "a3")
     assert DEVICE_OVERRIDE in job.overrides
@@ -137,7 +142,7 @@ def test_a_misspelled_override_fails_composition(loaded: LoadedMatrix) -> None:
 
     job = _smoke_job(loaded, "cann8.3", "a3", extra=("actor_rollout_ref.rollout.gpu_memory_utilisation=0.6",))
     with pytest.raises(ConfigCompositionException) as caught:
-        compose_ppo_trainer(loaded.matrix.stacks["cann8.3"].verl.version, list(job.overrides))
+        compose_ppo_trainer(loaded.matrix.stacks["cann8.3"].framework_version, list(job.overrides))
     assert "gpu_memory_utilisation" in str(caught.value) + str(caught.value.__cause__)
 
 
@@ -146,33 +151,21 @@ def test_a_misspelled_key_in_the_job_file_fails(loaded: LoadedMatrix, tmp_path: 
     bad = tmp_path / "grpo_smoke.yaml"
     bad.write_text(text.replace("actor_rollout_ref.actor.kl_loss_type", "actor_rollout_ref.actor.kl_loss_typ"), encoding="utf-8")
     st = loaded.matrix.stacks["cann9.1"]
-    job = build_job(
-        load_job(bad),
-        loaded.matrix.skus["a3"],
-        ImageJob("cann9.1", st.verl.version),
-        first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
-        steps=5,
-    )
+    job = build_job(load_job(bad), loaded.matrix.skus["a3"], ImageJob("cann9.1", st.framework_version), facts=_facts(loaded), steps=5)
     from hydra.errors import ConfigCompositionException
 
     with pytest.raises(ConfigCompositionException):
-        compose_ppo_trainer(st.verl.version, list(job.overrides))
+        compose_ppo_trainer(st.framework_version, list(job.overrides))
 
 
 def test_two_nodes_get_enough_rows_for_every_step(loaded: LoadedMatrix) -> None:
     """16 NPUs x 2 nodes x 2 prompts = a batch of 64: 5 steps need 320 rows, not the default 256."""
     st = loaded.matrix.stacks["cann8.3"]
-    job = build_job(
-        load_job(),
-        loaded.matrix.skus["a2-box16"],
-        ImageJob("cann8.3", st.verl.version),
-        first_autodetect="0.7.0",
-        steps=5,
-        nnodes=2,
-    )
+    image = ImageJob("cann8.3", st.framework_version)
+    job = build_job(load_job(), loaded.matrix.skus["a2-box16"], image, facts=_facts(loaded), steps=5, nnodes=2)
     assert job.batch == 64
     assert job.train_rows >= job.batch * job.steps
-    assert job.data_command()[-2:] == ["--train", str(job.train_rows)]
+    assert job.data_command()[-4:-2] == ["--train", str(job.train_rows)]
 
 
 # ---- the data against verl's own reward ------------------------------------------------------------
@@ -212,8 +205,80 @@ def test_generated_columns_are_the_ones_verl_reads(verl: str) -> None:
     assert 'get("extra_info", {}).get("index"' in dataset and isinstance(row["extra_info"]["index"], int)
 
 
-def test_job_file_overrides_match_the_shipped_yaml() -> None:
-    """The job file stays plain: what depends on the image is derived, not listed per stack."""
-    raw = yaml.safe_load((Path(__file__).resolve().parent.parent / "smoke_tests" / "grpo_smoke.yaml").read_text(encoding="utf-8"))
+@pytest.mark.parametrize("name", ["grpo_smoke.yaml", "sft_smoke.yaml", "sft_engine_smoke.yaml"])
+def test_job_file_overrides_match_the_shipped_yaml(name: str) -> None:
+    """The job files stay plain: what depends on the image is derived, not listed per stack."""
+    raw = yaml.safe_load((Path(__file__).resolve().parent.parent / "smoke_tests" / name).read_text(encoding="utf-8"))
     assert "stacks" not in raw
     assert not any(o.startswith("trainer.device") for o in raw["overrides"])
+
+
+# ---- the SFT job ---------------------------------------------------------------------------------------
+
+
+def _sft_config(loaded: LoadedMatrix, stack_id: str, overrides: list[str], module: str) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    verl = loaded.matrix.stacks[stack_id].framework_version
+    config = compose_config(verl, hydra_config_name(verl, module), overrides)
+    assert OmegaConf.is_struct(config), "verl's config must be composed in struct mode, as its entry point runs it"
+    data: dict[str, Any] = OmegaConf.to_container(config, resolve=False)  # type: ignore[assignment]
+    return data
+
+
+@pytest.mark.parametrize(("stack_id", "sku_id"), STACK_SKUS)
+def test_sft_job_composes_with_the_stacks_verl(loaded: LoadedMatrix, stack_id: str, sku_id: str) -> None:
+    """The module the fact picks exists in the stack's verl, its @hydra.main config takes every override,
+    and the composed config passes the SFT trainer's start-up checks."""
+    job = _smoke_job(loaded, stack_id, sku_id, job="sft")
+    verl = loaded.matrix.stacks[stack_id].framework_version
+    assert (verl_wheel(verl) / Path(*job.module.split("."))).with_suffix(".py").is_file(), f"verl {verl} has no {job.module}"
+    config = _sft_config(loaded, stack_id, list(job.overrides), job.module)
+    checks = check_sft_config(config, verl=verl, first_engine=loaded.matrix.compat.verl_sft_trainer)
+    assert {c.name: c.status for c in checks} == {"device": "ok", "batch split": "ok", "LoRA": "ok"}, checks
+    assert config["trainer"]["n_gpus_per_node"] == loaded.matrix.skus[sku_id].npus_per_node
+    assert config["trainer"]["total_training_steps"] == 5 and config["model"]["lora_rank"] == 32
+    assert job.launcher[-1] == f"--nproc_per_node={config['trainer']['n_gpus_per_node']}", "torchrun starts one rank per NPU"
+    # Kubernetes runs exactly the command smoke runs
+    assert _k8s_argv(loaded, stack_id, sku_id, 1, job="sft") == job.argv
+
+
+@pytest.mark.parametrize("verl", VERLS)
+def test_sft_entry_point_fact_matches_the_wheel(loaded: LoadedMatrix, verl: str) -> None:
+    """compat.verl_sft_trainer agrees with each shipped verl: fsdp_sft_trainer (which never sets the
+    device) before it; from it on sft_trainer, whose main() calls auto_set_device."""
+    trainer = verl_wheel(verl) / "verl" / "trainer"
+    engine = Version(verl) >= Version(loaded.matrix.compat.verl_sft_trainer)
+    if engine:
+        assert "auto_set_device(config)" in (trainer / "sft_trainer.py").read_text(encoding="utf-8")
+    else:
+        legacy = (trainer / "fsdp_sft_trainer.py").read_text(encoding="utf-8")
+        assert "auto_set_device" not in legacy
+    assert (trainer / "fsdp_sft_trainer.py").is_file() == (not engine), "fsdp_sft_trainer is gone exactly from the fact on"
+
+
+@pytest.mark.parametrize("stack_id", ["cann8.3", "cann9.1"])
+def test_a_misspelled_sft_key_fails_composition(loaded: LoadedMatrix, stack_id: str) -> None:
+    from hydra.errors import ConfigCompositionException
+
+    job = _smoke_job(loaded, stack_id, "a3", job="sft", extra=("data.micro_batch_size_per_gpus=4",))
+    with pytest.raises(ConfigCompositionException) as caught:
+        _sft_config(loaded, stack_id, list(job.overrides), job.module)
+    assert "micro_batch_size_per_gpus" in str(caught.value) + str(caught.value.__cause__)
+
+
+@pytest.mark.parametrize("verl", VERLS)
+def test_sft_data_has_the_columns_each_sft_trainer_reads(loaded: LoadedMatrix, verl: str) -> None:
+    """The generated SFT rows hold what the composed config points the dataset at: extra_info's question
+    and answer (fsdp_sft_trainer), a user/assistant conversation under messages_key (sft_trainer)."""
+    image = ImageJob("x", verl)
+    job = build_job(spec_for(image, "sft", _facts(loaded)), loaded.matrix.skus["a3"], image, facts=_facts(loaded), steps=5)
+    config = _sft_config(loaded, next(s for s, st in VERL_STACKS.items() if st.framework_version == verl), list(job.overrides), job.module)
+    row = gsm8k_generator().rows("train", 1, 0, job.data_format)[0]
+    data = config["data"]
+    if "messages_key" in data:
+        assert [m["role"] for m in row[data["messages_key"]]] == ["user", "assistant"]
+        assert row[data["messages_key"]][1]["content"] == row["extra_info"]["answer"]
+    else:
+        for key, fields in ((data["prompt_key"], data["prompt_dict_keys"]), (data["response_key"], data["response_dict_keys"])):
+            assert all(isinstance(row[key][f], str) and row[key][f] for f in fields)

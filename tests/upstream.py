@@ -63,13 +63,29 @@ def config_dir(version: str) -> Path:
 def compose_ppo_trainer(version: str, overrides: list[str]) -> Any:
     """verl's ``ppo_trainer`` config composed by Hydra with ``overrides``, as ``main_ppo`` composes it:
     the config is in struct mode, so a key verl does not define is an error."""
+    return compose_config(version, "ppo_trainer", overrides)
+
+
+def compose_config(version: str, config_name: str, overrides: list[str]) -> Any:
+    """One of verl's trainer configs (``ppo_trainer``, ``sft_trainer``, ``sft_trainer_engine``),
+    composed by Hydra with ``overrides`` as its entry point's ``@hydra.main`` composes it."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     with _HYDRA:  # Hydra's global state admits one composition at a time
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(config_dir(version)), version_base=None):
-            return compose(config_name="ppo_trainer", overrides=overrides)
+            return compose(config_name=config_name, overrides=overrides)
+
+
+def hydra_config_name(version: str, module: str) -> str:
+    """The config an entry point's ``@hydra.main`` names, read from that verl's own source."""
+    import re
+
+    source = (verl_wheel(version) / Path(*module.split("."))).with_suffix(".py").read_text(encoding="utf-8")
+    found = re.findall(r"@hydra\.main\([^)]*config_name=[\"']([\w]+)[\"']", source)
+    assert len(found) == 1, f"verl {version} {module}: expected one @hydra.main, found {found}"
+    return str(found[0])
 
 
 @contextmanager

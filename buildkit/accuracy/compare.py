@@ -2,8 +2,11 @@
 
 For each metric, over the steps both runs have: mean error = sum(|npu_i - base_i|) / N, reported
 as ``mean_abs_error`` and as ``mean_abs_error_pct`` (x100, as the seed formula writes it), passing
-at or under its tolerance (defaults: ``critic/rewards/mean`` 4 %, the loss 2 %). Throughput ratio =
-mean ``perf/throughput`` over the first K steps of the NPU run / the same for the baseline.
+at or under its tolerance. The defaults follow the job the logs come from (:data:`GATES`): verl
+GRPO ``critic/rewards/mean`` 4 % and its loss 2 % (seeds 002, 004); OpenRLHF GRPO ``reward`` and
+``policy_loss`` 2 % each (seed 003); verl SFT ``train/loss`` 2 % (seeds 000, 001). Throughput ratio =
+mean ``perf/throughput`` over the first K steps of the NPU run / the same for the baseline, where
+the job logs it (verl's GRPO).
 
 A baseline is a GPU run's log, or a baseline file made from one by ``ascendkit baseline import``:
 only a real run's numbers, never invented ones.
@@ -21,11 +24,44 @@ from buildkit.accuracy.metrics import StepMetrics, is_finite, metric_names, pars
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_bytes, read_input_text
 
-REWARD = "critic/rewards/mean"
-LOSS_NAMES = ("actor/pg_loss", "actor/loss", "train/loss", "loss")  # the first one both runs have
-THROUGHPUT = "perf/throughput"
-DEFAULT_REWARD_TOLERANCE = 4.0
-DEFAULT_LOSS_TOLERANCE = 2.0
+REWARD = "critic/rewards/mean"  # verl GRPO's
+THROUGHPUT = "perf/throughput"  # verl GRPO's: tokens / (seconds x devices)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What one framework's job logs, and what the seeds hold it to against a GPU run."""
+
+    job: str  # "verl grpo", "openrlhf grpo", "verl sft"
+    reward: str | None  # judged in [0, 1]; None for jobs without a reward
+    losses: tuple[str, ...]  # its loss metric; the first both runs have
+    throughput: str | None
+    reward_tolerance: float
+    loss_tolerance: float
+
+    @property
+    def marker(self) -> str:
+        """The metric that tells this job's log from the others'."""
+        return self.reward or self.losses[0]
+
+
+GATES = (
+    Gate("verl grpo", REWARD, ("actor/pg_loss", "actor/loss"), THROUGHPUT, 4.0, 2.0),
+    Gate("openrlhf grpo", "reward", ("policy_loss",), None, 2.0, 2.0),
+    Gate("verl sft", None, ("train/loss",), None, 0.0, 2.0),
+)
+
+
+def gate_for(framework: str, job: str) -> Gate:
+    return next(g for g in GATES if g.job == f"{framework} {job}")
+
+
+def gate_of(steps: list[StepMetrics]) -> Gate | None:
+    """The job a run's metrics come from, told by its marker metric."""
+    names = set(metric_names(steps))
+    return next((g for g in GATES if g.marker in names), None)
+
+
 BASELINE_FORMAT = "ascendkit-baseline/1"
 # The seeds' "Mean Error" is sum(|npu_i - gpu_i|) / N x 100 %: an absolute error scaled by 100, not
 # an error relative to the values. Every "%" ascendkit prints for the gate is that, and says so.
@@ -83,7 +119,10 @@ def load_run(path: Path) -> list[StepMetrics]:
         return _baseline_steps(path, data)
     steps = parse_log(text.splitlines())
     if not steps:
-        raise InputError(f"{path}: no verl step lines (`step:N - key:value ...`); was the run started with trainer.logger=console?")
+        raise InputError(
+            f"{path}: no steps: neither verl's step lines (`step:N - key:value ...`; was it started with trainer.logger=console?) "
+            "nor OpenRLHF's `Episode [e/E]` progress bar"
+        )
     return steps
 
 
@@ -113,11 +152,17 @@ def _baseline_steps(path: Path, data: Any) -> list[StepMetrics]:
 
 
 def default_tolerances(npu: list[StepMetrics], base: list[StepMetrics]) -> list[tuple[str, float]]:
+    """The seeds' tolerances for the job both runs come from."""
+    gate = gate_of(npu)
+    known = "; ".join(f"{g.job}: {', '.join(filter(None, (g.reward, *g.losses)))}" for g in GATES)
+    if gate is None:
+        raise InputError(f"the NPU run has no metric of a known job ({known}); name the metrics with --metric")
     both = set(metric_names(npu)) & set(metric_names(base))
-    loss = next((name for name in LOSS_NAMES if name in both), None)
-    if loss is None:
-        raise InputError(f"the runs share no loss metric (looked for {', '.join(LOSS_NAMES)}); name one with --metric")
-    return [(REWARD, DEFAULT_REWARD_TOLERANCE), (loss, DEFAULT_LOSS_TOLERANCE)]
+    loss = next((name for name in gate.losses if name in both), None)
+    if loss is None or (gate.reward and gate.reward not in both):
+        wanted = ", ".join(filter(None, (gate.reward, *gate.losses)))
+        raise InputError(f"the runs are not both {gate.job} runs: the baseline lacks {wanted}; name the metrics with --metric")
+    return ([(gate.reward, gate.reward_tolerance)] if gate.reward else []) + [(loss, gate.loss_tolerance)]
 
 
 def compare_runs(

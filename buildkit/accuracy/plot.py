@@ -1,12 +1,12 @@
-"""PNG plots of a run against its baseline: reward, loss and throughput per step."""
+"""PNG plots of a run against its baseline: reward, loss and throughput (or step time) per step."""
 
 from __future__ import annotations
 
 import io
 from pathlib import Path
 
-from buildkit.accuracy.compare import LOSS_NAMES, REWARD, THROUGHPUT
-from buildkit.accuracy.metrics import StepMetrics, metric_names, series
+from buildkit.accuracy.compare import GATES, gate_of
+from buildkit.accuracy.metrics import STEP_TIME, StepMetrics, metric_names, series
 from buildkit.fsio import check_output_file, write_atomic
 
 
@@ -19,11 +19,13 @@ def plot_runs(npu: list[StepMetrics], baseline: list[StepMetrics] | None, path: 
     from matplotlib.ticker import MaxNLocator
 
     names = metric_names(npu)
-    loss = next((n for n in LOSS_NAMES if n in names), None)
-    panels = [(REWARD, "reward (mean)"), (loss, "loss"), (THROUGHPUT, "throughput (tokens/s/device)")]
+    gate = gate_of(npu) or GATES[0]
+    loss = next((n for n in gate.losses if n in names), None)
+    speed = (gate.throughput, "throughput (tokens/s/device)") if gate.throughput else (STEP_TIME, "step time (s)")
+    panels = [(gate.reward, "reward (mean)"), (loss, "loss"), speed]
     figure, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
     for axis, (name, label) in zip(axes, panels, strict=True):
-        axis.set_title(f"{label}\n{name or 'no loss metric'}", fontsize=10)
+        axis.set_title(f"{label}\n{name or f'no {label} metric'}", fontsize=10)
         axis.set_xlabel("step")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
@@ -35,7 +37,8 @@ def plot_runs(npu: list[StepMetrics], baseline: list[StepMetrics] | None, path: 
             values = sorted(series(run, name).items())
             if values:
                 axis.plot([s for s, _ in values], [v for _, v in values], style, markersize=3, label=run_label)
-        axis.legend(fontsize=8)
+        if axis.lines:
+            axis.legend(fontsize=8)
     if title:
         figure.suptitle(title)
     png = io.BytesIO()

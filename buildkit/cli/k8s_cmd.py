@@ -35,14 +35,15 @@ def check_stack(loaded: LoadedMatrix, stack: str, sku_id: str, what: str = "--st
 
 
 def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) -> tuple[ImageJob, list[str]]:
-    """Which stack and verl the image carries: its labels as the registry serves them, else ``--stack``.
+    """Which stack and framework the image carries: its labels as the registry serves them, else ``--stack``.
 
     A ``--stack`` that disagrees with the image's own label is refused: the job's arguments
-    (``trainer.device=npu`` for a verl without NPU auto-detection) follow from it.
+    (which framework's job; ``trainer.device=npu`` for a verl without NPU auto-detection) follow from it.
     """
     from buildkit.image.registry import image_labels
     from buildkit.plan import LABEL_PREFIX
     from buildkit.run.job import ImageJob
+    from buildkit.run.smoke import image_job_of
 
     try:
         labels = image_labels(image, arch)
@@ -53,11 +54,15 @@ def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) ->
     if found is not None:
         if stack is not None and stack != found:
             raise InputError(f"--stack {stack}: {image} is built from stack {found!r} (its {LABEL_PREFIX}.stack label)")
-        return ImageJob(found, labels.get(f"{LABEL_PREFIX}.version.verl")), []
+        return image_job_of(labels, found), []
     if stack is None:
-        raise InputError(f"cannot tell which stack and verl {image} carries ({problem}); pass --stack with the stack it was built from")
-    verl = loaded.matrix.stacks[stack].verl.version
-    return ImageJob(stack, verl), [f"the job follows --stack {stack} (verl {verl}): could not read the image's labels: {problem}"]
+        raise InputError(
+            f"cannot tell which stack and framework {image} carries ({problem}); pass --stack with the stack it was built from"
+        )
+    st = loaded.matrix.stacks[stack]
+    return ImageJob(stack, st.framework_version, st.framework), [
+        f"the job follows --stack {stack} ({st.framework} {st.framework_version}): could not read the image's labels: {problem}"
+    ]
 
 
 SchedulerOption = Annotated[
@@ -81,7 +86,12 @@ def k8s_render(
             "--nodes", min=1, max=MAX_NODES, help="1: a batch/v1 Job; N > 1: a KubeRay RayJob (or a Volcano Job with --no-kuberay)."
         ),
     ] = 1,
-    job: Annotated[str, typer.Option("--job", help="smoke (the GRPO smoke job) or train (your command after --).")] = "smoke",
+    job: Annotated[
+        str,
+        typer.Option(
+            "--job", help="smoke or grpo (the image's GRPO smoke job), sft (verl's SFT smoke job, one node), train (your command after --)."
+        ),
+    ] = "smoke",
     scheduler: SchedulerOption = "default",
     queue: Annotated[str | None, typer.Option("--queue", help="Volcano queue (with --scheduler volcano; default: default).")] = None,
     kuberay: Annotated[
@@ -111,7 +121,7 @@ def k8s_render(
     ] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace of the objects.")] = None,
     pull_secret: Annotated[str | None, typer.Option("--pull-secret", help="imagePullSecret for a private registry.")] = None,
-    name: Annotated[str | None, typer.Option("--name", help="Object name (default verl-<job>-<sku>[-<N>n]).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Object name (default <framework>-<job>-<sku>[-<N>n]).")] = None,
     arch: Annotated[
         str | None, typer.Option("--arch", help="The image's architecture: selects host-arch nodes (default: the SKU's hosts').")
     ] = None,
@@ -121,7 +131,10 @@ def k8s_render(
     model_pvc: Annotated[str | None, typer.Option("--model-pvc", help="Take the model from this PVC instead of --model-path.")] = None,
     steps: Annotated[int, typer.Option("--steps", min=1, max=MAX_STEPS, help="Smoke job training steps.")] = 5,
     deadline: Annotated[int, typer.Option("--deadline", min=1, max=MAX_SECONDS, help="activeDeadlineSeconds of the job.")] = 3600,
-    override: Annotated[list[str] | None, typer.Option("--override", help="Extra Hydra override KEY=VALUE (smoke job).")] = None,
+    override: Annotated[
+        list[str] | None,
+        typer.Option("--override", help="Extra argument of the smoke job: KEY=VALUE (verl), --override=--name=value (OpenRLHF)."),
+    ] = None,
     allow_tag: Annotated[bool, typer.Option("--allow-tag", help="Accept an image tag without digest (warns).")] = False,
     stack: Annotated[
         str | None,
@@ -135,7 +148,7 @@ def k8s_render(
     from buildkit.k8s.render import K8sRequest, as_documents, check_request, render
     from buildkit.matrix.load import load_matrix, resolve_sku
     from buildkit.plan import LABEL_PREFIX
-    from buildkit.run.job import check_overrides
+    from buildkit.run.job import JobFacts, check_overrides
 
     loaded = load_matrix(matrix)
     sku_id, sku, _ = resolve_sku(loaded, hw, "pods are sized by the SKU")
@@ -160,7 +173,7 @@ def k8s_render(
         deadline_s=deadline,
         allow_tag=allow_tag,
         overrides=overrides,
-        first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
+        facts=JobFacts.of(loaded.matrix.compat),
         scheduler=scheduler,
         queue=queue,
         kuberay=kuberay,
@@ -174,7 +187,7 @@ def k8s_render(
     if output is not None and output != STDOUT:
         check_output_file(output)
     warnings: list[str] = []
-    if job == "smoke":
+    if request.smoke_job is not None:
         found, warnings = image_job(loaded, image, arch, stack)
         if found.stack is not None and found.stack != stack:
             check_stack(loaded, found.stack, sku_id, what=f"{image} (its {LABEL_PREFIX}.stack label)")

@@ -1,4 +1,4 @@
-"""``ascendkit smoke``: the GRPO smoke job in an image, on this host's NPUs, with a report."""
+"""``ascendkit smoke``: a smoke job of the image's framework (GRPO; verl's SFT), on this host's NPUs, with a report."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from buildkit.cancel import interrupted
 from buildkit.cli.base import MAX_SECONDS, MAX_STEPS, JsonFlag, MatrixPath, app, finite, print_json, user_errors
 from buildkit.errors import InputError
 from buildkit.fsio import output_dir
-from buildkit.resources import DEFAULT_MATRIX, DEFAULT_REPOSITORY
+from buildkit.resources import DEFAULT_MATRIX, default_repository
 
 
 def _pairs(items: list[str], option: str) -> dict[str, str]:
@@ -46,6 +46,10 @@ def smoke(
         Path | None,
         typer.Option("--data", exists=True, file_okay=False, help="Directory with gsm8k train.parquet/test.parquet; default: generated."),
     ] = None,
+    job: Annotated[
+        str,
+        typer.Option("--job", help="grpo (verl or OpenRLHF, from the image) or sft (verl: LoRA SFT, seed 000). See smoke_tests/."),
+    ] = "grpo",
     steps: Annotated[int, typer.Option("--steps", min=1, max=MAX_STEPS, help="Training steps.")] = 5,
     baseline: Annotated[
         Path | None, typer.Option("--baseline", exists=True, dir_okay=False, help="A GPU run's log or baseline file: apply the gate.")
@@ -57,12 +61,19 @@ def smoke(
     devices: Annotated[str | None, typer.Option("--devices", help="NPU ids to use, e.g. 0-7 (default: all of the SKU's).")] = None,
     privileged: Annotated[bool, typer.Option("--privileged", help="Run privileged instead of with explicit devices.")] = False,
     override: Annotated[
-        list[str] | None, typer.Option("--override", help="Extra Hydra override KEY=VALUE for main_ppo (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--override",
+            help="Extra argument of the job (repeatable): a Hydra override KEY=VALUE (verl), a flag --override=--name=value (OpenRLHF).",
+        ),
     ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="Extra environment KEY=VALUE in the job (repeatable).")] = None,
     check: Annotated[
         bool,
-        typer.Option("--check", help="Only compose the job's config with verl in the image (--cfg job) and check it; any host."),
+        typer.Option(
+            "--check",
+            help="Only the config check: verl composes the job's config (--cfg job), OpenRLHF parses its flags, in the image; any host.",
+        ),
     ] = False,
     config_check: Annotated[
         bool,
@@ -75,15 +86,15 @@ def smoke(
             min=1,
             max=MAX_SECONDS,
             callback=finite,
-            help="Stop the job when no step line follows Ray's start for this many seconds.",
+            help="Stop the job when no step follows Ray's start for this many seconds.",
         ),
     ] = 900,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not echo the job's log.")] = False,
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
-    """Check the job's config with verl in the image, run doctor and a short GRPO job with the SKU's
-    devices; judge it and write a report.
+    """Check the job's config with the image's framework, run doctor and a short GRPO (or verl SFT)
+    job with the SKU's devices; judge it and write a report.
 
     Exit 0 passed (or --check passed), 1 failed, 9 timed out or stalled, 10 no Ascend devices here
     (config check and preflight only).
@@ -94,18 +105,21 @@ def smoke(
     from buildkit.matrix.load import load_matrix, resolve_sku
     from buildkit.plan import plan_image, plan_target
     from buildkit.run.devices import parse_visible
-    from buildkit.run.job import check_overrides
+    from buildkit.run.job import JOBS, JobFacts, check_overrides
     from buildkit.run.report import stderr_echo
     from buildkit.run.smoke import SmokeRequest, check_request, run_smoke
 
     loaded = load_matrix(matrix)
     sku_id, sku, chip_id = resolve_sku(loaded, hw, "smoke needs the SKU (its NPU count)")
+    if job not in JOBS:
+        raise InputError(f"--job {job!r}: one of {', '.join(JOBS)}")
     overrides = check_overrides(override or [])
     if check and not config_check:
         raise InputError("--check and --no-config-check exclude each other")
     if image is None:
         # what `ascendkit build --hw SKU` tagged on this machine for the default stack
-        image = f"{DEFAULT_REPOSITORY}:{plan_image(loaded, plan_target(loaded, sku_id, None, None), host_arch()).tags[0]}"
+        plan = plan_image(loaded, plan_target(loaded, sku_id, None, None), host_arch())
+        image = f"{default_repository(plan.framework)}:{plan.tags[0]}"
     request = SmokeRequest(
         sku_id=sku_id,
         sku=sku,
@@ -122,7 +136,8 @@ def smoke(
         privileged=privileged,
         overrides=overrides,
         env=_pairs(env or [], "--env"),
-        first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
+        facts=JobFacts.of(loaded.matrix.compat),
+        job=job,
         check_only=check,
         config_check=config_check,
         stall_after=stall_timeout,

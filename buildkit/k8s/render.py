@@ -33,13 +33,14 @@ from buildkit.plan import LABEL_PREFIX
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.devices import DRIVER_FILES_OPTIONAL, DRIVER_FILES_REQUIRED, SHM_SIZE
 from buildkit.run.doctor import DRIVER_VERSION, HCCN_TOOL
-from buildkit.run.job import ImageJob, build_job, load_job
+from buildkit.run.job import REWARD_FILE, SMOKE_FILES, ImageJob, JobFacts, build_job, check_overrides, spec_for
 
 FILES = Path(__file__).resolve().parent / "files"
 HOST_ARCH = {"aarch64": "huawei-arm", "x86_64": "huawei-x86"}
 RAYJOB_NAME_MAX = 47  # KubeRay adds "-xxxxx" for the RayCluster and up to 10 for its services
 VOLCANO_JOB_NAME_MAX = 50  # pods are <job>-<task>-<index>: "-worker-" and an index must fit in 63
 APP_LABEL = "app.kubernetes.io"
+K8S_JOBS = ("smoke", "grpo", "sft", "train")
 SCHEDULERS = ("default", "volcano")
 TOPOLOGY_MODES = ("hard", "soft")
 
@@ -87,7 +88,7 @@ class K8sRequest:
     sku: Sku
     image: str
     nodes: int = 1
-    job: str = "smoke"  # or "train"
+    job: str = "smoke"  # a smoke job of the image's framework (smoke = grpo, or sft), or "train"
     command: tuple[str, ...] = ()  # --job train -- CMD...
     namespace: str | None = None
     name: str | None = None
@@ -99,8 +100,8 @@ class K8sRequest:
     deadline_s: int = 3600
     allow_tag: bool = False
     overrides: tuple[str, ...] = ()
-    image_job: ImageJob = field(default_factory=lambda: ImageJob(None, None))  # the image's stack and verl (its labels, or --stack)
-    first_autodetect: str = field(kw_only=True)  # compat.verl_npu_autodetect of the matrix
+    image_job: ImageJob = field(default_factory=lambda: ImageJob(None, None))  # the image's stack and framework (its labels, or --stack)
+    facts: JobFacts = field(kw_only=True)  # what the matrix knows of the frameworks' entry points
     scheduler: str = "default"  # or "volcano"
     queue: str | None = None  # Volcano queue (default "default")
     kuberay: bool = True  # several nodes: a RayJob (KubeRay) or, with Volcano, a Volcano Job that starts Ray itself
@@ -109,6 +110,11 @@ class K8sRequest:
     host_network: bool | None = None  # default: on for several nodes (RoCE), off for one
     topology_mode: str | None = None  # Volcano network topology (A3 SuperPoD placement): hard or soft
     topology_tier: int | None = None  # its highest tier allowed
+
+    @property
+    def smoke_job(self) -> str | None:
+        """The smoke job rendered (``smoke`` is GRPO's other name), None for ``--job train``."""
+        return None if self.job == "train" else "grpo" if self.job == "smoke" else self.job
 
     @property
     def kind(self) -> str:
@@ -164,7 +170,7 @@ def check_name(value: str, what: str, *, limit: int = 63, pattern: re.Pattern[st
 
 
 def _default_name(request: K8sRequest) -> str:
-    return f"verl-{request.job}-{request.sku_id}" + (f"-{request.nodes}n" if request.nodes > 1 else "")
+    return f"{request.image_job.framework}-{request.job}-{request.sku_id}" + (f"-{request.nodes}n" if request.nodes > 1 else "")
 
 
 def _check_scheduling(request: K8sRequest) -> None:
@@ -198,12 +204,16 @@ def check_request(request: K8sRequest) -> tuple[str, ...]:
     """Every refusal happens here, before anything is rendered, asked or written; returns the warnings."""
     if request.nodes < 1:
         raise InputError(f"--nodes {request.nodes}: at least 1")
-    if request.job not in ("smoke", "train"):
-        raise InputError(f"--job {request.job!r}: smoke or train")
+    if request.job not in K8S_JOBS:
+        raise InputError(f"--job {request.job!r}: one of {', '.join(K8S_JOBS)} (smoke is the grpo smoke job)")
     if request.job == "train" and not request.command:
         raise InputError("--job train needs the command after `--`, e.g. -- python3 -m verl.trainer.main_ppo ...")
-    if request.job == "smoke" and request.command:
-        raise InputError("a command after `--` is for --job train; the smoke job's command comes from smoke_tests/grpo_smoke.yaml")
+    if request.job != "train" and request.command:
+        raise InputError(
+            f"a command after `--` is for --job train; the {request.job} smoke job's command comes from its file in smoke_tests/"
+        )
+    if request.job == "sft" and request.nodes != 1:
+        raise InputError("--job sft runs on one node (torchrun --standalone, as the seed's script): drop --nodes")
     if request.arch not in HOST_ARCH:
         raise InputError(f"--arch {request.arch!r}: one of {', '.join(HOST_ARCH)}")
     warning = check_image(request.image, request.allow_tag)
@@ -243,10 +253,11 @@ class Pod:
     job_env: dict[str, str]
     data_args: list[str]
     configmap: str
+    reads_files: bool = False  # the job itself reads smoke_tests/ files (OpenRLHF's reward function)
 
     @property
     def smoke(self) -> bool:
-        return self.request.job == "smoke"
+        return self.request.smoke_job is not None
 
 
 def _env(pairs: dict[str, str]) -> list[dict[str, Any]]:
@@ -298,12 +309,14 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
                 "imagePullPolicy": "IfNotPresent",
                 "args": pod.data_args,
                 "volumeMounts": [
-                    {"name": "smoke-files", "mountPath": "/opt/ascendkit-smoke", "readOnly": True},
+                    {"name": "smoke-files", "mountPath": SMOKE_FILES, "readOnly": True},
                     {"name": "smoke-out", "mountPath": "/smoke/out"},
                 ],
             }
         )
         mounts += [{"name": "model", "mountPath": "/smoke/model", "readOnly": True}, {"name": "smoke-out", "mountPath": "/smoke/out"}]
+        if pod.reads_files:
+            mounts.append({"name": "smoke-files", "mountPath": SMOKE_FILES, "readOnly": True})
         if request.model_pvc:
             volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": request.model_pvc, "readOnly": True}})
         else:
@@ -351,18 +364,18 @@ def _metadata(name: str, request: K8sRequest, labels: dict[str, str]) -> dict[st
     return meta
 
 
-def _configmap(name: str, request: K8sRequest, labels: dict[str, str]) -> dict[str, Any]:
+def _configmap(name: str, request: K8sRequest, labels: dict[str, str], files: tuple[str, ...]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(name, request, labels),
-        "data": {"gsm8k_synth.py": (SMOKE_DIR / "gsm8k_synth.py").read_text(encoding="utf-8")},
+        "data": {file: (SMOKE_DIR / file).read_text(encoding="utf-8") for file in files},
     }
 
 
 def _job(name: str, pod: Pod, argv: list[str]) -> dict[str, Any]:
     request = pod.request
-    main = {"name": "verl", "args": argv, "env": _env(pod.job_env)}
+    main = {"name": request.image_job.framework, "args": argv, "env": _env(pod.job_env)}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -516,28 +529,34 @@ def render(request: K8sRequest) -> Manifests:
     name = _default_name(request) if request.name is None else request.name
     sku = request.sku
     labels = {
-        f"{APP_LABEL}/name": "ascendkit-verl",
+        f"{APP_LABEL}/name": f"ascendkit-{request.image_job.framework}",
         f"{APP_LABEL}/instance": name,
         f"{APP_LABEL}/managed-by": "ascendkit",
         f"{LABEL_PREFIX}/sku": request.sku_id,
         f"{LABEL_PREFIX}/job": request.job,
     }
     data_args: list[str] = []
-    if request.job == "smoke":
+    files: tuple[str, ...] = ("gsm8k_synth.py",)
+    if request.smoke_job is not None:
         job = build_job(
-            load_job(),
+            spec_for(request.image_job, request.smoke_job, request.facts),
             sku,
             request.image_job,
-            first_autodetect=request.first_autodetect,
+            facts=request.facts,
             steps=request.steps,
             nnodes=request.nodes,
-            extra=request.overrides,
+            extra=check_overrides(list(request.overrides), request.image_job.framework),
         )
         argv, job_env, data_args = job.argv, dict(job.env), job.data_command()
+        if job.ray_npus:  # one node: a Ray head in the pod first, as `ascendkit smoke` starts it
+            argv = ["bash", "-c", shlex.join(job.ray_head_command()) + ' && exec "$@"', "ray-head", *argv]
+        if any(REWARD_FILE in o for o in job.overrides):  # the job reads it at run time: every pod mounts it
+            files += (REWARD_FILE.removeprefix(SMOKE_FILES + "/"),)
     else:
         argv, job_env = list(request.command), {}
-    pod = Pod(request, labels, job_env, data_args, f"{name}-smoke")
-    title = f"verl {request.job} on {request.nodes} x {sku.product} ({request.sku_id}), {sku.npus_per_node} NPUs per node"
+    pod = Pod(request, labels, job_env, data_args, f"{name}-smoke", reads_files=len(files) > 1)
+    framework = request.image_job.framework
+    title = f"{framework} {request.job} on {request.nodes} x {sku.product} ({request.sku_id}), {sku.npus_per_node} NPUs per node"
     scheduling = f"scheduler {request.scheduler}" + (f", queue {request.queue or 'default'}" if request.volcano else "")
     made = {
         "Job": (_job, f"batch/v1 Job; {scheduling}"),
@@ -547,8 +566,10 @@ def render(request: K8sRequest) -> Manifests:
     build, what = made[request.kind]
     rendered = f"Rendered by `ascendkit k8s render`: {what}. Check: `ascendkit k8s validate` (Kubernetes {KUBERNETES_VERSION})."
     docs: list[str] = []
-    if request.job == "smoke":
-        docs.append(dump(_configmap(pod.configmap, request, labels), ["The smoke job's data generator (smoke_tests/gsm8k_synth.py)."]))
+    if pod.smoke:
+        what = "data generator" + (" and reward function" if len(files) > 1 else "")
+        shown = ", ".join(f"smoke_tests/{f}" for f in files)
+        docs.append(dump(_configmap(pod.configmap, request, labels, files), [f"The smoke job's {what} ({shown})."]))
     docs.append(dump(build(name, pod, argv), [title, rendered]))
     return Manifests("---\n".join(docs), warnings)
 

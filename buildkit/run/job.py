@@ -1,53 +1,86 @@
-"""The GRPO smoke job: ``smoke_tests/grpo_smoke.yaml`` filled in for one SKU and one image.
+"""The smoke jobs: a job file of ``smoke_tests/`` filled in for one SKU and one image.
 
-``ascendkit smoke`` and ``ascendkit k8s render --job smoke`` both build the job here from the same
-inputs (the SKU, the verl release the image carries, steps, nodes), so a Kubernetes run gets
-exactly the arguments a local run does. What depends on the image follows from facts in the
-matrix, never from a per-stack list: an image whose verl predates NPU auto-detection
-(``compat.verl_npu_autodetect``) gets ``trainer.device=npu``.
+``ascendkit smoke`` and ``ascendkit k8s render`` both build the job here from the same inputs (the
+SKU, the framework and release the image carries, the job, steps, nodes), so a Kubernetes run
+gets exactly the arguments a local run does. Which file serves an image, and what is appended
+to it, follows from facts in the matrix, never from a per-stack list:
+
+    verl      grpo  grpo_smoke.yaml            trainer.device=npu before compat.verl_npu_autodetect
+    verl      sft   sft_smoke.yaml             before compat.verl_sft_trainer (fsdp_sft_trainer; with trainer.device=npu)
+                    sft_engine_smoke.yaml      from it on (sft_trainer, which sets the device itself)
+    openrlhf  grpo  openrlhf_grpo_smoke.yaml   a Ray head first, as the seed starts it
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 import string
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from packaging.version import InvalidVersion, Version
-from pydantic import Field, StrictInt, StrictStr, ValidationError
+from pydantic import Field, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from buildkit.errors import Finding, InputError
 from buildkit.fsio import read_input_text
-from buildkit.matrix.model import Frozen, Sku
+from buildkit.matrix.model import Compat, Frozen, Sku
 from buildkit.matrix.yamlsource import YamlSourceError, format_path, load_yaml
 from buildkit.resources import SMOKE_DIR
 
-JOB_FILE = SMOKE_DIR / "grpo_smoke.yaml"
+JOB_FILE = SMOKE_DIR / "grpo_smoke.yaml"  # verl's GRPO job: the default of a verl image
+JOBS = ("grpo", "sft")
+FRAMEWORKS = ("verl", "openrlhf")
 
 # Where the host's directories appear in the container.
-SMOKE_FILES = "/opt/ascendkit-smoke"  # smoke_tests/, read-only (the data generator)
+SMOKE_FILES = "/opt/ascendkit-smoke"  # smoke_tests/, read-only (data generator, reward, argument check)
 OUT_DIR = "/smoke/out"  # --out, writable: generated data
 MODEL_DIR = "/smoke/model"  # --model-path, read-only
 DATA_DIR = "/smoke/data"  # --data, read-only
-DATA_FILES = ("train.parquet", "test.parquet")  # what --data must hold (smoke_tests/grpo_smoke.yaml reads both)
+DATA_FILES = ("train.parquet", "test.parquet")  # what --data must hold (every job reads both or the first)
 GENERATED_DATA = f"{OUT_DIR}/data"
+REWARD_FILE = f"{SMOKE_FILES}/gsm8k_reward.py"  # OpenRLHF's rule-based reward (--remote_rm_url)
+ARGS_CHECK = f"{SMOKE_FILES}/openrlhf_args.py"  # OpenRLHF's config check: its parser, up to ray.init
+RAY_PORT = 6379
 
 DEVICE_OVERRIDE = "trainer.device=npu"
 MIN_TRAIN_ROWS = 256  # what the generator writes by default; more when the steps need them
 
 
 class JobSpec(Frozen):
-    """``smoke_tests/grpo_smoke.yaml``: the job, with placeholders the SKU fills in."""
+    """A job file of ``smoke_tests/``: the job, with placeholders the SKU and the options fill in."""
 
-    command: tuple[StrictStr, ...] = Field(min_length=1)
-    tensor_parallel: StrictInt = Field(gt=0)
+    framework: Literal["verl", "openrlhf"]
+    job: Literal["grpo", "sft"]
+    module: StrictStr = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", description="run as python3 -m MODULE")
+    launcher: tuple[StrictStr, ...] = Field(default=("python3",), min_length=1, description="what runs the module (torchrun ...)")
+    nodes: Literal["any", "one"] = "any"
+    ray_head: bool = Field(default=False, description="start a Ray head in the container first (one node)")
+    data: Literal["verl-rl", "verl-sft", "openrlhf-rl"]
+    tensor_parallel: StrictInt = Field(default=1, gt=0)
     prompts_per_npu: StrictInt = Field(gt=0)
+    samples_per_prompt: StrictInt = Field(default=1, gt=0)
+    actor_share: StrictFloat | None = Field(default=None, gt=0, lt=1, description="OpenRLHF: the share of each node's NPUs for the actor")
     env: dict[StrictStr, StrictStr] = Field(default={})
     overrides: tuple[StrictStr, ...] = ()
 
 
-PLACEHOLDERS = ("npus", "nnodes", "tp", "batch", "steps", "model", "data")
+PLACEHOLDERS = (
+    "npus",
+    "nnodes",
+    "tp",
+    "batch",
+    "steps",
+    "model",
+    "data",
+    "actor_npus",
+    "engines",
+    "samples",
+    "train_batch",
+    "max_samples",
+    "reward",
+)
 
 
 def load_job(path: Path = JOB_FILE) -> JobSpec:
@@ -65,38 +98,47 @@ def load_job(path: Path = JOB_FILE) -> JobSpec:
             loc = tuple(p for p in err["loc"] if p != "[key]")
             findings.append(Finding(source.locate(loc), format_path(loc), err["msg"]))
         raise InputError("\n".join(f.format() for f in findings)) from None
-    for index, item in enumerate(job.overrides):
-        for _, name, _, _ in string.Formatter().parse(item):
-            if name is not None and name not in PLACEHOLDERS:
-                loc = ("overrides", index)
-                findings.append(
-                    Finding(source.locate(loc), format_path(loc), f"unknown placeholder {{{name}}}", hint=", ".join(PLACEHOLDERS))
-                )
+    for field_name, items in (("overrides", job.overrides), ("launcher", job.launcher)):
+        for index, item in enumerate(items):
+            for _, name, _, _ in string.Formatter().parse(item):
+                if name is not None and name not in PLACEHOLDERS:
+                    loc = (field_name, index)
+                    findings.append(
+                        Finding(source.locate(loc), format_path(loc), f"unknown placeholder {{{name}}}", hint=", ".join(PLACEHOLDERS))
+                    )
+    if job.framework == "openrlhf" and job.actor_share is None:
+        findings.append(Finding(source.locate(()), "actor_share", "an OpenRLHF job splits each node's NPUs: give actor_share"))
     if findings:
         raise InputError("\n".join(f.format() for f in findings))
     return job
 
 
-def check_overrides(items: list[str]) -> tuple[str, ...]:
-    """``--override`` values: Hydra overrides are KEY=VALUE (``+KEY=VALUE`` adds a key)."""
-    for item in items:
-        if "=" not in item:
-            raise InputError(f"--override {item!r}: expected a Hydra override KEY=VALUE")
-    return tuple(items)
+@dataclass(frozen=True)
+class JobFacts:
+    """What the matrix knows of the frameworks' entry points (``compat``): which file and what to append."""
+
+    verl_npu_autodetect: str
+    verl_sft_trainer: str
+
+    @classmethod
+    def of(cls, compat: Compat) -> JobFacts:
+        return cls(compat.verl_npu_autodetect, compat.verl_sft_trainer)
+
+
+def _older(version: str | None, than: str) -> bool:
+    """An unknown or unparsable release counts as older: the override it gets is what a newer one
+    would choose by itself, so passing it is never wrong on an Ascend node."""
+    if version is None:
+        return True
+    try:
+        return Version(version) < Version(than)
+    except InvalidVersion:
+        return True
 
 
 def needs_device_override(verl: str | None, first_autodetect: str) -> bool:
-    """True unless the image's verl switches ``trainer.device`` to npu by itself.
-
-    An unknown or unparsable verl release gets the override: ``trainer.device=npu`` is what
-    auto-detection would choose anyway, so passing it is never wrong on an Ascend node.
-    """
-    if verl is None:
-        return True
-    try:
-        return Version(verl) < Version(first_autodetect)
-    except InvalidVersion:
-        return True
+    """True unless the image's verl switches ``trainer.device`` to npu by itself."""
+    return _older(verl, first_autodetect)
 
 
 @dataclass(frozen=True)
@@ -104,35 +146,119 @@ class ImageJob:
     """What of the image decides the job's arguments, as its labels (or ``--stack``) tell."""
 
     stack: str | None
-    verl: str | None  # the verl release installed in the image; None when not known
+    version: str | None  # the framework's release installed in the image; None when not known
+    framework: str = "verl"
+
+    @property
+    def verl(self) -> str | None:
+        return self.version if self.framework == "verl" else None
+
+
+def job_file(image: ImageJob, job: str, facts: JobFacts) -> Path:
+    """The job file that serves ``job`` in this image (refused when its framework has none)."""
+    if job not in JOBS:
+        raise InputError(f"--job {job!r}: one of {', '.join(JOBS)}")
+    if image.framework == "openrlhf":
+        if job != "grpo":
+            raise InputError(f"--job {job}: an OpenRLHF image has the grpo smoke job (SFT smoke jobs are verl's)")
+        return SMOKE_DIR / "openrlhf_grpo_smoke.yaml"
+    if image.framework != "verl":
+        raise InputError(f"{image.framework!r} images have no smoke job; frameworks: {', '.join(FRAMEWORKS)}")
+    if job == "sft":
+        return SMOKE_DIR / ("sft_smoke.yaml" if _older(image.version, facts.verl_sft_trainer) else "sft_engine_smoke.yaml")
+    return JOB_FILE
+
+
+def spec_for(image: ImageJob, job: str, facts: JobFacts) -> JobSpec:
+    spec = load_job(job_file(image, job, facts))
+    if spec.framework != image.framework or spec.job != job:  # a job file that says it is another
+        raise InputError(f"{job_file(image, job, facts)}: a {spec.framework} {spec.job} job, not {image.framework} {job}")
+    return spec
+
+
+def check_overrides(items: list[str], framework: str | None = None) -> tuple[str, ...]:
+    """``--override`` values: for verl Hydra overrides KEY=VALUE (``+KEY=VALUE`` adds a key); for
+    OpenRLHF its own flags, one each (``--flag=value`` or ``--flag``). With no framework (the
+    image not read yet), either form."""
+    for item in items:
+        flag = item.startswith("--") and len(item) > 2
+        hydra = "=" in item and not item.startswith("-")
+        if framework == "openrlhf" and not flag:
+            raise InputError(f"--override {item!r}: this image runs OpenRLHF, whose arguments are flags: e.g. --override=--seed=7")
+        if framework == "verl" and not hydra:
+            raise InputError(f"--override {item!r}: this image runs verl, whose arguments are Hydra overrides KEY=VALUE")
+        if framework is None and not (flag or hydra):
+            raise InputError(f"--override {item!r}: a Hydra override KEY=VALUE (verl) or a flag --name[=value] (OpenRLHF)")
+    return tuple(items)
 
 
 @dataclass(frozen=True)
 class Job:
     """The job as it runs: the training command, its environment and the data it needs."""
 
-    command: tuple[str, ...]  # the entry point: python3 -m verl.trainer.main_ppo
-    overrides: tuple[str, ...]  # Hydra overrides, the user's last
+    framework: str
+    name: str  # grpo or sft
+    launcher: tuple[str, ...]
+    module: str
+    overrides: tuple[str, ...]  # Hydra overrides (verl) or flags (OpenRLHF), the user's last
     env: dict[str, str]
     batch: int
     steps: int
     train_rows: int
     device_override: bool
+    data_format: str = "verl-rl"
+    nnodes: int = 1
+    ray_npus: int = 0  # > 0: start a Ray head with this many NPUs as Ray's NPU resource first
 
-    def data_command(self) -> list[str]:
-        """Generate the gsm8k-format data in the container: enough rows for every step."""
-        return ["python3", f"{SMOKE_FILES}/gsm8k_synth.py", "--out", GENERATED_DATA, "--train", str(self.train_rows)]
+    @property
+    def command(self) -> tuple[str, ...]:
+        """The entry point: ``python3 -m verl.trainer.main_ppo``, ``torchrun ... -m ...``."""
+        return (*self.launcher, "-m", self.module)
 
     @property
     def argv(self) -> list[str]:
         return [*self.command, *self.overrides]
 
+    @property
+    def check_style(self) -> str:
+        """How the config check runs: ``hydra`` (verl composes with ``--cfg job``) or ``parser`` (OpenRLHF's own)."""
+        return "parser" if self.framework == "openrlhf" else "hydra"
+
     def check_argv(self) -> list[str]:
-        """The same command with Hydra's ``--cfg job``: verl composes its config, prints it and exits."""
-        return [*self.command, "--cfg", "job", *self.overrides]
+        """The same module and arguments, run only as far as the framework's own checks go: verl
+        composes its config (Hydra's ``--cfg job``) and exits; OpenRLHF parses and asserts up to ``ray.init``."""
+        if self.check_style == "parser":
+            return ["python3", ARGS_CHECK, self.module, *self.overrides]
+        return ["python3", "-m", self.module, "--cfg", "job", *self.overrides]
+
+    def data_command(self) -> list[str]:
+        """Generate the job's gsm8k-format data in the container: enough rows for every step."""
+        return [
+            "python3",
+            f"{SMOKE_FILES}/gsm8k_synth.py",
+            "--out",
+            GENERATED_DATA,
+            "--train",
+            str(self.train_rows),
+            "--format",
+            self.data_format,
+        ]
+
+    def ray_head_command(self) -> list[str]:
+        """``ray start --head`` with the node's NPUs declared, as the seed starts Ray in the container."""
+        return [
+            "ray",
+            "start",
+            "--head",
+            f"--port={RAY_PORT}",
+            "--disable-usage-stats",
+            f"--resources={json.dumps({'NPU': self.ray_npus})}",
+        ]
 
     def shell(self, *, generate_data: bool) -> str:
         steps = [shlex.join(self.data_command())] if generate_data else []
+        if self.ray_npus:
+            steps.append(shlex.join(self.ray_head_command()))
         return "set -e; " + "; ".join([*steps, "exec " + shlex.join(self.argv)])
 
 
@@ -141,7 +267,7 @@ def build_job(
     sku: Sku,
     image: ImageJob,
     *,
-    first_autodetect: str,
+    facts: JobFacts,
     steps: int,
     nnodes: int = 1,
     model: str = MODEL_DIR,
@@ -149,31 +275,58 @@ def build_job(
     extra: tuple[str, ...] = (),
     extra_env: dict[str, str] | None = None,
 ) -> Job:
-    """Fill the job for the SKU and the image: the entry, the filled overrides, the device
-    override when the image's verl needs it, then the user's ``--override`` values."""
-    if sku.npus_per_node % spec.tensor_parallel:
-        raise InputError(f"tensor_parallel {spec.tensor_parallel} does not divide the SKU's {sku.npus_per_node} NPUs per node")
-    batch = spec.prompts_per_npu * sku.npus_per_node * nnodes
-    fill = {
-        "npus": str(sku.npus_per_node),
-        "nnodes": str(nnodes),
-        "tp": str(spec.tensor_parallel),
-        "batch": str(batch),
-        "steps": str(steps),
-        "model": model,
-        "data": data,
-    }
-    device = needs_device_override(image.verl, first_autodetect)
+    """Fill the job for the SKU and the image: the placeholders, the device override when the
+    image's verl needs it, then the user's ``--override`` values."""
+    npus = sku.npus_per_node
+    if spec.nodes == "one" and nnodes != 1:
+        raise InputError(
+            f"the {spec.framework} {spec.job} job runs on one node ({shlex.join(spec.launcher)}); --nodes {nnodes} is for GRPO"
+        )
+    fill = {"npus": str(npus), "nnodes": str(nnodes), "tp": str(spec.tensor_parallel), "steps": str(steps), "model": model, "data": data}
+    if spec.actor_share is not None:  # OpenRLHF: actor (and ref) on a share of each node, vLLM engines on the rest
+        actor_npus = round(npus * spec.actor_share)
+        rollout_npus = npus - actor_npus
+        if actor_npus < 1 or rollout_npus < 1 or rollout_npus % spec.tensor_parallel:
+            raise InputError(
+                f"actor_share {spec.actor_share} of {npus} NPUs leaves {rollout_npus} for vLLM engines of tensor_parallel "
+                f"{spec.tensor_parallel}: each node needs NPUs for both, the engines' a multiple of their TP"
+            )
+        batch = spec.prompts_per_npu * actor_npus * nnodes
+        fill.update(
+            actor_npus=str(actor_npus),
+            engines=str(rollout_npus * nnodes // spec.tensor_parallel),
+            reward=REWARD_FILE,
+        )
+    else:
+        if npus % spec.tensor_parallel:
+            raise InputError(f"tensor_parallel {spec.tensor_parallel} does not divide the SKU's {npus} NPUs per node")
+        batch = spec.prompts_per_npu * npus * nnodes
+    fill.update(
+        batch=str(batch),
+        samples=str(spec.samples_per_prompt),
+        train_batch=str(batch * spec.samples_per_prompt),
+        max_samples=str(batch * steps),
+    )
+    device = False
+    if spec.framework == "verl":
+        first = facts.verl_npu_autodetect if spec.job == "grpo" else facts.verl_sft_trainer
+        device = _older(image.version, first)
     overrides = [o.format_map(fill) for o in spec.overrides]
     if device:
         overrides.append(DEVICE_OVERRIDE)
     return Job(
-        command=spec.command,
+        framework=spec.framework,
+        name=spec.job,
+        launcher=tuple(item.format_map(fill) for item in spec.launcher),
+        module=spec.module,
         overrides=(*overrides, *extra),
         env={**spec.env, **(extra_env or {})},
         batch=batch,
         steps=steps,
-        # One epoch of train rows must hold every step's batch (verl drops the last partial batch).
+        # One epoch of train rows must hold every step's batch (the trainers drop a last partial batch).
         train_rows=max(MIN_TRAIN_ROWS, batch * steps),
         device_override=device,
+        data_format=spec.data,
+        nnodes=nnodes,
+        ray_npus=npus if spec.ray_head and nnodes == 1 else 0,
     )

@@ -1,4 +1,4 @@
-"""Watch a verl job's log as it streams: one progress line per step, and the cause of a stall.
+"""Watch a training job's log as it streams (verl or OpenRLHF): one progress line per step, and the cause of a stall.
 
 A GRPO job that never trains rarely says so: Ray keeps a placement group pending when the workers
 ask for devices the node does not offer, and HCCL retries a broken link for minutes. The watcher
@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from buildkit.accuracy.metrics import parse_line
+from buildkit.accuracy.metrics import STEP_TIME, StepParser
 from buildkit.text import strip_ansi
 
 # Ray is up: what ray.init prints locally, or on connecting to a cluster (KubeRay, ray start).
@@ -63,6 +63,7 @@ class JobWatch:
     npu_lines: list[str] = field(default_factory=list, init=False)
     error_lines: list[str] = field(default_factory=list, init=False)
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=15), init=False)
+    parser: StepParser = field(default_factory=StepParser, init=False)
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -75,14 +76,15 @@ class JobWatch:
         now = self.clock()
         if self.ray_up_at is None and _RAY_UP.search(line):
             self.ray_up_at = now
-        metrics = parse_line(line)
-        if metrics is not None:
+        found = self.parser.feed(line)
+        for metrics in found:
             since = now - (self.last_step_at or self.ray_up_at or self.started)
             self.last_step, self.last_step_at = metrics.step, now
-            timing = metrics.metrics.get("timing_s/step")
-            reported = f"{timing:.1f} s by verl" if timing is not None else f"{since:.1f} s since the last progress"
+            timing = metrics.metrics.get(STEP_TIME)
+            reported = f"{timing:.1f} s by the job's log" if timing is not None else f"{since:.1f} s since the last progress"
             if self.progress is not None:
                 self.progress(f"step {metrics.step}/{self.steps}: {reported}")
+        if found:
             return
         for pattern, bucket in ((_PENDING, self.pending_lines), (_HCCL, self.hccl_lines), (_NPU_ERROR, self.npu_lines)):
             if pattern.search(line) and len(bucket) < 5:

@@ -9,14 +9,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from buildkit.accuracy.compare import PCT_UNIT, REWARD, THROUGHPUT
+from buildkit.accuracy.compare import GATES, PCT_UNIT, Gate
 from buildkit.accuracy.metrics import StepMetrics, is_finite, series
 from buildkit.fsio import write_atomic
+from buildkit.plan import FRAMEWORK_NAMES
 from buildkit.run.doctor import Check
 
 
-def judge(steps: list[StepMetrics], requested: int) -> list[Check]:
-    """The checks that need no baseline: steps done, finite numbers, rewards in [0, 1], throughput > 0."""
+def judge(steps: list[StepMetrics], requested: int, gate: Gate = GATES[0]) -> list[Check]:
+    """The checks that need no baseline: steps done, finite numbers, and for the job's metrics
+    (``gate``): rewards in [0, 1], a loss logged, throughput > 0 where the job logs it."""
     checks: list[Check] = []
     done = max((s.step for s in steps), default=0)
     checks.append(
@@ -26,21 +28,29 @@ def judge(steps: list[StepMetrics], requested: int) -> list[Check]:
     )
     bad = [f"step {s.step} {name}={value}" for s in steps for name, value in s.metrics.items() if not is_finite(value)]
     checks.append(Check("finite metrics", "error" if bad else "ok", "; ".join(bad[:5]) or "no NaN or inf in any metric"))
-    rewards = series(steps, REWARD)
-    if not rewards:
-        checks.append(Check("rewards in [0, 1]", "error", f"no {REWARD} in the log"))
-    else:
-        outside = [f"step {k}: {v}" for k, v in sorted(rewards.items()) if not (is_finite(v) and 0.0 <= v <= 1.0)]
-        detail = "; ".join(outside[:5]) or f"{len(rewards)} steps, {min(rewards.values()):.4g}..{max(rewards.values()):.4g}"
-        checks.append(Check("rewards in [0, 1]", "error" if outside else "ok", detail))
-    throughput = series(steps, THROUGHPUT)
-    if not throughput:
-        checks.append(Check("throughput > 0", "error", f"no {THROUGHPUT} in the log"))
-    else:
-        slow = [f"step {k}: {v}" for k, v in sorted(throughput.items()) if not (is_finite(v) and v > 0)]
-        mean = sum(throughput.values()) / len(throughput)
-        detail = "; ".join(slow[:5]) or f"mean {mean:.4g} tokens/s/device over {len(throughput)} steps"
-        checks.append(Check("throughput > 0", "error" if slow else "ok", detail))
+    if gate.reward is not None:
+        rewards = series(steps, gate.reward)
+        if not rewards:
+            checks.append(Check("rewards in [0, 1]", "error", f"no {gate.reward} in the log"))
+        else:
+            outside = [f"step {k}: {v}" for k, v in sorted(rewards.items()) if not (is_finite(v) and 0.0 <= v <= 1.0)]
+            detail = "; ".join(outside[:5]) or f"{len(rewards)} steps, {min(rewards.values()):.4g}..{max(rewards.values()):.4g}"
+            checks.append(Check("rewards in [0, 1]", "error" if outside else "ok", detail))
+    losses = next((series(steps, name) for name in gate.losses if series(steps, name)), {})
+    checks.append(
+        Check("loss logged", "ok", f"{len(losses)} steps, last {losses[max(losses)]:.4g}")
+        if losses
+        else Check("loss logged", "error", f"no {' or '.join(gate.losses)} in the log")
+    )
+    if gate.throughput is not None:
+        throughput = series(steps, gate.throughput)
+        if not throughput:
+            checks.append(Check("throughput > 0", "error", f"no {gate.throughput} in the log"))
+        else:
+            slow = [f"step {k}: {v}" for k, v in sorted(throughput.items()) if not (is_finite(v) and v > 0)]
+            mean = sum(throughput.values()) / len(throughput)
+            detail = "; ".join(slow[:5]) or f"mean {mean:.4g} tokens/s/device over {len(throughput)} steps"
+            checks.append(Check("throughput > 0", "error" if slow else "ok", detail))
     return checks
 
 
@@ -68,8 +78,10 @@ def report_markdown(data: dict[str, Any]) -> str:
 
     image = data["image"]
     settings = data["settings"]
+    job = data.get("job") or {}
+    title = f"{FRAMEWORK_NAMES.get(job.get('framework', 'verl'), 'verl')} {str(job.get('name', 'grpo')).upper()}"
     lines = [
-        f"# GRPO smoke test: {data['outcome'].upper()}",
+        f"# {title} smoke test: {data['outcome'].upper()}",
         "",
         f"{data['message']} (exit {data['exit_code']}).",
         "",
@@ -89,7 +101,8 @@ def report_markdown(data: dict[str, Any]) -> str:
     check = data.get("config_check")
     if check:
         state = "passed" if check["passed"] else "FAILED"
-        lines += ["", f"## Config check (verl composes the job in the image): {state}", ""]
+        how = "OpenRLHF parses the job's flags in the image" if check.get("style") == "parser" else "verl composes the job in the image"
+        lines += ["", f"## Config check ({how}): {state}", ""]
         lines += [f"`{cell(shlex.join(check['command']))}`"]
         if check.get("error"):
             lines += ["", f"> {cell(check['error'])}"]

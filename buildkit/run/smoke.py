@@ -1,17 +1,19 @@
-"""``ascendkit smoke``: does this image train? A short GRPO run on the host's NPUs, judged.
+"""``ascendkit smoke``: does this image train? A short run of one of its framework's jobs on the
+host's NPUs (GRPO, or verl's SFT), judged.
 
 The container gets exactly what the SKU needs and nothing more: one ``/dev/davinciN`` per NPU plus
 the three control devices, the host's driver files read-only, a large ``/dev/shm`` and host
-networking for multi-card HCCL, never ``--privileged`` unless asked. Two containers run from the
-same settings: ``ascendkit doctor`` first, then (if the host has NPUs and doctor passed) the job
-from ``smoke_tests/grpo_smoke.yaml``. Both are always removed; the log is kept.
+networking for multi-card HCCL, never ``--privileged`` unless asked. The containers run from the
+same settings: the config check, ``ascendkit doctor``, then (if the host has NPUs and doctor
+passed) the job from its file in ``smoke_tests/`` (:mod:`buildkit.run.job` says which). All are
+always removed; the logs are kept.
 
 Outcomes and exit codes (README, "Exit codes"):
 
     passed      0   the job ran the requested steps and passed every check (and the baseline gate)
     failed      1   doctor, the job or a check failed
     timed-out   9   the run outlived --timeout: the container was killed and removed, the log kept
-    no-devices 10   no Ascend devices on this host: doctor's preflight ran in the image, GRPO did not
+    no-devices 10   no Ascend devices on this host: doctor's preflight ran in the image, the job did not
 """
 
 from __future__ import annotations
@@ -28,20 +30,32 @@ import docker
 import requests
 from docker.errors import DockerException, ImageNotFound
 
-from buildkit.accuracy.compare import Comparison, compare_runs
+from buildkit.accuracy.compare import Comparison, compare_runs, gate_for
 from buildkit.accuracy.metrics import StepMetrics, parse_log
 from buildkit.errors import ExitCode, InputError, OutputError, Unavailable
 from buildkit.fsio import check_output_dir
 from buildkit.image.registry import IMAGE_REFERENCE
 from buildkit.matrix.model import Sku
-from buildkit.plan import LABEL_PREFIX
+from buildkit.plan import FRAMEWORK_NAMES, LABEL_PREFIX
 from buildkit.reach import engine_said
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.configcheck import run_config_check
 from buildkit.run.container import run_container
 from buildkit.run.devices import DevicePlan, host_config_args, plan_devices
 from buildkit.run.doctor import EXIT_NO_DEVICES, Check
-from buildkit.run.job import DATA_DIR, DATA_FILES, GENERATED_DATA, MODEL_DIR, OUT_DIR, SMOKE_FILES, ImageJob, build_job, load_job
+from buildkit.run.job import (
+    DATA_DIR,
+    DATA_FILES,
+    GENERATED_DATA,
+    MODEL_DIR,
+    OUT_DIR,
+    SMOKE_FILES,
+    ImageJob,
+    JobFacts,
+    build_job,
+    check_overrides,
+    spec_for,
+)
 from buildkit.run.jobwatch import JobWatch
 from buildkit.run.report import judge, write_reports
 
@@ -64,9 +78,10 @@ class SmokeRequest:
     overrides: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     host_root: Path = Path("/")
-    first_autodetect: str = field(kw_only=True)  # compat.verl_npu_autodetect of the matrix
+    facts: JobFacts = field(kw_only=True)  # what the matrix knows of the frameworks' entry points
+    job: str = "grpo"  # --job: grpo, or verl's sft
     check_only: bool = False  # --check: the config check alone, on any host
-    config_check: bool = True  # --no-config-check: for images without verl (the CI test stack)
+    config_check: bool = True  # --no-config-check: for images without the framework (the CI test stack)
     stall_after: float = 900.0  # seconds without a step line once Ray is up
     progress: Callable[[str], None] | None = None
 
@@ -103,6 +118,13 @@ def check_image_chip(ref: str, labels: dict[str, str], sku_id: str, chip_id: str
     if chip != chip_id:
         raise InputError(f"{ref} is built for chip {chip!r}; --hw {sku_id} needs an image for chip {chip_id!r}")
     return labels.get(f"{LABEL_PREFIX}.stack")
+
+
+def image_job_of(labels: dict[str, str], stack: str | None) -> ImageJob:
+    """The framework and release an image carries, from its labels (images built before the
+    framework label carry verl: their only framework then)."""
+    framework = labels.get(f"{LABEL_PREFIX}.framework", "verl")
+    return ImageJob(stack, labels.get(f"{LABEL_PREFIX}.version.{framework}"), framework)
 
 
 PARQUET_MAGIC = b"PAR1"
@@ -167,22 +189,30 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
     devices = check_request(request)
     started = time.monotonic()
     deadline = started + request.timeout
-    spec = load_job()
     image_id, labels = _image_labels(client, request.image)
-    image = ImageJob(check_image_chip(request.image, labels, request.sku_id, request.chip_id), labels.get(f"{LABEL_PREFIX}.version.verl"))
+    image = image_job_of(labels, check_image_chip(request.image, labels, request.sku_id, request.chip_id))
+    spec = spec_for(image, request.job, request.facts)  # the image's framework decides which jobs it has
     job = build_job(
         spec,
         request.sku,
         image,
-        first_autodetect=request.first_autodetect,
+        facts=request.facts,
         steps=request.steps,
         data=DATA_DIR if request.data_path else GENERATED_DATA,
-        extra=request.overrides,
+        extra=check_overrides(list(request.overrides), image.framework),
         extra_env=request.env,
     )
+    what = f"{FRAMEWORK_NAMES.get(image.framework, image.framework)} {job.name.upper()}"
     try:
         request.out.mkdir(parents=True, exist_ok=True)
-        for stale in ("doctor.log", "job.log", "report.png", "config-check.log", "job-config.yaml"):  # never an earlier run's files
+        for stale in (
+            "doctor.log",
+            "job.log",
+            "report.png",
+            "config-check.log",
+            "job-config.yaml",
+            "job-args.json",
+        ):  # never an earlier run's
             (request.out / stale).unlink(missing_ok=True)
     except OSError as exc:
         raise OutputError(f"--out {request.out}: cannot use the report directory: {exc.strerror}") from None
@@ -196,7 +226,14 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         "format": "ascendkit-smoke/1",
         "sku": request.sku_id,
         "product": request.sku.product,
-        "image": {"ref": request.image, "id": image_id, "stack": image.stack, "chip": request.chip_id, "verl": image.verl},
+        "image": {
+            "ref": request.image,
+            "id": image_id,
+            "stack": image.stack,
+            "chip": request.chip_id,
+            "framework": image.framework,
+            "version": image.version,
+        },
         "settings": {
             "steps": request.steps,
             "timeout_s": request.timeout,
@@ -209,7 +246,13 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
             "baseline": request.baseline_name,
         },
         "host_notes": list(devices.notes),
-        "job": {"command": job.argv, "env": job.env, "device_override": job.device_override},
+        "job": {
+            "framework": job.framework,
+            "name": job.name,
+            "command": job.argv,
+            "env": job.env,
+            "device_override": job.device_override,
+        },
         "config_check": None,
         "doctor": None,
         "checks": [],
@@ -231,7 +274,8 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
             image,
             request.out,
             deadline,
-            first_autodetect=request.first_autodetect,
+            facts=request.facts,
+            sku=request.sku,
             driver_files=devices.driver_files,
         )
         data["config_check"] = check
@@ -240,7 +284,10 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         if not check["passed"]:
             return finish("failed", ExitCode.CHECK_FAILED, f"config check: {check['error']}; see config-check.log")
         if request.check_only:
-            message = "verl composed the job's config in the image and it passes verl's start-up checks; nothing trained"
+            if job.check_style == "parser":
+                message = f"OpenRLHF parsed the {what} job's flags in the image and they pass its start-up checks; nothing trained"
+            else:
+                message = f"verl composed the {what} job's config in the image and it passes verl's start-up checks; nothing trained"
             return finish("checked", ExitCode.OK, message)
 
     data["files"]["doctor_log"] = "doctor.log"
@@ -262,8 +309,12 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
             "no-devices",
             ExitCode.NO_DEVICES,
             "no Ascend devices on this host: "
-            + ("the job's config passed verl's checks and " if request.config_check else "")
-            + "doctor's preflight passed in the image; GRPO not run",
+            + (
+                f"the job's {'flags' if job.check_style == 'parser' else 'config'} passed {what.split()[0]}'s checks and "
+                if request.config_check
+                else ""
+            )
+            + f"doctor's preflight passed in the image; {what} not run",
         )
     if doctor.exit_code == EXIT_NO_DEVICES:
         return finish("failed", ExitCode.CHECK_FAILED, "the host's NPUs were mounted but doctor sees none in the container")
@@ -286,7 +337,7 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
     )
     steps = parse_log((request.out / "job.log").read_text(encoding="utf-8", errors="replace").splitlines())
     data["job"].update(exit_code=result.exit_code, timed_out=result.timed_out, steps_logged=len(steps))
-    checks = judge(steps, request.steps)
+    checks = judge(steps, request.steps, gate_for(job.framework, job.name))
     comparison: Comparison | None = None
     if request.baseline is not None and steps:
         try:
@@ -298,7 +349,7 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
     if steps:
         from buildkit.accuracy.plot import plot_runs
 
-        plot_runs(steps, request.baseline, request.out / "report.png", title=f"GRPO smoke on {request.sku_id}: {request.image}")
+        plot_runs(steps, request.baseline, request.out / "report.png", title=f"{what} smoke on {request.sku_id}: {request.image}")
         data["files"]["plot"] = "report.png"
     if result.stalled is not None:
         data["job"]["stall"] = result.stalled.describe()
@@ -318,4 +369,4 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         failed += [f"baseline gate: {m.name}" for m in comparison.metrics if not m.passed]
     if failed:
         return finish("failed", ExitCode.CHECK_FAILED, "failed: " + ", ".join(failed))
-    return finish("passed", ExitCode.OK, f"{request.steps} GRPO steps trained and passed every check")
+    return finish("passed", ExitCode.OK, f"{request.steps} {what} steps trained and passed every check")

@@ -1,10 +1,12 @@
-"""What verl checks of a composed ``ppo_trainer`` config when a job starts, checked before it starts.
+"""What verl checks of a composed ``ppo_trainer`` (GRPO) or SFT config when a job starts, checked before it starts.
 
 verl asserts these only after Ray is up and the workers are placed (``validate_config`` in
 ``verl/utils/config.py``, ``ActorConfig.validate``, the rollout device mesh in
 ``verl/workers/fsdp_workers.py``), or never notices at all (``trainer.device=cuda`` on an NPU node
 just waits for GPU bundles). Checked here on the config verl itself composed (``--cfg job`` in the
-image, or Hydra against verl's wheel in the tests), they cost no NPU time.
+image, or Hydra against verl's wheel in the tests), they cost no NPU time. The SFT trainers assert
+theirs once every rank is up (``_normalize_config_bsz`` in ``fsdp_sft_trainer``, the engine's batch
+split in ``sft_trainer``): checked here on the composed ``sft_trainer`` / ``sft_trainer_engine`` config.
 """
 
 from __future__ import annotations
@@ -55,10 +57,61 @@ def parse_printed_config(stdout: str) -> tuple[dict[str, Any], str] | None:
             data = yaml.safe_load("\n".join(lines[start:]))
         except yaml.YAMLError:
             continue
-        # verl's top-level entries are all sections; a stray "key: value" line printed before is not
-        if isinstance(data, dict) and "trainer" in data and "data" in data and all(isinstance(v, dict) for v in data.values()):
+        # verl's configs print a section first and hold trainer and data sections (the SFT config
+        # has a few top-level scalars too); a stray "key: value" line printed before is no section
+        if (
+            isinstance(data, dict)
+            and isinstance(next(iter(data.values()), None), dict)
+            and isinstance(data.get("trainer"), dict)
+            and isinstance(data.get("data"), dict)
+        ):
             return data, "\n".join(lines[start:]) + "\n"
     return None
+
+
+def _device_check(device: str, autodetects: bool, verl: str | None, what: str) -> Check:
+    if device == "npu":
+        return Check("device", "ok", "trainer.device=npu")
+    if autodetects and device == "cuda":
+        return Check("device", "ok", f"trainer.device=cuda; verl {verl} switches it to npu when torch_npu loads")
+    return Check("device", "error", f"trainer.device={device} and verl {verl or '(unknown release)'} does not switch it to npu: {what}")
+
+
+def check_sft_config(config: Mapping[str, Any], *, verl: str | None, first_engine: str) -> list[Check]:
+    """The SFT trainers' start-up checks (``first_engine``: compat.verl_sft_trainer, from which the
+    trainer is sft_trainer and sets trainer.device itself)."""
+    try:
+        npus = int(_get(config, "trainer.n_gpus_per_node"))
+        nodes = int(_get(config, "trainer.nnodes"))
+        batch = int(_get(config, "data.train_batch_size"))
+        micro = int(_get(config, "data.micro_batch_size_per_gpu"))
+        device = str(_get(config, "trainer.device"))
+    except (Unset, TypeError, ValueError) as exc:
+        return [Check("config values", "error", f"the composed config has no plain value for {exc}")]
+    checks = [
+        _device_check(
+            device, not needs_device_override(verl, first_engine), verl, "its ranks would put the model on a CUDA device that is not there"
+        )
+    ]
+    sp = int(_get(config, "ulysses_sequence_parallel_size", 1) or 1)
+    ranks = npus * nodes // sp
+    if batch % ranks:
+        checks.append(Check("batch split", "error", f"train_batch_size {batch} is not divisible by the {ranks} data-parallel ranks"))
+    elif bool(_get(config, "data.use_dynamic_bsz", False)):
+        checks.append(Check("batch split", "ok", f"{batch} examples over {ranks} ranks; use_dynamic_bsz: verl sizes the micro-batches"))
+    elif (batch // ranks) % micro:
+        checks.append(
+            Check("batch split", "error", f"{batch // ranks} examples per rank are not a multiple of micro_batch_size_per_gpu {micro}")
+        )
+    else:
+        checks.append(Check("batch split", "ok", f"{batch} examples over {ranks} ranks: {batch // ranks} each, micro-batches of {micro}"))
+    rank = int(_get(config, "model.lora_rank", 0) or 0)
+    if rank > 0:
+        targets = _get(config, "model.target_modules", "all-linear")
+        checks.append(Check("LoRA", "ok", f"rank {rank}, alpha {_get(config, 'model.lora_alpha', '?')} on {targets}"))
+    else:
+        checks.append(Check("LoRA", "warn", "model.lora_rank 0: full fine-tuning, where the seed's SFT job trains LoRA adapters"))
+    return checks
 
 
 def check_config(config: Mapping[str, Any], *, verl: str | None, first_autodetect: str) -> list[Check]:
@@ -75,21 +128,14 @@ def check_config(config: Mapping[str, Any], *, verl: str | None, first_autodetec
     except (Unset, TypeError, ValueError) as exc:
         return [Check("config values", "error", f"the composed config has no plain value for {exc}")]
     world = npus * nodes
-
-    autodetects = not needs_device_override(verl, first_autodetect)
-    if device == "npu":
-        checks.append(Check("device", "ok", "trainer.device=npu"))
-    elif autodetects and device == "cuda":
-        checks.append(Check("device", "ok", f"trainer.device=cuda; verl {verl} switches it to npu when torch_npu loads"))
-    else:
-        checks.append(
-            Check(
-                "device",
-                "error",
-                f"trainer.device={device} and verl {verl or '(unknown release)'} does not switch it to npu: its worker groups "
-                "would ask Ray for GPU bundles an Ascend node never has, and the job would wait until the timeout",
-            )
+    checks.append(
+        _device_check(
+            device,
+            not needs_device_override(verl, first_autodetect),
+            verl,
+            "its worker groups would ask Ray for GPU bundles an Ascend node never has, and the job would wait until the timeout",
         )
+    )
 
     dynamic = bool(_get(config, "actor_rollout_ref.actor.use_dynamic_bsz", False))
     strategy = str(_get(config, "actor_rollout_ref.actor.strategy", "fsdp"))
