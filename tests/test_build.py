@@ -291,7 +291,8 @@ def _with_broken_stack(tmp_path: Path) -> Path:
     """The test matrix plus 'broken', a copy of teststack (planted: a triton-ascend pin that does
     not exist, so pip fails in its second layer) that builds first."""
     text = TEST_MATRIX.read_text()
-    stanza = text[text.index("  teststack:\n") :]
+    start = text.index("  teststack:\n")
+    stanza = text[start : text.index("\n  teststack-openrlhf:\n", start) + 1]
     broken = (
         stanza.replace("  teststack:\n", "  broken:\n")
         .replace("default: true", "default: false")

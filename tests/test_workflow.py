@@ -58,6 +58,19 @@ def test_one_build_job_per_target_and_an_index_per_group(loaded: LoadedMatrix) -
             assert "self-hosted" in job["runs-on"] and "inputs.smoke" in job["if"]
 
 
+def test_each_image_runs_the_smoke_jobs_of_its_framework(loaded: LoadedMatrix) -> None:
+    """verl images: GRPO then SFT (which runs even when GRPO failed; each has its report); OpenRLHF: GRPO."""
+    jobs = workflow()["jobs"]
+    for plan in plan_fleet(loaded, arch="aarch64"):
+        for sku_id in plan.skus:
+            steps = jobs[job_id("smoke", plan.stack_id, plan.chip_id, plan.os_name, sku_id)]["steps"]
+            runs = [s for s in steps if "smoke test on the NPUs" in s.get("name", "")]
+            wanted = ["grpo", "sft"] if plan.framework == "verl" else ["grpo"]
+            assert [s["run"].split("--job ")[1].split()[0] for s in runs] == wanted, (plan.stack_id, sku_id)
+            assert "if" not in runs[0] and all(s["if"] == "!cancelled()" for s in runs[1:])
+            assert all(f"--out smoke-out/{job}" in s["run"] for job, s in zip(wanted, runs, strict=True))
+
+
 def test_hardening_that_the_linters_do_not_decide_alone() -> None:
     data = workflow()
     assert data["permissions"] == {}

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from buildkit.matrix.load import LoadedMatrix
-from buildkit.plan import ImagePlan, plan_fleet
+from buildkit.plan import SMOKE_JOBS, ImagePlan, plan_fleet
 
 WORKFLOW_FILE = ".github/workflows/images.yml"
 ACTIONLINT_CONFIG = ".github/actionlint.yaml"  # tells actionlint the self-hosted runners' labels
@@ -142,7 +142,17 @@ def _index_job(group: str, first: ImagePlan, needs: list[str], runners: tuple[st
     }
 
 
-def _smoke_job(sku_id: str, index_id: str, runners: list[str]) -> dict[str, Any]:
+def _smoke_step(sku_id: str, index_id: str, job: str, first: bool) -> dict[str, Any]:
+    return {
+        "name": f"{job.upper()} smoke test on the NPUs",
+        **({} if first else {"if": "!cancelled()"}),  # runs after a failed one too: each has its own report
+        "env": {"IMAGE": f"${{{{ needs.{index_id}.outputs.image }}}}"},
+        "run": f'ascendkit smoke --hw {sku_id} --job {job} --image "$IMAGE" --model-path "$ASCENDKIT_SMOKE_MODEL" --out smoke-out/{job}\n',
+    }
+
+
+def _smoke_job(sku_id: str, index_id: str, runners: list[str], jobs: tuple[str, ...]) -> dict[str, Any]:
+    """The image's smoke jobs (GRPO; verl's SFT too) one after the other on the SKU's NPUs; each keeps its report."""
     return {
         "name": f"smoke {sku_id} ({index_id.removeprefix('index-')})",
         "needs": [index_id],
@@ -154,11 +164,7 @@ def _smoke_job(sku_id: str, index_id: str, runners: list[str]) -> dict[str, Any]
         "steps": [
             *_setup(hosted=False),
             _login(None),
-            {
-                "name": "GRPO smoke test on the NPUs",
-                "env": {"IMAGE": f"${{{{ needs.{index_id}.outputs.image }}}}"},
-                "run": f'ascendkit smoke --hw {sku_id} --image "$IMAGE" --model-path "$ASCENDKIT_SMOKE_MODEL" --out smoke-out\n',
-            },
+            *(_smoke_step(sku_id, index_id, job, i == 0) for i, job in enumerate(jobs)),
             {
                 "name": "Keep the smoke report",
                 "if": "always()",
@@ -191,7 +197,8 @@ def workflow_data(loaded: LoadedMatrix) -> dict[str, Any]:
         index_id = f"index-{group}"
         jobs[index_id] = _index_job(group, plans[0], [f"build-{group}-{p.arch}" for p in plans], fallback_runner)
         for sku_id in plans[0].skus:
-            jobs[job_id("smoke", group, sku_id)] = _smoke_job(sku_id, index_id, smoke_runners(loaded, sku_id))
+            smoke = SMOKE_JOBS[plans[0].framework]
+            jobs[job_id("smoke", group, sku_id)] = _smoke_job(sku_id, index_id, smoke_runners(loaded, sku_id), smoke)
     return {
         "name": "images",
         "on": {
@@ -209,7 +216,7 @@ def workflow_data(loaded: LoadedMatrix) -> dict[str, Any]:
                         "default": False,
                     },
                     "smoke": {
-                        "description": "After the push, run the GRPO smoke job on the self-hosted Ascend runners",
+                        "description": "After the push, run each image's smoke jobs (GRPO; verl's SFT) on the self-hosted Ascend runners",
                         "type": "boolean",
                         "default": False,
                     },

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from buildkit.plan.image import (
     FRAMEWORK_NAMES,
+    SMOKE_JOBS,
     GitCheckout,
     ImagePlan,
     RenderTarget,
@@ -68,6 +69,7 @@ __all__ = [
     "LOCKS_DIR",
     "OPENRLHF_LAYER",
     "PRIMARY_INDEX",
+    "SMOKE_JOBS",
     "UV_LAYER",
     "VERL_LAYER",
     "FrameworkCheckout",

@@ -76,6 +76,8 @@ def full_tag(stack: Stack, chip_id: str, os_name: str) -> str:
 
 
 FRAMEWORK_NAMES = {"verl": "verl", "openrlhf": "OpenRLHF"}
+# The smoke jobs each framework's images have (smoke_tests/ holds a job file for each; buildkit/run/job.py chooses it).
+SMOKE_JOBS = {"verl": ("grpo", "sft"), "openrlhf": ("grpo",)}
 
 
 def framework_title(stack: Stack) -> str:

@@ -27,11 +27,11 @@ from buildkit.errors import Finding, InputError
 from buildkit.fsio import read_input_text
 from buildkit.matrix.model import Compat, Frozen, Sku
 from buildkit.matrix.yamlsource import YamlSourceError, format_path, load_yaml
+from buildkit.plan import FRAMEWORK_NAMES, SMOKE_JOBS
 from buildkit.resources import SMOKE_DIR
 
 JOB_FILE = SMOKE_DIR / "grpo_smoke.yaml"  # verl's GRPO job: the default of a verl image
 JOBS = ("grpo", "sft")
-FRAMEWORKS = ("verl", "openrlhf")
 
 # Where the host's directories appear in the container.
 SMOKE_FILES = "/opt/ascendkit-smoke"  # smoke_tests/, read-only (data generator, reward, argument check)
@@ -158,12 +158,14 @@ def job_file(image: ImageJob, job: str, facts: JobFacts) -> Path:
     """The job file that serves ``job`` in this image (refused when its framework has none)."""
     if job not in JOBS:
         raise InputError(f"--job {job!r}: one of {', '.join(JOBS)}")
+    has = SMOKE_JOBS.get(image.framework)
+    if has is None:
+        raise InputError(f"{image.framework!r} images have no smoke job; frameworks: {', '.join(SMOKE_JOBS)}")
+    if job not in has:
+        name = FRAMEWORK_NAMES.get(image.framework, image.framework)
+        raise InputError(f"--job {job}: an {name} image has the {' and '.join(has)} smoke job (SFT smoke jobs are verl's)")
     if image.framework == "openrlhf":
-        if job != "grpo":
-            raise InputError(f"--job {job}: an OpenRLHF image has the grpo smoke job (SFT smoke jobs are verl's)")
         return SMOKE_DIR / "openrlhf_grpo_smoke.yaml"
-    if image.framework != "verl":
-        raise InputError(f"{image.framework!r} images have no smoke job; frameworks: {', '.join(FRAMEWORKS)}")
     if job == "sft":
         return SMOKE_DIR / ("sft_smoke.yaml" if _older(image.version, facts.verl_sft_trainer) else "sft_engine_smoke.yaml")
     return JOB_FILE
