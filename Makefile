@@ -14,8 +14,10 @@ ARM64_FLAG := $(if $(filter 1,$(ASCENDKIT_ARM64)),--arm64)
 export ASCENDKIT_SERVICES_DIR := $(SERVICES_DIR)
 
 .DEFAULT_GOAL := help
-SMOKE_OUT ?= smoke-out/$(HW)
-SMOKE_ARGS = --hw $(HW) --out $(SMOKE_OUT)$(if $(MODEL), --model-path $(MODEL))$(if $(STEPS), --steps $(STEPS))$(if $(BASELINE), --baseline $(BASELINE))$(if $(DEVICES), --devices $(DEVICES))
+JOB    ?= grpo
+SMOKE_OUT ?= smoke-out/$(HW)/$(JOB)
+SMOKE_ARGS = --hw $(HW) --job $(JOB) --out $(SMOKE_OUT)$(if $(MODEL), --model-path $(MODEL))$(if $(STEPS), --steps $(STEPS))$(if $(BASELINE), --baseline $(BASELINE))$(if $(DEVICES), --devices $(DEVICES))
+SMOKE_IMAGE = $(if $(IMAGE), --image $(IMAGE),$(if $(STACK), --stack $(STACK)))
 .PHONY: help install render check lock build lint unit services services-stop test smoke bench bench-quick clean
 
 help: ## List every target with one line each
@@ -72,7 +74,7 @@ services-stop: $(STAMP) ## Stop what `make services` started
 test: $(STAMP) ## What CI runs: lint, the services, every test, the quick benchmarks, at once where they can be (tests/ci.py); stops the services
 	$(BIN)/python -m tests.ci $(ARM64_FLAG)
 
-smoke: $(STAMP) ## Config check, doctor and GRPO smoke test of the HW image (IMAGE= MODEL= ...); no NPUs here: the config check only; STANDIN=1 without CANN
+smoke: $(STAMP) ## Config check, doctor and smoke job (JOB=grpo|sft) of the HW image (STACK= or IMAGE=, MODEL= ...); no NPUs here: the config check only; STANDIN=1 without CANN
 ifeq ($(STANDIN),1)
 	$(BIN)/python -m tests.services start
 	set -a; . $(SERVICES_ENV); set +a; \
@@ -85,10 +87,10 @@ ifeq ($(STANDIN),1)
 	    exit $$status; }
 else
 	@if ls /dev/davinci[0-9]* >/dev/null 2>&1; then \
-	  set -x; $(BIN)/ascendkit smoke$(if $(IMAGE), --image $(IMAGE)) $(SMOKE_ARGS); \
+	  set -x; $(BIN)/ascendkit smoke$(SMOKE_IMAGE) $(SMOKE_ARGS); \
 	else \
-	  echo "smoke: no /dev/davinci* on this host: only the config check (verl composes the job in the image)" >&2; \
-	  set -x; $(BIN)/ascendkit smoke --check$(if $(IMAGE), --image $(IMAGE)) $(SMOKE_ARGS); \
+	  echo "smoke: no /dev/davinci* on this host: only the config check (the image's framework checks the job)" >&2; \
+	  set -x; $(BIN)/ascendkit smoke --check$(SMOKE_IMAGE) $(SMOKE_ARGS); \
 	fi
 endif
 

@@ -265,6 +265,9 @@ CASES = [
     # --- smoke ------------------------------------------------------------------------------------
     Case("smoke-unknown-hw", ["smoke", "--hw", "a9", *M], 2, "a9"),
     Case("smoke-family-not-sku", ["smoke", "--hw", "a2", *M], 2, "SKU"),
+    Case("smoke-stack-not-on-sku", ["smoke", "--hw", "a3", "--stack", "openrlhf-cann8.1", *M], 2, "does not support SKU 'a3'"),
+    Case("smoke-unknown-stack", ["smoke", "--hw", "a3", "--stack", "nope", *M], 2, "unknown stack 'nope'"),
+    Case("smoke-image-and-stack", [*SMOKE, "--stack", "cann8.3"], 2, "--image and --stack exclude each other"),
     Case("smoke-steps-zero", [*SMOKE, "--steps", "0"], 2, "--steps"),
     Case("smoke-steps-huge", [*SMOKE, "--steps", HUGE], 2, "--steps"),
     Case("smoke-steps-float", [*SMOKE, "--steps", "1e20"], 2, "--steps"),

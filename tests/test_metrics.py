@@ -156,3 +156,8 @@ def test_metrics_parse_reads_an_openrlhf_log(runner: CliRunner, tmp_path: Path) 
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
     assert header.startswith("step,") and "policy_loss" in header and "reward" in header and len(rows) == 3
+    table = runner.invoke(app, ["metrics", "parse", str(log)], env={"COLUMNS": "200"})
+    head = next(line for line in table.stdout.splitlines() if "step" in line and "reward" in line)
+    assert [c for c in ("reward", "policy_loss", "kl", "timing_s/step") if c in head] == ["reward", "policy_loss", "kl", "timing_s/step"], (
+        "the table shows OpenRLHF's own metrics, not verl's empty columns"
+    )

@@ -17,10 +17,17 @@ from buildkit.cli.base import MAX_STEPS, JsonFlag, app, finite, out, print_json,
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import STDOUT, check_output_file, output_dir, write_atomic, write_output
 
-metrics_app = typer.Typer(help="Read verl console logs.", no_args_is_help=True)
+metrics_app = typer.Typer(help="Read verl and OpenRLHF console logs.", no_args_is_help=True)
 baseline_app = typer.Typer(help="Baselines from real GPU runs.", no_args_is_help=True)
 app.add_typer(metrics_app, name="metrics")
 app.add_typer(baseline_app, name="baseline")
+
+# The columns the table shows, when the log has them (--json/--csv give every metric).
+SHOWN = (
+    *("critic/rewards/mean", "actor/pg_loss", "train/loss", "actor/entropy", "response_length/mean"),  # verl
+    *("reward", "policy_loss", "kl", "response_length"),  # OpenRLHF
+    *("timing_s/step", "perf/throughput"),
+)
 
 ExistingFile = Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)]
 
@@ -28,11 +35,11 @@ ExistingFile = Annotated[Path, typer.Argument(exists=True, dir_okay=False, reada
 @metrics_app.command("parse")
 @user_errors
 def metrics_parse(
-    log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="A verl console log.")],
+    log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="A verl or OpenRLHF console log.")],
     as_json: JsonFlag = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="One row per step, one column per metric.")] = False,
 ) -> None:
-    """Per-step metrics of a verl console log, in log order."""
+    """Per-step metrics of a verl or OpenRLHF console log, in log order."""
     from buildkit.accuracy.compare import load_run
     from buildkit.accuracy.metrics import metric_names
 
@@ -51,11 +58,7 @@ def metrics_parse(
             writer.writerow([s.step, *(repr(s.metrics[n]) if n in s.metrics else "" for n in names)])
         sys.stdout.write(buffer.getvalue())
         return
-    shown = [
-        n
-        for n in ("critic/rewards/mean", "actor/pg_loss", "actor/entropy", "response_length/mean", "timing_s/step", "perf/throughput")
-        if n in names
-    ]
+    shown = [n for n in SHOWN if n in names]
     table = RichTable(title=f"{log}: {len(steps)} steps, {len(names)} metrics (--json/--csv for all)")
     table.add_column("step", justify="right")
     for name in shown:
@@ -121,7 +124,7 @@ def compare(
 @baseline_app.command("import")
 @user_errors
 def baseline_import(
-    log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="A GPU run's verl console log.")],
+    log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="A GPU run's verl or OpenRLHF console log.")],
     name: Annotated[str, typer.Option("--name", help="Baseline name, e.g. a100-qwen2.5-0.5b-grpo.")],
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: baselines/<name>.json.")] = None,
 ) -> None:

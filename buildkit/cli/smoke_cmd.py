@@ -35,8 +35,13 @@ def smoke(
     image: Annotated[
         str | None,
         typer.Option(
-            "--image", envvar="ASCENDKIT_SMOKE_IMAGE", help="Image to test; default: the local build of the default stack for --hw."
+            "--image",
+            envvar="ASCENDKIT_SMOKE_IMAGE",
+            help="Image to test; default: the local build of --stack (or the default stack) for --hw.",
         ),
+    ] = None,
+    stack: Annotated[
+        str | None, typer.Option("--stack", help="Without --image: test this stack's local build (e.g. openrlhf-cann8.1).")
     ] = None,
     model_path: Annotated[
         Path | None,
@@ -116,9 +121,11 @@ def smoke(
     overrides = check_overrides(override or [])
     if check and not config_check:
         raise InputError("--check and --no-config-check exclude each other")
+    if image is not None and stack is not None:
+        raise InputError("--image and --stack exclude each other: the image's labels name its stack")
     if image is None:
-        # what `ascendkit build --hw SKU` tagged on this machine for the default stack
-        plan = plan_image(loaded, plan_target(loaded, sku_id, None, None), host_arch())
+        # what `ascendkit build --hw SKU [--stack S]` tagged on this machine
+        plan = plan_image(loaded, plan_target(loaded, sku_id, stack, None), host_arch())
         image = f"{default_repository(plan.framework)}:{plan.tags[0]}"
     request = SmokeRequest(
         sku_id=sku_id,
