@@ -1,7 +1,8 @@
 """Where the data files ascendkit reads live: in the installed package, or in a checkout.
 
-A wheel carries ``templates/`` and ``smoke_tests/`` inside the package (pyproject maps them in);
-an editable install or a plain checkout reads them from the repository root beside ``buildkit/``.
+A wheel carries ``templates/`` and ``smoke_tests/`` inside the package (pyproject maps them in),
+and the matrix it was released with (setup.py copies it in); an editable install or a plain
+checkout reads them from the repository root beside ``buildkit/``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,15 @@ def _data_dir(name: str) -> Path:
 
 TEMPLATES_DIR = _data_dir("templates")
 SMOKE_DIR = _data_dir("smoke_tests")
+
+
+def released_matrix() -> Path | None:
+    """The matrix this ascendkit was released with: the wheel's copy, or a checkout's own file."""
+    for candidate in (PACKAGE_DIR / "compat_matrix.yaml", PACKAGE_DIR.parent / "compat_matrix.yaml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
 
 # Defaults the CLI shows in --help: kept here, so `ascendkit --help` loads none of the pipeline.
 DEFAULT_MATRIX = Path("compat_matrix.yaml")

@@ -311,6 +311,12 @@ CASES = [
     Case(
         "k8s-image-by-tag", ["k8s", "render", "--hw", "a3", "--image", "ascendkit/verl:latest", "--job", "train", *M, *TRAIN], 2, "digest"
     ),
+    Case(
+        "k8s-registry-tag-bad-nodes",  # a tag to pin at its registry: the other options are refused before it is asked
+        ["k8s", "render", "--hw", "a3", "--image", "registry.example.com/ml/verl:v1", "--nodes", "0", *M],
+        2,
+        "--nodes",
+    ),
     Case("k8s-to-dev-null", [*K8S, "-o", "/dev/null", *TRAIN], 3, "not a regular file"),
     Case("k8s-to-fifo", [*K8S, "-o", "{d}/k.yaml", *TRAIN], 3, "a FIFO", fifo("k.yaml")),
     Case("k8s-to-symlink", [*K8S, "-o", "{d}/link", *TRAIN], 3, "symlink", both(files(keep="mine\n"), symlink("link", "keep"))),

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from buildkit import __version__
 from buildkit.cli import app
 from buildkit.errors import ExitCode
 from tests.conftest import MATRIX, MATRIX_TEXT, ROOT, EditMatrix, line_of
@@ -253,9 +254,24 @@ def test_console_script_bad_matrix_has_no_traceback(tmp_path: Path) -> None:
 
 
 def test_console_script_default_matrix_is_cwd(tmp_path: Path) -> None:
-    proc = _ascendkit("matrix", "list", cwd=tmp_path)
-    assert proc.returncode == ExitCode.INVALID_INPUT
-    assert "compat_matrix.yaml: matrix file not found (pass --matrix PATH" in proc.stderr
+    """./compat_matrix.yaml when it is there; without it, commands that only read the matrix read the
+    released one and say so, while commands that write beside it (or need its locks) refuse."""
+    (tmp_path / "compat_matrix.yaml").write_text(MATRIX_TEXT)
+    here = _ascendkit("matrix", "list", cwd=tmp_path)
+    assert here.returncode == 0, here.stderr
+    assert "released" not in here.stderr and str(tmp_path) not in here.stderr, "the working directory's matrix comes first"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    released = _ascendkit("matrix", "list", "--json", cwd=empty)
+    assert released.returncode == 0, released.stderr
+    assert f"no ./compat_matrix.yaml here; reading the matrix released with ascendkit {__version__} ({MATRIX})" in released.stderr
+    assert '"cann8.3"' in released.stdout
+    for argv in (["render", "--hw", "a3"], ["plan", "--all"], ["lock", "--stack", "cann8.3"]):
+        proc = _ascendkit(*argv, cwd=empty)
+        assert proc.returncode == ExitCode.INVALID_INPUT, argv
+        assert "compat_matrix.yaml: matrix file not found (pass --matrix PATH" in proc.stderr, argv
+    named = _ascendkit("matrix", "list", "--matrix", "compat_matrix.yaml", cwd=empty)
+    assert named.returncode == ExitCode.INVALID_INPUT, "a matrix the user named is never replaced"
 
 
 def test_console_script_acceptance_render(tmp_path: Path) -> None:

@@ -272,7 +272,7 @@ def test_json_output_is_a_list_kubectl_accepts_and_validate_reads(tmp_path: Path
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--hw", "a3", "--image", "127.0.0.1:5000/ascendkit/verl:latest"], "has no digest: a tag can move"),
+        (["--hw", "a3", "--image", "ascendkit/verl:latest"], "has no digest and names no registry to resolve its tag at"),
         (["--hw", "a3", "--image", "Not An Image"], "is not an image reference"),
         (["--hw", "a3", "--image", DIGEST_REF, "--name", "Bad_Name"], "--name 'Bad_Name' is not a valid Kubernetes name"),
         (["--hw", "a3", "--image", DIGEST_REF, "--nodes", "2", "--name", "r" * 48], "at most 47 characters"),

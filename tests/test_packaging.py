@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from buildkit import __version__
 from buildkit.image.render import CONTEXT_FILES
 from tests.conftest import MATRIX, ROOT
 
@@ -34,6 +35,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for expected in ["buildkit/templates/Dockerfile.j2", "buildkit/smoke_tests/grpo_smoke.yaml", *data]:
         assert expected in names, expected
     assert set(CONTEXT_FILES.values()) <= names, "everything the Dockerfile COPYs from the build context"
+    released = zipfile.ZipFile(wheel).read("buildkit/compat_matrix.yaml")
+    assert released == MATRIX.read_bytes(), "the wheel carries the matrix it was built from, byte for byte"
     # every module of the checkout: a subpackage left out of pyproject's list would still import
     # below through the editable install's finder, so the wheel's contents are compared directly
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "buildkit").rglob("*.py")}
@@ -86,3 +89,19 @@ def test_the_installed_package_renders_away_from_the_checkout(installed: Path, t
     assert run(installed, tmp_path, *argv, "-o", str(volcano)).returncode == 0, "the Ray start scripts ship in the wheel"
     checked = run(installed, tmp_path, "k8s", "validate", str(volcano))
     assert checked.returncode == 0 and "2 document(s) valid" in checked.stdout, "the vendored CRDs ship in the wheel"
+
+
+def test_the_installed_command_reads_its_released_matrix_anywhere(installed: Path, tmp_path: Path) -> None:
+    """pip install, then an empty directory: the commands that only read the matrix read the one the
+    wheel carries, and say which; rendering Dockerfiles (which writes beside a matrix) still wants one."""
+    manifests = run(installed, tmp_path, "k8s", "render", "--hw", "a2-box16", "--image", DIGEST, "--stack", "openrlhf-cann8.1")
+    assert manifests.returncode == 0, manifests.stderr
+    assert f"reading the matrix released with ascendkit {__version__} ({installed / 'buildkit' / 'compat_matrix.yaml'})" in (
+        manifests.stderr
+    )
+    assert "openrlhf.cli.train_ppo_ray" in manifests.stdout
+    shown = run(installed, tmp_path, "matrix", "show", "cann8.3", "--json")
+    assert shown.returncode == 0 and '"verl"' in shown.stdout, shown.stderr
+    refused = run(installed, tmp_path, "render", "--hw", "a3")
+    assert refused.returncode == 2 and "matrix file not found" in refused.stderr
+    assert list(tmp_path.iterdir()) == [], "nothing written in the directory"

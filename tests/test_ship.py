@@ -4,6 +4,7 @@ the registry alone, and each member's SBOM read back and diffed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -148,8 +149,6 @@ def test_sbom_of_each_member(docker_env: DockerEnv, shipped: dict[str, Any]) -> 
         manifest = json.loads(Path(shipped["workdir"], result["manifest"]).read_text())
         assert by_ref["cann:toolkit"]["version"] == manifest["cann"]["version"] == "8.3.RC1"
         assert any(ref.startswith("deb:") for ref in by_ref), "the Debian stand-in's dpkg packages"
-    table = docker_env.ascendkit("sbom", f"{shipped['repo']}:{index_name(shipped)}", cwd=shipped["workdir"])
-    assert table.returncode == 2 and "sha256" in table.stderr  # a tag is not read from a registry: it is a local name
     registry, repository = _registry(shipped["repo"])
     index = registry.get_manifest(repository, index_name(shipped))
     assert index is not None
@@ -188,3 +187,42 @@ def test_sbom_of_a_local_image(docker_env: DockerEnv, built: dict[str, Any]) -> 
     assert document["metadata"]["component"]["properties"][0] == {"name": "ascendkit:image-id", "value": built["image_id"]}
     proc = docker_env.ascendkit("sbom", built["tags"][0], cwd=Path(built["workdir"]).parent)
     assert proc.returncode == 2 and "no SBOM at manifests/" in proc.stderr
+
+
+def _without_engine(docker_env: DockerEnv) -> DockerEnv:
+    """The same environment with DOCKER_HOST at a socket nothing listens on."""
+    return dataclasses.replace(docker_env, env={**docker_env.env, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+
+
+def test_a_registry_tag_is_read_from_the_registry_with_no_engine(docker_env: DockerEnv, shipped: dict[str, Any], tmp_path: Path) -> None:
+    """`sbom HOST/REPO:TAG` reads the registry (an index needs --arch) and needs no Docker engine;
+    `k8s render --image HOST/REPO:TAG` pins the digest the tag names now."""
+    offline = _without_engine(docker_env)
+    tag = f"{shipped['repo']}:{index_name(shipped)}"
+    proc = offline.ascendkit("sbom", tag, "--arch", "aarch64", cwd=tmp_path)
+    assert proc.returncode == 0 and "tomli" in proc.stdout, proc.stderr
+    assert shipped["results"]["aarch64"]["digest"] in proc.stdout, "the index's arm64 member, named in the title"
+    proc = offline.ascendkit("sbom", tag, cwd=tmp_path)
+    assert proc.returncode == 2 and "multi-arch index" in proc.stderr and "give --arch" in proc.stderr
+    single = f"{shipped['repo']}:{index_name(shipped)}-x86_64"
+    proc = offline.ascendkit("sbom", "diff", single, f"{tag}", "--arch", "x86_64", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["changed"] == [], "the x86_64 tag and the index's x86_64 member are the same image"
+    missing = offline.ascendkit("sbom", f"{shipped['repo']}:no-such-tag", cwd=tmp_path)
+    assert missing.returncode == 2 and "no such image" in missing.stderr
+
+    registry, repository = _registry(shipped["repo"])
+    index = registry.get_manifest(repository, index_name(shipped))
+    assert index is not None
+    out = tmp_path / "smoke.yaml"
+    k8s = ["k8s", "render", "--hw", "a3", "--matrix", str(TEST_MATRIX)]
+    proc = offline.ascendkit(*k8s, "--image", tag, "-o", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    pinned = f"{tag}@{index.digest}"
+    assert f"the manifests pin {pinned}" in proc.stderr
+    images = {line.split("image: ", 1)[1].strip() for line in out.read_text().splitlines() if "image: " in line}
+    assert images == {pinned}, "every container runs the digest the tag named at render time"
+    gone = offline.ascendkit(*k8s, "--image", f"{shipped['repo']}:no-such-tag", cwd=tmp_path)
+    assert gone.returncode == 2 and "has no tag 'no-such-tag'" in gone.stderr
+    kept = offline.ascendkit(*k8s, "--image", tag, "--allow-tag", cwd=tmp_path)
+    assert kept.returncode == 0 and f"image: {tag}\n" in kept.stdout and "mutable tag" in kept.stderr

@@ -28,7 +28,7 @@ R = TypeVar("R")
 
 app = typer.Typer(
     name="ascendkit",
-    help="Build, verify and ship verl-on-Ascend container images from one compatibility matrix.",
+    help="Build, verify and ship verl and OpenRLHF container images for Ascend NPUs from one compatibility matrix.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -44,9 +44,36 @@ app = typer.Typer(
 matrix_app = typer.Typer(help="Inspect and validate compat_matrix.yaml.", no_args_is_help=True)
 app.add_typer(matrix_app, name="matrix")
 
+
+def _matrix_or_released(ctx: typer.Context, param: typer.CallbackParam, value: Path) -> Path:
+    """No --matrix, no $ASCENDKIT_MATRIX and no ./compat_matrix.yaml: the matrix ascendkit was
+    released with, said in one line (commands that only read the matrix; see WorkingMatrixPath)."""
+    from buildkit.resources import released_matrix
+
+    source = ctx.get_parameter_source(param.name) if param.name else None
+    if getattr(source, "name", None) == "DEFAULT" and not value.exists():  # not given, not in the environment
+        released = released_matrix()
+        if released is not None:
+            typer.echo(f"ascendkit: no ./{value} here; reading the matrix released with ascendkit {__version__} ({released})", err=True)
+            return released
+    return value
+
+
+# Commands that only read the matrix fall back to the released one; commands that write beside it
+# or need its locks (render, lock, build, plan, outdated) take WorkingMatrixPath and never do.
 MatrixPath = Annotated[
     Path,
-    typer.Option("--matrix", "-m", help="Path of the compatibility matrix.", envvar="ASCENDKIT_MATRIX"),
+    typer.Option(
+        "--matrix",
+        "-m",
+        help="Path of the compatibility matrix (default ./compat_matrix.yaml, else the one ascendkit was released with).",
+        envvar="ASCENDKIT_MATRIX",
+        callback=_matrix_or_released,
+    ),
+]
+WorkingMatrixPath = Annotated[
+    Path,
+    typer.Option("--matrix", "-m", help="Path of the compatibility matrix; its locks/ are beside it.", envvar="ASCENDKIT_MATRIX"),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 ArchChoice = Annotated[str | None, typer.Option("--arch", help="aarch64 or x86_64 (build default: this machine's).")]

@@ -19,10 +19,10 @@ from buildkit.cli.base import (
     GitcodeUrl,
     GithubUrl,
     JsonFlag,
-    MatrixPath,
     PipExtraIndexUrl,
     PipIndexUrl,
     PytorchIndexUrl,
+    WorkingMatrixPath,
     app,
     out,
     print_json,
@@ -136,7 +136,7 @@ def build(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; do not build.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Show steps only, not their output.")] = False,
     as_json: JsonFlag = False,
-    matrix: MatrixPath = DEFAULT_MATRIX,
+    matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Build, verify and tag one image (one stack, chip, OS and arch), or with --all every image the
     filters leave; optionally push them."""

@@ -78,7 +78,12 @@ SchedulerOption = Annotated[
 @user_errors
 def k8s_render(
     hw: Annotated[str, typer.Option("--hw", help="SKU: a2-box16, 900-podc or a3.")],
-    image: Annotated[str, typer.Option("--image", help="REPO@sha256:<digest>, as `ascendkit publish` printed it.")],
+    image: Annotated[
+        str,
+        typer.Option(
+            "--image", help="HOST/REPO@sha256:<digest> as `ascendkit publish` printed it, or HOST/REPO:TAG (its digest is pinned)."
+        ),
+    ],
     command: Annotated[list[str] | None, typer.Argument(help="--job train: the command to run, after `--`.")] = None,
     nodes: Annotated[
         int,
@@ -135,7 +140,7 @@ def k8s_render(
         list[str] | None,
         typer.Option("--override", help="Extra argument of the smoke job: KEY=VALUE (verl), --override=--name=value (OpenRLHF)."),
     ] = None,
-    allow_tag: Annotated[bool, typer.Option("--allow-tag", help="Accept an image tag without digest (warns).")] = False,
+    allow_tag: Annotated[bool, typer.Option("--allow-tag", help="Keep an image tag as it is, without pinning its digest (warns).")] = False,
     stack: Annotated[
         str | None,
         typer.Option("--stack", help="The stack the image was built from, when the registry cannot be asked for its labels."),
@@ -183,9 +188,17 @@ def k8s_render(
         topology_mode=network_topology,
         topology_tier=topology_tier,
     )
-    check_request(request)  # every refusal of the options before the registry is asked
+    check_request(request, to_pin=True)  # every refusal of the options before the registry is asked
     if output is not None and output != STDOUT:
         check_output_file(output)
+    if "@" not in image and not allow_tag:  # a registry's tag: what it names now, pinned
+        from buildkit.image.registry import pin_digest
+
+        image = pin_digest(image)
+        typer.echo(
+            f"ascendkit: --image {request.image} is {image.partition('@')[2]} at its registry now; the manifests pin {image}", err=True
+        )
+        request = dataclasses.replace(request, image=image)
     warnings: list[str] = []
     if request.smoke_job is not None:
         found, warnings = image_job(loaded, image, arch, stack)

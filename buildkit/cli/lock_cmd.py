@@ -16,9 +16,9 @@ from buildkit.cli.base import (
     GitcodeUrl,
     GithubUrl,
     JsonFlag,
-    MatrixPath,
     PipIndexUrl,
     PytorchIndexUrl,
+    WorkingMatrixPath,
     app,
     out,
     print_json,
@@ -78,7 +78,7 @@ def lock(
     ca_bundle: CaBundle = None,
     config: ConfigFile = None,
     as_json: JsonFlag = False,
-    matrix: MatrixPath = DEFAULT_MATRIX,
+    matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Write locks/<stack>-<arch>.txt: every package of the image, pinned with hashes, for the target.
 
@@ -148,7 +148,7 @@ def wheelhouse(
     ca_bundle: CaBundle = None,
     config: ConfigFile = None,
     as_json: JsonFlag = False,
-    matrix: MatrixPath = DEFAULT_MATRIX,
+    matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Download every locked artifact of one stack and arch, each checked against the lock's hashes."""
     from buildkit.lock.inputs import LockTarget, lock_targets

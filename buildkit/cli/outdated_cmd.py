@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table as RichTable
 
-from buildkit.cli.base import JsonFlag, MatrixPath, matrix_app, out, print_json, user_errors
+from buildkit.cli.base import JsonFlag, WorkingMatrixPath, matrix_app, out, print_json, user_errors
 from buildkit.cli.matrix_cmd import IndexCaBundle, IndexOption, index_overrides
 from buildkit.errors import ExitCode, InputError
 from buildkit.resources import DEFAULT_MATRIX
@@ -24,7 +24,7 @@ def matrix_outdated(
     index: IndexOption = None,
     ca_bundle: IndexCaBundle = None,
     as_json: JsonFlag = False,
-    matrix: MatrixPath = DEFAULT_MATRIX,
+    matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Ask each pin's index for newer stable releases every arch can install, and which of them the
     rules accept (exit 8 when an index could not be reached: nothing is guessed for its pins)."""

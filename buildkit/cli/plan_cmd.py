@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table as RichTable
 
-from buildkit.cli.base import ArchChoice, JsonFlag, MatrixPath, app, out, print_json, user_errors
+from buildkit.cli.base import ArchChoice, JsonFlag, WorkingMatrixPath, app, out, print_json, user_errors
 from buildkit.errors import InputError
 from buildkit.resources import DEFAULT_MATRIX, default_repository
 
@@ -47,7 +47,7 @@ def plan(
         str | None, typer.Option("--repo", help="Image repository the tags are shown in (default ascendkit/<framework>).")
     ] = None,
     as_json: JsonFlag = False,
-    matrix: MatrixPath = DEFAULT_MATRIX,
+    matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """List the build targets (stack, chip, OS, arch) with base image, tags, lock status and SKUs."""
     from buildkit.lock.inputs import LockTarget

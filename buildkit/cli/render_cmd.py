@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from buildkit.cli.base import MatrixPath, app, user_errors
+from buildkit.cli.base import WorkingMatrixPath, app, user_errors
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import STDOUT, check_output_file, write_output
 from buildkit.resources import DEFAULT_MATRIX
@@ -25,7 +25,7 @@ def render(
     check: Annotated[
         bool, typer.Option("--check", help="Re-render everything in memory (with or without --all); exit 1 with a diff if a file differs.")
     ] = False,
-    matrix: MatrixPath = DEFAULT_MATRIX,
+    matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Render a Dockerfile for one SKU, or (with --all / --check) every generated file."""
     from buildkit.image import generate

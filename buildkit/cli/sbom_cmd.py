@@ -17,10 +17,12 @@ if TYPE_CHECKING:
 
 def _read(ref: str, arch: str | None, manifest_dir: Path) -> tuple[dict[str, Any], str]:
     from buildkit.image.attach import local_sbom, registry_sbom
+    from buildkit.image.registry import registry_of
+
+    if registry_of(ref) is not None:  # HOST[:PORT]/REPO:TAG or @sha256:...: the registry's copy, no engine needed
+        return registry_sbom(ref, arch)
     from buildkit.image.engine import connect
 
-    if "@" in ref:
-        return registry_sbom(ref, arch)
     return local_sbom(connect(), ref, manifest_dir)
 
 
@@ -34,8 +36,9 @@ def sbom(
     images: Annotated[
         list[str],
         typer.Argument(
-            help="IMAGE, or `diff` IMAGE_A IMAGE_B. An IMAGE is HOST[:PORT]/REPO@sha256:... (its SBOM is read from the registry; "
-            "for a multi-arch index give --arch) or a local image built by ascendkit (its SBOM is read from --manifest-dir).",
+            help="IMAGE, or `diff` IMAGE_A IMAGE_B. An IMAGE is HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:... (its SBOM is "
+            "read from the registry, no engine needed; for a multi-arch index give --arch) or a local image built by ascendkit "
+            "(NAME[:TAG]; its SBOM is read from --manifest-dir).",
             metavar="IMAGE | diff A B",
         ),
     ],

@@ -21,7 +21,7 @@ import docker
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_bytes
 from buildkit.image.engine import ascendkit_image
-from buildkit.image.registry import DOCKER_LIST, IMAGE_REFERENCE, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, split_ref
+from buildkit.image.registry import DOCKER_LIST, IMAGE_REFERENCE, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, registry_of, split_ref
 from buildkit.image.sbom import MEDIA_TYPE, loads, sbom_path
 from buildkit.matrix.model import DOCKER_ARCH
 
@@ -124,17 +124,23 @@ def check_sbom_ref(ref: str) -> None:
     """Refuse a reference that can name neither a registry image by digest nor a local image (no contact made)."""
     match = IMAGE_REFERENCE.match(ref)
     if not match:
-        raise InputError(f"{ref!r} is not an image reference: NAME[:TAG] (a local image) or HOST[:PORT]/REPO@sha256:<64 hex>")
+        raise InputError(
+            f"{ref!r} is not an image reference: NAME[:TAG] (a local image), HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:<64 hex>"
+        )
     if match["digest"] and not re.match(r"^[^/]+[.:][^/]*/|^localhost/", match["name"]):
         raise InputError(f"{ref!r}: a digest reference is read from its registry: give HOST[:PORT]/REPO@sha256:<64 hex>")
 
 
 def registry_sbom(ref: str, arch: str | None) -> tuple[dict[str, Any], str]:
-    """The SBOM attached to ``HOST/REPO@sha256:...`` (for an index, to its ``arch`` member), and where it was found."""
-    name, _, digest = split_ref(ref)
-    host, _, repository = name.partition("/")
+    """The SBOM attached to ``HOST/REPO@sha256:...`` or ``HOST/REPO:TAG`` (for an index, to its
+    ``arch`` member), and where it was found."""
+    _, tag, digest = split_ref(ref)
+    where_ref = registry_of(ref)
+    if where_ref is None:
+        raise InputError(f"{ref}: no registry host in the reference")
+    host, repository = where_ref
     registry = Registry(host, retries=1, timeout=20.0)
-    member = image_digest(registry, repository, digest, arch)
+    member = image_digest(registry, repository, digest or tag or "latest", arch)
     found = fetch_sbom(registry, repository, member)
     where = f"{host}/{repository}@{member}"
     if found is None:

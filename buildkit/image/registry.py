@@ -221,14 +221,41 @@ class Registry:
         return [m for m in manifests if isinstance(m, dict) and m.get("artifactType") == artifact_type]
 
 
+def registry_of(ref: str) -> tuple[str, str] | None:
+    """(host, repository) when ``ref`` names a registry (its first part has a '.', a port or is
+    localhost, as Docker reads references); None for a name on the local engine (``ascendkit/verl:x``)."""
+    name, _, _ = split_ref(ref)
+    host, _, repository = name.partition("/")
+    if repository and ("." in host or ":" in host or host == "localhost"):
+        return host, repository
+    return None
+
+
+def pin_digest(ref: str) -> str:
+    """``HOST/REPO:TAG`` -> ``HOST/REPO:TAG@sha256:...``: the digest the registry serves for the tag
+    now (a multi-arch index's own digest for an index), so what runs is what was resolved here."""
+    name, tag, digest = split_ref(ref)
+    if digest:
+        return ref
+    where = registry_of(ref)
+    if where is None:
+        raise InputError(f"{ref}: no registry host in the reference, so its tag cannot be resolved to a digest")
+    host, repository = where
+    manifest = Registry(host, retries=1, timeout=10.0).get_manifest(repository, tag or "latest")
+    if manifest is None:
+        raise InputError(f"{ref}: the registry {host} has no tag {tag or 'latest'!r} in {repository}")
+    return f"{name}:{tag or 'latest'}@{manifest.digest}"
+
+
 def image_labels(ref: str, arch: str) -> dict[str, str]:
     """The config labels of ``HOST[:PORT]/REPO@sha256:...`` (or ``:TAG``) as the registry serves them;
     for a multi-arch index, of its ``arch`` member."""
-    name, tag, digest = split_ref(ref)
+    _, tag, digest = split_ref(ref)
     digest = digest or tag or "latest"
-    host, _, repository = name.partition("/")
-    if not repository or not ("." in host or ":" in host or host == "localhost"):
+    where = registry_of(ref)
+    if where is None:
         raise InputError(f"{ref}: no registry host in the reference, so its labels cannot be read")
+    host, repository = where
     try:
         return _labels(Registry(host, retries=1, timeout=10.0), ref, repository, digest, arch)
     except ValueError as exc:  # a body that is not the JSON the distribution API promises

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from buildkit.errors import InputError
-from buildkit.image.registry import IMAGE_REFERENCE
+from buildkit.image.registry import IMAGE_REFERENCE, registry_of
 from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION
 from buildkit.matrix.model import EXTENDED_RESOURCE, Sku
 from buildkit.matrix.yamlsource import YamlSourceError, load_documents
@@ -145,19 +145,23 @@ class Manifests:
     warnings: tuple[str, ...]  # accepted, but worth saying (a tag with --allow-tag)
 
 
-def check_image(ref: str, allow_tag: bool) -> str | None:
-    """A digest reference passes; a tag only with ``allow_tag`` (returns the warning)."""
+def check_image(ref: str, allow_tag: bool, *, to_pin: bool = False) -> str | None:
+    """A digest reference passes; a tag only with ``allow_tag`` (returns the warning), or, with
+    ``to_pin``, when it names a registry that can be asked for its digest before rendering."""
     match = IMAGE_REFERENCE.match(ref)
     if not match:
         raise InputError(f"--image {ref!r} is not an image reference (e.g. 127.0.0.1:5000/ascendkit/verl@sha256:<64 hex>)")
     if match["digest"]:
         return None
-    if not allow_tag:
-        raise InputError(
-            f"--image {ref!r} has no digest: a tag can move between render and pull. Use the digest `ascendkit publish` "
-            "printed (REPO@sha256:<64 hex>) or pass --allow-tag"
-        )
-    return f"--image {ref} is a mutable tag: nodes may run different images (--allow-tag)"
+    if allow_tag:
+        return f"--image {ref} is a mutable tag: nodes may run different images (--allow-tag)"
+    if to_pin and registry_of(ref) is not None:
+        return None
+    raise InputError(
+        f"--image {ref!r} has no digest and names no registry to resolve its tag at: a tag can move between render and pull. "
+        "Give HOST[:PORT]/REPO:TAG (its digest is asked for and pinned), the digest `ascendkit publish` printed "
+        "(REPO@sha256:<64 hex>), or pass --allow-tag"
+    )
 
 
 def check_name(value: str, what: str, *, limit: int = 63, pattern: re.Pattern[str] = _LABEL_NAME) -> str:
@@ -200,7 +204,7 @@ def _check_scheduling(request: K8sRequest) -> None:
         raise InputError(f"--topology-tier {request.topology_tier}: at least 1")
 
 
-def check_request(request: K8sRequest) -> tuple[str, ...]:
+def check_request(request: K8sRequest, *, to_pin: bool = False) -> tuple[str, ...]:
     """Every refusal happens here, before anything is rendered, asked or written; returns the warnings."""
     if request.nodes < 1:
         raise InputError(f"--nodes {request.nodes}: at least 1")
@@ -216,7 +220,7 @@ def check_request(request: K8sRequest) -> tuple[str, ...]:
         raise InputError("--job sft runs on one node (torchrun --standalone, as the seed's script): drop --nodes")
     if request.arch not in HOST_ARCH:
         raise InputError(f"--arch {request.arch!r}: one of {', '.join(HOST_ARCH)}")
-    warning = check_image(request.image, request.allow_tag)
+    warning = check_image(request.image, request.allow_tag, to_pin=to_pin)
     _check_scheduling(request)
     limit = {"Job": 63, "RayJob": RAYJOB_NAME_MAX, "VolcanoJob": VOLCANO_JOB_NAME_MAX}[request.kind]
     check_name(_default_name(request) if request.name is None else request.name, "--name", limit=limit)
