@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,8 @@ from buildkit.image.engine import connect
 from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import render_unresolved
 from buildkit.matrix.load import LoadedMatrix, load_matrix
+from tests.gitserver import serve
+from tests.openrlhf_standin import standin_repository
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "compat_matrix.yaml"
@@ -150,4 +152,42 @@ def built(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> di
     result["workdir"] = workdir
     result["repo"] = repo
     result["stderr"] = proc.stderr
+    return result
+
+
+# ---- the OpenRLHF-shaped test image (tests/test_openrlhf_image.py, tests/test_ray_cluster.py) --------------------
+
+OPENRLHF_STANDIN_COMMIT = "12e2a08edffda11502c61db53dfa9cc7b647b14f"  # tests/fixtures/test_matrix.yaml pins it
+
+
+@pytest.fixture(scope="session")
+def standin_git(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The stand-in OpenRLHF repository on a git host the build's containers reach: the engine's
+    bridge gateway (an address of this host every container on the default bridge can route to)."""
+    network = docker_env.client.inspect_network("bridge")
+    gateway = network["IPAM"]["Config"][0].get("Gateway")
+    if not gateway:  # the default bridge does not always say: its interface on this host holds the address
+        interface = network["Options"]["com.docker.network.bridge.name"]
+        shown = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", interface], capture_output=True, text=True, check=True)
+        gateway = shown.stdout.split(" inet ", 1)[1].split("/", 1)[0]
+    root = tmp_path_factory.mktemp("git")
+    assert standin_repository(root) == OPENRLHF_STANDIN_COMMIT, "tests/fixtures/test_matrix.yaml pins the stand-in's commit"
+    with serve(root, host=gateway) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def openrlhf_built(  # the OpenRLHF-shaped test image (with the real Ray), built and pushed once per session
+    docker_env: DockerEnv, standin_git: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    workdir = tmp_path_factory.mktemp("openrlhf-build")
+    repo = f"it-openrlhf-{uuid.uuid4().hex[:8]}"
+    proc = docker_env.ascendkit(
+        "build", "--hw", "a2", "--stack", "teststack-openrlhf", "--arch", "x86_64", "--matrix", str(TEST_MATRIX),
+        "--base-image", docker_env.standin, "--github-url", standin_git,
+        "--push", "--registry", f"{docker_env.registry}/{repo}", "--json", "--quiet",
+        cwd=workdir, check=True,
+    )  # fmt: skip
+    result: dict[str, Any] = json.loads(proc.stdout)
+    result.update(workdir=workdir, repo=repo, stderr=proc.stderr)
     return result

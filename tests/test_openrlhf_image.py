@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,45 +22,13 @@ from cyclonedx.validation.json import JsonStrictValidator
 from buildkit.errors import ExitCode
 from buildkit.image.verify import run_in_image
 from buildkit.resources import DEFAULT_MATRIX
+from tests.conftest import OPENRLHF_STANDIN_COMMIT as COMMIT
 from tests.conftest import TEST_MATRIX, DockerEnv
-from tests.gitserver import serve
-from tests.openrlhf_standin import REPO_PATH, standin_repository
+from tests.openrlhf_standin import REPO_PATH
 
 pytestmark = pytest.mark.docker
 MATRIX = Path(__file__).resolve().parents[1] / DEFAULT_MATRIX  # the shipped SKUs (smoke and k8s size the job by them)
-COMMIT = "12e2a08edffda11502c61db53dfa9cc7b647b14f"
 FULL_TAG = "openrlhf0.7.5-cann8.3.rc1-torch_npu2.0.0-a2-debian12-py3.11-x86_64"
-
-
-@pytest.fixture(scope="session")
-def standin_git(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The stand-in OpenRLHF repository on a git host the build's containers reach: the engine's
-    bridge gateway (an address of this host every container on the default bridge can route to)."""
-    network = docker_env.client.inspect_network("bridge")
-    gateway = network["IPAM"]["Config"][0].get("Gateway")
-    if not gateway:  # the default bridge does not always say: its interface on this host holds the address
-        interface = network["Options"]["com.docker.network.bridge.name"]
-        shown = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", interface], capture_output=True, text=True, check=True)
-        gateway = shown.stdout.split(" inet ", 1)[1].split("/", 1)[0]
-    root = tmp_path_factory.mktemp("git")
-    assert standin_repository(root) == COMMIT, "tests/fixtures/test_matrix.yaml pins the stand-in's commit"
-    with serve(root, host=gateway) as url:
-        yield url
-
-
-@pytest.fixture(scope="session")
-def openrlhf_built(docker_env: DockerEnv, standin_git: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    workdir = tmp_path_factory.mktemp("openrlhf-build")
-    repo = f"it-openrlhf-{uuid.uuid4().hex[:8]}"
-    proc = docker_env.ascendkit(
-        "build", "--hw", "a2", "--stack", "teststack-openrlhf", "--arch", "x86_64", "--matrix", str(TEST_MATRIX),
-        "--base-image", docker_env.standin, "--github-url", standin_git,
-        "--push", "--registry", f"{docker_env.registry}/{repo}", "--json", "--quiet",
-        cwd=workdir, check=True,
-    )  # fmt: skip
-    result: dict[str, Any] = json.loads(proc.stdout)
-    result.update(workdir=workdir, repo=repo, stderr=proc.stderr)
-    return result
 
 
 def _manifest(built: dict[str, Any]) -> dict[str, Any]:

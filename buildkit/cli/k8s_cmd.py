@@ -205,6 +205,11 @@ def k8s_render(
         if found.stack is not None and found.stack != stack:
             check_stack(loaded, found.stack, sku_id, what=f"{image} (its {LABEL_PREFIX}.stack label)")
         request = dataclasses.replace(request, image_job=found)
+    elif stack is not None:  # your own command: --stack still names the framework (labels, default name)
+        from buildkit.run.job import ImageJob
+
+        chosen = loaded.matrix.stacks[stack]
+        request = dataclasses.replace(request, image_job=ImageJob(stack, chosen.framework_version, chosen.framework))
     manifests = render(request)
     for warning in (*warnings, *manifests.warnings):
         typer.echo(f"ascendkit: warning: {warning}", err=True)
