@@ -17,8 +17,12 @@ MATRIX = "compat_matrix.yaml"
 class BuildPyWithMatrix(build_py):
     def run(self) -> None:
         super().run()
+        if self.editable_mode:  # an editable install reads the checkout's own file (resources.released_matrix)
+            return
         source = Path(__file__).resolve().parent / MATRIX
-        self.copy_file(str(source), str(Path(self.build_lib) / "buildkit" / MATRIX))
+        target = Path(self.build_lib) / "buildkit"
+        self.mkpath(str(target))
+        self.copy_file(str(source), str(target / MATRIX))
 
 
 setup(cmdclass={"build_py": BuildPyWithMatrix})

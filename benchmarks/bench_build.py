@@ -35,7 +35,8 @@ from typing import Any
 
 import docker
 
-from buildkit.image.build import BuildPlan, plan_build, run_build, write_context
+from buildkit.image.build import run_build, write_context
+from buildkit.image.buildplan import BuildPlan, plan_build
 from buildkit.image.engine import connect
 from buildkit.lock.inputs import LockTarget, lock_targets
 from buildkit.lock.relock import index_urls_for, lock_all

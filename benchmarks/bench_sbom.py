@@ -15,7 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from buildkit.image.build import base_of, plan_build, run_build
+from buildkit.image.build import base_of, run_build
+from buildkit.image.buildplan import plan_build
 from buildkit.image.engine import connect
 from buildkit.image.sbom import dumps, sbom_document
 from buildkit.image.verify import collect_facts, run_probe

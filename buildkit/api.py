@@ -18,7 +18,8 @@ from pathlib import Path
 from buildkit.accuracy.compare import Comparison, compare_runs, load_run
 from buildkit.errors import InputError
 from buildkit.fsio import output_dir
-from buildkit.image.build import BuildPlan, BuildResult, check_outputs, plan_build, run_build
+from buildkit.image.build import run_build
+from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, plan_build
 from buildkit.image.engine import connect
 from buildkit.image.progress import Reporter
 from buildkit.image.publish import Published, closes_its_index, load_local_image, publish_image

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from buildkit.cli import app, build_cmd
 from buildkit.errors import ExitCode, InputError
-from buildkit.image.build import plan_build
+from buildkit.image.buildplan import plan_build
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.plan import INSTALLERS
 from buildkit.settings import Mirrors
@@ -186,13 +186,13 @@ def test_offline_needs_both_flags(runner: CliRunner, tmp_path: Path) -> None:
 
 
 def test_the_default_arch_is_the_skus_hosts_and_emulation_is_said(loaded: LoadedMatrix, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("buildkit.image.build.platform.machine", lambda: "x86_64")
+    monkeypatch.setattr("buildkit.image.buildplan.platform.machine", lambda: "x86_64")
     plan = plan_build(loaded, "a3", use_default_ca=False)
     assert plan.arch == "aarch64", "A2/A3 hosts are aarch64 (Kunpeng); the image is for them"
     assert any("emulated with qemu" in w and "--arch x86_64 builds for this machine" in w for w in plan.warnings)
     native = plan_build(loaded, "a3", arch="x86_64", use_default_ca=False)
     assert not any("emulated" in w for w in native.warnings)
-    monkeypatch.setattr("buildkit.image.build.platform.machine", lambda: "aarch64")
+    monkeypatch.setattr("buildkit.image.buildplan.platform.machine", lambda: "aarch64")
     assert not any("emulated" in w for w in plan_build(loaded, "a2", use_default_ca=False).warnings)
 
 

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from buildkit.errors import ExitCode
-from buildkit.k8s.render import DRIVER_VOLUMES, K8sRequest, as_documents, render
+from buildkit.k8s.pod import DRIVER_VOLUMES
+from buildkit.k8s.render import as_documents, render
+from buildkit.k8s.request import K8sRequest
 from buildkit.k8s.validate import validate_documents
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX

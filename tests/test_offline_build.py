@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from buildkit.errors import BuildFailed, ExitCode
-from buildkit.image.build import plan_build, run_build
+from buildkit.image.build import run_build
+from buildkit.image.buildplan import plan_build
 from buildkit.matrix.load import load_matrix
 from tests.conftest import TEST_MATRIX, DockerEnv
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from buildkit.k8s.render import K8sRequest, as_documents, render
+from buildkit.k8s.render import as_documents, render
+from buildkit.k8s.request import K8sRequest
 from buildkit.lock.index import IndexClient
 from buildkit.lock.sdist import SdistReader
 from buildkit.matrix.load import load_matrix

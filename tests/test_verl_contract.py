@@ -20,7 +20,8 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from buildkit.k8s.render import K8sRequest, as_documents, render
+from buildkit.k8s.render import as_documents, render
+from buildkit.k8s.request import K8sRequest
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.run.job import DEVICE_OVERRIDE, JOB_FILE, ImageJob, Job, JobFacts, build_job, load_job, spec_for
 from buildkit.run.verlconfig import check_config, check_sft_config

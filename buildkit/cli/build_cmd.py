@@ -33,7 +33,7 @@ from buildkit.resources import DEFAULT_MATRIX
 from buildkit.settings import resolve_mirrors
 
 if TYPE_CHECKING:
-    from buildkit.image.build import BuildPlan, BuildResult
+    from buildkit.image.buildplan import BuildPlan, BuildResult
     from buildkit.image.progress import Step
     from buildkit.image.publish import LocalImage
     from buildkit.image.registry import RegistryRef
@@ -140,7 +140,8 @@ def build(
 ) -> None:
     """Build, verify and tag one image (one stack, chip, OS and arch), or with --all every image the
     filters leave; optionally push them."""
-    from buildkit.image.build import check_names, check_outputs, plan_build, run_build
+    from buildkit.image.build import run_build
+    from buildkit.image.buildplan import check_names, check_outputs, plan_build
     from buildkit.image.engine import connect
     from buildkit.image.registry import RegistryRef
     from buildkit.matrix.load import load_matrix
@@ -248,7 +249,7 @@ def _build_all(
     as_json: bool,
 ) -> None:
     from buildkit.errors import AscendkitError
-    from buildkit.image.build import check_outputs, plan_build
+    from buildkit.image.buildplan import check_outputs, plan_build
     from buildkit.image.engine import connect
     from buildkit.image.fleet import build_each, exit_code, refused
     from buildkit.plan import plan_fleet

@@ -150,7 +150,8 @@ def k8s_render(
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Render the Job (one node), RayJob or Volcano Job (several) for an SKU and an image by digest."""
-    from buildkit.k8s.render import K8sRequest, as_documents, check_request, render
+    from buildkit.k8s.render import as_documents, render
+    from buildkit.k8s.request import K8sRequest, check_request
     from buildkit.matrix.load import load_matrix, resolve_sku
     from buildkit.plan import LABEL_PREFIX
     from buildkit.run.job import JobFacts, check_overrides

@@ -105,7 +105,7 @@ def smoke(
     (config check and preflight only).
     """
     from buildkit.accuracy.compare import load_run
-    from buildkit.image.build import host_arch
+    from buildkit.image.buildplan import host_arch
     from buildkit.image.engine import connect
     from buildkit.matrix.load import load_matrix, resolve_sku
     from buildkit.plan import plan_image, plan_target

@@ -17,7 +17,8 @@ import docker
 
 from buildkit.cancel import interrupted
 from buildkit.errors import AscendkitError, Interrupted
-from buildkit.image.build import BuildPlan, BuildResult, run_build
+from buildkit.image.build import run_build
+from buildkit.image.buildplan import BuildPlan, BuildResult
 from buildkit.image.progress import Reporter
 from buildkit.plan import ImagePlan
 

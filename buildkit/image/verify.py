@@ -7,13 +7,9 @@ result is written as a build manifest, JSON for machines and Markdown for people
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import docker
@@ -23,7 +19,6 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion
 
 from buildkit.errors import VerifyFailed
-from buildkit.fsio import write_atomic
 from buildkit.image.engine import remove_containers
 from buildkit.matrix.model import normalize_arch
 from buildkit.reach import engine_said
@@ -325,92 +320,3 @@ def _source_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
 
 def failures(checks: list[Check]) -> list[Check]:
     return [c for c in checks if c.status == "fail"]
-
-
-# ---- the build manifest ----------------------------------------------------------------------
-
-
-def expected_fingerprint(expected: Expected) -> str:
-    """sha256 of what the image was checked against and how: the expectations and this module (its
-    checks and probe). A verification holds for an image ID only while this is unchanged: an edited
-    matrix may expect something else of the same image, a newer ascendkit may check more."""
-    digest = hashlib.sha256(json.dumps(dataclasses.asdict(expected), sort_keys=True).encode())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()
-
-
-def verified_before(directory: Path, name: str, image_id: str, expected: Expected, refs: list[str]) -> dict[str, Any] | None:
-    """The build manifest that records a passed verification of this very image against these very
-    expectations and tags, with its Markdown beside it; None when there is none."""
-    try:
-        data: dict[str, Any] = json.loads((directory / f"{name}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    image = data.get("image") if isinstance(data, dict) else None
-    if not isinstance(image, dict) or image.get("id") != image_id or image.get("tags") != refs or data.get("passed") is not True:
-        return None
-    if data.get("expected_sha256") != expected_fingerprint(expected) or not isinstance(data.get("checks"), list):
-        return None
-    return data if (directory / f"{name}.md").is_file() else None
-
-
-def manifest_data(facts: ImageFacts, expected: Expected, checks: list[Check], refs: list[str]) -> dict[str, Any]:
-    return {
-        "image": {"id": facts.image_id, "tags": refs, "architecture": facts.architecture},
-        "stack": expected.stack_id,
-        "chip": expected.chip_id,
-        "skus": list(expected.skus),
-        "os": expected.os_name,
-        "arch": expected.arch,
-        "base_image": expected.base_image,
-        "python": facts.python,
-        "os_release": {k: facts.os_release.get(k, "") for k in ("ID", "VERSION_ID", "PRETTY_NAME")},
-        "cann": {"version": facts.cann_version, "source": facts.cann_source},
-        "passed": not failures(checks),
-        "expected_sha256": expected_fingerprint(expected),
-        "doctor": facts.doctor_report,
-        "checks": [c.__dict__ for c in checks],
-        "labels": dict(sorted(facts.labels.items())),
-        "packages": [{"name": n, "version": v} for n, v in sorted(facts.packages.items())],
-    }
-
-
-def _md_rows(rows: Iterator[tuple[str, ...]]) -> str:
-    return "".join("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |\n" for row in rows)
-
-
-def manifest_markdown(data: dict[str, Any]) -> str:
-    img = data["image"]
-    lines = [
-        f"# Build manifest: {img['tags'][0] if img['tags'] else img['id']}",
-        "",
-        f"Verification: **{'passed' if data['passed'] else 'FAILED'}**",
-        "",
-        "| | |",
-        "|---|---|",
-    ]
-    summary = [
-        ("image id", f"`{img['id']}`"),
-        ("tags", ", ".join(f"`{t}`" for t in img["tags"])),
-        ("stack", data["stack"]),
-        ("chip / SKUs", f"{data['chip']} / {', '.join(data['skus'])}"),
-        ("os / arch", f"{data['os']} / {data['arch']}"),
-        ("base image", f"`{data['base_image']}`"),
-        ("Python", data["python"]),
-        ("CANN", data["cann"]["version"] or "no version file"),
-        ("OS release", data["os_release"]["PRETTY_NAME"]),
-    ]
-    out = "\n".join(lines) + "\n" + _md_rows(iter(summary))
-    out += "\n## Checks\n\n| check | expected | found | result |\n|---|---|---|---|\n"
-    out += _md_rows((c["name"], c["expected"], c["actual"], c["status"]) for c in data["checks"])
-    out += "\n## Python packages\n\n| package | version |\n|---|---|\n"
-    out += _md_rows((p["name"], p["version"]) for p in data["packages"])
-    return out
-
-
-def write_manifest(directory: Path, name: str, data: dict[str, Any]) -> tuple[Path, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = directory / f"{name}.json", directory / f"{name}.md"
-    write_atomic(json_path, json.dumps(data, indent=2) + "\n")
-    write_atomic(md_path, manifest_markdown(data))
-    return json_path, md_path

@@ -14,7 +14,8 @@ from buildkit.fsio import read_input_text
 from buildkit.k8s import KUBERNETES_VERSION
 from buildkit.k8s.crd import Crd, crd_for
 from buildkit.k8s.crd import validate as crd_validate
-from buildkit.k8s.render import RAYJOB_NAME_MAX, as_documents
+from buildkit.k8s.render import as_documents
+from buildkit.k8s.request import RAYJOB_NAME_MAX
 
 
 @dataclass(frozen=True)

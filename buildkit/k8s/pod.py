@@ -1,0 +1,143 @@
+"""One NPU pod: what every pod of every kind shares (devices, driver mounts, /dev/shm, HCCL
+networking, doctor as an init container, the smoke data generator)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from buildkit.k8s.request import (
+    APP_LABEL,
+    HCCL_CONNECT_TIMEOUT,
+    HCCL_EXEC_TIMEOUT,
+    HOST_ARCH,
+    MINDCLUSTER_JOB_KIND,
+    VOLCANO_POD_QUEUE,
+    K8sRequest,
+)
+from buildkit.run.devices import DRIVER_FILES_OPTIONAL, DRIVER_FILES_REQUIRED, SHM_SIZE
+from buildkit.run.doctor import DRIVER_VERSION, HCCN_TOOL
+from buildkit.run.job import SMOKE_FILES
+
+# The host files smoke mounts, as hostPath volumes: (volume name, path, hostPath type). hccn_tool
+# comes with the NPU driver like npu-smi; doctor reads each NPU port's link with it.
+DRIVER_VOLUMES = (
+    ("driver-lib64", "/usr/local/Ascend/driver/lib64", "Directory"),
+    ("driver-version", DRIVER_VERSION, "File"),
+    ("dcmi", "/usr/local/dcmi", "Directory"),
+    ("npu-smi", "/usr/local/bin/npu-smi", "File"),
+    ("ascend-install-info", "/etc/ascend_install.info", "File"),
+    ("hccn-tool", HCCN_TOOL, "File"),
+)
+assert {p for _, p, _ in DRIVER_VOLUMES} == {*DRIVER_FILES_REQUIRED, *DRIVER_FILES_OPTIONAL}
+
+# ---------------------------------------------------------------------------------------------
+# One NPU pod
+
+
+@dataclass(frozen=True)
+class Pod:
+    """What every NPU pod of a request shares; :func:`npu_pod` adds the role's container."""
+
+    request: K8sRequest
+    labels: dict[str, str]
+    job_env: dict[str, str]
+    data_args: list[str]
+    configmap: str
+    reads_files: bool = False  # the job itself reads smoke_tests/ files (OpenRLHF's reward function)
+
+    @property
+    def smoke(self) -> bool:
+        return self.request.smoke_job is not None
+
+
+def env_list(pairs: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"name": k, "value": v} for k, v in sorted(pairs.items())]
+
+
+def networking_env(request: K8sRequest, *, ray: bool) -> list[dict[str, Any]]:
+    """HCCL and Gloo settings of an NPU container; in a Ray pod also the NIC and the pod's IP
+    (the host's under hostNetwork), so the first multi-node run picks the right interface."""
+    env: list[dict[str, Any]] = []
+    if ray:
+        env.append({"name": "HCCL_IF_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        env += env_list({"HCCL_SOCKET_IFNAME": request.nic, "GLOO_SOCKET_IFNAME": request.nic})
+    env += env_list({"HCCL_CONNECT_TIMEOUT": str(HCCL_CONNECT_TIMEOUT), "HCCL_EXEC_TIMEOUT": str(HCCL_EXEC_TIMEOUT)})
+    return env
+
+
+def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: str | None = "Never") -> dict[str, Any]:
+    """A pod template: ``main`` is the role's container (name, args, env); everything else is shared."""
+    request, sku = pod.request, pod.request.sku
+    npus = {request.resource: str(sku.npus_per_node)}
+    memory = f"{sku.k8s_memory_gib_request}Gi"
+    driver_mounts = [{"name": n, "mountPath": p, "readOnly": True} for n, p, _ in DRIVER_VOLUMES]
+    labels = {**pod.labels, f"{APP_LABEL}/component": role}
+    if request.volcano:
+        labels[MINDCLUSTER_JOB_KIND] = sku.k8s_ring_controller
+    metadata: dict[str, Any] = {"labels": labels}
+    if request.volcano and request.kind == "Job":
+        metadata["annotations"] = {VOLCANO_POD_QUEUE: request.queue or "default"}
+    doctor_args = ["ascendkit", "doctor", *(["--links"] if request.nodes > 1 else [])]
+    init = [
+        {
+            "name": "doctor",
+            "image": request.image,
+            "imagePullPolicy": "IfNotPresent",
+            "args": doctor_args,
+            "resources": {"requests": npus, "limits": npus},
+            "volumeMounts": driver_mounts,
+        }
+    ]
+    mounts = [*driver_mounts, {"name": "dshm", "mountPath": "/dev/shm"}]
+    volumes: list[dict[str, Any]] = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in DRIVER_VOLUMES]
+    volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE.replace("g", "Gi")}})
+    if pod.smoke:
+        init.append(
+            {
+                "name": "smoke-data",
+                "image": request.image,
+                "imagePullPolicy": "IfNotPresent",
+                "args": pod.data_args,
+                "volumeMounts": [
+                    {"name": "smoke-files", "mountPath": SMOKE_FILES, "readOnly": True},
+                    {"name": "smoke-out", "mountPath": "/smoke/out"},
+                ],
+            }
+        )
+        mounts += [{"name": "model", "mountPath": "/smoke/model", "readOnly": True}, {"name": "smoke-out", "mountPath": "/smoke/out"}]
+        if pod.reads_files:
+            mounts.append({"name": "smoke-files", "mountPath": SMOKE_FILES, "readOnly": True})
+        if request.model_pvc:
+            volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": request.model_pvc, "readOnly": True}})
+        else:
+            volumes.append({"name": "model", "hostPath": {"path": request.model, "type": "Directory"}})
+        volumes += [{"name": "smoke-files", "configMap": {"name": pod.configmap}}, {"name": "smoke-out", "emptyDir": {}}]
+    container = {
+        "name": main["name"],
+        "image": request.image,
+        "imagePullPolicy": "IfNotPresent",
+        **({"args": main["args"]} if main.get("args") else {}),  # args, not command: the entrypoint loads CANN first
+        "env": [*networking_env(request, ray=ray), *main.get("env", [])],
+        "resources": {
+            "requests": {**npus, "cpu": str(sku.k8s_cpu_request), "memory": memory},
+            "limits": {**npus, "memory": memory},
+        },
+        "volumeMounts": mounts,
+    }
+    spec: dict[str, Any] = {}
+    if restart:
+        spec["restartPolicy"] = restart
+    if request.hostnet:
+        spec.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
+    if request.volcano and request.kind != "RayJob":  # KubeRay sets it on the pods it creates
+        spec["schedulerName"] = "volcano"
+    spec["nodeSelector"] = {
+        "accelerator": "huawei-Ascend910",
+        "accelerator-type": sku.k8s_accelerator_type,
+        "host-arch": HOST_ARCH[request.arch],
+    }
+    if request.pull_secret:
+        spec["imagePullSecrets"] = [{"name": request.pull_secret}]
+    spec.update(initContainers=init, containers=[container], volumes=volumes)
+    return {"metadata": metadata, "spec": spec}
