@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from typer.testing import CliRunner
 
 from buildkit.errors import Unavailable
 from buildkit.image.engine import connect
+from buildkit.image.render import CONTEXT_FILES
 from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import render_unresolved
 from buildkit.matrix.load import LoadedMatrix, load_matrix
@@ -191,3 +193,38 @@ def openrlhf_built(  # the OpenRLHF-shaped test image (with the real Ray), built
     result: dict[str, Any] = json.loads(proc.stdout)
     result.update(workdir=workdir, repo=repo, stderr=proc.stderr)
     return result
+
+
+# ---- `pip install .` of the checkout (tests/test_packaging.py, tests/test_ship.py) ---------------------------
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wheels, target = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("site")
+    # from a copy of the sources, as a release build would: setuptools' in-tree build/ folder keeps
+    # modules a checkout has since deleted, and would put them in the wheel
+    source = tmp_path_factory.mktemp("src") / "ascendkit"
+    ignored = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", "smoke-out", "manifests")
+    shutil.copytree(ROOT, source, ignore=ignored)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)], check=True, capture_output=True, timeout=600)
+    (wheel,) = wheels.glob("ascendkit_verl-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    data = {p.relative_to(ROOT).as_posix() for d in ("crds", "files") for p in (ROOT / "buildkit" / "k8s" / d).iterdir()}
+    for expected in ["buildkit/templates/Dockerfile.j2", "buildkit/smoke_tests/grpo_smoke.yaml", *data]:
+        assert expected in names, expected
+    assert set(CONTEXT_FILES.values()) <= names, "everything the Dockerfile COPYs from the build context"
+    released = zipfile.ZipFile(wheel).read("buildkit/compat_matrix.yaml")
+    assert released == MATRIX.read_bytes(), "the wheel carries the matrix it was built from, byte for byte"
+    # every module of the checkout: a subpackage left out of pyproject's list would still import
+    # below through the editable install's finder, so the wheel's contents are compared directly
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "buildkit").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True, timeout=300)
+    return target
+
+
+def run_installed(installed: Path, cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m buildkit ARGV` from the installed wheel (ahead of the editable checkout on the path)."""
+    env = {**(env or os.environ), "PYTHONPATH": str(installed)}
+    return subprocess.run([sys.executable, "-m", "buildkit", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)

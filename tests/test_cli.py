@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -311,3 +313,66 @@ def test_every_exit_code_is_in_the_readme_table_and_the_help() -> None:
     epilog = app.info.epilog or ""
     for code in ExitCode:
         assert re.search(rf"(^|[ :,]){int(code)} ", epilog), f"{int(code)} is not in the --help epilog"
+
+
+# ---- the command table: --help lists the commands without importing them ---------------------------
+
+CMD_MODULES = sorted(p.stem for p in (ROOT / "buildkit" / "cli").glob("*_cmd.py"))
+# `python -m buildkit ARGS` inside a script that can say afterwards which modules it imported
+LOADED = (
+    "import sys, runpy; sys.argv = ['ascendkit', *sys.argv[1:]]\n"
+    "try:\n    runpy.run_module('buildkit', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+)
+
+
+def _py(code: str, *argv: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": str(columns)}
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, check=False, timeout=60)
+
+
+def test_the_command_table_names_every_command_and_its_module() -> None:
+    """COMMANDS against what the modules register: every command, the modules it needs, in --help's order."""
+    import importlib
+
+    import typer.main
+
+    from buildkit.cli.base import app
+    from buildkit.cli.commands import COMMANDS
+
+    owners: dict[str, list[str]] = {}
+    for name in CMD_MODULES:
+        module = importlib.import_module(f"buildkit.cli.{name}")
+        registered = {c.name for c in app.registered_commands if c.callback and c.callback.__module__ == module.__name__}
+        registered |= {g.name for g in app.registered_groups if g.typer_instance and _defined_in(g.typer_instance, module.__name__)}
+        for command in registered:
+            owners.setdefault(str(command), []).append(module.__name__)
+    group: Any = typer.main.get_group(app)
+    assert list(COMMANDS) == group.list_commands(None), "the table lists every command, in the order Typer would"
+    for command, (modules, _) in COMMANDS.items():
+        assert set(owners.get(command, [])) <= set(modules), (command, owners.get(command))
+    assert set(COMMANDS["matrix"][0]) == {"buildkit.cli.matrix_cmd", "buildkit.cli.outdated_cmd"}, "both add matrix subcommands"
+
+
+def _defined_in(instance: Any, module: str) -> bool:
+    return any(c.callback and c.callback.__module__ == module for c in instance.registered_commands)
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_the_listing_is_the_one_the_loaded_command_prints(columns: int) -> None:
+    lazy = _py(LOADED, "--help", columns=columns)
+    everything = "".join(f"import buildkit.cli.{m}\n" for m in CMD_MODULES)
+    eager = _py(everything + LOADED, "--help", columns=columns)
+    assert lazy.returncode == eager.returncode == 0, lazy.stderr + eager.stderr
+    assert "Commands:" in lazy.stdout and lazy.stdout == eager.stdout
+
+
+def test_help_imports_no_command_and_a_command_only_its_own() -> None:
+    show = "\nprint('LOADED', sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('buildkit.cli.') and m.endswith('_cmd')))"
+    top = _py(LOADED + show, "--help")
+    assert "LOADED []" in top.stdout, top.stdout[-300:]
+    render = _py(LOADED + show, "render", "--help")
+    assert "LOADED ['render_cmd']" in render.stdout and "--hw" in render.stdout
+    matrix = _py(LOADED + show, "matrix", "--help")
+    assert "LOADED ['matrix_cmd', 'outdated_cmd']" in matrix.stdout and "outdated" in matrix.stdout
+    wrong = _py(LOADED, "rendr")
+    assert "No such command 'rendr'" in wrong.stderr

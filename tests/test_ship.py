@@ -18,7 +18,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from buildkit.errors import ExitCode
 from buildkit.image.registry import DOCKER_LIST, Registry
-from tests.conftest import TEST_MATRIX, DockerEnv, edit
+from tests.conftest import TEST_MATRIX, DockerEnv, edit, run_installed
 from tests.test_workflow import command_lines
 
 pytestmark = pytest.mark.docker
@@ -226,3 +226,23 @@ def test_a_registry_tag_is_read_from_the_registry_with_no_engine(docker_env: Doc
     assert gone.returncode == 2 and "has no tag 'no-such-tag'" in gone.stderr
     kept = offline.ascendkit(*k8s, "--image", tag, "--allow-tag", cwd=tmp_path)
     assert kept.returncode == 0 and f"image: {tag}\n" in kept.stdout and "mutable tag" in kept.stderr
+
+
+def test_the_installed_command_in_an_empty_directory_pins_and_reads_a_registry_tag(
+    docker_env: DockerEnv, shipped: dict[str, Any], installed: Path, tmp_path: Path
+) -> None:
+    """As a user with only `pip install` and a published tag: no checkout, no matrix, no Docker engine."""
+    env = {**_without_engine(docker_env).env}
+    tag = f"{shipped['repo']}:{index_name(shipped)}"
+    registry, repository = _registry(shipped["repo"])
+    index = registry.get_manifest(repository, index_name(shipped))
+    assert index is not None
+    out = tmp_path / "train.yaml"
+    argv = ["k8s", "render", "--hw", "a3", "--image", tag, "--job", "train", "-o", str(out), "--", "true"]
+    proc = run_installed(installed, tmp_path, *argv, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "reading the matrix released with ascendkit" in proc.stderr
+    assert f"image: {tag}@{index.digest}\n" in out.read_text()
+    table = run_installed(installed, tmp_path, "sbom", tag, "--arch", "aarch64", env=env)
+    assert table.returncode == 0 and "tomli" in table.stdout, table.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.yaml"], "nothing else written"

@@ -7,6 +7,7 @@ User mistakes are printed as messages (never tracebacks) and mapped to the exit 
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import math
 import os
@@ -14,19 +15,54 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
+import typer.main
+from typer.core import TyperCommand, TyperGroup
 
 from buildkit import __version__
 from buildkit.cancel import signal_exit_code, stopped_by
+from buildkit.cli.commands import COMMANDS
 from buildkit.errors import AscendkitError, ExitCode, Finding, MatrixError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
+
+class LazyGroup(TyperGroup):
+    """The top-level group: its commands are listed from :data:`buildkit.cli.commands.COMMANDS`, and a
+    command's modules are imported only when it is looked up to run (or to show its own help)."""
+
+    _listing = False
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*COMMANDS, *(name for name in super().list_commands(ctx) if name not in COMMANDS)]
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        self._listing = True
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self._listing = False
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return super().get_command(ctx, cmd_name)
+        modules, help_text = entry
+        if self._listing and not all(m in sys.modules for m in modules):
+            return TyperCommand(cmd_name, help=help_text)  # its line in the listing, nothing imported
+        for module in modules:
+            importlib.import_module(module)  # registers its commands on `app`
+        return typer.main.get_group(app).commands.get(cmd_name)
+
+
 app = typer.Typer(
+    cls=LazyGroup,
     name="ascendkit",
     help="Build, verify and ship verl and OpenRLHF container images for Ascend NPUs from one compatibility matrix.",
     no_args_is_help=True,
@@ -105,8 +141,22 @@ def finite(value: Any) -> Any:
     return value
 
 
-# Piped output is not cut to 80 columns: tables stay readable in logs and CI.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+class _Out:
+    """The commands' Rich console, made on first use (Rich stays out of a command that prints no table)."""
+
+    def __init__(self) -> None:
+        self._console: Console | None = None
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if self._console is None:
+            from rich.console import Console
+
+            # Piped output is not cut to 80 columns: tables stay readable in logs and CI.
+            self._console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+        self._console.print(*objects, **kwargs)
+
+
+out = _Out()
 
 
 def _fail(message: str, code: ExitCode) -> typer.Exit:

@@ -1,0 +1,82 @@
+"""The ``ascendkit`` commands and the modules that define them, read without importing those modules.
+
+``ascendkit --help`` lists the commands from this table, and running a command imports only the
+modules it names, so the command starts without loading every other one (Typer and its
+conversion of every option are most of a start-up). ``help`` is each command's help text as its
+module gives it; tests/test_cli.py checks the table against the modules and that the listing is
+the one the fully loaded command prints (``ASCENDKIT_UPDATE_GOLDEN=1`` rewrites it).
+"""
+
+from __future__ import annotations
+
+# name -> (modules that register it, its help text), in the order --help lists them
+COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "build": (
+        ("buildkit.cli.build_cmd",),
+        (
+            "Build, verify and tag one image (one stack, chip, OS and arch), or with --all every image the "
+            "filters leave; optionally push them."
+        ),
+    ),
+    "publish": (
+        ("buildkit.cli.build_cmd",),
+        (
+            "Push verified images by digest with their SBOMs, then the multi-arch index (refused if an arch is "
+            "missing); or, with --index-only, only the indexes of images already pushed."
+        ),
+    ),
+    "doctor": (
+        ("buildkit.cli.doctor_cmd",),
+        "Check pins, the CANN environment, the driver, the NPUs and their links here (exit 1: failed, 10: no devices, preflight only).",
+    ),
+    "lock": (
+        ("buildkit.cli.lock_cmd",),
+        "Write locks/<stack>-<arch>.txt: every package of the image, pinned with hashes, for the target.",
+    ),
+    "wheelhouse": (
+        ("buildkit.cli.lock_cmd",),
+        "Download every locked artifact of one stack and arch, each checked against the lock's hashes.",
+    ),
+    "compare": (
+        ("buildkit.cli.metrics_cmd",),
+        "The seeds' accuracy gate: mean absolute error per metric, and the throughput ratio (exit 1 on fail).",
+    ),
+    "plan": (
+        ("buildkit.cli.plan_cmd",),
+        "List the build targets (stack, chip, OS, arch) with base image, tags, lock status and SKUs.",
+    ),
+    "render": (
+        ("buildkit.cli.render_cmd",),
+        "Render a Dockerfile for one SKU, or (with --all / --check) every generated file.",
+    ),
+    "sbom": (
+        ("buildkit.cli.sbom_cmd",),
+        (
+            "The components of an image (Python packages, OS packages, CANN, git checkouts, base image) from its "
+            "CycloneDX SBOM; or, with `diff A B`, those added, removed and changed from A to B."
+        ),
+    ),
+    "smoke": (
+        ("buildkit.cli.smoke_cmd",),
+        (
+            "Check the job's config with the image's framework, run doctor and a short GRPO (or verl SFT) job "
+            "with the SKU's devices; judge it and write a report."
+        ),
+    ),
+    "matrix": (
+        ("buildkit.cli.matrix_cmd", "buildkit.cli.outdated_cmd"),
+        "Inspect and validate compat_matrix.yaml.",
+    ),
+    "k8s": (
+        ("buildkit.cli.k8s_cmd",),
+        "Kubernetes manifests for published images (Job, KubeRay RayJob, Volcano Job).",
+    ),
+    "metrics": (
+        ("buildkit.cli.metrics_cmd",),
+        "Read verl and OpenRLHF console logs.",
+    ),
+    "baseline": (
+        ("buildkit.cli.metrics_cmd",),
+        "Baselines from real GPU runs.",
+    ),
+}
