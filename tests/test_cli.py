@@ -375,4 +375,4 @@ def test_help_imports_no_command_and_a_command_only_its_own() -> None:
     matrix = _py(LOADED + show, "matrix", "--help")
     assert "LOADED ['matrix_cmd', 'outdated_cmd']" in matrix.stdout and "outdated" in matrix.stdout
     wrong = _py(LOADED, "rendr")
-    assert "No such command 'rendr'" in wrong.stderr
+    assert "No such command 'rendr'. Did you mean 'render'?" in wrong.stderr, "suggested from every command, loaded or not"

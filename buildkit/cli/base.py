@@ -49,6 +49,12 @@ class LazyGroup(TyperGroup):
         finally:
             self._listing = False
 
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and args[0] not in COMMANDS and args[0] not in self.commands:  # a mistyped name: suggest from all
+            for name, (_, help_text) in COMMANDS.items():
+                self.commands.setdefault(name, TyperCommand(name, help=help_text))
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         entry = COMMANDS.get(cmd_name)
         if entry is None:
