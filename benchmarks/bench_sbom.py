@@ -18,8 +18,9 @@ from pathlib import Path
 from buildkit.image.build import base_of, run_build
 from buildkit.image.buildplan import plan_build
 from buildkit.image.engine import connect
+from buildkit.image.probe import run_probe
 from buildkit.image.sbom import dumps, sbom_document
-from buildkit.image.verify import collect_facts, run_probe
+from buildkit.image.verify import collect_facts
 from buildkit.matrix.load import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent

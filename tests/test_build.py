@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from buildkit.errors import ExitCode
-from buildkit.image.verify import run_in_image
+from buildkit.image.probe import run_in_image
 from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import read_lock, render_unresolved
 from buildkit.matrix.load import load_matrix

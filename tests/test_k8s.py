@@ -115,6 +115,10 @@ ALL_KINDS = [
 ]
 
 
+def volumes_of(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in spec["volumes"]}
+
+
 @pytest.mark.parametrize(("sku_id", "nodes", "scheduler", "kuberay", "host_network", "job"), ALL_KINDS)
 def test_every_manifest_validates_strictly_and_every_pod_takes_the_nodes_npus(
     sku_id: str, nodes: int, scheduler: str, kuberay: bool, host_network: bool | None, job: str
@@ -146,8 +150,27 @@ def test_every_manifest_validates_strictly_and_every_pod_takes_the_nodes_npus(
         (main,) = spec["containers"]
         want = str(sku.npus_per_node)
         assert main["resources"]["requests"][sku.k8s_npu_resource] == main["resources"]["limits"][sku.k8s_npu_resource] == want
-        assert spec["initContainers"][0]["resources"]["limits"] == {sku.k8s_npu_resource: want}
-        assert "securityContext" not in main, "never privileged"
+        assert spec["initContainers"][0]["resources"]["limits"] == {sku.k8s_npu_resource: want, "cpu": "1", "memory": "2Gi"}
+        assert main["resources"]["limits"] == main["resources"]["requests"], "Guaranteed: limits are the requests"
+        assert main["resources"]["limits"]["cpu"] == str(sku.k8s_cpu_request)
+        # locked down: the image's user, its device group, no token, every container without privilege
+        assert spec["securityContext"] == {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "fsGroup": 1000,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "supplementalGroups": [1000],
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        assert spec["automountServiceAccountToken"] is False
+        for container in [*spec["initContainers"], *spec["containers"]]:
+            security = container["securityContext"]
+            assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False, container["name"]
+            assert security["capabilities"] == {"drop": ["ALL"]} and security["readOnlyRootFilesystem"] is True
+            writable = {m["mountPath"] for m in container["volumeMounts"] if "emptyDir" in volumes_of(spec)[m["name"]]}
+            assert {"/tmp", "/home/HwHiAiUser", "/workspace"} <= writable, container["name"]
+            assert {"cpu", "memory"} <= set(container["resources"]["limits"]), container["name"]
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert {p for _, p, _ in DRIVER_VOLUMES} <= {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v}
         assert all(m["readOnly"] for m in main["volumeMounts"] if m["name"] in {n for n, _, _ in DRIVER_VOLUMES})
@@ -432,3 +455,26 @@ def test_an_unreachable_registry_is_one_readable_warning_and_the_job_follows_sta
     assert warning.startswith("ascendkit: warning: the job follows --stack cann8.3 (verl 0.6.1): could not read the image's labels: ")
     assert "registry 127.0.0.1:9: connection refused" in warning and len(warning) < 200, warning
     assert not any(noise in warning for noise in ("Errno", "Pool", "object at 0x", "Caused by"))
+
+
+def test_pods_run_as_the_images_user_and_the_device_group_the_nodes_give() -> None:
+    from buildkit.cli.k8s_cmd import user_of
+    from buildkit.matrix.model import ImageUser
+
+    default = ImageUser()
+    label = {"io.ascendkit.user": "npu 2000:2001", "io.ascendkit.stack": "cann8.3"}
+    assert user_of(label, default) == (ImageUser(name="npu", uid=2000, gid=2001), None), "the image's own user wins"
+    assert user_of({}, default) == (default, None), "labels not read (--job train): the matrix's"
+    user, warning = user_of({"io.ascendkit.stack": "cann8.3"}, default)
+    assert user == default and warning is not None and "rebuild the image" in warning
+    request = _request("a3", SKUS["a3"], 1, user=ImageUser(name="npu", uid=2000, gid=2001), device_gid=1234)
+    (spec,) = [p["spec"] for p in pods(docs_of(render(request).text)[-1])]
+    assert (spec["securityContext"]["runAsUser"], spec["securityContext"]["runAsGroup"]) == (2000, 2001)
+    assert spec["securityContext"]["supplementalGroups"] == [1234]
+    assert {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]} >= {"/home/npu", "/tmp", "/workspace"}
+
+
+def test_a_bad_device_gid_is_refused_before_anything_is_asked(tmp_path: Path) -> None:
+    proc = ascendkit("k8s", "render", "--hw", "a3", "--image", _ref(DEFAULT_IMAGE), "--stack", "cann8.3", "--device-gid", "0", cwd=ROOT)
+    assert proc.returncode == ExitCode.INVALID_INPUT, proc.stderr
+    assert "--device-gid 0: the gid that owns the nodes' /dev/davinci*" in proc.stderr

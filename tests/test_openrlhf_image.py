@@ -20,7 +20,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from buildkit.errors import ExitCode
-from buildkit.image.verify import run_in_image
+from buildkit.image.probe import run_in_image
 from buildkit.resources import DEFAULT_MATRIX
 from tests.conftest import OPENRLHF_STANDIN_COMMIT as COMMIT
 from tests.conftest import TEST_MATRIX, DockerEnv

@@ -80,6 +80,23 @@ def plain_env(container: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
 
 
+def locked_down(pod: dict[str, Any], container: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The pod's and the container's securityContext as the engine's options (user, groups, no new
+    privileges, no capability, read-only root) with each emptyDir it mounts as a tmpfs (mode 0777
+    and group fsGroup, as the kubelet makes them): the pods run as locked down as rendered."""
+    pod_security, security = pod["securityContext"], container["securityContext"]
+    assert pod_security["runAsNonRoot"] and security["runAsNonRoot"] and not security["allowPrivilegeEscalation"]
+    empty = {v["name"] for v in pod["volumes"] if v.get("emptyDir") is not None and v["name"] != "dshm"}
+    tmpfs = {m["mountPath"]: f"mode=0777,gid={pod_security['fsGroup']}" for m in container["volumeMounts"] if m["name"] in empty}
+    return f"{pod_security['runAsUser']}:{pod_security['runAsGroup']}", {
+        "group_add": [str(g) for g in pod_security["supplementalGroups"]],
+        "cap_drop": security["capabilities"]["drop"],
+        "security_opt": ["no-new-privileges"],
+        "read_only": security["readOnlyRootFilesystem"],
+        "tmpfs": tmpfs,
+    }
+
+
 @dataclass
 class Cluster:
     """Containers on a network of their own, removed with it at the end."""
@@ -88,14 +105,26 @@ class Cluster:
     network: str = field(default_factory=lambda: f"ak-ray-{uuid.uuid4().hex[:8]}")
     ids: dict[str, str] = field(default_factory=dict)
 
-    def start(self, name: str, image: str, *, args: list[str], command: list[str] | None, env: dict[str, str], aliases: list[str]) -> str:
+    def start(
+        self,
+        name: str,
+        image: str,
+        *,
+        args: list[str],
+        command: list[str] | None,
+        env: dict[str, str],
+        aliases: list[str],
+        pod: dict[str, Any],
+        container: dict[str, Any],
+    ) -> str:
         client = self.env.client
-        host_config = client.create_host_config(shm_size="1g", network_mode=self.network)
+        user, locked = locked_down(pod, container)
+        host_config = client.create_host_config(shm_size="1g", network_mode=self.network, **locked)
         endpoints = {self.network: client.create_endpoint_config(aliases=aliases)}
         networking = client.create_networking_config(endpoints)  # type: ignore[arg-type]  # docker-py's stubs: one per network, as here
         cid: str = client.create_container(
             image, command=args, entrypoint=command, environment=env, hostname=name, name=f"{self.network}-{name}",
-            host_config=host_config, networking_config=networking,
+            host_config=host_config, networking_config=networking, user=user,
         )["Id"]  # fmt: skip
         self.ids[name] = cid
         client.start(cid)
@@ -164,7 +193,7 @@ def start_volcano(cluster: Cluster, job: dict[str, Any], *, workers: int | None 
                 pod, container["image"],
                 args=container["args"], command=container.get("command"),
                 env={**plain_env(container), **svc, "VC_TASK_INDEX": str(index), "VK_TASK_INDEX": str(index), **(env or {})},
-                aliases=[f"{pod}.{name}"],
+                aliases=[f"{pod}.{name}"], pod=task["template"]["spec"], container=container,
             )  # fmt: skip
             started.append(pod)
     return started
@@ -287,6 +316,7 @@ def test_kuberay_start_params_join_every_node_with_its_npus(docker_env: DockerEn
             cluster.start(
                 pod, container["image"], args=[args], command=["/bin/bash", "-lc", "--"],
                 env={**plain_env(container), **kuberay_env}, aliases=aliases,
+                pod=group["template"]["spec"], container=container,
             )  # fmt: skip
             names.append(pod)
     deadline = time.monotonic() + 240

@@ -147,7 +147,7 @@ def test_pip_layers_install_their_lock_section_with_hashes(loaded: LoadedMatrix)
         copy = f"COPY locks/cann8.3/{layer}-aarch64.txt locks/cann8.3/{layer}-x86_64.txt /etc/ascendkit/locks/\n"
         assert text.count(copy) == 1, layer
     verl_copy = text.index("COPY locks/cann8.3/verl-aarch64.txt")
-    assert text.index("# 12. verl") < verl_copy < text.index("ascendkit_install verl verl==0.6.1")
+    assert text.index("# 13. verl") < verl_copy < text.index("ascendkit_install verl verl==0.6.1")
 
 
 @pytest.mark.parametrize(("stack", "abi"), [("cann8.3", 0), ("cann8.5", 1)])

@@ -26,14 +26,16 @@ from buildkit.matrix.load import load_matrix
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.configcheck import composition_error
 from buildkit.run.devices import (
-    CONTROL_DEVICES,
     DRIVER_FILES_OPTIONAL,
     DRIVER_FILES_REQUIRED,
+    device_groups,
     host_config_args,
+    image_user,
     parse_visible,
     plan_devices,
+    prepare_data_dir,
 )
-from buildkit.run.doctor import Check
+from buildkit.run.doctor import CONTROL_DEVICES, Check
 from buildkit.run.job import ARGS_CHECK, MODEL_DIR, SMOKE_FILES, JobFacts
 from buildkit.run.report import judge, write_reports
 from buildkit.run.smoke import SmokeRequest, run_smoke
@@ -89,15 +91,70 @@ def test_a_full_a3_host_gets_every_device_and_the_driver_read_only(tmp_path: Pat
     plan = plan_devices("a3", SKUS["a3"], host_root=npu_host(tmp_path, 16))
     assert plan.npus == tuple(f"/dev/davinci{i}" for i in range(16))
     args = host_config_args(plan, {"/models/q": (MODEL_DIR, "ro")}, privileged=False)
-    assert "/dev/davinci15:/dev/davinci15:rwm" in args["devices"]
-    assert {"/dev/davinci_manager:/dev/davinci_manager:rwm", "/dev/devmm_svm:/dev/devmm_svm:rwm", "/dev/hisi_hdc:/dev/hisi_hdc:rwm"} <= set(
-        args["devices"]
-    )
+    host = str(tmp_path / "host")  # the stand-in host's / (on a real host, /): host paths map to the same paths inside
+    assert f"{host}/dev/davinci15:/dev/davinci15:rwm" in args["devices"]
+    assert {f"{host}{d}:{d}:rwm" for d in ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")} <= set(args["devices"])
     assert len(args["devices"]) == 19
     assert args["privileged"] is False and args["network_mode"] == "host" and args["shm_size"] == "16g"
+    assert "group_add" not in args
     for path in (*DRIVER_FILES_REQUIRED, *DRIVER_FILES_OPTIONAL):
-        assert args["binds"][path] == {"bind": path, "mode": "ro"}
+        assert args["binds"][host + path] == {"bind": path, "mode": "ro"}
     assert args["binds"]["/models/q"] == {"bind": MODEL_DIR, "mode": "ro"}
+
+
+def own(path: Path, uid: int, gid: int, mode: int) -> None:
+    """Give a stand-in device node an owner and mode, as a host's driver gives its own."""
+    try:
+        os.chown(path, uid, gid)
+    except PermissionError:
+        pytest.skip("giving stand-in device nodes other owners needs root (CI runs these tests as root)")
+    path.chmod(mode)
+
+
+def ascend_owned(root: Path) -> None:
+    """Every device node of a stand-in host as the Ascend driver leaves them: HwHiAiUser's, 0660."""
+    for node in (root / "dev").iterdir():
+        own(node, 1000, 1000, 0o660)
+
+
+def test_the_containers_user_gets_the_groups_that_own_the_hosts_devices(tmp_path: Path) -> None:
+    root = npu_host(tmp_path, 2)
+    ascend_owned(root)
+    plan = plan_devices("a3", SKUS["a3"], [0, 1], host_root=root)
+    assert device_groups(plan, 1000, 1000) == ((), ()), "the driver's own user needs no group"
+    own(root / "dev/davinci1", 0, 1234, 0o660)  # a host that gives a card another group
+    assert device_groups(plan, 1000, 1000) == ((1234,), ())
+    assert device_groups(plan, 0, 0) == ((), ()), "root opens every node"
+    assert host_config_args(plan, {}, privileged=False, groups=(1234,))["group_add"] == ["1234"]
+    own(root / "dev/davinci1", 1000, 1234, 0o600)  # owner-only, and the owner is the user
+    assert device_groups(plan, 1000, 1000) == ((), ())
+    own(root / "dev/hisi_hdc", 0, 0, 0o660)
+    groups, notes = device_groups(plan, 1000, 1000)
+    assert groups == (0,) and "group root" in notes[0]
+    own(root / "dev/hisi_hdc", 0, 0, 0o600)  # no group opens it: said, not guessed
+    groups, notes = device_groups(plan, 1000, 1000)
+    assert groups == () and notes == ("/dev/hisi_hdc is 0:0 mode 0600: uid 1000 cannot open it through a group (--as-root runs as root)",)
+
+
+def test_the_user_an_image_runs_as_comes_from_its_label_then_its_config(tmp_path: Path) -> None:
+    assert image_user({"io.ascendkit.user": "HwHiAiUser 1000:1000"}, "1000:1000") == ("HwHiAiUser", 1000, 1000)
+    assert image_user({}, "1001:1002") == ("uid 1001", 1001, 1002)
+    assert image_user({}, "1001") == ("uid 1001", 1001, 0)
+    for root in ("", "0", "0:0", "root"):
+        assert image_user({}, root) == ("root", 0, 0)
+
+
+def test_the_generated_data_directory_is_the_containers_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    assert prepare_data_dir(out, 0, 0) is None and (out / "data").is_dir()
+    if os.geteuid() == 0:
+        assert prepare_data_dir(out, 1000, 1001) is None
+        assert ((out / "data").stat().st_uid, (out / "data").stat().st_gid) == (1000, 1001)
+    monkeypatch.setattr(os, "geteuid", lambda: 4242)  # a caller who is neither root nor the image's user
+    note = prepare_data_dir(out, 1000, 1000)
+    assert (out / "data").stat().st_mode & 0o777 == 0o777 and note is not None and "uid 1000" in note
+    assert prepare_data_dir(out, 4242, 4242) is None, "the caller is the image's user: nothing to give"
 
 
 def test_a_host_with_fewer_npus_than_the_sku_is_refused_with_the_way_out(tmp_path: Path) -> None:
@@ -384,6 +441,25 @@ def smoke_request(tmp_path: Path, **kwargs: Any) -> SmokeRequest:
     return SmokeRequest(**settings)
 
 
+def test_smoke_runs_as_the_images_user_with_the_devices_groups_or_as_root(tmp_path: Path) -> None:
+    labels = {**VERL_LABELS, "io.ascendkit.user": "HwHiAiUser 1000:1000"}
+    request = smoke_request(tmp_path)
+    ascend_owned(tmp_path / "host")
+    own(tmp_path / "host/dev/davinci3", 0, 1234, 0o660)
+    engine = FakeEngine(0, LOGS / "npu_old_verl.log", labels=labels)
+    report = run_smoke(cast(Any, engine), request)
+    assert (report.outcome, report.exit_code) == ("passed", 0), report.message
+    _, doctor, job = engine.created
+    assert [c["user"] for c in engine.created] == [None, None, None], "the image's own user"
+    assert doctor["host_config"]["group_add"] == job["host_config"]["group_add"] == ["1234"]
+    assert report.data["settings"]["user"] == "HwHiAiUser (1000:1000)" and report.data["settings"]["device_groups"] == [1234]
+    assert (tmp_path / "out/data").stat().st_uid == 1000, "the job writes its generated data as the image's user"
+    engine = FakeEngine(0, LOGS / "npu_old_verl.log", labels=labels)
+    report = run_smoke(cast(Any, engine), smoke_request(tmp_path, as_root=True))
+    assert report.exit_code == 0 and [c["user"] for c in engine.created] == ["root", "root", "root"]
+    assert "group_add" not in engine.created[2]["host_config"] and report.data["settings"]["user"] == "root (0:0), --as-root"
+
+
 def test_on_an_npu_host_doctor_then_the_job_run_with_the_skus_devices_and_pass(tmp_path: Path) -> None:
     engine = FakeEngine(0, LOGS / "npu_old_verl.log")
     report = run_smoke(cast(Any, engine), smoke_request(tmp_path))
@@ -392,7 +468,10 @@ def test_on_an_npu_host_doctor_then_the_job_run_with_the_skus_devices_and_pass(t
     assert check["command"][:5] == ["python3", "-m", "verl.trainer.main_ppo", "--cfg", "job"]
     assert check["command"][5:] == report.data["job"]["command"][3:], "the check runs the job's exact overrides"
     assert check["environment"]["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0" and "devices" not in check["host_config"]
-    assert set(check["host_config"]["binds"]) == {*DRIVER_FILES_REQUIRED, *DRIVER_FILES_OPTIONAL}, "the driver, read-only"
+    host = str(tmp_path / "host")
+    assert set(check["host_config"]["binds"]) == {host + f for f in (*DRIVER_FILES_REQUIRED, *DRIVER_FILES_OPTIONAL)}, (
+        "the driver, read-only"
+    )
     assert "trainer.device=npu" in check["command"], "verl 0.6.1 does not detect NPUs itself"
     assert doctor["command"] == ["ascendkit", "doctor", "--json"]
     assert job["host_config"] == doctor["host_config"], "doctor sees exactly what the job sees"

@@ -5,8 +5,10 @@ the commit a checkout holds, the requirements its NPU install was built with, th
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from buildkit.image.buildplan import plan_build
 from buildkit.image.verify import Expected, ImageFacts, compare
 from buildkit.matrix.load import load_matrix
 from buildkit.plan import plan_image, plan_target
@@ -91,3 +93,57 @@ def test_another_commit_a_gpu_build_or_a_lost_patch_fails() -> None:
     assert _status(_facts(patches=edited))["patch vllm-ascend vllm_ascend/platform.py"] == ("fail", "the file changed after the patch")
     other = ({**RECORD, "comment_out": "x = 1", "sha256_after": "a" * 64, "sha256_now": "a" * 64},)
     assert _status(_facts(patches=other))["patch vllm-ascend vllm_ascend/platform.py"][0] == "fail"
+
+
+USER = {
+    "uid": 1000,
+    "gid": 1000,
+    "name": "HwHiAiUser",
+    "home": "/home/HwHiAiUser",
+    "writable": {"/home/HwHiAiUser": True, "/workspace": True},
+    "unreadable": {"count": 0, "first": []},
+    "imports": {"torch": {"torch": "", "torchgen": ""}, "uv": {"uv": ""}},
+}
+
+
+def _user_checks(**changes: Any) -> dict[str, tuple[str, str]]:
+    facts = _facts(config_user=changes.pop("config_user", "1000:1000"), user={**USER, **changes})
+    expected = replace(_expected(), user=("HwHiAiUser", 1000, 1000))
+    return {c.name: (c.status, c.actual) for c in compare(facts, expected) if c.name.startswith("user")}
+
+
+def test_the_image_runs_as_its_user_who_can_write_read_and_import() -> None:
+    assert _user_checks() == {
+        "user in config": ("pass", "1000:1000"),
+        "user": ("pass", "HwHiAiUser 1000:1000"),
+        "user can write": ("pass", "/home/HwHiAiUser, /workspace"),
+        "user can read": ("pass", "all"),
+        "user can import": ("pass", "3 modules of 2 pinned packages found"),
+    }
+
+
+def test_root_a_missing_passwd_entry_or_unreadable_files_fail_naming_them() -> None:
+    assert _user_checks(config_user="")["user in config"] == ("fail", "(root)")
+    assert _user_checks(name=None, uid=1000)["user"] == ("fail", "(no passwd entry) 1000:1000")
+    assert _user_checks(gid=0)["user"] == ("fail", "HwHiAiUser 1000:0")
+    assert _user_checks(writable={"/home/HwHiAiUser": True, "/workspace": False})["user can write"] == ("fail", "cannot write /workspace")
+    unreadable = {"count": 31, "first": ["/opt/verl/", "/usr/lib/python3/dist-packages/x.py"]}
+    assert _user_checks(unreadable=unreadable)["user can read"] == (
+        "fail",
+        "31 unreadable: /opt/verl/, /usr/lib/python3/dist-packages/x.py",
+    )
+    imports = {"torch": {"torch": "not found on sys.path"}, "uv": {"uv": ""}}
+    assert _user_checks(imports=imports)["user can import"] == ("fail", "cannot import torch (torch): not found on sys.path")
+
+
+def test_the_expected_user_comes_from_the_matrix(tmp_path: Path) -> None:
+    text = MATRIX.read_text().replace("  uid: 1000\n  gid: 1000\n", "  uid: 1001\n  gid: 1002\n", 1)
+    assert text != MATRIX.read_text()
+    other = tmp_path / "compat_matrix.yaml"
+    other.write_text(text)
+    (tmp_path / "locks").symlink_to(MATRIX.parent / "locks")  # the user is not an input of any lock
+    plan = plan_build(load_matrix(other), "a3", arch="aarch64", use_default_ca=False)
+    assert plan.expected.user == ("HwHiAiUser", 1001, 1002)
+    assert ("io.ascendkit.user", "HwHiAiUser 1001:1002") in plan.expected.labels
+    assert "USER 1001:1002\n" in plan.dockerfile
+    assert "add-user.sh HwHiAiUser 1001 1002 /home/HwHiAiUser /workspace" in plan.dockerfile

@@ -17,6 +17,7 @@ from buildkit.resources import DEFAULT_MATRIX
 
 if TYPE_CHECKING:
     from buildkit.matrix.load import LoadedMatrix
+    from buildkit.matrix.model import ImageUser
     from buildkit.run.job import ImageJob
 
 k8s_app = typer.Typer(help="Kubernetes manifests for published images (Job, KubeRay RayJob, Volcano Job).", no_args_is_help=True)
@@ -34,8 +35,9 @@ def check_stack(loaded: LoadedMatrix, stack: str, sku_id: str, what: str = "--st
         raise InputError(f"{what}: {exc}") from None
 
 
-def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) -> tuple[ImageJob, list[str]]:
-    """Which stack and framework the image carries: its labels as the registry serves them, else ``--stack``.
+def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) -> tuple[ImageJob, list[str], dict[str, str]]:
+    """Which stack and framework the image carries: its labels as the registry serves them (returned
+    too), else ``--stack``.
 
     A ``--stack`` that disagrees with the image's own label is refused: the job's arguments
     (which framework's job; ``trainer.device=npu`` for a verl without NPU auto-detection) follow from it.
@@ -54,15 +56,33 @@ def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) ->
     if found is not None:
         if stack is not None and stack != found:
             raise InputError(f"--stack {stack}: {image} is built from stack {found!r} (its {LABEL_PREFIX}.stack label)")
-        return image_job_of(labels, found), []
+        return image_job_of(labels, found), [], labels
     if stack is None:
         raise InputError(
             f"cannot tell which stack and framework {image} carries ({problem}); pass --stack with the stack it was built from"
         )
     st = loaded.matrix.stacks[stack]
-    return ImageJob(stack, st.framework_version, st.framework), [
-        f"the job follows --stack {stack} ({st.framework} {st.framework_version}): could not read the image's labels: {problem}"
-    ]
+    return (
+        ImageJob(stack, st.framework_version, st.framework),
+        [f"the job follows --stack {stack} ({st.framework} {st.framework_version}): could not read the image's labels: {problem}"],
+        {},
+    )
+
+
+def user_of(labels: dict[str, str], default: ImageUser) -> tuple[ImageUser, str | None]:
+    """The user the pods run as: the image's own (its labels), else the matrix's; a warning when
+    the labels say the image has none (built before images had a user)."""
+    from buildkit.run.devices import USER_LABEL, image_user
+
+    if not labels:
+        return default, None
+    name, uid, gid = image_user(labels, "")
+    if uid == 0:
+        return default, (
+            f"the image has no {USER_LABEL} label (built before images ran as a user): the pods run as uid {default.uid}, "
+            "which may have no passwd entry in it; rebuild the image"
+        )
+    return default.model_copy(update={"name": name, "uid": uid, "gid": gid}), None
 
 
 SchedulerOption = Annotated[
@@ -125,6 +145,10 @@ def k8s_render(
         int | None, typer.Option("--topology-tier", help="Highest network tier the pods may span (with --network-topology).")
     ] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace of the objects.")] = None,
+    device_gid: Annotated[
+        int | None,
+        typer.Option("--device-gid", help="Group owning the nodes' /dev/davinci* (`ls -ln /dev/davinci0`; default the matrix's, 1000)."),
+    ] = None,
     pull_secret: Annotated[str | None, typer.Option("--pull-secret", help="imagePullSecret for a private registry.")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Object name (default <framework>-<job>-<sku>[-<N>n]).")] = None,
     arch: Annotated[
@@ -188,6 +212,8 @@ def k8s_render(
         host_network=host_network,
         topology_mode=network_topology,
         topology_tier=topology_tier,
+        user=loaded.matrix.image_user,
+        device_gid=device_gid,
     )
     check_request(request, to_pin=True)  # every refusal of the options before the registry is asked
     if output is not None and output != STDOUT:
@@ -202,10 +228,12 @@ def k8s_render(
         request = dataclasses.replace(request, image=image)
     warnings: list[str] = []
     if request.smoke_job is not None:
-        found, warnings = image_job(loaded, image, arch, stack)
+        found, warnings, labels = image_job(loaded, image, arch, stack)
         if found.stack is not None and found.stack != stack:
             check_stack(loaded, found.stack, sku_id, what=f"{image} (its {LABEL_PREFIX}.stack label)")
-        request = dataclasses.replace(request, image_job=found)
+        user, problem = user_of(labels, loaded.matrix.image_user)
+        warnings += [problem] if problem else []
+        request = dataclasses.replace(request, image_job=found, user=user)
     elif stack is not None:  # your own command: --stack still names the framework (labels, default name)
         from buildkit.run.job import ImageJob
 

@@ -211,6 +211,7 @@ def plan_build(
         commits=image.expected_sources.commits,
         leaves_out=image.expected_sources.leaves_out,
         patches=image.expected_sources.patches,
+        user=(image.user.name, image.user.uid, image.user.gid),
     )
     return BuildPlan(
         image=image,

@@ -50,6 +50,7 @@ def manifest_data(facts: ImageFacts, expected: Expected, checks: list[Check], re
         "python": facts.python,
         "os_release": {k: facts.os_release.get(k, "") for k in ("ID", "VERSION_ID", "PRETTY_NAME")},
         "cann": {"version": facts.cann_version, "source": facts.cann_source},
+        "user": {k: facts.user.get(k) for k in ("name", "uid", "gid", "home")},
         "passed": not failures(checks),
         "expected_sha256": expected_fingerprint(expected),
         "doctor": facts.doctor_report,

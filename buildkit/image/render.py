@@ -24,6 +24,7 @@ from buildkit.plan import (
     IMAGE_LOCKS_DIR,
     INSTALLER_ARG,
     PRIMARY_INDEX,
+    WORKSPACE,
     GitCheckout,
     ImagePlan,
     Layer,
@@ -53,7 +54,9 @@ CONTEXT_FILES = {
     "build_env": "buildkit/image/files/build-env.sh",
     "in_image_cli": "buildkit/image/files/ascendkit.sh",
     "patch_tool": "buildkit/image/files/patch.py",
+    "add_user": "buildkit/image/files/add-user.sh",
 }
+ADD_USER = "/usr/local/lib/ascendkit/add-user.sh"
 
 
 def context_file(name: str) -> Path:
@@ -254,6 +257,8 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.globals["installer_arg"] = INSTALLER_ARG
     env.globals["git_layer"] = GIT_LAYER
     env.globals["patch_tool"] = PATCH_TOOL
+    env.globals["add_user"] = ADD_USER
+    env.globals["workspace"] = WORKSPACE
     return env
 
 

@@ -13,74 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import docker
-import requests
-from docker.errors import DockerException
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion
 
 from buildkit.errors import VerifyFailed
-from buildkit.image.engine import remove_containers
+from buildkit.image.probe import run_in_image, run_probe
 from buildkit.matrix.model import normalize_arch
-from buildkit.reach import engine_said
-
-PROBE_LABEL = "io.ascendkit.probe"
-
-# Runs inside the image with its own Python; prints one JSON document.
-PROBE = r"""
-import glob, hashlib, json, os, platform, subprocess, sys
-from importlib import metadata
-def read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
-def run(argv):
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True)
-    except OSError:
-        return None
-    return done.stdout if done.returncode == 0 else None
-pip = subprocess.run([sys.executable, "-m", "pip", "list", "--format=json", "--disable-pip-version-check"], capture_output=True, text=True)
-arch = platform.machine()
-def installed(name, relative):
-    try:
-        with open(metadata.distribution(name).locate_file(relative), "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except (metadata.PackageNotFoundError, OSError):
-        return None
-try:
-    patches = json.loads(read("/etc/ascendkit/patches.json") or "[]")
-except ValueError:
-    patches = []
-for patch in patches:
-    patch["sha256_now"] = installed(patch.get("package", ""), patch.get("file", ""))
-revisions = read("/etc/ascendkit/git-revisions.txt") or ""
-requires = {}
-for line in revisions.splitlines():
-    name = (line.split() or [""])[0]
-    try:
-        requires[name] = metadata.requires(name) or []
-    except metadata.PackageNotFoundError:
-        pass
-patterns = ["/usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info",
-            "/usr/local/Ascend/ascend-toolkit/latest/version.cfg"]
-print(json.dumps({
-    "python": platform.python_version(),
-    "machine": platform.machine(),
-    "pip_list": json.loads(pip.stdout) if pip.returncode == 0 else None,
-    "pip_error": pip.stderr[-2000:] if pip.returncode else "",
-    "os_release": read("/etc/os-release") or "",
-    "cann_files": {p: read(p) for pattern in patterns for p in sorted(glob.glob(pattern))},
-    "env": {k: os.environ.get(k) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ATB_HOME_PATH")},
-    "dpkg": run(["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\t${Architecture}\\n"]),
-    "rpm": run(["rpm", "-qa", "--qf", "%{NAME}\\t%{EPOCHNUM}:%{VERSION}-%{RELEASE}\\t%{ARCH}\\n"]),
-    "git_revisions": revisions,
-    "locks": {p: read(p) for p in sorted(glob.glob("/etc/ascendkit/locks/*-" + arch + ".txt"))},
-    "patches": patches,
-    "requires": requires,
-}))
-"""
 
 Status = Literal["pass", "fail", "absent"]
 
@@ -105,6 +43,11 @@ class Expected:
     commits: tuple[tuple[str, str], ...] = ()  # (checkout, commit) the image must hold: the framework's source
     leaves_out: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (checkout, packages its install must not require)
     patches: tuple[tuple[str, str, str], ...] = ()  # (distribution, file, line commented out)
+    user: tuple[str, int, int] | None = None  # (name, uid, gid) the image runs as; None: not checked
+
+    @property
+    def distributions(self) -> tuple[str, ...]:
+        return tuple(dist for dist, _ in self.packages)
 
 
 @dataclass(frozen=True)
@@ -135,6 +78,8 @@ class ImageFacts:
     locks: dict[str, str] = field(default_factory=dict)  # this arch's lock sections in the image: path -> text
     patches: tuple[dict[str, Any], ...] = ()  # /etc/ascendkit/patches.json, each with the file's sha256 as it is now
     requires: dict[str, list[str]] = field(default_factory=dict)  # checkout (installed as a distribution) -> its requirements
+    config_user: str = ""  # the image config's User ("" is root)
+    user: dict[str, Any] = field(default_factory=dict)  # the probe's view of the user it ran as (see PROBE)
 
 
 def normalize(name: str) -> str:
@@ -160,36 +105,9 @@ def parse_cann_version(files: dict[str, str | None]) -> tuple[str | None, str | 
     return None, None
 
 
-def run_in_image(client: docker.APIClient, image_id: str, command: list[str], timeout: int = 300) -> tuple[int, str, str]:
-    """Run ``command`` in a short-lived container (no network, the image's entrypoint); always removed."""
-    container = client.create_container(image_id, command=command, network_disabled=True, labels={PROBE_LABEL: "1"})
-    cid = container["Id"]
-    try:
-        client.start(cid)
-        status = client.wait(cid, timeout=timeout)
-        stdout = client.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace")
-        stderr = client.logs(cid, stdout=False, stderr=True).decode("utf-8", "replace")
-    except (DockerException, requests.exceptions.RequestException, OSError) as exc:
-        raise VerifyFailed(f"could not run the verification container: {engine_said(exc)}") from None
-    finally:
-        remove_containers(client, [cid])
-    return int(status.get("StatusCode", -1)), stdout, stderr
-
-
-def run_probe(client: docker.APIClient, image_id: str) -> dict[str, Any]:
-    code, stdout, stderr = run_in_image(client, image_id, ["python3", "-c", PROBE])
-    if code != 0:
-        raise VerifyFailed(f"the verification probe exited with {code}:\n{stderr[-2000:]}")
-    try:
-        data: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise VerifyFailed(f"the verification probe printed no JSON:\n{stdout[-1000:]}{stderr[-1000:]}") from None
-    return data
-
-
-def collect_facts(client: docker.APIClient, image_id: str) -> ImageFacts:
+def collect_facts(client: docker.APIClient, image_id: str, distributions: tuple[str, ...] = ()) -> ImageFacts:
     inspect = client.inspect_image(image_id)
-    probe = run_probe(client, image_id)
+    probe = run_probe(client, image_id, distributions)
     if probe.get("pip_list") is None:
         raise VerifyFailed(f"`pip list` failed in the image: {probe.get('pip_error', '')}")
     version, source = parse_cann_version(probe.get("cann_files") or {})
@@ -217,6 +135,8 @@ def collect_facts(client: docker.APIClient, image_id: str) -> ImageFacts:
         locks={path: text for path, text in (probe.get("locks") or {}).items() if text},
         patches=tuple(p for p in probe.get("patches") or [] if isinstance(p, dict)),
         requires={str(k): [str(r) for r in v] for k, v in (probe.get("requires") or {}).items()},
+        config_user=str((inspect.get("Config") or {}).get("User") or ""),
+        user=dict(probe.get("user") or {}),
     )
 
 
@@ -275,6 +195,7 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
     elif expected.unresolved_lock:
         checks.append(Check("lock", "hash-locked install", f"{expected.unresolved_lock} is unresolved: pins installed unhashed", "absent"))
     checks += _source_checks(facts, expected)
+    checks += user_checks(facts, expected)
     for key, value in expected.labels:
         got = facts.labels.get(key)
         checks.append(check(f"label {key}", value, got, got == value))
@@ -315,6 +236,52 @@ def _source_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
         else:
             got, ok = f"commented out at line {record.get('line')} of {record.get('version')}", True
         checks.append(Check(f"patch {package} {file}", f"{line.strip()!r} commented out", got, "pass" if ok else "fail"))
+    return checks
+
+
+def user_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
+    """The image runs as its non-root user, which has a passwd entry and a home, can write where
+    jobs write, and can read and import everything that was installed (the probe ran as it)."""
+    if expected.user is None:
+        return []
+    name, uid, gid = expected.user
+    seen = facts.user
+    want = f"{name} {uid}:{gid}"
+    got = f"{seen.get('name') or '(no passwd entry)'} {seen.get('uid')}:{seen.get('gid')}"
+    checks = [
+        Check("user in config", f"{uid}:{gid}", facts.config_user or "(root)", "pass" if facts.config_user == f"{uid}:{gid}" else "fail"),
+        Check("user", want, got, "pass" if got == want else "fail"),
+    ]
+    writable = seen.get("writable") or {}
+    blocked = sorted(path for path, ok in writable.items() if not ok)
+    places = f"home {seen.get('home')} and the workdir"
+    checks.append(
+        Check(
+            "user can write",
+            places,
+            "cannot write " + ", ".join(blocked) if blocked else ", ".join(sorted(writable)),
+            "fail" if blocked or not writable else "pass",
+        )
+    )
+    unreadable = seen.get("unreadable") or {}
+    count = int(unreadable.get("count", 0))
+    listed = ", ".join(unreadable.get("first") or [])
+    checks.append(
+        Check("user can read", "every installed file", f"{count} unreadable: {listed}" if count else "all", "fail" if count else "pass")
+    )
+    imports = seen.get("imports") or {}
+    # a distribution with no module (only scripts) has nothing to import; a missing one fails its package check
+    missing = sorted(f"{module} ({dist}): {error}" for dist, modules in imports.items() for module, error in modules.items() if error)
+    modules = sum(len(m) for m in imports.values())
+    found = f"{modules} modules of {len(imports)} pinned packages found"
+    checks.append(
+        Check(
+            "user can import",
+            "every pinned package's modules",
+            "cannot import " + "; ".join(missing) if missing else found,
+            "fail" if missing else "pass",
+        )
+    )
     return checks
 
 

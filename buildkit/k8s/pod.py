@@ -15,6 +15,7 @@ from buildkit.k8s.request import (
     VOLCANO_POD_QUEUE,
     K8sRequest,
 )
+from buildkit.plan import WORKSPACE
 from buildkit.run.devices import DRIVER_FILES_OPTIONAL, DRIVER_FILES_REQUIRED, SHM_SIZE
 from buildkit.run.doctor import DRIVER_VERSION, HCCN_TOOL
 from buildkit.run.job import SMOKE_FILES
@@ -30,6 +31,24 @@ DRIVER_VOLUMES = (
     ("hccn-tool", HCCN_TOOL, "File"),
 )
 assert {p for _, p, _ in DRIVER_VOLUMES} == {*DRIVER_FILES_REQUIRED, *DRIVER_FILES_OPTIONAL}
+
+# Every container runs locked down: as the image's user, without privilege escalation, with a
+# read-only root filesystem and no Linux capability at all. None is needed: HCCL reaches the other
+# nodes through the NPUs' own RoCE ports, driven through the device nodes the device plugin gives
+# the pod (not through the pod's network stack), and Ray and Gloo use plain TCP on ports above 1024.
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+# What a read-only root filesystem leaves a job to write to, each an emptyDir: Ray's session
+# directory and torch's compile caches (/tmp), the caches of Hugging Face, Triton, vLLM and CANN's
+# logs (the home), and what a job writes beside itself (the workdir: checkpoints, kernel_meta).
+WRITABLE = (("tmp", "/tmp"), ("home", None), ("workspace", WORKSPACE))
+# Init containers check and generate small things: bounded small.
+INIT_RESOURCES = {"cpu": "1", "memory": "2Gi"}
 
 # ---------------------------------------------------------------------------------------------
 # One NPU pod
@@ -79,19 +98,24 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
     if request.volcano and request.kind == "Job":
         metadata["annotations"] = {VOLCANO_POD_QUEUE: request.queue or "default"}
     doctor_args = ["ascendkit", "doctor", *(["--links"] if request.nodes > 1 else [])]
+    user = request.user
+    writable = [{"name": n, "mountPath": p or user.home} for n, p in WRITABLE]
+    init_limits = {**npus, **INIT_RESOURCES}
     init = [
         {
             "name": "doctor",
             "image": request.image,
             "imagePullPolicy": "IfNotPresent",
             "args": doctor_args,
-            "resources": {"requests": npus, "limits": npus},
-            "volumeMounts": driver_mounts,
+            "resources": {"requests": init_limits, "limits": init_limits},
+            "securityContext": CONTAINER_SECURITY,
+            "volumeMounts": [*driver_mounts, *writable],
         }
     ]
-    mounts = [*driver_mounts, {"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts = [*driver_mounts, {"name": "dshm", "mountPath": "/dev/shm"}, *writable]
     volumes: list[dict[str, Any]] = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in DRIVER_VOLUMES]
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE.replace("g", "Gi")}})
+    volumes += [{"name": n, "emptyDir": {}} for n, _ in WRITABLE]
     if pod.smoke:
         init.append(
             {
@@ -99,9 +123,12 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
                 "image": request.image,
                 "imagePullPolicy": "IfNotPresent",
                 "args": pod.data_args,
+                "resources": {"requests": INIT_RESOURCES, "limits": INIT_RESOURCES},
+                "securityContext": CONTAINER_SECURITY,
                 "volumeMounts": [
                     {"name": "smoke-files", "mountPath": SMOKE_FILES, "readOnly": True},
                     {"name": "smoke-out", "mountPath": "/smoke/out"},
+                    *writable,
                 ],
             }
         )
@@ -113,16 +140,18 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
         else:
             volumes.append({"name": "model", "hostPath": {"path": request.model, "type": "Directory"}})
         volumes += [{"name": "smoke-files", "configMap": {"name": pod.configmap}}, {"name": "smoke-out", "emptyDir": {}}]
+    cpu = str(sku.k8s_cpu_request)
     container = {
         "name": main["name"],
         "image": request.image,
         "imagePullPolicy": "IfNotPresent",
         **({"args": main["args"]} if main.get("args") else {}),  # args, not command: the entrypoint loads CANN first
         "env": [*networking_env(request, ray=ray), *main.get("env", [])],
-        "resources": {
-            "requests": {**npus, "cpu": str(sku.k8s_cpu_request), "memory": memory},
-            "limits": {**npus, "memory": memory},
+        "resources": {  # limits = requests: the Guaranteed class, so the node never evicts a running job first
+            "requests": {**npus, "cpu": cpu, "memory": memory},
+            "limits": {**npus, "cpu": cpu, "memory": memory},
         },
+        "securityContext": CONTAINER_SECURITY,
         "volumeMounts": mounts,
     }
     spec: dict[str, Any] = {}
@@ -139,5 +168,15 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
     }
     if request.pull_secret:
         spec["imagePullSecrets"] = [{"name": request.pull_secret}]
+    spec["automountServiceAccountToken"] = False  # nothing in the pod talks to the API server
+    spec["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": user.uid,
+        "runAsGroup": user.gid,
+        "fsGroup": user.gid,  # the emptyDirs and the PVC are the user's
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "supplementalGroups": [request.device_group],  # opens /dev/davinci* (HwHiAiUser's, mode 0660)
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     spec.update(initContainers=init, containers=[container], volumes=volumes)
     return {"metadata": metadata, "spec": spec}

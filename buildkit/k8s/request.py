@@ -10,7 +10,7 @@ from pathlib import Path
 from buildkit.errors import InputError
 from buildkit.image.registry import IMAGE_REFERENCE, registry_of
 from buildkit.k8s import DEFAULT_MODEL_PATH
-from buildkit.matrix.model import EXTENDED_RESOURCE, Sku
+from buildkit.matrix.model import EXTENDED_RESOURCE, ImageUser, Sku
 from buildkit.run.job import ImageJob, JobFacts
 
 FILES = Path(__file__).resolve().parent / "files"
@@ -76,6 +76,12 @@ class K8sRequest:
     host_network: bool | None = None  # default: on for several nodes (RoCE), off for one
     topology_mode: str | None = None  # Volcano network topology (A3 SuperPoD placement): hard or soft
     topology_tier: int | None = None  # its highest tier allowed
+    user: ImageUser = field(default_factory=ImageUser)  # the image's non-root user (the matrix's image_user)
+    device_gid: int | None = None  # the nodes' /dev/davinci* group (default the matrix's device_gid)
+
+    @property
+    def device_group(self) -> int:
+        return self.user.device_gid if self.device_gid is None else self.device_gid
 
     @property
     def smoke_job(self) -> str | None:
@@ -204,6 +210,10 @@ def check_request(request: K8sRequest, *, to_pin: bool = False) -> tuple[str, ..
         raise InputError(
             f"--npu-resource {request.npu_resource!r} is not an extended resource name: DOMAIN/NAME as the device plugin "
             "advertises it, e.g. huawei.com/Ascend910 or huawei.com/ascend-1980 (see `kubectl describe node`)"
+        )
+    if request.device_gid is not None and not 0 < request.device_gid < 2**31:
+        raise InputError(
+            f"--device-gid {request.device_gid}: the gid that owns the nodes' /dev/davinci* (1 or more; `ls -ln /dev/davinci0`)"
         )
     if not _NIC.match(request.nic):
         raise InputError(f"--nic {request.nic!r}: a network interface name (eth0), a comma list, or HCCL's =NAME / ^NAME forms")

@@ -231,6 +231,27 @@ class Compat(Frozen):
     )
 
 
+class ImageUser(Frozen):
+    """The non-root user every image runs as: numbered like the Ascend driver's own user, so the
+    driver files and device nodes a host gives that user are the container's too."""
+
+    name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,31}$")] = Field(
+        default="HwHiAiUser", description="user and group name in the image's passwd and group files"
+    )
+    uid: StrictInt = Field(default=1000, gt=0, lt=65535, description="its uid (not 0: the image runs as it)")
+    gid: StrictInt = Field(default=1000, gt=0, lt=65535, description="its primary group's gid")
+    device_gid: StrictInt = Field(
+        default=1000,
+        gt=0,
+        lt=65535,
+        description="the group that owns the hosts' /dev/davinci* (k8s pods get it as a supplemental group; smoke reads it from the nodes)",
+    )
+
+    @property
+    def home(self) -> str:
+        return f"/home/{self.name}"
+
+
 class Installer(Frozen):
     """What installs the locked Python packages of every image."""
 
@@ -350,5 +371,6 @@ class Matrix(Frozen):
     skus: dict[Identifier, Sku] = Field(min_length=1)
     compat: Compat
     installer: Installer
+    image_user: ImageUser = ImageUser()
     stacks: dict[Identifier, Stack] = Field(min_length=1)
     ci: Ci = Ci()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from buildkit.errors import InputError
 from buildkit.matrix.load import LoadedMatrix
-from buildkit.matrix.model import Arch, Chip, Matrix, Stack
+from buildkit.matrix.model import Arch, Chip, ImageUser, Matrix, Stack
 from buildkit.plan.layers import (
     DOCKERFILES_DIR,
     LABEL_PREFIX,
@@ -105,7 +105,7 @@ def stack_skus_on_chip(loaded: LoadedMatrix, stack: Stack, chip_id: str) -> list
     return [s for s in stack.skus if loaded.matrix.skus[s].chip == chip_id]
 
 
-def _labels(target: RenderTarget, stack: Stack, chip: Chip, skus: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+def _labels(target: RenderTarget, stack: Stack, chip: Chip, skus: tuple[str, ...], user: ImageUser) -> tuple[tuple[str, str], ...]:
     """Image labels; ${BASE_IMAGE} and ${SOC_VERSION} are filled by the build's arguments."""
     labels: list[tuple[str, str]] = [
         ("org.opencontainers.image.title", f"ascendkit {stack.framework} {target.stack_id} {target.chip_id}"),
@@ -125,6 +125,9 @@ def _labels(target: RenderTarget, stack: Stack, chip: Chip, skus: tuple[str, ...
         (f"{LABEL_PREFIX}.arches", ",".join(stack.arches)),
         (f"{LABEL_PREFIX}.soc-version", "${SOC_VERSION}"),
         (f"{LABEL_PREFIX}.atb-cxx-abi", str(stack.atb_cxx_abi)),
+        # the user it runs as (USER uid:gid) and the device group pods add: smoke and k8s render read them
+        (f"{LABEL_PREFIX}.user", f"{user.name} {user.uid}:{user.gid}"),
+        (f"{LABEL_PREFIX}.device-gid", str(user.device_gid)),
         (f"{LABEL_PREFIX}.version.cann", stack.cann),
         (f"{LABEL_PREFIX}.version.python", stack.python),
     ]
@@ -170,6 +173,7 @@ class ImagePlan:
     expected_packages: tuple[tuple[str, str], ...]
     full_tag: str
     alias_tags: tuple[str, ...]
+    user: ImageUser  # the non-root user it runs as
 
     @property
     def stack_id(self) -> str:
@@ -262,8 +266,9 @@ def plan_image(loaded: LoadedMatrix, target: RenderTarget, arch: str | None = No
         layers=stack_layers(stack, matrix.installer),
         git_checkouts=checkouts,
         source_checkout=None if source is None else _checkout(matrix, OPENRLHF_LAYER, source.repo, source.ref, "pip"),
-        labels=_labels(target, stack, chip, skus),
+        labels=_labels(target, stack, chip, skus, matrix.image_user),
         expected_packages=tuple(sorted(expected_packages(stack).items())),
         full_tag=full_tag(stack, target.chip_id, target.os_name),
         alias_tags=tuple(alias_tags(target.stack_id, stack, target.chip_id, target.os_name)),
+        user=matrix.image_user,
     )

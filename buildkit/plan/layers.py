@@ -20,6 +20,7 @@ DOCKERFILES_DIR = "dockerfiles"  # every rendered Dockerfile, relative to the ma
 LOCKS_DIR = "locks"  # relative to the matrix's directory, and to the build context
 # Where things live in the image (the Dockerfile, its scripts and doctor agree on these).
 ENTRYPOINT = "/usr/local/bin/ascendkit-entrypoint"
+WORKSPACE = "/workspace"  # the image's WORKDIR, owned by its user: jobs write their outputs here
 CONSTRAINTS_FILE = "/etc/ascendkit/constraints.txt"
 IMAGE_LOCKS_DIR = "/etc/ascendkit/locks"
 

@@ -84,14 +84,15 @@ def run_config_check(
     *,
     facts: JobFacts,
     sku: Sku,
-    driver_files: tuple[str, ...] = (),
+    driver_files: tuple[tuple[str, str], ...] = (),
+    user: str | None = None,
 ) -> dict[str, Any]:
     """The job's module and arguments in the image, as far as the framework's own checks go.
 
     Writes the log to ``config-check.log`` and what the framework made of the job to
     ``job-config.yaml`` (verl) or ``job-args.json`` (OpenRLHF); returns the report's
     ``config_check`` section (``passed`` False with ``error`` when the framework refused)."""
-    binds = {f: {"bind": f, "mode": "ro"} for f in driver_files}  # the host's driver, where there is one, lets torch_npu load
+    binds = {host: {"bind": f, "mode": "ro"} for host, f in driver_files}  # the host's driver, where there is one, lets torch_npu load
     if job.check_style == "parser":
         binds[str(SMOKE_DIR)] = {"bind": SMOKE_FILES, "mode": "ro"}  # the argument check script
     result = run_container(
@@ -103,6 +104,7 @@ def run_config_check(
         environment={**job.env, **CHECK_ENV},
         host_config={"binds": binds} if binds else None,  # no devices: the check needs none
         want_stdout=True,
+        user=user,
     )
     section: dict[str, Any] = {"command": job.check_argv(), "style": job.check_style, "log": "config-check.log", "checks": []}
     if result.exit_code is None:

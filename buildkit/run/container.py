@@ -83,9 +83,11 @@ def run_container(
     echo: Callable[[str], None] | None = None,
     want_stdout: bool = False,
     watch: JobWatch | None = None,
+    user: str | None = None,
 ) -> RunResult:
     """Run ``command`` in ``image``, stream its output to ``log_path``, stop it at ``deadline``
-    (a ``time.monotonic()`` value) or when ``watch`` sees a stall, and always remove it."""
+    (a ``time.monotonic()`` value) or when ``watch`` sees a stall, and always remove it. ``user``
+    overrides the image's own user (``root`` for ``smoke --as-root``)."""
     try:
         created = client.create_container(
             image,
@@ -93,6 +95,7 @@ def run_container(
             environment=environment or {},
             host_config=client.create_host_config(**(host_config or {})),
             labels={SMOKE_LABEL: "1"},
+            user=user,
         )
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"cannot create the smoke container from {image}: {engine_said(exc)}") from None

@@ -1,16 +1,19 @@
-"""What a smoke container gets on an NPU host: exactly the SKU's devices and the host's driver files."""
+"""What a smoke container gets on an NPU host: exactly the SKU's devices and the host's driver files,
+the groups its user needs to open them, and a data directory it can write."""
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from buildkit.errors import InputError
 from buildkit.matrix.model import Sku
-from buildkit.run.doctor import DRIVER_VERSION, HCCN_TOOL
+from buildkit.plan import LABEL_PREFIX
+from buildkit.run.doctor import CONTROL_DEVICES, DRIVER_VERSION, HCCN_TOOL
 
-CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 # The driver lives on the host, never in the image (facts: "Running a container on an NPU host").
 DRIVER_FILES_REQUIRED = ("/usr/local/Ascend/driver/lib64", DRIVER_VERSION)
 # hccn_tool ships with the NPU driver; doctor reads each NPU port's link state with it.
@@ -20,6 +23,7 @@ DRIVER_FILES_OPTIONAL = (
     "/etc/ascend_install.info",
     HCCN_TOOL,
 )
+USER_LABEL = f"{LABEL_PREFIX}.user"  # "NAME UID:GID", the user the image runs as
 SHM_SIZE = "16g"  # what verl's NPU CI gives its containers
 
 
@@ -31,10 +35,15 @@ class DevicePlan:
     control: tuple[str, ...]
     driver_files: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    host_root: Path = Path("/")  # where the host's / is (tests give a directory of stand-in nodes)
 
     @property
     def has_npus(self) -> bool:
         return bool(self.npus)
+
+    def on_host(self, path: str) -> str:
+        """The host's file for ``path`` (the container's path)."""
+        return str(self.host_root / path.lstrip("/"))
 
 
 MAX_NPU_ID = 256  # /dev/davinciN on one host; an A3 node has 16
@@ -90,23 +99,80 @@ def plan_devices(sku_id: str, sku: Sku, visible: list[int] | None = None, host_r
         control=CONTROL_DEVICES,
         driver_files=(*DRIVER_FILES_REQUIRED, *optional),
         notes=notes,
+        host_root=host_root,
     )
 
 
-def host_config_args(plan: DevicePlan, mounts: dict[str, tuple[str, str]], *, privileged: bool) -> dict[str, Any]:
+def device_groups(plan: DevicePlan, uid: int, gid: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The supplementary groups a container running as ``uid:gid`` needs to open the plan's device
+    nodes, read from the nodes themselves (Ascend's are HwHiAiUser's, mode 0660, but a host may
+    give them another group); and notes on nodes no group opens."""
+    if uid == 0:
+        return (), ()
+    groups: set[int] = set()
+    notes: list[str] = []
+    for device in (*plan.npus, *plan.control):
+        st = Path(plan.on_host(device)).stat()
+        mode = st.st_mode & 0o777
+        if (st.st_uid == uid and mode & 0o600 == 0o600) or mode & 0o006 == 0o006:
+            continue
+        if mode & 0o060 != 0o060:
+            notes.append(
+                f"{device} is {st.st_uid}:{st.st_gid} mode {mode:04o}: uid {uid} cannot open it through a group (--as-root runs as root)"
+            )
+        elif st.st_gid != gid:
+            groups.add(st.st_gid)
+    if 0 in groups:
+        notes.append("some device nodes belong to group root: the container's user is given group 0 to open them")
+    return tuple(sorted(groups)), tuple(notes)
+
+
+def host_config_args(
+    plan: DevicePlan, mounts: dict[str, tuple[str, str]], *, privileged: bool, groups: tuple[int, ...] = ()
+) -> dict[str, Any]:
     """Arguments of docker-py's ``create_host_config`` for the smoke containers.
 
-    ``mounts`` maps host paths to (container path, mode). Multi-card runs get the host network
-    (HCCL and Ray talk over it) and a 16 GiB ``/dev/shm``.
+    ``mounts`` maps host paths to (container path, mode); ``groups`` are added to the container's
+    user (the devices' groups). Multi-card runs get the host network (HCCL and Ray talk over it)
+    and a 16 GiB ``/dev/shm``.
     """
     binds = {host: {"bind": target, "mode": mode} for host, (target, mode) in mounts.items()}
-    binds.update({f: {"bind": f, "mode": "ro"} for f in plan.driver_files})
+    binds.update({plan.on_host(f): {"bind": f, "mode": "ro"} for f in plan.driver_files})
     args: dict[str, Any] = {
         "binds": binds,
-        "devices": [f"{d}:{d}:rwm" for d in (*plan.npus, *plan.control)],
+        "devices": [f"{plan.on_host(d)}:{d}:rwm" for d in (*plan.npus, *plan.control)],
         "shm_size": SHM_SIZE,
         "privileged": privileged,
     }
+    if groups:
+        args["group_add"] = [str(g) for g in groups]
     if len(plan.npus) > 1:
         args["network_mode"] = "host"
     return args
+
+
+def image_user(labels: dict[str, str], config_user: str) -> tuple[str, int, int]:
+    """(name, uid, gid) the image runs as: its ascendkit label, else its config's numeric User,
+    else root (images built before the user, and others)."""
+    match = re.fullmatch(r"(\S+) (\d+):(\d+)", labels.get(USER_LABEL, ""))
+    if match:
+        return match[1], int(match[2]), int(match[3])
+    match = re.fullmatch(r"(\d+)(?::(\d+))?", config_user)
+    if match and match[1] != "0":
+        return f"uid {match[1]}", int(match[1]), int(match[2] or 0)
+    return "root", 0, 0
+
+
+def prepare_data_dir(out: Path, uid: int, gid: int) -> str | None:
+    """``out/data``, where the job writes the data it generates, writable by the container's user
+    (the image's, uid 1000 by default, rarely the caller's): given to it when this process is root,
+    else opened to everyone for this run's generated data (said in the report)."""
+    data = out / "data"
+    data.mkdir(exist_ok=True)
+    if uid == 0 or os.geteuid() == uid:
+        return None
+    if os.geteuid() == 0:
+        os.chown(data, uid, gid)
+        return None
+    data.chmod(0o777)
+    return f"{data} made writable by all: the image's user (uid {uid}) writes the generated data there; only root can give it the directory"

@@ -27,6 +27,7 @@ CONSTRAINTS = "/etc/ascendkit/constraints.txt"
 DRIVER_VERSION = "/usr/local/Ascend/driver/version.info"
 HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"  # from the host's driver, mounted read-only
 LINK_TIMEOUT_S = 20
+CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")  # beside every /dev/davinciN
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,41 @@ def devices(where: Environment) -> list[str]:
     return sorted(str(p) for p in where.path("/dev").glob("davinci[0-9]*"))
 
 
+def check_user(where: Environment, found: list[str]) -> list[Check]:
+    """Who runs here, and whether that user can open the NPU devices: a device it cannot open makes
+    torch_npu see no NPUs, with no word of permissions (Ascend's devices are mode 0660)."""
+    import pwd
+
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        name: str | None = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = None
+    who = f"{name or 'uid ' + str(uid)} ({uid}:{gid}; groups {','.join(str(g) for g in sorted(set(os.getgroups())))})"
+    if name is None:
+        detail = f"uid {uid} has no passwd entry: HCCL with more than one card fails without one; run as the image's user"
+        checks = [Check("user", "warn", detail)]
+    else:
+        checks = [Check("user", "ok", who)]
+    nodes = [*found, *(str(where.path(d)) for d in CONTROL_DEVICES if where.path(d).exists())] if found else []
+    blocked = []
+    for node in nodes:
+        if not os.access(node, os.R_OK | os.W_OK):
+            st = Path(node).stat()
+            blocked.append((node.removeprefix(str(where.root).rstrip("/")), st.st_uid, st.st_gid, st.st_mode & 0o777))
+    if blocked:
+        groups = sorted({g for _, _, g, _ in blocked})
+        owners = "; ".join(f"{n} ({u}:{g} {m:04o})" for n, u, g, m in blocked)
+        detail = (
+            f"{who} cannot open {owners}: add the devices' group (docker run --group-add {','.join(map(str, groups))}; "
+            "Kubernetes: securityContext.supplementalGroups), or run as root"
+        )
+        checks.append(Check("device access", "error", detail))
+    elif nodes:
+        checks.append(Check("device access", "ok", f"{len(nodes)} device nodes open for reading and writing"))
+    return checks
+
+
 def check_npus(info: dict[str, Any], torch_modules: tuple[Any, Any] | None = None) -> list[Check]:
     """torch_npu sees the NPUs, they are of the image's chip family, and a matmul agrees with the CPU."""
     try:
@@ -203,13 +239,17 @@ def run(
     checks += check_pins(where)
     checks += check_cann_env(where, info)
     found = devices(where)
+    checks += check_user(where, found)
     driver = driver_version(where)
     if not found:
         checks.append(Check("driver", "skip" if driver is None else "ok", driver or "no driver mounted"))
         checks.append(Check("NPUs", "skip", "no /dev/davinci* here: preflight only"))
     else:
         checks.append(Check("driver", "ok" if driver else "error", driver or f"{DRIVER_VERSION} not mounted"))
-        checks += check_npus(info, torch_modules)
+        if any(c.name == "device access" and c.status == "error" for c in checks):
+            checks.append(Check("NPUs", "skip", "not tried: the devices cannot be opened (see device access)"))
+        else:
+            checks += check_npus(info, torch_modules)
         checks += check_links(where, found, required=links)
     failed = any(c.status == "error" for c in checks)
     code = EXIT_FAILED if failed else EXIT_NO_DEVICES if not found else EXIT_OK

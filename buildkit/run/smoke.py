@@ -41,7 +41,7 @@ from buildkit.reach import engine_said
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.configcheck import run_config_check
 from buildkit.run.container import run_container
-from buildkit.run.devices import DevicePlan, host_config_args, plan_devices
+from buildkit.run.devices import DevicePlan, device_groups, host_config_args, image_user, plan_devices, prepare_data_dir
 from buildkit.run.doctor import EXIT_NO_DEVICES, Check
 from buildkit.run.job import (
     DATA_DIR,
@@ -75,6 +75,7 @@ class SmokeRequest:
     baseline_name: str | None = None
     visible: list[int] | None = None
     privileged: bool = False
+    as_root: bool = False  # --as-root: every container as root instead of the image's user
     overrides: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     host_root: Path = Path("/")
@@ -94,7 +95,7 @@ class SmokeReport:
     data: dict[str, Any]
 
 
-def _image_labels(client: docker.APIClient, ref: str) -> tuple[str, dict[str, str]]:
+def _image_labels(client: docker.APIClient, ref: str) -> tuple[str, dict[str, str], str]:
     try:
         info = client.inspect_image(ref)
     except ImageNotFound:
@@ -107,7 +108,8 @@ def _image_labels(client: docker.APIClient, ref: str) -> tuple[str, dict[str, st
             raise Unavailable(f"image {ref} is not on this engine and could not be pulled: {engine_said(exc)}") from None
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"cannot inspect {ref}: {engine_said(exc)}") from None
-    return str(info["Id"]), dict((info.get("Config") or {}).get("Labels") or {})
+    config = info.get("Config") or {}
+    return str(info["Id"]), dict(config.get("Labels") or {}), str(config.get("User") or "")
 
 
 def check_image_chip(ref: str, labels: dict[str, str], sku_id: str, chip_id: str) -> str | None:
@@ -189,7 +191,7 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
     devices = check_request(request)
     started = time.monotonic()
     deadline = started + request.timeout
-    image_id, labels = _image_labels(client, request.image)
+    image_id, labels, config_user = _image_labels(client, request.image)
     image = image_job_of(labels, check_image_chip(request.image, labels, request.sku_id, request.chip_id))
     spec = spec_for(image, request.job, request.facts)  # the image's framework decides which jobs it has
     job = build_job(
@@ -214,14 +216,18 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
             "job-args.json",
         ):  # never an earlier run's
             (request.out / stale).unlink(missing_ok=True)
+        user_name, uid, gid = ("root", 0, 0) if request.as_root else image_user(labels, config_user)
+        data_note = prepare_data_dir(request.out, uid, gid)
     except OSError as exc:
         raise OutputError(f"--out {request.out}: cannot use the report directory: {exc.strerror}") from None
+    groups, device_notes = device_groups(devices, uid, gid)
+    run_as = "root" if request.as_root else None  # None: the image's own user
     mounts: dict[str, tuple[str, str]] = {str(SMOKE_DIR): (SMOKE_FILES, "ro"), str(request.out.resolve()): (OUT_DIR, "rw")}
     if request.model_path is not None:
         mounts[str(request.model_path.resolve())] = (MODEL_DIR, "ro")
     if request.data_path is not None:
         mounts[str(request.data_path.resolve())] = (DATA_DIR, "ro")
-    host_config = host_config_args(devices, mounts, privileged=request.privileged)
+    host_config = host_config_args(devices, mounts, privileged=request.privileged, groups=groups)
     data: dict[str, Any] = {
         "format": "ascendkit-smoke/1",
         "sku": request.sku_id,
@@ -240,12 +246,14 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
             "stall_s": request.stall_after,
             "devices": list(devices.npus),
             "privileged": request.privileged,
+            "user": f"{user_name} ({uid}:{gid})" + (", --as-root" if request.as_root else ""),
+            "device_groups": list(groups),
             "network": host_config.get("network_mode", "default"),
             "model_path": str(request.model_path) if request.model_path else None,
             "data": str(request.data_path) if request.data_path else f"generated (smoke_tests/gsm8k_synth.py, {job.train_rows} rows)",
             "baseline": request.baseline_name,
         },
-        "host_notes": list(devices.notes),
+        "host_notes": [*devices.notes, *device_notes, *([data_note] if data_note else [])],
         "job": {
             "framework": job.framework,
             "name": job.name,
@@ -276,7 +284,8 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
             deadline,
             facts=request.facts,
             sku=request.sku,
-            driver_files=devices.driver_files,
+            driver_files=tuple((devices.on_host(f), f) for f in devices.driver_files),
+            user=run_as,
         )
         data["config_check"] = check
         if "config" in check:
@@ -299,6 +308,7 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         deadline=min(deadline, time.monotonic() + 600),
         host_config=host_config,
         want_stdout=True,
+        user=run_as,
     )
     if doctor.timed_out:
         return finish("timed-out", ExitCode.TIMED_OUT, "doctor did not finish before the timeout")
@@ -334,6 +344,7 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         environment=job.env,
         echo=echo,
         watch=watch,
+        user=run_as,
     )
     steps = parse_log((request.out / "job.log").read_text(encoding="utf-8", errors="replace").splitlines())
     data["job"].update(exit_code=result.exit_code, timed_out=result.timed_out, steps_logged=len(steps))
