@@ -29,6 +29,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
+# checkov has a venv of its own: its pins conflict with the dev tools' (packaging, cyclonedx-python-lib).
+CHECKOV_VENV := .venv-checkov
+CHECKOV := $(CHECKOV_VENV)/bin/checkov
+CHECKOV_VERSION := 3.3.30
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
+
+$(CHECKOV_STAMP): $(STAMP)
+	$(BIN)/uv venv --quiet --allow-existing --python $(PYTHON) $(CHECKOV_VENV)
+	$(BIN)/uv pip install --quiet --python $(CHECKOV_VENV) checkov==$(CHECKOV_VERSION)
+	@touch $@
+
 install: $(STAMP) ## Create .venv and install ascendkit with its dev tools (pytest, ruff, mypy, hadolint)
 
 render: $(STAMP) ## Validate the matrix and write every generated file (Dockerfiles, schema, README tables)
@@ -48,7 +59,7 @@ build: $(STAMP) ## Build, verify and tag the image for HW (STACK, ARCH: default 
 
 WORKFLOW := .github/workflows/images.yml
 
-lint: $(STAMP) ## ruff, mypy --strict, import contracts, shellcheck, hadolint, the CI workflow's linters, render --check
+lint: $(STAMP) $(CHECKOV_STAMP) ## ruff, mypy --strict, import contracts, shellcheck, hadolint, the CI workflow's linters, checkov, render --check
 	$(BIN)/ruff check buildkit tests benchmarks smoke_tests
 	$(BIN)/ruff format --check buildkit tests benchmarks smoke_tests
 	$(BIN)/mypy
@@ -58,10 +69,11 @@ lint: $(STAMP) ## ruff, mypy --strict, import contracts, shellcheck, hadolint, t
 	$(BIN)/actionlint -config-file .github/actionlint.yaml -shellcheck $(BIN)/shellcheck -pyflakes= $(WORKFLOW)
 	$(BIN)/zizmor --offline --config .github/zizmor.yml --persona pedantic --min-severity medium $(WORKFLOW)
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows $(WORKFLOW)
+	$(BIN)/python -m tests.scan --checkov $(CHECKOV)
 	$(BIN)/ascendkit matrix validate
 	$(BIN)/ascendkit render --check
 
-unit: $(STAMP) ## Run the tests that need no Docker engine
+unit: $(STAMP) $(CHECKOV_STAMP) ## Run the tests that need no Docker engine
 	$(BIN)/pytest -m "not docker"
 
 services: $(STAMP) ## As root: start dockerd, the registry on 127.0.0.1:5000 and the stand-in CANN base (ASCENDKIT_ARM64=1: also the arm64 stand-in and the emulated tests' own engine)

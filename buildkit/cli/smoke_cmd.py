@@ -65,6 +65,9 @@ def smoke(
     out: Annotated[Path, typer.Option("--out", help="Report directory: report.json, report.md, report.png, the logs.")] = Path("smoke-out"),
     devices: Annotated[str | None, typer.Option("--devices", help="NPU ids to use, e.g. 0-7 (default: all of the SKU's).")] = None,
     privileged: Annotated[bool, typer.Option("--privileged", help="Run privileged instead of with explicit devices.")] = False,
+    as_root: Annotated[
+        bool, typer.Option("--as-root", help="Run the containers as root instead of the image's user (HwHiAiUser, 1000:1000).")
+    ] = False,
     override: Annotated[
         list[str] | None,
         typer.Option(
@@ -141,6 +144,7 @@ def smoke(
         baseline_name=baseline.name if baseline else None,
         visible=parse_visible(devices) if devices is not None else None,
         privileged=privileged,
+        as_root=as_root,
         overrides=overrides,
         env=_pairs(env or [], "--env"),
         facts=JobFacts.of(loaded.matrix.compat),

@@ -1,0 +1,85 @@
+"""The third-party scanner's gate (tests/scan.py, run by `make lint`): what it skips is reasoned,
+and a defect it exists to catch fails it. checkov runs for real (from .venv-checkov)."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.scan import CHECKOV, CONFIG, KINDS, ROOT, pod_templates, write_manifests
+
+
+def test_every_skip_in_the_config_has_its_reason() -> None:
+    lines = CONFIG.read_text().splitlines()
+    config = yaml.safe_load(CONFIG.read_text())
+    assert set(config) == {"skip-check", "skip-path"}
+    for key in config:
+        for entry in config[key]:
+            (index,) = [i for i, line in enumerate(lines) if re.fullmatch(rf"\s*- {re.escape(entry)}", line)]
+            above = index - 1
+            while lines[above].strip().startswith("- "):  # checks sharing one reason
+                above -= 1
+            assert lines[above].strip().startswith("#") and len(lines[above].strip()) > 20, f"{entry}: no reason above it"
+
+
+def test_the_scan_covers_every_kind_and_every_pod(tmp_path: Path) -> None:
+    written = write_manifests(tmp_path)
+    kinds = set()
+    for path in written:
+        for doc in yaml.safe_load_all(path.read_text()):
+            kinds.add((doc["apiVersion"], doc["kind"]))
+            if doc["kind"] == "Pod":
+                assert doc["metadata"]["namespace"] == "rl" and doc["spec"]["containers"]
+    assert {("batch/v1", "Job"), ("ray.io/v1", "RayJob"), ("batch.volcano.sh/v1alpha1", "Job"), ("v1", "Pod"), ("v1", "ConfigMap")} <= kinds
+    pods = [doc for path in written if path.name.endswith("-pods.yaml") for doc in yaml.safe_load_all(path.read_text())]
+    workloads = [
+        d for p in written if not p.name.endswith("-pods.yaml") for d in yaml.safe_load_all(p.read_text()) if d["kind"] != "ConfigMap"
+    ]
+    assert len(pods) == sum(len(pod_templates(d)) for d in workloads) and len(workloads) == len(KINDS)
+
+
+def scan(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tests.scan", "--checkov", str(CHECKOV), *map(str, paths)],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def checkov() -> Path:
+    if not CHECKOV.is_file():
+        pytest.fail(f"{CHECKOV} is missing: `make lint` (or `make unit`) installs checkov into .venv-checkov")
+    return CHECKOV
+
+
+def test_a_container_without_its_security_context_fails_the_scan(checkov: Path, tmp_path: Path) -> None:
+    write_manifests(tmp_path / "all")
+    pod = next(yaml.safe_load_all((tmp_path / "all" / "rayjob-pods.yaml").read_text()))
+    clean = tmp_path / "clean-pod.yaml"
+    clean.write_text(yaml.safe_dump(pod))
+    proc = scan(clean)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    planted = copy.deepcopy(pod)
+    del planted["spec"]["containers"][0]["securityContext"]  # the defect: one container as the image leaves it
+    bad = tmp_path / "planted-pod.yaml"
+    bad.write_text(yaml.safe_dump(planted))
+    proc = scan(bad)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failed = set(re.findall(r"FAILED (CKV\w+)", proc.stdout))
+    # no escalation, no NET_RAW, capabilities dropped, a container security context, a read-only root
+    assert {"CKV_K8S_20", "CKV_K8S_28", "CKV_K8S_37", "CKV_K8S_30", "CKV_K8S_22"} <= failed, proc.stdout
+    assert "planted-pod.yaml" in proc.stdout and "checkov: " in proc.stdout
+
+
+def test_a_dockerfile_that_runs_as_root_fails_the_scan(checkov: Path, tmp_path: Path) -> None:
+    text = (ROOT / "Dockerfile.a3").read_text()
+    root = tmp_path / "Dockerfile.root"
+    root.write_text(re.sub(r"(?m)^USER .*\n", "", text))
+    proc = scan(root)
+    assert proc.returncode == 1 and "FAILED CKV_DOCKER_3" in proc.stdout, proc.stdout + proc.stderr
