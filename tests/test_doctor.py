@@ -191,6 +191,8 @@ def test_doctor_inside_a_built_image(docker_env: DockerEnv, built: dict[str, Any
     assert report["image"]["stack"] == "teststack" and report["image"]["chip"] == "a3"
     assert statuses(report)["pinned packages"] == "ok"  # every pin the image recorded is installed
     assert statuses(report)["ASCEND_HOME_PATH"] == "ok"  # the CANN environment reaches the process
+    user = next(c for c in report["checks"] if c["name"] == "user")
+    assert user["status"] == "ok" and user["detail"].startswith("HwHiAiUser (1000:1000;"), "as the image's own user, not root"
     manifest = json.loads((built["workdir"] / built["manifest"]).read_text())
     assert {"name": "ascendkit doctor (preflight)", "expected": "exit 0 or 10", "actual": "exit 10", "status": "pass"} in manifest["checks"]
 
