@@ -27,6 +27,7 @@ import yaml
 
 from buildkit.k8s.render import as_documents, render
 from buildkit.k8s.request import K8sRequest
+from buildkit.k8s.validate import pod_templates
 from buildkit.matrix.load import load_matrix
 from buildkit.run.job import ImageJob, JobFacts
 
@@ -51,21 +52,20 @@ KINDS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
 )
 
 
-def pod_templates(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(role, template) of every pod a workload makes."""
-    if doc["kind"] == "Job" and doc["apiVersion"] == "batch/v1":
-        return [("pod", doc["spec"]["template"])]
-    if doc["kind"] == "RayJob":
-        cluster = doc["spec"]["rayClusterSpec"]
-        groups = [("head", cluster["headGroupSpec"]), *((g["groupName"], g) for g in cluster["workerGroupSpecs"])]
-        return [(role, group["template"]) for role, group in groups]
-    if doc["kind"] == "Job":  # Volcano's
-        return [(task["name"], task["template"]) for task in doc["spec"]["tasks"]]
-    return []
+def pods_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every pod template a workload carries: a batch/v1 Job's, or those `k8s validate` finds in a
+    RayJob or a Volcano Job (present ones: the scan reads what is rendered)."""
+    if doc["apiVersion"] == "batch/v1":
+        return [doc["spec"]["template"]]
+    if doc["kind"] == "ConfigMap":
+        return []
+    return [template for _, template in pod_templates(doc) if isinstance(template, dict)]
 
 
-def as_pod(name: str, template: dict[str, Any]) -> dict[str, Any]:
-    metadata = {**template.get("metadata", {}), "name": name, "namespace": NAMESPACE}
+def as_pod(workload: str, index: int, template: dict[str, Any]) -> dict[str, Any]:
+    """The template as a plain Pod, named for its workload and role (the component label npu_pod gives it)."""
+    role = template.get("metadata", {}).get("labels", {}).get("app.kubernetes.io/component", "pod")
+    metadata = {**template.get("metadata", {}), "name": f"{workload}-{index}-{role}", "namespace": NAMESPACE}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
 
 
@@ -93,7 +93,8 @@ def write_manifests(directory: Path) -> list[Path]:
         path = directory / f"{name}.yaml"
         path.write_text(text)
         written.append(path)
-        pods = [as_pod(f"{name}-{role}", template) for doc in as_documents(text) for role, template in pod_templates(doc)]
+        templates = [template for doc in as_documents(text) for template in pods_of(doc)]
+        pods = [as_pod(name, index, template) for index, template in enumerate(templates)]
         pod_path = directory / f"{name}-pods.yaml"
         pod_path.write_text(yaml.safe_dump_all(pods, sort_keys=False))
         written.append(pod_path)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.scan import CHECKOV, CONFIG, KINDS, ROOT, pod_templates, write_manifests
+from tests.scan import CHECKOV, CONFIG, KINDS, ROOT, pods_of, write_manifests
 
 
 def test_every_skip_in_the_config_has_its_reason() -> None:
@@ -41,7 +41,7 @@ def test_the_scan_covers_every_kind_and_every_pod(tmp_path: Path) -> None:
     workloads = [
         d for p in written if not p.name.endswith("-pods.yaml") for d in yaml.safe_load_all(p.read_text()) if d["kind"] != "ConfigMap"
     ]
-    assert len(pods) == sum(len(pod_templates(d)) for d in workloads) and len(workloads) == len(KINDS)
+    assert len(pods) == sum(len(pods_of(d)) for d in workloads) and len(workloads) == len(KINDS)
 
 
 def scan(*paths: Path) -> subprocess.CompletedProcess[str]:

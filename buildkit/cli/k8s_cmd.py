@@ -72,7 +72,8 @@ def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) ->
 def user_of(labels: dict[str, str], default: ImageUser) -> tuple[ImageUser, str | None]:
     """The user the pods run as: the image's own (its labels), else the matrix's; a warning when
     the labels say the image has none (built before images had a user)."""
-    from buildkit.run.devices import USER_LABEL, image_user
+    from buildkit.plan import USER_LABEL
+    from buildkit.run.devices import image_user
 
     if not labels:
         return default, None

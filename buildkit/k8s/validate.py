@@ -57,9 +57,10 @@ def _validate_metadata(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return [(path, message) for path, message in _validate_core(wrapper) if path.startswith("metadata") or not path]
 
 
-def _pod_templates(doc: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The pod templates a custom resource carries: the CRD checks their shape, the Kubernetes
-    schemas what a pod made from them must be (what the operator's create would be refused for)."""
+def pod_templates(doc: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The pod templates a custom resource carries, each with its path (absent or malformed ones
+    too): the CRD checks their shape, the Kubernetes schemas what a pod made from them must be
+    (what the operator's create would be refused for). tests/scan.py hands them to checkov."""
     spec = _mapping(doc.get("spec"))
     if doc.get("kind") == "RayJob":
         cluster = _mapping(spec.get("rayClusterSpec"))
@@ -84,7 +85,7 @@ def _validate_custom(doc: dict[str, Any], crd: Crd, schema: dict[str, Any]) -> l
         problems.append(
             ("metadata.name", f"KubeRay allows at most {RAYJOB_NAME_MAX} characters (it adds suffixes for the cluster and services)")
         )
-    for where, template in _pod_templates(doc):
+    for where, template in pod_templates(doc):
         if not isinstance(template, dict) or any(path.startswith(where) for path, _ in problems):
             continue  # absent, the wrong shape, or already faulted by the CRD: one report per mistake
         wrapper = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "check"}, "template": template}

@@ -11,6 +11,7 @@ from buildkit.plan.layers import (
     DOCKERFILES_DIR,
     LABEL_PREFIX,
     OPENRLHF_LAYER,
+    USER_LABEL,
     StackLayers,
     dist_name,
     expected_packages,
@@ -125,9 +126,8 @@ def _labels(target: RenderTarget, stack: Stack, chip: Chip, skus: tuple[str, ...
         (f"{LABEL_PREFIX}.arches", ",".join(stack.arches)),
         (f"{LABEL_PREFIX}.soc-version", "${SOC_VERSION}"),
         (f"{LABEL_PREFIX}.atb-cxx-abi", str(stack.atb_cxx_abi)),
-        # the user it runs as (USER uid:gid) and the device group pods add: smoke and k8s render read them
-        (f"{LABEL_PREFIX}.user", f"{user.name} {user.uid}:{user.gid}"),
-        (f"{LABEL_PREFIX}.device-gid", str(user.device_gid)),
+        (USER_LABEL, f"{user.name} {user.uid}:{user.gid}"),  # its USER uid:gid, with the name
+        (f"{LABEL_PREFIX}.device-gid", str(user.device_gid)),  # the device group it was built for (a record)
         (f"{LABEL_PREFIX}.version.cann", stack.cann),
         (f"{LABEL_PREFIX}.version.python", stack.python),
     ]

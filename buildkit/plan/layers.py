@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from buildkit.matrix.model import Installer, PypiPin, SourcePatch, Stack
 
 LABEL_PREFIX = "io.ascendkit"
+USER_LABEL = f"{LABEL_PREFIX}.user"  # "NAME UID:GID": the user the image runs as (smoke and k8s render read it)
 PRIMARY_INDEX = "pypi"  # read by pip from PIP_INDEX_URL; every other index is an extra one
 UV_LAYER = "uv"  # lock section of the installer itself, the first layer of every image
 INSTALLER_ARG = "ASCENDKIT_INSTALLER"  # build ARG: uv (the default) or pip installs the locked layers

@@ -84,7 +84,7 @@ def run_config_check(
     *,
     facts: JobFacts,
     sku: Sku,
-    driver_files: tuple[tuple[str, str], ...] = (),
+    driver_binds: dict[str, dict[str, str]] | None = None,
     user: str | None = None,
 ) -> dict[str, Any]:
     """The job's module and arguments in the image, as far as the framework's own checks go.
@@ -92,7 +92,7 @@ def run_config_check(
     Writes the log to ``config-check.log`` and what the framework made of the job to
     ``job-config.yaml`` (verl) or ``job-args.json`` (OpenRLHF); returns the report's
     ``config_check`` section (``passed`` False with ``error`` when the framework refused)."""
-    binds = {host: {"bind": f, "mode": "ro"} for host, f in driver_files}  # the host's driver, where there is one, lets torch_npu load
+    binds = dict(driver_binds or {})  # the host's driver, where there is one, lets torch_npu load
     if job.check_style == "parser":
         binds[str(SMOKE_DIR)] = {"bind": SMOKE_FILES, "mode": "ro"}  # the argument check script
     result = run_container(

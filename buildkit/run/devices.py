@@ -11,7 +11,7 @@ from typing import Any
 
 from buildkit.errors import InputError
 from buildkit.matrix.model import Sku
-from buildkit.plan import LABEL_PREFIX
+from buildkit.plan import USER_LABEL
 from buildkit.run.doctor import CONTROL_DEVICES, DRIVER_VERSION, HCCN_TOOL
 
 # The driver lives on the host, never in the image (facts: "Running a container on an NPU host").
@@ -23,7 +23,6 @@ DRIVER_FILES_OPTIONAL = (
     "/etc/ascend_install.info",
     HCCN_TOOL,
 )
-USER_LABEL = f"{LABEL_PREFIX}.user"  # "NAME UID:GID", the user the image runs as
 SHM_SIZE = "16g"  # what verl's NPU CI gives its containers
 
 
@@ -44,6 +43,10 @@ class DevicePlan:
     def on_host(self, path: str) -> str:
         """The host's file for ``path`` (the container's path)."""
         return str(self.host_root / path.lstrip("/"))
+
+    def driver_binds(self) -> dict[str, dict[str, str]]:
+        """The host's driver files, each read-only at its own path in the container."""
+        return {self.on_host(f): {"bind": f, "mode": "ro"} for f in self.driver_files}
 
 
 MAX_NPU_ID = 256  # /dev/davinciN on one host; an A3 node has 16
@@ -137,7 +140,7 @@ def host_config_args(
     and a 16 GiB ``/dev/shm``.
     """
     binds = {host: {"bind": target, "mode": mode} for host, (target, mode) in mounts.items()}
-    binds.update({plan.on_host(f): {"bind": f, "mode": "ro"} for f in plan.driver_files})
+    binds.update(plan.driver_binds())
     args: dict[str, Any] = {
         "binds": binds,
         "devices": [f"{plan.on_host(d)}:{d}:rwm" for d in (*plan.npus, *plan.control)],

@@ -284,7 +284,7 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
             deadline,
             facts=request.facts,
             sku=request.sku,
-            driver_files=tuple((devices.on_host(f), f) for f in devices.driver_files),
+            driver_binds=devices.driver_binds(),
             user=run_as,
         )
         data["config_check"] = check
