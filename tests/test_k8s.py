@@ -140,6 +140,13 @@ def test_every_manifest_validates_strictly_and_every_pod_takes_the_nodes_npus(
         kind
         == {"Job": ("batch/v1", "Job"), "RayJob": ("ray.io/v1", "RayJob"), "VolcanoJob": ("batch.volcano.sh/v1alpha1", "Job")}[request.kind]
     )
+    if request.kind == "RayJob":  # KubeRay's `ray job submit` pod: no NPU, as locked down as the rest
+        submitter = workload["spec"]["submitterPodTemplate"]["spec"]
+        assert submitter["automountServiceAccountToken"] is False and "supplementalGroups" not in submitter["securityContext"]
+        assert submitter["securityContext"]["runAsNonRoot"] and submitter["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        (container,) = submitter["containers"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] and container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert {m["mountPath"] for m in container["volumeMounts"]} == {"/tmp", "/home/HwHiAiUser", "/workspace"}
     for pod in pods(workload):
         spec = pod["spec"]
         assert spec["nodeSelector"] == {

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from buildkit.k8s.pod import Pod, env_list, npu_pod
+from buildkit.k8s.pod import CONTAINER_SECURITY, Pod, env_list, locked_down, npu_pod, writable
 from buildkit.k8s.request import (
     FILES,
     HOST_ARCH,
@@ -85,14 +85,18 @@ def rayjob(name: str, pod: Pod, argv: list[str]) -> dict[str, Any]:
     if request.pull_secret:
         submitter["imagePullSecrets"] = [{"name": request.pull_secret}]
     small = {"cpu": "1", "memory": "1Gi"}
+    mounts, volumes = writable(request)  # the Ray client's temp files and config, under a read-only root
     submitter["containers"] = [
         {
             "name": "ray-job-submitter",
             "image": request.image,
             "imagePullPolicy": "IfNotPresent",
             "resources": {"requests": small, "limits": small},
+            "securityContext": CONTAINER_SECURITY,
+            "volumeMounts": mounts,
         }
     ]
+    submitter.update(locked_down(request, devices=False), volumes=volumes)  # no NPU: no device group
     spec.update(
         submissionMode="K8sJobMode",
         shutdownAfterJobFinishes=True,

@@ -85,6 +85,30 @@ def networking_env(request: K8sRequest, *, ray: bool) -> list[dict[str, Any]]:
     return env
 
 
+def writable(request: K8sRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The mounts and the emptyDir volumes of WRITABLE, for the request's user."""
+    mounts = [{"name": n, "mountPath": p or request.user.home} for n, p in WRITABLE]
+    return mounts, [{"name": n, "emptyDir": {}} for n, _ in WRITABLE]
+
+
+def locked_down(request: K8sRequest, *, devices: bool) -> dict[str, Any]:
+    """What every pod spec gets: no service-account token (nothing in the pods talks to the API
+    server) and the pod's securityContext, as the image's user; with ``devices`` also the group
+    that opens /dev/davinci* (HwHiAiUser's, mode 0660) as a supplemental group."""
+    user = request.user
+    security: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "runAsUser": user.uid,
+        "runAsGroup": user.gid,
+        "fsGroup": user.gid,  # the emptyDirs and the PVC are the user's
+        "fsGroupChangePolicy": "OnRootMismatch",
+    }
+    if devices:
+        security["supplementalGroups"] = [request.device_group]
+    security["seccompProfile"] = {"type": "RuntimeDefault"}
+    return {"automountServiceAccountToken": False, "securityContext": security}
+
+
 def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: str | None = "Never") -> dict[str, Any]:
     """A pod template: ``main`` is the role's container (name, args, env); everything else is shared."""
     request, sku = pod.request, pod.request.sku
@@ -98,8 +122,7 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
     if request.volcano and request.kind == "Job":
         metadata["annotations"] = {VOLCANO_POD_QUEUE: request.queue or "default"}
     doctor_args = ["ascendkit", "doctor", *(["--links"] if request.nodes > 1 else [])]
-    user = request.user
-    writable = [{"name": n, "mountPath": p or user.home} for n, p in WRITABLE]
+    writable_mounts, writable_volumes = writable(request)
     init_limits = {**npus, **INIT_RESOURCES}
     init = [
         {
@@ -109,13 +132,13 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
             "args": doctor_args,
             "resources": {"requests": init_limits, "limits": init_limits},
             "securityContext": CONTAINER_SECURITY,
-            "volumeMounts": [*driver_mounts, *writable],
+            "volumeMounts": [*driver_mounts, *writable_mounts],
         }
     ]
-    mounts = [*driver_mounts, {"name": "dshm", "mountPath": "/dev/shm"}, *writable]
+    mounts = [*driver_mounts, {"name": "dshm", "mountPath": "/dev/shm"}, *writable_mounts]
     volumes: list[dict[str, Any]] = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in DRIVER_VOLUMES]
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE.replace("g", "Gi")}})
-    volumes += [{"name": n, "emptyDir": {}} for n, _ in WRITABLE]
+    volumes += writable_volumes
     if pod.smoke:
         init.append(
             {
@@ -128,7 +151,7 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
                 "volumeMounts": [
                     {"name": "smoke-files", "mountPath": SMOKE_FILES, "readOnly": True},
                     {"name": "smoke-out", "mountPath": "/smoke/out"},
-                    *writable,
+                    *writable_mounts,
                 ],
             }
         )
@@ -168,15 +191,6 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
     }
     if request.pull_secret:
         spec["imagePullSecrets"] = [{"name": request.pull_secret}]
-    spec["automountServiceAccountToken"] = False  # nothing in the pod talks to the API server
-    spec["securityContext"] = {
-        "runAsNonRoot": True,
-        "runAsUser": user.uid,
-        "runAsGroup": user.gid,
-        "fsGroup": user.gid,  # the emptyDirs and the PVC are the user's
-        "fsGroupChangePolicy": "OnRootMismatch",
-        "supplementalGroups": [request.device_group],  # opens /dev/davinci* (HwHiAiUser's, mode 0660)
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    spec.update(locked_down(request, devices=True))
     spec.update(initContainers=init, containers=[container], volumes=volumes)
     return {"metadata": metadata, "spec": spec}
