@@ -167,6 +167,14 @@ def check_yaml_size(text: str) -> None:
                 total += count
             if total + sum(c for _, c in stack) > MAX_NODES:
                 raise YamlTooLarge(f"expands to more than {MAX_NODES} values through its aliases (an alias bomb?)", *_event_mark(event))
+    except yaml.MarkedYAMLError as exc:
+        # libyaml (bundled with PyYAML 6.0.4 on) refuses flow nesting past 1000 itself, while its
+        # scanner looks ahead, before the events above reach MAX_DEPTH: the same verdict, said ours
+        if "nesting depth" in (exc.problem or ""):
+            mark = exc.problem_mark
+            where = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
+            raise YamlTooLarge(f"nested more than {MAX_DEPTH} levels deep (the YAML parser: {exc.problem})", *where) from None
+        return  # malformed: the loader reports it with its own message
     except yaml.YAMLError:
         return
 
