@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from buildkit.cli import app
 from buildkit.matrix import rules
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Matrix
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def changed(matrix: Matrix, **edits: Any) -> Matrix:
@@ -44,6 +50,7 @@ def test_every_rule_has_tests_below() -> None:
         "python-supported-by-torch",
         "python-offered-by-cann-base",
         "torch-npu-matches-cann",
+        "cann-has-driver-range",
         "known-issues",
         "one-framework",
         "openrlhf-matches-stack",
@@ -132,6 +139,30 @@ def test_torch_npu_matches_cann(loaded: LoadedMatrix) -> None:
     (v,) = run("torch-npu-matches-cann", unknown)
     assert v.message == "no CANN release for torch_npu 2.8.0.post9 is recorded"
     assert v.hint.startswith('add compat.torch_npu_cann."2.8.0.post9" (known: 2.5.1, ')
+
+
+def test_cann_has_driver_range(loaded: LoadedMatrix, tmp_path: Path) -> None:
+    m = loaded.matrix
+    assert run("cann-has-driver-range", m) == []
+    assert all(entry.source.strip() for entry in m.compat.cann_drivers.values()), "every range says where it comes from"
+    data = m.model_dump(mode="python", exclude_none=True)
+    del data["compat"]["cann_drivers"]["8.5.0"]
+    (v,) = run("cann-has-driver-range", Matrix.model_validate(data))
+    assert v.path == ("stacks", "cann8.5", "cann") and v.message == "no Ascend HDK (driver) range for CANN 8.5.0 is recorded"
+    assert v.hint.startswith('add compat.cann_drivers."8.5.0" (known: 8.1.RC1, 8.2.RC1, 8.3.RC1')
+    # through the CLI, on the file: `matrix validate` fails, naming the line; `matrix show` prints the range
+    text = (ROOT / "compat_matrix.yaml").read_text()
+    start = text.index('    "8.5.0":\n      hdk:')
+    cut = text[:start] + text[text.index('    "9.1.0":\n      hdk:') :]
+    (tmp_path / "compat_matrix.yaml").write_text(cut)
+    (tmp_path / "locks").symlink_to(ROOT / "locks")
+    bad = CliRunner().invoke(app, ["matrix", "validate", "--matrix", str(tmp_path / "compat_matrix.yaml")])
+    said = "stacks.cann8.5.cann: no Ascend HDK (driver) range for CANN 8.5.0 is recorded [cann-has-driver-range]"
+    assert bad.exit_code == 2 and said in bad.output
+    shown = CliRunner().invoke(app, ["matrix", "show", "cann8.5", "--matrix", str(ROOT / "compat_matrix.yaml"), "--json"])
+    assert json.loads(shown.stdout)["drivers"]["hdk"] == ["25.0.X", "25.2.X", "25.3.X", "25.5.X"]
+    table = CliRunner().invoke(app, ["matrix", "show", "cann8.5", "--matrix", str(ROOT / "compat_matrix.yaml")], env={"COLUMNS": "300"})
+    assert "host driver (Ascend HDK)" in table.stdout and "25.0.X, 25.2.X, 25.3.X, 25.5.X" in table.stdout
 
 
 def test_known_issues(loaded: LoadedMatrix) -> None:

@@ -63,7 +63,16 @@ def test_show_json(runner: CliRunner) -> None:
     result = runner.invoke(app, ["matrix", "show", "cann9.1", "--json", "--matrix", str(MATRIX)])
     data = json.loads(result.stdout)
     assert data["torch_npu"]["version"] == "2.10.0.post4"
-    assert data["triton_ascend"] == {"version": "3.2.2", "index": "ascend", "index_by_arch": {}, "build_from_source": False}
+    assert data["triton_ascend"] == {
+        "version": "3.2.2",
+        "index": "ascend",
+        "index_by_arch": {},
+        "build_from_source": False,
+        "extensions": [],
+    }
+    assert data["vllm_ascend"]["extensions"] == ["vllm_ascend.vllm_ascend_C"]
+    assert data["drivers"]["hdk"] == ["25.2.X", "25.3.X", "25.5.X", "25.7.RC1", "26.0.RC1", "26.1.0"]
+    assert "CANN 9.1.0 release notes" in data["drivers"]["source"]
     assert data["base_images"]["a3/openeuler24.03"] == "quay.io/ascend/cann:9.1.0-a3-openeuler24.03-py3.12"
     assert data["known_issues"] == []
 
@@ -73,6 +82,7 @@ def test_show_for_people_lists_known_issue(runner: CliRunner) -> None:
     assert result.exit_code == 0
     assert "known issue (warning)" in result.stdout
     assert "quay.io/ascend/cann:8.3.rc1-910b-ubuntu22.04-py3.11" in result.stdout
+    assert "compiles vllm_ascend.vllm_ascend_C" in result.stdout and "host driver (Ascend HDK)" in result.stdout
 
 
 def test_validate_ok(runner: CliRunner) -> None:

@@ -122,7 +122,14 @@ def matrix_show(
         for i in m.compat.known_issues
         if i.torch_npu == s.torch_npu.version and i.cann == s.cann
     ]
-    data = {"stack": name, **s.model_dump(mode="json", exclude_none=True), "base_images": bases, "known_issues": issues}
+    drivers = m.compat.cann_drivers.get(s.cann)
+    data = {
+        "stack": name,
+        **s.model_dump(mode="json", exclude_none=True),
+        "base_images": bases,
+        "drivers": drivers.model_dump(mode="json") if drivers else None,
+        "known_issues": issues,
+    }
     if as_json:
         print_json(data)
         return
@@ -136,6 +143,8 @@ def matrix_show(
         extra = [f"index {pin.index}"] + [f"{a}: {i}" for a, i in pin.index_by_arch.items()]
         if pin.build_from_source:
             extra.append("built from sdist")
+        if pin.extensions:
+            extra.append(f"compiles {', '.join(pin.extensions)}")
         table.add_row(component, f"{pin.version}  ({'; '.join(extra)})")
     for component, git in s.git_pins().items():
         repo = m.repos[git.repo]
@@ -159,6 +168,10 @@ def matrix_show(
         table.add_row(f"env {key}", value)
     for label, ref in bases.items():
         table.add_row(f"base {label}", ref)
+    table.add_row(
+        "host driver (Ascend HDK)",
+        f"{', '.join(drivers.hdk)}  ({drivers.source})" if drivers else "none recorded: `matrix validate` fails",
+    )
     for issue in issues:
         table.add_row(f"known issue ({issue['severity']})", issue["reason"])
     out.print(table)

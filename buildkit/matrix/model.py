@@ -51,6 +51,7 @@ HttpUrl = Annotated[StrictStr, Field(pattern=r"^https?://[^\s]+$")]
 CannVersion = Annotated[StrictStr, Field(pattern=r"^\d+\.\d+\.(\d+|RC\d+)$")]
 PythonVersion = Annotated[StrictStr, Field(pattern=r"^3\.\d+$")]
 PackageName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+ModuleName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")]  # package.module
 
 
 class Frozen(BaseModel):
@@ -136,6 +137,13 @@ class PypiPin(Frozen):
     index: Identifier = "pypi"
     index_by_arch: dict[Arch, Identifier] = Field(default={}, description="per-arch index override")
     build_from_source: StrictBool = Field(default=False, description="install from the sdist (--no-binary)")
+    extensions: tuple[ModuleName, ...] = Field(
+        default=(),
+        description=(
+            "compiled extension modules its build must produce (vllm-ascend's custom ops): verification fails, naming "
+            "the component, when one is missing or its shared libraries resolve neither in the image nor to the driver"
+        ),
+    )
 
     def index_for(self, arch: Arch) -> str:
         return self.index_by_arch.get(arch, self.index)
@@ -210,6 +218,18 @@ class KnownIssue(Frozen):
     reason: StrictStr
 
 
+# An Ascend HDK (NPU driver and firmware package) release as Ascend's compatibility tables write it:
+# 25.0.RC1, 25.2.0, 26.0.RC1, or a whole line 25.5.X; a patch (25.0.RC1.1) belongs to its release.
+HdkVersion = Annotated[StrictStr, Field(pattern=r"^\d+\.\d+\.(X|\d+|RC\d+)$")]
+
+
+class CannDrivers(Frozen):
+    """The Ascend HDK releases Ascend publishes as supported for one CANN release, with where it says so."""
+
+    hdk: tuple[HdkVersion, ...] = Field(min_length=1, description="supported Ascend HDK releases or lines (25.5.X)")
+    source: StrictStr = Field(min_length=1, description="the published compatibility information these come from")
+
+
 class Compat(Frozen):
     """Facts the rules check stacks against (see the comments in the matrix)."""
 
@@ -217,6 +237,9 @@ class Compat(Frozen):
     torch_npu_cann: dict[PackageVersion, tuple[CannVersion, ...]]
     cann_python: dict[Annotated[StrictStr, Field(pattern=r"^\d+\.\d+$")], tuple[PythonVersion, ...]]
     known_issues: tuple[KnownIssue, ...] = ()
+    cann_drivers: dict[CannVersion, CannDrivers] = Field(
+        default={}, description="CANN release -> the Ascend HDK (driver) releases it supports: doctor judges the host's driver by it"
+    )
     verl_npu_autodetect: PackageVersion = Field(
         description="first verl release whose main_ppo sets trainer.device=npu by itself; older ones need the override"
     )

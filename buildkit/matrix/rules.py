@@ -140,6 +140,15 @@ def python_offered_by_cann_base(matrix: Matrix) -> Iterator[Violation]:
             )
 
 
+@rule("cann-has-driver-range")
+def cann_has_driver_range(matrix: Matrix) -> Iterator[Violation]:
+    """Every stack's CANN names the host drivers it runs on: doctor judges a node's driver by them."""
+    table = matrix.compat.cann_drivers
+    for name, stack in _stacks(matrix):
+        if stack.cann not in table:
+            yield _no_fact(("stacks", name, "cann"), f"Ascend HDK (driver) range for CANN {stack.cann}", "cann_drivers", stack.cann, table)
+
+
 @rule("torch-npu-matches-cann")
 def torch_npu_matches_cann(matrix: Matrix) -> Iterator[Violation]:
     table = matrix.compat.torch_npu_cann

@@ -85,6 +85,17 @@ def skus_table(matrix: Matrix) -> Table:
     return header, rows
 
 
+def drivers_table(matrix: Matrix) -> Table:
+    """The host drivers each CANN of the stacks runs on, with where Ascend says so."""
+    header = ["CANN", "stacks", "host driver (Ascend HDK)", "source"]
+    rows = []
+    for cann in sorted({s.cann for s in matrix.stacks.values()}, key=lambda c: [int(p) if p.isdigit() else -1 for p in c.split(".")]):
+        stacks = ", ".join(name for name, s in matrix.stacks.items() if s.cann == cann)
+        entry = matrix.compat.cann_drivers.get(cann)
+        rows.append([cann, stacks, ", ".join(entry.hdk) if entry else "-", " ".join(entry.source.split()) if entry else "-"])
+    return header, rows
+
+
 def format_table(table: Table, fmt: TableFormat) -> str:
     header, rows = table
     if fmt == "md":
@@ -106,5 +117,5 @@ def format_table(table: Table, fmt: TableFormat) -> str:
 
 
 def support_tables(matrix: Matrix, fmt: TableFormat) -> str:
-    """Both tables, as they appear in the README."""
-    return format_table(stacks_table(matrix), fmt) + "\n" + format_table(skus_table(matrix), fmt)
+    """The tables as they appear in the README: release lines, SKUs, host drivers."""
+    return "\n".join(format_table(t(matrix), fmt) for t in (stacks_table, skus_table, drivers_table))
