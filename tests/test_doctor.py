@@ -230,3 +230,126 @@ def test_npu_links_without_hccn_tool_are_skipped_with_the_reason(tmp_path: Path)
     code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
     (links,) = [c for c in report["checks"] if c["name"] == "NPU links"]
     assert code == 1 and links["detail"] == "cannot read NPU 1 (device 1 not found)"
+
+
+# ---------------------------------------------------------------------------------------------
+# The host's driver judged against the image's CANN (the matrix's compat.cann_drivers, in image.json)
+
+DRIVERS = {"hdk": ["25.2.X", "25.3.RC1"], "source": "stand-in"}
+
+
+def judged(tmp_path: Path, driver: str, devices: int = 1, **extra: Any) -> tuple[int, dict[str, Any]]:
+    root = image_root(tmp_path, devices=devices, driver=driver)
+    (root / "etc/ascendkit/image.json").write_text(json.dumps({**INFO, "cann": "8.3.RC1", "drivers": DRIVERS, **extra}))
+    return doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "words"),
+    [
+        # the older format: the release in Version= alone
+        ("Version=24.1.0\n", "error", ["driver 24.1.0 is older than CANN 8.3.RC1 supports (Ascend HDK 25.2.X, 25.3.RC1)", "upgrade"]),
+        ("Version=23.0.6\n", "error", ["driver 23.0.6 is older"]),
+        # the newer format: package_version= is the release, Version= an internal number; rc in lower case
+        ("Version=7.6.t8.0.b050\npackage_version=25.3.rc1\n", "ok", ["driver 25.3.rc1 is supported by CANN 8.3.RC1"]),
+        ("Version=7.6.t8.0.b050\npackage_version=25.3.rc1.1\n", "ok", ["25.3.rc1.1 is supported"]),  # a patch of a listed release
+        ("package_version=25.2.1\n", "ok", ["25.2.1 is supported"]),  # any release of a listed line (25.2.X)
+        (
+            "package_version=26.0.rc1\n",
+            "warn",
+            ["driver 26.0.rc1 is newer than every Ascend HDK release(s) CANN 8.3.RC1", "25.2.X, 25.3.RC1"],
+        ),
+        ("package_version=25.3.0\n", "warn", ["driver 25.3.0 is newer than every"]),  # the final after the listed RC
+        ("package_version=not-a-release\n", "warn", ["not a version this image can judge"]),
+    ],
+)
+def test_the_driver_is_judged_against_the_images_cann(tmp_path: Path, text: str, status: str, words: list[str]) -> None:
+    code, report = judged(tmp_path, text)
+    (driver,) = [c for c in report["checks"] if c["name"] == "driver"]
+    assert driver["status"] == status and all(w in driver["detail"] for w in words), driver
+    assert code == (EXIT_FAILED if status == "error" else EXIT_OK)
+
+
+def test_a_driver_between_listed_releases_warns(tmp_path: Path) -> None:
+    _, report = judged(tmp_path, "package_version=25.0.rc1\n", drivers={"hdk": ["24.1.0", "25.2.0"], "source": "s"})
+    (driver,) = [c for c in report["checks"] if c["name"] == "driver"]
+    assert driver["status"] == "warn" and "25.0.rc1 is not one of the Ascend HDK release(s)" in driver["detail"]
+
+
+def test_an_old_driver_fails_doctor_even_where_no_npu_is_visible(tmp_path: Path) -> None:
+    code, report = judged(tmp_path, "Version=24.1.0\n", devices=0)
+    assert code == EXIT_FAILED and statuses(report)["driver"] == "error" and statuses(report)["NPUs"] == "skip"
+
+
+@pytest.mark.parametrize(
+    ("firmware", "status", "words"),
+    [
+        ("Version=7.5.0.1.129\n", "ok", "firmware 7.5.0.1.129 within the driver's 7.0.0..7.5.99"),
+        ("Version=7.7.0.2.10\n", "error", "firmware 7.7.0.2.10 is outside 7.0.0..7.5.99"),
+        (None, "skip", doctor.FIRMWARE_VERSION),
+    ],
+)
+def test_the_firmware_is_judged_against_the_drivers_range(tmp_path: Path, firmware: str | None, status: str, words: str) -> None:
+    root = image_root(tmp_path, devices=1, driver="package_version=25.3.rc1\ncompatible_version_fw=[7.0.0,7.5.99]\n")
+    if firmware is not None:
+        path = root / doctor.FIRMWARE_VERSION.lstrip("/")
+        path.parent.mkdir(parents=True)
+        path.write_text(firmware)
+    _, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
+    (check,) = [c for c in report["checks"] if c["name"] == "firmware"]
+    assert check["status"] == status and words in check["detail"]
+
+
+def _hccn_ips(root: Path, ips: dict[int, str], conf: str | None) -> None:
+    """The stand-in hccn_tool answering `-ip -g` as the tool prints it, and the host's hccn.conf."""
+    tool = root / doctor.HCCN_TOOL.lstrip("/")
+    tool.parent.mkdir(parents=True, exist_ok=True)
+    cases = "".join(f'  {i}) printf "ipaddr:{ip}\\nnetmask:255.255.255.0\\n" ;;\n' for i, ip in ips.items())
+    tool.write_text(
+        f'#!/bin/sh\n[ "$3 $4" = "-ip -g" ] || exit 2\ncase "$2" in\n{cases}  *) echo "device $2 not found" >&2; exit 1 ;;\nesac\n'
+    )
+    tool.chmod(0o755)
+    if conf is not None:
+        (root / "etc/hccn.conf").write_text(conf)
+
+
+def test_hccn_conf_addresses_are_compared_with_the_ports(tmp_path: Path) -> None:
+    root = image_root(tmp_path, devices=2, driver="Version=24.1.rc2\n")
+    conf = "address_0=192.168.1.10\nnetmask_0=255.255.255.0\naddress_1=192.168.1.11\nnetmask_1=255.255.255.0\n"
+    _hccn_ips(root, {0: "192.168.1.10", 1: "192.168.1.11"}, conf)
+    env = Environment(root, GOOD_ENV)
+    assert doctor.check_hccn(env, doctor.devices(env)) == [doctor.Check("hccn.conf", "ok", "2 port addresses match /etc/hccn.conf")]
+    _hccn_ips(root, {0: "192.168.1.10", 1: "192.168.9.99"}, conf.replace("address_0=192.168.1.10\n", ""))
+    (check,) = doctor.check_hccn(env, doctor.devices(env))
+    assert (
+        check.status == "error"
+        and check.detail == "NPU 0 has no address_0 in /etc/hccn.conf; NPU 1 holds 192.168.9.99, /etc/hccn.conf says 192.168.1.11"
+    )
+    (root / "etc/hccn.conf").unlink()
+    assert doctor.check_hccn(env, doctor.devices(env))[0].status == "skip"
+
+
+def test_a_torch_npu_failure_names_its_code_and_what_to_check(tmp_path: Path) -> None:
+    class Failing(FakeTorch):
+        class npu(FakeTorch.npu):  # noqa: N801 - torch's own name
+            @classmethod
+            def device_count(cls) -> int:
+                raise RuntimeError("Initialize:torch_npu/csrc/core/npu/sys_ctrl/npu_sys_ctrl.cpp:253 NPU error, error code is 507033")
+
+    root = image_root(tmp_path, devices=1, driver="Version=24.1.rc2\n")
+    code, report = doctor.run(Environment(root, {**GOOD_ENV, doctor.NODE_ENV: "node-7"}), torch_modules=(Failing, FakeTorchNpu))
+    (npus,) = [c for c in report["checks"] if c["name"] == "NPUs"]
+    assert code == EXIT_FAILED and npus["status"] == "error" and report["node"] == "node-7"
+    assert (
+        "error code is 507033 [507033 (ACL_ERROR_RT_DEV_SETUP_ERROR): the device failed to start; first check: the host's driver"
+        in npus["detail"]
+    )
+
+
+def test_every_error_code_has_its_meaning_what_to_check_and_a_source() -> None:
+    table = doctor.error_codes()
+    assert len(table) >= 15 and len({e["code"] for e in table}) == len(table)
+    for entry in table:
+        assert set(entry) == {"code", "name", "meaning", "check", "source"} and all(entry.values()), entry
+    found = doctor.explain("EI0006 ... then EJ0001, EI00061 is no code, nor is 1507033")
+    assert [e["code"] for e in found] == ["EI0006", "EJ0001"]

@@ -177,5 +177,32 @@ def test_smoke_gives_its_containers_the_device_groups_and_doctor_judges_access(
     checks = {c["name"]: c for c in report.data["doctor"]["checks"]}
     assert checks["user"]["status"] == "ok" and checks["user"]["detail"].startswith("HwHiAiUser (1000:1000; groups 1000,2345)")
     assert checks["device access"] == {"name": "device access", "status": "ok", "detail": "5 device nodes open for reading and writing"}
+    # the host's driver (25.2.0) judged in the image against its CANN (the test matrix: 8.3.RC1 on 25.2.X, 25.3.RC1)
+    assert checks["driver"] == {
+        "name": "driver",
+        "status": "ok",
+        "detail": "driver 25.2.0 is supported by CANN 8.3.RC1 (Ascend HDK 25.2.X, 25.3.RC1)",
+    }
     assert report.outcome == "failed" and "doctor failed" in report.message, "no torch_npu NPUs behind stand-in nodes"
     assert (tmp_path / "out" / "data").stat().st_uid == 1000
+
+
+def test_smoke_shows_an_old_host_driver_judged_against_the_images_cann(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    """The verdict the k8s init containers give too: the same doctor in the same image, the same driver file."""
+    host = _npu_host(tmp_path / "host")
+    (host / DRIVER_VERSION.lstrip("/")).write_text("Version=24.1.0\n")
+    (tmp_path / "model").mkdir()
+    request = SmokeRequest(
+        sku_id="a3", sku=SKU, chip_id="a3", image=built["tags"][0], out=tmp_path / "out", model_path=tmp_path / "model",
+        visible=[0], host_root=host, facts=JobFacts.of(load_matrix(ROOT / DEFAULT_MATRIX).matrix.compat),
+        config_check=False, timeout=300,
+    )  # fmt: skip
+    report = run_smoke(docker_env.client, request)
+    driver = next(c for c in report.data["doctor"]["checks"] if c["name"] == "driver")
+    assert driver["status"] == "error" and driver["detail"].startswith(
+        "driver 24.1.0 is older than CANN 8.3.RC1 supports (Ascend HDK 25.2.X, 25.3.RC1): upgrade the host's driver"
+    )
+    assert report.outcome == "failed" and "doctor failed in the image" in report.message
+    assert "| driver | error | driver 24.1.0 is older than CANN 8.3.RC1 supports" in (tmp_path / "out" / "report.md").read_text()

@@ -682,3 +682,16 @@ def test_composition_errors_say_what_to_do() -> None:
     message = composition_error(hydra, 1)
     assert message.startswith("verl refused the job's config (exit 1): Could not override 'actor_rollout_ref.actor.optim.lrr'.")
     assert "not in struct" in message
+
+
+def test_a_failed_job_with_a_known_hccl_code_gets_its_explanation_in_the_report(tmp_path: Path) -> None:
+    """The code, what it means and the first thing to check, from buildkit/run/error_codes.json."""
+    engine = FakeEngine(0, LOGS / "npu_hccl_ei0006.log", job_code=1)
+    report = run_smoke(cast(Any, engine), smoke_request(tmp_path))
+    assert (report.outcome, report.exit_code) == ("failed", 1)
+    assert report.message.startswith("the job exited with 1; see job.log; likely: HCCL reported errors")
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Why the job stopped: the job exited with 1 at Ray came up" in text
+    assert "- EI0006 (HCCL: get socket timeout): ranks could not connect to each other within HCCL_CONNECT_TIMEOUT" in text
+    assert "First check: HCCL_IF_IP / HCCL_SOCKET_IFNAME name an interface the other nodes reach" in text
+    assert "Source: CANN troubleshooting, HCCL Errors" in text

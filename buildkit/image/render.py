@@ -37,6 +37,7 @@ GIT_REVISIONS_FILE = "/etc/ascendkit/git-revisions.txt"
 TOOLKIT_HOME = "/usr/local/Ascend/ascend-toolkit/latest"
 BUILD_ENV = "/usr/local/lib/ascendkit/build-env.sh"
 DOCTOR_PATH = "/usr/local/lib/ascendkit/doctor.py"
+ERROR_CODES_PATH = "/usr/local/lib/ascendkit/error_codes.json"  # beside doctor.py, where it looks
 IN_IMAGE_CLI = "/usr/local/bin/ascendkit"
 IMAGE_INFO_FILE = "/etc/ascendkit/image.json"
 PATCH_TOOL = "/usr/local/lib/ascendkit/patch.py"
@@ -50,6 +51,7 @@ SECRETS_ARG = "ftp_proxy"
 # same as in the package): the in-image doctor and the scripts in buildkit/image/files/.
 CONTEXT_FILES = {
     "doctor": "buildkit/run/doctor.py",
+    "error_codes": "buildkit/run/error_codes.json",
     "entrypoint": "buildkit/image/files/entrypoint.sh",
     "build_env": "buildkit/image/files/build-env.sh",
     "in_image_cli": "buildkit/image/files/ascendkit.sh",
@@ -193,6 +195,7 @@ def build_context(loaded: LoadedMatrix, plan: ImagePlan) -> DockerfileContext:
         + ", ".join(a for a, _ in build_args if a not in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "APT_MIRROR"))
         + ", APT_MIRROR.",
     )
+    drivers = matrix.compat.cann_drivers.get(stack.cann)
     image_info = {
         "stack": target.stack_id,
         "chip": target.chip_id,
@@ -204,6 +207,7 @@ def build_context(loaded: LoadedMatrix, plan: ImagePlan) -> DockerfileContext:
         "python": stack.python,
         "atb_cxx_abi": stack.atb_cxx_abi,
         "framework": stack.framework,
+        "drivers": drivers.model_dump(mode="json") if drivers else None,
     }  # no versions: doctor reads those from the constraints file, and verl's must not touch this layer
     return DockerfileContext(
         plan=plan,
@@ -251,6 +255,7 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.globals["build_env"] = BUILD_ENV
     env.globals["context_files"] = CONTEXT_FILES
     env.globals["doctor_path"] = DOCTOR_PATH
+    env.globals["error_codes_path"] = ERROR_CODES_PATH
     env.globals["in_image_cli"] = IN_IMAGE_CLI
     env.globals["image_info_file"] = IMAGE_INFO_FILE
     env.globals["image_locks_dir"] = IMAGE_LOCKS_DIR

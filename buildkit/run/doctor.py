@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -25,6 +26,10 @@ EXIT_OK, EXIT_FAILED, EXIT_NO_DEVICES = 0, 1, 10
 IMAGE_INFO = "/etc/ascendkit/image.json"
 CONSTRAINTS = "/etc/ascendkit/constraints.txt"
 DRIVER_VERSION = "/usr/local/Ascend/driver/version.info"
+FIRMWARE_VERSION = "/usr/local/Ascend/firmware/version.info"  # mounted where the host has it (smoke)
+HCCN_CONF = "/etc/hccn.conf"  # the NPU ports' addresses, as the host configured them (the preflight mounts it)
+NODE_ENV = "ASCENDKIT_NODE_NAME"  # the Kubernetes node a preflight pod runs on (its downward API)
+ERROR_CODES = Path(__file__).with_name("error_codes.json")  # beside this file, in the package and in the image
 HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"  # from the host's driver, mounted read-only
 LINK_TIMEOUT_S = 20
 CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")  # beside every /dev/davinciN
@@ -120,13 +125,92 @@ def check_cann_env(where: Environment, info: dict[str, Any]) -> list[Check]:
     return checks
 
 
+def read_info(path: Path) -> dict[str, str]:
+    """A ``key=value`` file as the driver and firmware write their version.info."""
+    if not path.is_file():
+        return {}
+    fields = {}
+    for line in path.read_text(errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip():
+            fields[key.strip()] = value.strip()
+    return fields
+
+
 def driver_version(where: Environment) -> str | None:
     """The host driver's release: ``package_version=`` (newer drivers) or ``Version=``."""
-    path = where.path(DRIVER_VERSION)
-    if not path.is_file():
-        return None
-    fields = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    fields = read_info(where.path(DRIVER_VERSION))
     return (fields.get("package_version") or fields.get("Version") or "").strip() or None
+
+
+# An Ascend HDK release: 24.1.rc2 (version.info writes rc in lower case), 25.2.0, 26.0.RC1.1 (a patch);
+# in the matrix also a whole line, 25.5.X.
+_HDK = re.compile(r"^(\d+)\.(\d+)\.(RC\d+|\d+|X)((?:\.\d+)*)$", re.IGNORECASE)
+
+
+def hdk_release(version: str) -> tuple[int, int, tuple[int, int] | None] | None:
+    """(major, minor, third) of an HDK release, third being (0, n) for RCn, (1, n) for a final n,
+    None for the X of a whole line; patches (a fourth part) belong to their release. None: unreadable."""
+    match = _HDK.match(version.strip())
+    if match is None:
+        return None
+    third = match[3].upper()
+    rank = None if third == "X" else (0, int(third[2:])) if third.startswith("RC") else (1, int(third))
+    return int(match[1]), int(match[2]), rank
+
+
+def judge_driver(version: str | None, cann: str, supported: list[str]) -> Check:
+    """The mounted driver against the HDK releases the image's CANN supports (the matrix's
+    ``compat.cann_drivers``): older than all of them fails, newer than all of them or between them warns."""
+    listed = ", ".join(supported)
+    if version is None:
+        return Check("driver", "error", f"{DRIVER_VERSION} not mounted: the NPUs cannot be used without the host's driver")
+    found = hdk_release(version)
+    entries = [e for e in (hdk_release(v) for v in supported) if e is not None]
+    if found is None or not entries:
+        return Check("driver", "warn", f"driver {version}: not a version this image can judge (CANN {cann} supports {listed})")
+    if any(e[:2] == found[:2] and e[2] in (None, found[2]) for e in entries):
+        return Check("driver", "ok", f"driver {version} is supported by CANN {cann} (Ascend HDK {listed})")
+    low = min((major, minor, rank or (-1, 0)) for major, minor, rank in entries)
+    high = max((major, minor, rank or (2, 0)) for major, minor, rank in entries)
+    key = (found[0], found[1], found[2] or (0, 0))
+    if key < low:
+        return Check(
+            "driver",
+            "error",
+            f"driver {version} is older than CANN {cann} supports (Ascend HDK {listed}): upgrade the host's driver and "
+            "firmware, or use an image of an older CANN; this CANN fails inside the first NPU call otherwise",
+        )
+    where = "newer than every" if key > high else "not one of the"
+    return Check(
+        "driver", "warn", f"driver {version} is {where} Ascend HDK release(s) CANN {cann} is published for ({listed}): not known to work"
+    )
+
+
+def _numbers(text: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", text))
+
+
+def check_firmware(where: Environment) -> list[Check]:
+    """The NPU firmware against the range the driver accepts (``compatible_version_fw=[low,high]``
+    in the driver's version.info), where both are mounted."""
+    firmware = read_info(where.path(FIRMWARE_VERSION)).get("Version")
+    accepted = read_info(where.path(DRIVER_VERSION)).get("compatible_version_fw", "")
+    bounds = [part.strip() for part in accepted.strip("[] ").split(",") if part.strip()]
+    if not firmware:
+        return [Check("firmware", "skip", f"{FIRMWARE_VERSION} is not mounted here")]
+    if len(bounds) != 2:
+        return [Check("firmware", "ok", f"firmware {firmware} (the driver names no compatible firmware range)")]
+    if _numbers(bounds[0]) <= _numbers(firmware)[: len(_numbers(bounds[1]))] <= _numbers(bounds[1]):
+        return [Check("firmware", "ok", f"firmware {firmware} within the driver's {bounds[0]}..{bounds[1]}")]
+    return [
+        Check(
+            "firmware",
+            "error",
+            f"firmware {firmware} is outside {bounds[0]}..{bounds[1]}, what this driver accepts: "
+            "install the firmware of the driver's Ascend HDK release",
+        )
+    ]
 
 
 def devices(where: Environment) -> list[str]:
@@ -174,6 +258,15 @@ def check_npus(info: dict[str, Any], torch_modules: tuple[Any, Any] | None = Non
         torch, torch_npu = torch_modules or (__import__("torch"), __import__("torch_npu"))
     except ImportError as exc:
         return [Check("torch_npu", "error", f"cannot import: {exc}")]
+    try:
+        return _npu_checks(info, torch, torch_npu)
+    except Exception as exc:  # torch_npu raises RuntimeError with the ACL code somewhere in its (long) text
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        return [Check("NPUs", "error", explained(f"torch_npu failed: {first}", text))]
+
+
+def _npu_checks(info: dict[str, Any], torch: Any, torch_npu: Any) -> list[Check]:
     count = torch.npu.device_count()
     if count == 0:
         return [Check("NPUs", "error", "devices are mounted but torch_npu sees none (driver, permissions, or held by another container)")]
@@ -223,6 +316,78 @@ def check_links(where: Environment, found: list[str], *, required: bool) -> list
     return [Check("NPU links", status, "; ".join([*down, *(f"cannot read {u}" for u in unknown)]))]
 
 
+def check_hccn(where: Environment, found: list[str]) -> list[Check]:
+    """Each NPU port's address in the host's hccn.conf (``address_N=``) against what the port holds
+    (``hccn_tool -i N -ip -g``): a port configured by hand and never written back, or a file copied
+    from another node, splits HCCL's view of the fabric from the hardware's."""
+    conf = where.path(HCCN_CONF)
+    tool = where.path(HCCN_TOOL)
+    if not found:
+        return []
+    if not conf.is_file():
+        return [Check("hccn.conf", "skip", f"{HCCN_CONF} is not mounted here (the cluster preflight mounts it)")]
+    addresses = {k.removeprefix("address_"): v for k, v in read_info(conf).items() if k.startswith("address_")}
+    if not addresses:
+        return [
+            Check("hccn.conf", "error", f"{HCCN_CONF} configures no NPU port (no address_N= line): run hccn_tool to set the ports' IPs")
+        ]
+    if not (tool.is_file() and os.access(tool, os.X_OK)):
+        return [Check("hccn.conf", "warn", f"{len(addresses)} port addresses, not compared: {HCCN_TOOL} is not in this container")]
+    problems = []
+    for dev in found:
+        index = Path(dev).name.removeprefix("davinci")
+        want = addresses.get(index)
+        if want is None:
+            problems.append(f"NPU {index} has no address_{index} in {HCCN_CONF}")
+            continue
+        try:
+            proc = subprocess.run(
+                [str(tool), "-i", index, "-ip", "-g"], capture_output=True, text=True, timeout=LINK_TIMEOUT_S, check=False
+            )
+            output = proc.stdout + proc.stderr
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            output = str(exc)
+        match = re.search(r"ipaddr\s*:\s*(\S+)", output, re.IGNORECASE)
+        if match is None:
+            problems.append(f"NPU {index}: cannot read its address ({output.strip().splitlines()[-1] if output.strip() else 'no output'})")
+        elif match[1] != want:
+            problems.append(f"NPU {index} holds {match[1]}, {HCCN_CONF} says {want}")
+    if problems:
+        return [Check("hccn.conf", "error", "; ".join(problems))]
+    return [Check("hccn.conf", "ok", f"{len(found)} port addresses match {HCCN_CONF}")]
+
+
+def error_codes() -> list[dict[str, str]]:
+    """The table of HCCL, HCCP and ACL codes users hit most (error_codes.json: data, each with its source)."""
+    try:
+        return list(json.loads(ERROR_CODES.read_text(encoding="utf-8"))["codes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def code_pattern(table: list[dict[str, str]]) -> re.Pattern[str]:
+    """One pattern for every code of the table, not inside a longer word or number."""
+    codes = "|".join(sorted((re.escape(e["code"]) for e in table), key=len, reverse=True)) or "(?!)"
+    return re.compile(rf"(?<![0-9A-Za-z])({codes})(?![0-9])")
+
+
+def explain(text: str, table: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
+    """The table's entries for every code ``text`` mentions, in the order they first appear."""
+    table = error_codes() if table is None else table
+    by_code = {e["code"]: e for e in table}
+    seen: dict[str, dict[str, str]] = {}
+    for match in code_pattern(table).finditer(text):
+        seen.setdefault(match[1], by_code[match[1]])
+    return list(seen.values())
+
+
+def explained(text: str, context: str = "") -> str:
+    """``text`` followed by what each code in it (or in ``context``, the whole message) means and the
+    first thing to check."""
+    notes = [f"{e['code']} ({e['name']}): {e['meaning']}; first check: {e['check']}" for e in explain(f"{text}\n{context}")]
+    return text + "".join(f" [{note}]" for note in notes)
+
+
 def run(
     where: Environment | None = None, torch_modules: tuple[Any, Any] | None = None, *, links: bool = False
 ) -> tuple[int, dict[str, Any]]:
@@ -241,20 +406,30 @@ def run(
     found = devices(where)
     checks += check_user(where, found)
     driver = driver_version(where)
+    supported = (info.get("drivers") or {}).get("hdk") or []
+    if driver is not None and supported:
+        verdict = judge_driver(driver, str(info.get("cann")), [str(v) for v in supported])
+    elif found:
+        verdict = Check("driver", "ok" if driver else "error", driver or f"{DRIVER_VERSION} not mounted")
+    else:
+        verdict = Check("driver", "skip" if driver is None else "ok", driver or "no driver mounted")
+    checks.append(verdict)
+    if driver is not None:
+        checks += check_firmware(where)
     if not found:
-        checks.append(Check("driver", "skip" if driver is None else "ok", driver or "no driver mounted"))
         checks.append(Check("NPUs", "skip", "no /dev/davinci* here: preflight only"))
     else:
-        checks.append(Check("driver", "ok" if driver else "error", driver or f"{DRIVER_VERSION} not mounted"))
         if any(c.name == "device access" and c.status == "error" for c in checks):
             checks.append(Check("NPUs", "skip", "not tried: the devices cannot be opened (see device access)"))
         else:
             checks += check_npus(info, torch_modules)
         checks += check_links(where, found, required=links)
+        checks += check_hccn(where, found)
     failed = any(c.status == "error" for c in checks)
     code = EXIT_FAILED if failed else EXIT_NO_DEVICES if not found else EXIT_OK
     outcome = "failed" if failed else "no Ascend devices: preflight passed, NPU checks not run" if not found else "ready"
     return code, {
+        "node": where.getenv(NODE_ENV) or socket.gethostname(),
         "outcome": outcome,
         "exit_code": code,
         "devices": len(found),

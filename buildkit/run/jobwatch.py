@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from buildkit.accuracy.metrics import STEP_TIME, StepParser
+from buildkit.run.doctor import code_pattern, error_codes
 from buildkit.text import strip_ansi
 
 # Ray is up: what ray.init prints locally, or on connecting to a cluster (KubeRay, ray start).
@@ -27,7 +28,7 @@ _PENDING = re.compile(
 )
 _GPU_ASK = re.compile(r"['\"]?GPU['\"]?\s*:\s*\d")
 _HCCL = re.compile(
-    r"\bHCCL\b.*(?:error|fail|timeout|timed out)|(?:error|fail|timeout).*\bHCCL\b|EI\d{4}|hccl.*(?:error|fail)", re.IGNORECASE
+    r"\bHCCL\b.*(?:error|fail|timeout|timed out)|(?:error|fail|timeout).*\bHCCL\b|E[IJ]\d{4}|hccl.*(?:error|fail)", re.IGNORECASE
 )
 _NPU_ERROR = re.compile(r"\b(?:EE|EL|EH|EZ)\d{4}\b|ACL error|aclnn.*failed|NPU out of memory|socversion", re.IGNORECASE)
 _PY_ERROR = re.compile(r"^(?:Traceback|\w+(?:Error|Exception):)")
@@ -64,9 +65,12 @@ class JobWatch:
     error_lines: list[str] = field(default_factory=list, init=False)
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=15), init=False)
     parser: StepParser = field(default_factory=StepParser, init=False)
+    codes: dict[str, str] = field(default_factory=dict, init=False)  # each known error code seen -> the first line with it
+    _table: list[dict[str, str]] = field(default_factory=error_codes, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.started = self.clock()
+        self._codes = code_pattern(self._table)
 
     def feed(self, raw: str) -> None:
         line = strip_ansi(raw).rstrip()
@@ -91,6 +95,8 @@ class JobWatch:
                 bucket.append(line.strip())
         if _PY_ERROR.match(line.strip()) and len(self.error_lines) < 5:
             self.error_lines.append(line.strip())
+        for match in self._codes.finditer(line):
+            self.codes.setdefault(match[1], line.strip())
 
     def stalled(self) -> Stall | None:
         """A stall once Ray has been up ``stall_after`` seconds with no new step line."""
@@ -126,6 +132,10 @@ class JobWatch:
             causes.append(f"the NPU runtime reported an error (driver, CANN, chip). Seen: {self.npu_lines[0]}")
         if self.error_lines:
             causes.append(f"a Python error was printed: {self.error_lines[-1]}")
+        by_code = {e["code"]: e for e in self._table}
+        for code in self.codes:  # in the order they first appeared
+            e = by_code[code]
+            causes.append(f"{code} ({e['name']}): {e['meaning']}. First check: {e['check']}. Source: {e['source']}")
         if self.ray_up_at is None:
             causes.append("Ray never reported that it started: the job is stuck before training (imports, model load, data)")
         if not causes:

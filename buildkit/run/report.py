@@ -118,7 +118,7 @@ def report_markdown(data: dict[str, Any]) -> str:
         lines += [f"| {cell(c['name'])} | {c['status']} | {cell(c['detail'])} |" for c in data["checks"]]
     stall = (data.get("job") or {}).get("stall")
     if stall:
-        lines += ["", f"## Why the job stopped: {cell(stall['summary'])}", ""]
+        lines += ["", f"## Why the job stopped: {cell(stall['summary'])}", ""]  # a stall, a timeout or a failed exit
         lines += [f"- {cell(cause)}" for cause in stall["likely_causes"]]
         lines += ["", "Last lines of the log:", "", "```", *stall["last_lines"], "```"]
     comparison = data.get("comparison")

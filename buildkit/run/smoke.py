@@ -374,7 +374,9 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         data["job"]["stall"] = why.describe()
         return finish("timed-out", ExitCode.TIMED_OUT, f"{why.summary}: killed and removed; likely: {why.causes[0]}")
     if result.exit_code != 0:
-        return finish("failed", ExitCode.CHECK_FAILED, f"the job exited with {result.exit_code}; see job.log")
+        why = watch.diagnose(f"the job exited with {result.exit_code} at {watch.where()}")
+        data["job"]["stall"] = why.describe()  # what the log points at: the same diagnosis as a stall's
+        return finish("failed", ExitCode.CHECK_FAILED, f"the job exited with {result.exit_code}; see job.log; likely: {why.causes[0]}")
     failed = [c.name for c in checks if c.status == "error"]
     if comparison is not None and not comparison.passed:
         failed += [f"baseline gate: {m.name}" for m in comparison.metrics if not m.passed]
