@@ -75,12 +75,13 @@ REGISTRY_PORT = int(os.environ.get("ASCENDKIT_REGISTRY_PORT", "5000"))
 STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
 STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}
-STANDIN_VERSION = "6"  # bump when the stand-in's contents change
+STANDIN_VERSION = "7"  # bump when the stand-in's contents change
 DEBIAN_MIRROR = os.environ.get("ASCENDKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # What the template's system step installs, preinstalled so that the step is quick (most come with
 # the real CANN base too), and so that the arm64 layers test, which does not run the step, has
-# libsndfile1 for main_ppo's imports.
-STANDIN_PACKAGES = "ca-certificates,python3,python3-pip,git,gcc,g++,make,cmake,libnuma-dev,libsndfile1"
+# libsndfile1 for main_ppo's imports. python3-dev: the CANN images' Python comes with its headers,
+# which compiled extensions need (the vllm stand-in's C speedups, as vllm-ascend's custom ops).
+STANDIN_PACKAGES = "ca-certificates,python3,python3-dev,python3-pip,git,gcc,g++,make,cmake,libnuma-dev,libsndfile1"
 
 
 def log(message: str) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from buildkit.errors import ExitCode
 from buildkit.image.probe import run_in_image
+from buildkit.image.verify import Expected, collect_facts, extension_checks
 from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import read_lock, render_unresolved
 from buildkit.matrix.load import load_matrix
@@ -52,6 +53,26 @@ def test_labels_and_manifest_match_the_matrix(docker_env: DockerEnv, built: dict
     }
     md = (built["workdir"] / built["manifest_md"]).read_text()
     assert "Verification: **passed**" in md and "| package idna | 3.7 | 3.7 | pass |" in md
+
+
+def test_compiled_extensions_are_checked_and_a_build_without_them_fails_naming_the_component(
+    docker_env: DockerEnv, built: dict[str, Any]
+) -> None:
+    """The vllm stand-in (MarkupSafe from its sdist) compiles its C speedups, as vllm-ascend its custom
+    ops: verification finds the shared object and resolves its libraries in the image. Judged as if the
+    vllm-ascend stand-in (iniconfig, also built from its sdist, pure Python) had to produce kernels, the
+    same image fails, naming the component: a source build that "succeeded" without them."""
+    manifest = json.loads((built["workdir"] / built["manifest"]).read_text())
+    (ext,) = [c for c in manifest["checks"] if c["name"].startswith("extension")]
+    assert ext["name"] == "extension vllm" and ext["status"] == "pass", ext
+    assert "/markupsafe/_speedups.cpython-311-x86_64-linux-gnu.so: " in ext["actual"] and "libraries resolve" in ext["actual"]
+    facts = collect_facts(docker_env.client, built["image_id"], (), ("markupsafe._speedups", "iniconfig._kernels"))
+    claimed = Expected("teststack", "a3", ("a3",), "debian12", "x86_64", "3.11", "8.3.RC1", "b", (), (),
+                       extensions=(("vllm", "markupsafe._speedups"), ("vllm_ascend", "iniconfig._kernels")))  # fmt: skip
+    checks = {c.name: c for c in extension_checks(facts, claimed)}
+    assert checks["extension vllm"].status == "pass"
+    missing = checks["extension vllm_ascend"]
+    assert missing.status == "fail" and "no _kernels.*.so in" in missing.actual and "its kernels were not compiled" in missing.actual
 
 
 def test_json_result_and_tags(built: dict[str, Any]) -> None:

@@ -147,3 +147,38 @@ def test_the_expected_user_comes_from_the_matrix(tmp_path: Path) -> None:
     assert ("io.ascendkit.user", "HwHiAiUser 1001:1002") in plan.expected.labels
     assert "USER 1001:1002\n" in plan.dockerfile
     assert "add-user.sh HwHiAiUser 1001 1002 /home/HwHiAiUser /workspace" in plan.dockerfile
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled extensions a source build must produce (vllm-ascend's custom ops)
+
+EXT = "vllm_ascend.vllm_ascend_C"
+SO = "/usr/local/lib/python3.11/site-packages/vllm_ascend/vllm_ascend_C.cpython-311-aarch64-linux-gnu.so"
+
+
+def _extension(found: dict[str, Any] | None) -> tuple[str, str]:
+    expected = replace(_expected(), extensions=(("vllm_ascend", EXT),))
+    facts = _facts(extensions={EXT: found} if found is not None else {})
+    (check,) = [c for c in compare(facts, expected) if c.name.startswith("extension")]
+    assert check.name == "extension vllm_ascend" and check.expected == f"{EXT} built, its libraries resolvable"
+    return check.status, check.actual
+
+
+def test_every_stack_expects_vllm_ascends_custom_ops(tmp_path: Path) -> None:
+    plan = plan_build(load_matrix(MATRIX), "a3", arch="aarch64", use_default_ca=False)
+    assert plan.expected.extensions == (("vllm_ascend", EXT),) and plan.expected.modules == (EXT,)
+    loaded = load_matrix(MATRIX)
+    assert all(stack.vllm_ascend.extensions == (EXT,) for stack in loaded.matrix.stacks.values())
+
+
+def test_an_extension_whose_libraries_resolve_passes_and_the_drivers_are_allowed() -> None:
+    found = {"file": SO, "needed": ["libtorch.so", "libascendcl.so", "libascend_hal.so", "libc.so.6"], "unresolved": ["libascend_hal.so"]}
+    assert _extension(found) == ("pass", f"{SO}: 4 libraries resolve (libascend_hal.so from the host's driver)")
+
+
+def test_a_build_without_its_extension_or_with_unresolved_libraries_fails_naming_the_component() -> None:
+    status, actual = _extension({"file": None, "error": "no vllm_ascend_C.*.so in /site/vllm_ascend"})
+    assert status == "fail" and actual.startswith("missing: no vllm_ascend_C.*.so") and "its kernels were not compiled" in actual
+    assert _extension(None)[0] == "fail", "not probed is not passed"
+    status, actual = _extension({"file": SO, "needed": ["libascendcl.so", "libopapi.so"], "unresolved": ["libopapi.so"]})
+    assert (status, actual) == ("fail", f"{SO}: libopapi.so not found in the image (nor the driver's)")

@@ -146,7 +146,9 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
         manifest = (plan.manifest_dir / f"{plan.manifest_name}.json", plan.manifest_dir / f"{plan.manifest_name}.md")
         return _result(plan, image_id, started, progress, checks, manifest, sbom, "reused")
     try:
-        facts = collect_facts(client, image_id, plan.expected.distributions)  # its container is removed however it ends
+        facts = collect_facts(
+            client, image_id, plan.expected.distributions, plan.expected.modules
+        )  # its container is removed however it ends
     except KeyboardInterrupt as exc:
         raise interrupted(exc, f"image {image_id[:19]} was built but not verified; nothing was tagged and no manifest written") from None
     checks = compare(facts, plan.expected)

@@ -212,6 +212,7 @@ def plan_build(
         leaves_out=image.expected_sources.leaves_out,
         patches=image.expected_sources.patches,
         user=(image.user.name, image.user.uid, image.user.gid),
+        extensions=tuple((component, module) for component, pin in image.stack.pins().items() for module in pin.extensions),
     )
     return BuildPlan(
         image=image,

@@ -18,7 +18,7 @@ PROBE_LABEL = "io.ascendkit.probe"
 
 # Runs inside the image with its own Python; prints one JSON document.
 PROBE = r"""
-import glob, hashlib, importlib.util, json, os, platform, pwd, site, subprocess, sys
+import glob, hashlib, importlib.machinery, importlib.util, json, os, platform, pwd, site, struct, subprocess, sys
 from importlib import metadata
 def read(path):
     try:
@@ -94,6 +94,75 @@ def unreadable(roots, limit=20):
             elif entry.is_file(follow_symlinks=False) and not os.access(entry.path, os.R_OK):
                 note(entry.path)
     return {"count": count, "first": sorted(found)}
+def elf_dynamic(path):
+    # DT_NEEDED and DT_RUNPATH/DT_RPATH of an ELF shared object, read from its dynamic section
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF":
+        raise ValueError("not an ELF file")
+    wide, end = data[4] == 2, "<" if data[5] == 1 else ">"
+    phoff = struct.unpack_from(end + ("Q" if wide else "I"), data, 0x20 if wide else 0x1C)[0]
+    phentsize, phnum = struct.unpack_from(end + "HH", data, 0x36 if wide else 0x2A)
+    loads, dynamic = [], None
+    for i in range(phnum):
+        at = phoff + i * phentsize
+        if wide:
+            kind, _, offset, vaddr, _, size = struct.unpack_from(end + "IIQQQQ", data, at)
+        else:
+            kind, offset, vaddr, _, size = struct.unpack_from(end + "IIIII", data, at)
+        if kind == 1:
+            loads.append((vaddr, offset, size))
+        elif kind == 2:
+            dynamic = (offset, size)
+    if dynamic is None:
+        return [], []
+    entries, step, fmt = [], 16 if wide else 8, end + ("qQ" if wide else "iI")
+    for at in range(dynamic[0], dynamic[0] + dynamic[1], step):
+        tag, value = struct.unpack_from(fmt, data, at)
+        if tag == 0:
+            break
+        entries.append((tag, value))
+    strtab = next((v for t, v in entries if t == 5), None)
+    if strtab is None:
+        return [], []
+    base = next((strtab - vaddr + offset for vaddr, offset, size in loads if vaddr <= strtab < vaddr + size), strtab)
+    def text(i):
+        return data[base + i:data.index(b"\0", base + i)].decode("utf-8", "replace")
+    needed = [text(v) for t, v in entries if t == 1]
+    paths = [p for t, v in entries if t in (15, 29) for p in text(v).split(":") if p]
+    return needed, paths
+def library_dirs():
+    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    for conf in ["/etc/ld.so.conf"] + sorted(glob.glob("/etc/ld.so.conf.d/*.conf")):
+        for line in (read(conf) or "").splitlines():
+            line = line.split("#")[0].strip()
+            if line and not line.startswith("include"):
+                dirs.append(line)
+    dirs += ["/lib64", "/usr/lib64", "/lib", "/usr/lib"]
+    for package in ("torch", "torch_npu"):  # loaded before any extension built against them
+        spec = importlib.util.find_spec(package)
+        dirs += [os.path.join(d, "lib") for d in (spec.submodule_search_locations or [])] if spec else []
+    return dirs
+def extension(name):
+    package, _, leaf = name.rpartition(".")
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError) as exc:
+        return {"file": None, "error": "package %s: %s" % (package, exc)}
+    places = list(spec.submodule_search_locations or []) if spec else []
+    files = [os.path.join(d, leaf + suffix) for d in places for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    files = [f for f in files if os.path.isfile(f)] or sorted(f for d in places for f in glob.glob(os.path.join(d, leaf + ".*so")))
+    if not files:
+        return {"file": None, "error": "no %s.*.so in %s" % (leaf, ", ".join(places) or "(package %s not found)" % package)}
+    try:
+        needed, paths = elf_dynamic(files[0])
+    except (OSError, ValueError, struct.error) as exc:
+        return {"file": files[0], "error": "cannot read it as a shared object: %s" % exc}
+    search = [p.replace("$ORIGIN", os.path.dirname(files[0])).replace("${ORIGIN}", os.path.dirname(files[0])) for p in paths]
+    search += library_dirs()
+    unresolved = [lib for lib in needed if not any(os.path.exists(os.path.join(d, lib)) for d in search)]
+    return {"file": files[0], "needed": needed, "unresolved": unresolved}
+extensions = {a[4:]: extension(a[4:]) for a in sys.argv[1:] if a.startswith("ext:")}
 uid = os.getuid()
 try:
     entry = pwd.getpwuid(uid)
@@ -106,7 +175,7 @@ user = {
     "uid": uid, "gid": os.getgid(), **account,
     "writable": {p: os.access(p, os.W_OK | os.X_OK) for p in filter(None, [account["home"], os.getcwd()])},
     "unreadable": unreadable(roots),
-    "imports": {d: {n: importable(n) for n in top_levels(d)} for d in sys.argv[1:]},
+    "imports": {d: {n: importable(n) for n in top_levels(d)} for d in sys.argv[1:] if not d.startswith("ext:")},
 }
 patterns = ["/usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info",
             "/usr/local/Ascend/ascend-toolkit/latest/version.cfg"]
@@ -125,6 +194,7 @@ print(json.dumps({
     "patches": patches,
     "requires": requires,
     "user": user,
+    "extensions": extensions,
 }))
 """
 
@@ -145,9 +215,13 @@ def run_in_image(client: docker.APIClient, image_id: str, command: list[str], ti
     return int(status.get("StatusCode", -1)), stdout, stderr
 
 
-def run_probe(client: docker.APIClient, image_id: str, distributions: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The probe, run as the image's own user; it also finds the top-level modules of ``distributions``."""
-    code, stdout, stderr = run_in_image(client, image_id, ["python3", "-c", PROBE, *distributions])
+def run_probe(
+    client: docker.APIClient, image_id: str, distributions: tuple[str, ...] = (), extensions: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The probe, run as the image's own user; it also finds the top-level modules of ``distributions``
+    and, for each compiled extension module of ``extensions``, its file and the shared libraries it needs."""
+    argv = ["python3", "-c", PROBE, *distributions, *(f"ext:{name}" for name in extensions)]
+    code, stdout, stderr = run_in_image(client, image_id, argv)
     if code != 0:
         raise VerifyFailed(f"the verification probe exited with {code}:\n{stderr[-2000:]}")
     try:

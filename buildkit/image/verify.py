@@ -44,10 +44,16 @@ class Expected:
     leaves_out: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (checkout, packages its install must not require)
     patches: tuple[tuple[str, str, str], ...] = ()  # (distribution, file, line commented out)
     user: tuple[str, int, int] | None = None  # (name, uid, gid) the image runs as; None: not checked
+    extensions: tuple[tuple[str, str], ...] = ()  # (component, compiled extension module its build must produce)
 
     @property
     def distributions(self) -> tuple[str, ...]:
         return tuple(dist for dist, _ in self.packages)
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The compiled extension modules to look for."""
+        return tuple(module for _, module in self.extensions)
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,7 @@ class ImageFacts:
     requires: dict[str, list[str]] = field(default_factory=dict)  # checkout (installed as a distribution) -> its requirements
     config_user: str = ""  # the image config's User ("" is root)
     user: dict[str, Any] = field(default_factory=dict)  # the probe's view of the user it ran as (see PROBE)
+    extensions: dict[str, dict[str, Any]] = field(default_factory=dict)  # module -> its file, needed and unresolved libraries
 
 
 def normalize(name: str) -> str:
@@ -105,9 +112,11 @@ def parse_cann_version(files: dict[str, str | None]) -> tuple[str | None, str | 
     return None, None
 
 
-def collect_facts(client: docker.APIClient, image_id: str, distributions: tuple[str, ...] = ()) -> ImageFacts:
+def collect_facts(
+    client: docker.APIClient, image_id: str, distributions: tuple[str, ...] = (), extensions: tuple[str, ...] = ()
+) -> ImageFacts:
     inspect = client.inspect_image(image_id)
-    probe = run_probe(client, image_id, distributions)
+    probe = run_probe(client, image_id, distributions, extensions)
     if probe.get("pip_list") is None:
         raise VerifyFailed(f"`pip list` failed in the image: {probe.get('pip_error', '')}")
     version, source = parse_cann_version(probe.get("cann_files") or {})
@@ -137,6 +146,7 @@ def collect_facts(client: docker.APIClient, image_id: str, distributions: tuple[
         requires={str(k): [str(r) for r in v] for k, v in (probe.get("requires") or {}).items()},
         config_user=str((inspect.get("Config") or {}).get("User") or ""),
         user=dict(probe.get("user") or {}),
+        extensions={str(k): dict(v) for k, v in (probe.get("extensions") or {}).items() if isinstance(v, dict)},
     )
 
 
@@ -195,6 +205,7 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
     elif expected.unresolved_lock:
         checks.append(Check("lock", "hash-locked install", f"{expected.unresolved_lock} is unresolved: pins installed unhashed", "absent"))
     checks += _source_checks(facts, expected)
+    checks += extension_checks(facts, expected)
     checks += user_checks(facts, expected)
     for key, value in expected.labels:
         got = facts.labels.get(key)
@@ -236,6 +247,38 @@ def _source_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
         else:
             got, ok = f"commented out at line {record.get('line')} of {record.get('version')}", True
         checks.append(Check(f"patch {package} {file}", f"{line.strip()!r} commented out", got, "pass" if ok else "fail"))
+    return checks
+
+
+# Libraries of the Ascend driver (Ascend HDK): installed on the host, mounted at run time under
+# /usr/local/Ascend/driver/lib64 (and /usr/local/dcmi), so never in an image. A compiled extension
+# may need them and still be whole.
+DRIVER_LIBRARIES = ("libascend_hal.so", "libdrvdsmi_host.so", "libdcmi.so")
+
+
+def extension_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
+    """Each compiled extension a source build must produce is there as a shared object whose
+    libraries resolve in the image (or are the driver's, mounted at run time). A build that
+    "succeeded" without its kernels (vllm-ascend without COMPILE_CUSTOM_KERNELS, or a compiler that
+    failed quietly) fails here, naming the component, instead of at the first custom op on the NPUs."""
+    checks = []
+    for component, module in expected.extensions:
+        found = facts.extensions.get(module) or {"file": None, "error": "not probed"}
+        want = f"{module} built, its libraries resolvable"
+        if not found.get("file") or found.get("error"):
+            got = f"{found.get('file') or 'missing'}: {found.get('error')}" if found.get("error") else "missing"
+            checks.append(
+                Check(f"extension {component}", want, f"{got} (the build produced no {module}: its kernels were not compiled)", "fail")
+            )
+            continue
+        unresolved = [lib for lib in found.get("unresolved") or [] if lib not in DRIVER_LIBRARIES]
+        driver = [lib for lib in found.get("unresolved") or [] if lib in DRIVER_LIBRARIES]
+        needed = len(found.get("needed") or [])
+        if unresolved:
+            got = f"{found['file']}: {', '.join(unresolved)} not found in the image (nor the driver's)"
+        else:
+            got = f"{found['file']}: {needed} libraries resolve" + (f" ({', '.join(driver)} from the host's driver)" if driver else "")
+        checks.append(Check(f"extension {component}", want, got, "fail" if unresolved else "pass"))
     return checks
 
 
