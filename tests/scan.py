@@ -49,13 +49,15 @@ KINDS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("openrlhf-job", "a2-box16", "openrlhf-cann8.1", {}),
     ("openrlhf-rayjob", "a2-box16", "openrlhf-cann8.1", {"nodes": 2}),
     ("openrlhf-vcjob", "a2-box16", "openrlhf-cann8.1", {"nodes": 2, "scheduler": "volcano", "kuberay": False}),
+    ("preflight", "a3", "cann8.3", {"job": "preflight"}),
+    ("preflight-volcano", "a2-box16", "cann8.3", {"job": "preflight", "scheduler": "volcano"}),
 )
 
 
 def pods_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every pod template a workload carries: a batch/v1 Job's, or those `k8s validate` finds in a
-    RayJob or a Volcano Job (present ones: the scan reads what is rendered)."""
-    if doc["apiVersion"] == "batch/v1":
+    """Every pod template a workload carries: a batch/v1 Job's or the preflight DaemonSet's, or those
+    `k8s validate` finds in a RayJob or a Volcano Job (present ones: the scan reads what is rendered)."""
+    if doc["apiVersion"] in ("batch/v1", "apps/v1"):
         return [doc["spec"]["template"]]
     if doc["kind"] == "ConfigMap":
         return []

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildkit.cli.base import MAX_NODES, MAX_SECONDS, MAX_STEPS, JsonFlag, MatrixPath, app, user_errors
+from buildkit.cli.base import MAX_NODES, MAX_SECONDS, MAX_STEPS, JsonFlag, MatrixPath, app, print_json, user_errors
 from buildkit.errors import ExitCode, InputError, PublishFailed, Unavailable
 from buildkit.fsio import STDOUT, check_output_file, write_output
 from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION
@@ -115,7 +115,11 @@ def k8s_render(
     job: Annotated[
         str,
         typer.Option(
-            "--job", help="smoke or grpo (the image's GRPO smoke job), sft (verl's SFT smoke job, one node), train (your command after --)."
+            "--job",
+            help=(
+                "smoke or grpo (the image's GRPO smoke job), sft (verl's SFT smoke job, one node), train (your command after --), "
+                "preflight (a DaemonSet checking every node of the SKU with the image: read it with `k8s preflight`)."
+            ),
         ),
     ] = "smoke",
     scheduler: SchedulerOption = "default",
@@ -235,6 +239,16 @@ def k8s_render(
         user, problem = user_of(labels, loaded.matrix.image_user)
         warnings += [problem] if problem else []
         request = dataclasses.replace(request, image_job=found, user=user)
+    elif request.job == "preflight":  # the pods run as the image's user: its labels, where the registry answers
+        from buildkit.image.registry import image_labels
+
+        try:
+            labels = image_labels(image, arch)
+        except (InputError, Unavailable, PublishFailed) as exc:
+            labels, warnings = {}, [f"could not read the image's labels ({exc}): the pods run as the matrix's user"]
+        user, problem = user_of(labels, loaded.matrix.image_user)
+        warnings += [problem] if problem else []
+        request = dataclasses.replace(request, user=user)
     elif stack is not None:  # your own command: --stack still names the framework (labels, default name)
         from buildkit.run.job import ImageJob
 
@@ -248,6 +262,33 @@ def k8s_render(
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": as_documents(text)}, indent=2) + "\n"
     if write_output(output, text):
         typer.echo(f"wrote {output}", err=True)
+
+
+@k8s_app.command("preflight")
+@user_errors
+def k8s_preflight(
+    sources: Annotated[
+        list[str],
+        typer.Argument(
+            help="kubectl logs of the preflight pods: - for stdin (kubectl logs -l ... --prefix --tail=-1), files, or directories."
+        ),
+    ],
+    expect: Annotated[
+        int | None, typer.Option("--expect", min=1, max=MAX_NODES, help="Nodes that should have reported (fewer fails).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Judge every node from its preflight report: one row per node, the failing check and what to do (exit 1 when any fails)."""
+    from buildkit.k8s.preflight import format_table, read_reports, summarize
+
+    verdicts, problems = summarize(read_reports(sources), expect)
+    failed = bool(problems) or any(v.verdict == "fail" for v in verdicts)
+    if as_json:
+        print_json({"passed": not failed, "nodes": [v.describe() for v in verdicts], "problems": problems})
+    else:
+        typer.echo(format_table(verdicts, problems))
+    if failed:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
 
 
 @k8s_app.command(

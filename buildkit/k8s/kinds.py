@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from buildkit.k8s.pod import CONTAINER_SECURITY, Pod, env_list, locked_down, npu_pod, writable
+from buildkit.k8s.pod import CONTAINER_SECURITY, Pod, env_list, locked_down, npu_pod, preflight_pod, writable
 from buildkit.k8s.request import (
     FILES,
     HOST_ARCH,
@@ -40,6 +40,23 @@ def configmap(name: str, request: K8sRequest, labels: dict[str, str], files: tup
         "kind": "ConfigMap",
         "metadata": _metadata(name, request, labels),
         "data": {file: (SMOKE_DIR / file).read_text(encoding="utf-8") for file in files},
+    }
+
+
+def preflight_daemonset(name: str, pod: Pod) -> dict[str, Any]:
+    """One preflight pod on every node of the SKU (its node labels), each checking its node once."""
+    request = pod.request
+    template = preflight_pod(pod)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": _metadata(name, request, pod.labels),
+        "spec": {
+            "selector": {
+                "matchLabels": {k: v for k, v in template["metadata"]["labels"].items() if k.endswith(("/instance", "/component"))}
+            },
+            "template": template,
+        },
     }
 
 

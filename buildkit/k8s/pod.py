@@ -17,7 +17,7 @@ from buildkit.k8s.request import (
 )
 from buildkit.plan import WORKSPACE
 from buildkit.run.devices import DRIVER_FILES_OPTIONAL, DRIVER_FILES_REQUIRED, SHM_SIZE
-from buildkit.run.doctor import DRIVER_VERSION, HCCN_TOOL
+from buildkit.run.doctor import DRIVER_VERSION, FIRMWARE_VERSION, HCCN_CONF, HCCN_TOOL, NODE_ENV
 from buildkit.run.job import SMOKE_FILES
 
 # The host files smoke mounts, as hostPath volumes: (volume name, path, hostPath type). hccn_tool
@@ -30,7 +30,10 @@ DRIVER_VOLUMES = (
     ("ascend-install-info", "/etc/ascend_install.info", "File"),
     ("hccn-tool", HCCN_TOOL, "File"),
 )
-assert {p for _, p, _ in DRIVER_VOLUMES} == {*DRIVER_FILES_REQUIRED, *DRIVER_FILES_OPTIONAL}
+# The firmware's version file is not among them: a hostPath of type File that a node lacks keeps
+# the pod from starting, and doctor judges the firmware only where the file is (smoke mounts it when
+# the host has it).
+assert {p for _, p, _ in DRIVER_VOLUMES} == {*DRIVER_FILES_REQUIRED, *DRIVER_FILES_OPTIONAL} - {FIRMWARE_VERSION}
 
 # Every container runs locked down: as the image's user, without privilege escalation, with a
 # read-only root filesystem and no Linux capability at all. None is needed: HCCL reaches the other
@@ -115,12 +118,7 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
     npus = {request.resource: str(sku.npus_per_node)}
     memory = f"{sku.k8s_memory_gib_request}Gi"
     driver_mounts = [{"name": n, "mountPath": p, "readOnly": True} for n, p, _ in DRIVER_VOLUMES]
-    labels = {**pod.labels, f"{APP_LABEL}/component": role}
-    if request.volcano:
-        labels[MINDCLUSTER_JOB_KIND] = sku.k8s_ring_controller
-    metadata: dict[str, Any] = {"labels": labels}
-    if request.volcano and request.kind == "Job":
-        metadata["annotations"] = {VOLCANO_POD_QUEUE: request.queue or "default"}
+    metadata = pod_metadata(pod, role)
     doctor_args = ["ascendkit", "doctor", *(["--links"] if request.nodes > 1 else [])]
     writable_mounts, writable_volumes = writable(request)
     init_limits = {**npus, **INIT_RESOURCES}
@@ -182,15 +180,67 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
         spec["restartPolicy"] = restart
     if request.hostnet:
         spec.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
+    spec.update(placement(request))
+    spec.update(initContainers=init, containers=[container], volumes=volumes)
+    return {"metadata": metadata, "spec": spec}
+
+
+def pod_metadata(pod: Pod, role: str) -> dict[str, Any]:
+    """The labels (MindCluster's job kind under Volcano) and, for a pod Volcano schedules by itself, its queue."""
+    request = pod.request
+    labels = {**pod.labels, f"{APP_LABEL}/component": role}
+    if request.volcano:
+        labels[MINDCLUSTER_JOB_KIND] = request.sku.k8s_ring_controller
+    metadata: dict[str, Any] = {"labels": labels}
+    if request.volcano and request.kind in ("Job", "DaemonSet"):
+        metadata["annotations"] = {VOLCANO_POD_QUEUE: request.queue or "default"}
+    return metadata
+
+
+def placement(request: K8sRequest) -> dict[str, Any]:
+    """Where an NPU pod may run and as whom: the scheduler, the SKU's node labels, the pull secret,
+    the locked-down pod securityContext with the devices' group."""
+    spec: dict[str, Any] = {}
     if request.volcano and request.kind != "RayJob":  # KubeRay sets it on the pods it creates
         spec["schedulerName"] = "volcano"
     spec["nodeSelector"] = {
         "accelerator": "huawei-Ascend910",
-        "accelerator-type": sku.k8s_accelerator_type,
+        "accelerator-type": request.sku.k8s_accelerator_type,
         "host-arch": HOST_ARCH[request.arch],
     }
     if request.pull_secret:
         spec["imagePullSecrets"] = [{"name": request.pull_secret}]
     spec.update(locked_down(request, devices=True))
-    spec.update(initContainers=init, containers=[container], volumes=volumes)
-    return {"metadata": metadata, "spec": spec}
+    return spec
+
+
+# What the preflight pod adds to the driver files: the NPU ports' configuration, which it compares
+# with what the ports hold. A node without it fails to start the pod (hostPath type File): the
+# summary lists it among the nodes that sent no report, and `kubectl describe pod` names the file.
+PREFLIGHT_VOLUMES = (("hccn-conf", HCCN_CONF, "File"),)
+PREFLIGHT_DONE = "ascendkit-preflight: done"  # printed after doctor's report, before the pod idles
+
+
+def preflight_pod(pod: Pod) -> dict[str, Any]:
+    """The pod a preflight DaemonSet puts on each node: every NPU of the node, the host driver, its
+    hccn.conf, and ``ascendkit doctor --json --links`` once; then it idles, so that the DaemonSet
+    does not restart it and ``kubectl logs`` keeps the report."""
+    request = pod.request
+    npus = {request.resource: str(request.sku.npus_per_node)}
+    limits = {**npus, **INIT_RESOURCES}
+    files = (*DRIVER_VOLUMES, *PREFLIGHT_VOLUMES)
+    writable_mounts, writable_volumes = writable(request)
+    script = f'ascendkit doctor --json --links; echo "{PREFLIGHT_DONE} (doctor exit $?)"; exec sleep infinity'
+    container = {
+        "name": "preflight",
+        "image": request.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["bash", "-c", script],  # args, not command: the entrypoint loads CANN first
+        "env": [{"name": NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "resources": {"requests": limits, "limits": limits},
+        "securityContext": CONTAINER_SECURITY,
+        "volumeMounts": [*({"name": n, "mountPath": p, "readOnly": True} for n, p, _ in files), *writable_mounts],
+    }
+    volumes = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in files] + writable_volumes
+    spec = {**placement(request), "containers": [container], "volumes": volumes}
+    return {"metadata": pod_metadata(pod, "preflight"), "spec": spec}

@@ -22,7 +22,7 @@ import yaml
 
 from buildkit.errors import InputError
 from buildkit.k8s import KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION
-from buildkit.k8s.kinds import batch_job, configmap, rayjob, volcano_job
+from buildkit.k8s.kinds import batch_job, configmap, preflight_daemonset, rayjob, volcano_job
 from buildkit.k8s.pod import Pod
 from buildkit.k8s.request import APP_LABEL, K8sRequest, Manifests, check_request, default_name
 from buildkit.matrix.yamlsource import YamlSourceError, load_documents
@@ -85,6 +85,8 @@ def render(request: K8sRequest) -> Manifests:
         argv, job_env = list(request.command), {}
     pod = Pod(request, labels, job_env, data_args, f"{name}-smoke", reads_files=len(files) > 1)
     framework = request.image_job.framework
+    if request.job == "preflight":
+        return _preflight(request, name, labels, warnings)
     title = f"{framework} {request.job} on {request.nodes} x {sku.product} ({request.sku_id}), {sku.npus_per_node} NPUs per node"
     scheduling = f"scheduler {request.scheduler}" + (f", queue {request.queue or 'default'}" if request.volcano else "")
     made = {
@@ -101,6 +103,25 @@ def render(request: K8sRequest) -> Manifests:
         docs.append(dump(configmap(pod.configmap, request, labels, files), [f"The smoke job's {what} ({shown})."]))
     docs.append(dump(build(name, pod, argv), [title, rendered]))
     return Manifests("---\n".join(docs), warnings)
+
+
+def _preflight(request: K8sRequest, name: str, labels: dict[str, str], warnings: tuple[str, ...]) -> Manifests:
+    sku = request.sku
+    labels = {f"{APP_LABEL}/name": "ascendkit-preflight", **{k: v for k, v in labels.items() if not k.endswith("/name")}}
+    pod = Pod(request, labels, {}, [], "")
+    scheduling = f"scheduler {request.scheduler}" + (f", queue {request.queue or 'default'}" if request.volcano else "")
+    comments = [
+        f"Preflight of every {sku.product} ({request.sku_id}) node the scheduler offers, with the image the job will use.",
+        f"Rendered by `ascendkit k8s render --job preflight`: apps/v1 DaemonSet; {scheduling}. Check: `ascendkit k8s validate`.",
+        "Each pod takes all its node's NPUs (a node whose NPUs are held stays Pending), runs `ascendkit doctor --json --links`",
+        "once and idles. Read them: kubectl logs -l app.kubernetes.io/instance="
+        + name
+        + " --prefix --tail=-1"
+        + (f" -n {request.namespace}" if request.namespace else "")
+        + " | ascendkit k8s preflight -",
+        "then delete this DaemonSet.",
+    ]
+    return Manifests(dump(preflight_daemonset(name, pod), comments), warnings)
 
 
 def as_documents(text: str, source: str = "<manifest>") -> list[dict[str, Any]]:

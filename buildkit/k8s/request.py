@@ -18,7 +18,8 @@ HOST_ARCH = {"aarch64": "huawei-arm", "x86_64": "huawei-x86"}
 RAYJOB_NAME_MAX = 47  # KubeRay adds "-xxxxx" for the RayCluster and up to 10 for its services
 VOLCANO_JOB_NAME_MAX = 50  # pods are <job>-<task>-<index>: "-worker-" and an index must fit in 63
 APP_LABEL = "app.kubernetes.io"
-K8S_JOBS = ("smoke", "grpo", "sft", "train")
+K8S_JOBS = ("smoke", "grpo", "sft", "train", "preflight")
+PREFLIGHT_NAME_MAX = 57  # DaemonSet pods are <name>-<5 random characters>: within the 63 of a label value
 SCHEDULERS = ("default", "volcano")
 TOPOLOGY_MODES = ("hard", "soft")
 
@@ -85,11 +86,13 @@ class K8sRequest:
 
     @property
     def smoke_job(self) -> str | None:
-        """The smoke job rendered (``smoke`` is GRPO's other name), None for ``--job train``."""
-        return None if self.job == "train" else "grpo" if self.job == "smoke" else self.job
+        """The smoke job rendered (``smoke`` is GRPO's other name), None for ``--job train`` and ``preflight``."""
+        return None if self.job in ("train", "preflight") else "grpo" if self.job == "smoke" else self.job
 
     @property
     def kind(self) -> str:
+        if self.job == "preflight":
+            return "DaemonSet"
         if self.nodes == 1:
             return "Job"
         return "RayJob" if self.kuberay else "VolcanoJob"
@@ -146,6 +149,8 @@ def check_name(value: str, what: str, *, limit: int = 63, pattern: re.Pattern[st
 
 
 def default_name(request: K8sRequest) -> str:
+    if request.job == "preflight":
+        return f"ascendkit-preflight-{request.sku_id}"
     return f"{request.image_job.framework}-{request.job}-{request.sku_id}" + (f"-{request.nodes}n" if request.nodes > 1 else "")
 
 
@@ -188,13 +193,17 @@ def check_request(request: K8sRequest, *, to_pin: bool = False) -> tuple[str, ..
         raise InputError(
             f"a command after `--` is for --job train; the {request.job} smoke job's command comes from its file in smoke_tests/"
         )
+    if request.job == "preflight" and request.nodes != 1:
+        raise InputError("--job preflight runs on every node of the SKU the scheduler offers (a DaemonSet): drop --nodes")
+    if request.job == "preflight" and (request.overrides or request.model_pvc or request.model_path):
+        raise InputError("--job preflight trains nothing: drop --override, --model-path and --model-pvc")
     if request.job == "sft" and request.nodes != 1:
         raise InputError("--job sft runs on one node (torchrun --standalone, as the seed's script): drop --nodes")
     if request.arch not in HOST_ARCH:
         raise InputError(f"--arch {request.arch!r}: one of {', '.join(HOST_ARCH)}")
     warning = check_image(request.image, request.allow_tag, to_pin=to_pin)
     check_scheduling(request)
-    limit = {"Job": 63, "RayJob": RAYJOB_NAME_MAX, "VolcanoJob": VOLCANO_JOB_NAME_MAX}[request.kind]
+    limit = {"Job": 63, "RayJob": RAYJOB_NAME_MAX, "VolcanoJob": VOLCANO_JOB_NAME_MAX, "DaemonSet": PREFLIGHT_NAME_MAX}[request.kind]
     check_name(default_name(request) if request.name is None else request.name, "--name", limit=limit)
     if request.namespace is not None:
         check_name(request.namespace, "--namespace", pattern=_DNS_LABEL)

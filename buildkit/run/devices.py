@@ -12,16 +12,18 @@ from typing import Any
 from buildkit.errors import InputError
 from buildkit.matrix.model import Sku
 from buildkit.plan import USER_LABEL
-from buildkit.run.doctor import CONTROL_DEVICES, DRIVER_VERSION, HCCN_TOOL
+from buildkit.run.doctor import CONTROL_DEVICES, DRIVER_VERSION, FIRMWARE_VERSION, HCCN_TOOL
 
 # The driver lives on the host, never in the image (facts: "Running a container on an NPU host").
 DRIVER_FILES_REQUIRED = ("/usr/local/Ascend/driver/lib64", DRIVER_VERSION)
-# hccn_tool ships with the NPU driver; doctor reads each NPU port's link state with it.
+# hccn_tool ships with the NPU driver; doctor reads each NPU port's link state with it, and the
+# firmware's version file to judge the firmware against the range the driver accepts.
 DRIVER_FILES_OPTIONAL = (
     "/usr/local/dcmi",
     "/usr/local/bin/npu-smi",
     "/etc/ascend_install.info",
     HCCN_TOOL,
+    FIRMWARE_VERSION,
 )
 SHM_SIZE = "16g"  # what verl's NPU CI gives its containers
 

@@ -1,0 +1,145 @@
+"""``ascendkit k8s preflight``: read what the preflight pods printed (``ascendkit doctor --json`` on
+each NPU node) and judge the cluster: one row per node, its verdict, the check that failed and what
+to do. The reports come from ``kubectl logs ... --prefix`` on stdin, from files, or from a directory
+of files (one node's log each)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from buildkit.errors import InputError
+from buildkit.fsio import read_input_text
+
+# kubectl logs --prefix: "[pod/NAME/CONTAINER] " in front of every line
+_PREFIX = re.compile(r"^\[pod/(?P<pod>[^/\]]+)/[^\]]*\] ?")
+
+# The first thing to do when a check fails on a node, by doctor's check name; the check's own
+# detail (versions, ports, paths) is shown beside it.
+REMEDIES = {
+    "driver": "upgrade the node's NPU driver and firmware (Ascend HDK) to a release the image's CANN supports, or drain the node",
+    "firmware": "install the firmware of the driver's Ascend HDK release (npu-smi upgrade), then reboot the node",
+    "NPUs": "npu-smi info on the node: another container holds the NPUs (DCMI -8020/-8005), or a card is faulty",
+    "NPU links": "hccn_tool -i N -link -g on the node: reseat the port's cable or fix the switch port, then check again",
+    "hccn.conf": "compare /etc/hccn.conf with hccn_tool -i N -ip -g and set the ports' addresses again (hccn_tool -i N -ip -s ...)",
+    "device access": "give the pods the group of /dev/davinci* (`k8s render --device-gid`), as `ls -ln /dev/davinci0` shows",
+    "user": "run as the image's user (it has a passwd entry)",
+    "SoC": "this node's chip is not the image's: use the image of its chip, or fix the node's accelerator-type label",
+    "matmul": "the NPU computes wrong results: take the node out and have the card checked",
+    "pinned packages": "the image was changed after it was built: use the published image by digest",
+}
+NO_DEVICES = "the device plugin gave the pod no NPUs: check the node's device plugin and its NPU resource name (--npu-resource)"
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    node: str
+    verdict: str  # "ok", "warn" or "fail"
+    check: str  # the first failing (or warning) check; "" when all passed
+    detail: str
+    remedy: str
+
+    def describe(self) -> dict[str, str]:
+        return {"node": self.node, "verdict": self.verdict, "check": self.check, "detail": self.detail, "remedy": self.remedy}
+
+
+def _reports(text: str, source: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every doctor report in ``text`` with the pod (or source) it came from."""
+    groups: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        match = _PREFIX.match(line)
+        key = match["pod"] if match else source
+        groups.setdefault(key, []).append(line[match.end() :] if match else line)
+    found: list[tuple[str, dict[str, Any]]] = []
+    decoder = json.JSONDecoder()
+    for key, lines in groups.items():
+        body = "\n".join(lines)
+        at = 0
+        while (start := body.find("{", at)) != -1:
+            try:
+                value, end = decoder.raw_decode(body, start)
+            except ValueError:
+                at = start + 1
+                continue
+            if isinstance(value, dict) and isinstance(value.get("checks"), list):
+                found.append((key, value))
+            at = end
+    return found
+
+
+def read_reports(sources: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The reports of ``sources``: ``-`` (stdin), files, or directories of files."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for source in sources:
+        path = Path(source)
+        if source != "-" and path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+            if not files:
+                raise InputError(f"{source}: an empty directory (one node's log per file, from kubectl logs)")
+            for file in files:
+                found += _reports(read_input_text(file, "preflight log", errors="replace"), file.stem)
+        elif source == "-":
+            found += _reports(sys.stdin.buffer.read().decode("utf-8", "replace"), "stdin")
+        else:
+            found += _reports(read_input_text(path, "preflight log", errors="replace"), path.stem)
+    if not found:
+        raise InputError(
+            f"{', '.join(sources)}: no `ascendkit doctor --json` report found (give kubectl logs of the preflight pods, with --tail=-1)"
+        )
+    return found
+
+
+def judge(source: str, report: dict[str, Any]) -> NodeVerdict:
+    node = str(report.get("node") or source)
+    checks = [c for c in report["checks"] if isinstance(c, dict)]
+    failed = [c for c in checks if c.get("status") == "error"]
+    warned = [c for c in checks if c.get("status") == "warn"]
+    if failed:
+        first = failed[0]
+        name = str(first.get("name"))
+        more = f" (and {', '.join(str(c.get('name')) for c in failed[1:])})" if len(failed) > 1 else ""
+        return NodeVerdict(node, "fail", name + more, str(first.get("detail", "")), REMEDIES.get(name, "see the check's detail"))
+    if report.get("devices") == 0 or report.get("exit_code") == 10:
+        return NodeVerdict(node, "fail", "NPUs", "no /dev/davinci* in the pod", NO_DEVICES)
+    if warned:
+        first = warned[0]
+        return NodeVerdict(node, "warn", str(first.get("name")), str(first.get("detail", "")), REMEDIES.get(str(first.get("name")), ""))
+    return NodeVerdict(node, "ok", "", f"{report.get('devices')} NPUs, every check passed", "")
+
+
+def summarize(reports: list[tuple[str, dict[str, Any]]], expect: int | None = None) -> tuple[list[NodeVerdict], list[str]]:
+    """One verdict per node (its last report wins: a restarted pod prints again), and the problems
+    of the whole: fewer nodes than ``expect`` reported."""
+    latest: dict[str, NodeVerdict] = {}
+    for source, report in reports:
+        verdict = judge(source, report)
+        latest[verdict.node] = verdict
+    verdicts = sorted(latest.values(), key=lambda v: ({"fail": 0, "warn": 1, "ok": 2}[v.verdict], v.node))
+    problems = []
+    if expect is not None and len(verdicts) < expect:
+        problems.append(
+            f"{len(verdicts)} of {expect} nodes reported: the others' preflight pods are Pending (NPUs held by a job, or "
+            "not matching the SKU's node labels) or could not start (no /etc/hccn.conf): kubectl get pods -o wide"
+        )
+    return verdicts, problems
+
+
+def format_table(verdicts: list[NodeVerdict], problems: list[str]) -> str:
+    """The verdicts as a table for people: node, verdict, check, detail; what to do under each failing row."""
+    header = ("node", "verdict", "check", "detail")
+    rows = [(v.node, v.verdict.upper(), v.check or "-", v.detail) for v in verdicts]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(3)]
+    lines = []
+    for row, verdict in zip([header, *rows], [None, *verdicts], strict=True):
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)) + "  " + row[3])
+        if verdict is not None and verdict.remedy:
+            lines.append(" " * (sum(widths) + 6) + "what to do: " + verdict.remedy)
+    failed = sum(v.verdict == "fail" for v in verdicts)
+    warned = sum(v.verdict == "warn" for v in verdicts)
+    lines += [f"! {problem}" for problem in problems]
+    lines.append(f"ascendkit k8s preflight: {len(verdicts)} node(s) reported, {failed} failed, {warned} warned")
+    return "\n".join(lines)
