@@ -353,3 +353,11 @@ def test_every_error_code_has_its_meaning_what_to_check_and_a_source() -> None:
         assert set(entry) == {"code", "name", "meaning", "check", "source"} and all(entry.values()), entry
     found = doctor.explain("EI0006 ... then EJ0001, EI00061 is no code, nor is 1507033")
     assert [e["code"] for e in found] == ["EI0006", "EJ0001"]
+
+
+def test_older_than_the_only_paired_release_recorded_warns_instead_of_failing(tmp_path: Path) -> None:
+    """compat.cann_drivers with complete: false holds the release paired with the CANN, not its whole range."""
+    code, report = judged(tmp_path, "Version=24.1.0\n", drivers={"hdk": ["25.3.RC1"], "source": "s", "complete": False})
+    (driver,) = [c for c in report["checks"] if c["name"] == "driver"]
+    assert code == EXIT_OK and driver["status"] == "warn"
+    assert driver["detail"].startswith("driver 24.1.0 is older than Ascend HDK 25.3.RC1, the release paired with CANN 8.3.RC1;")

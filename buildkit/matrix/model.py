@@ -228,6 +228,13 @@ class CannDrivers(Frozen):
 
     hdk: tuple[HdkVersion, ...] = Field(min_length=1, description="supported Ascend HDK releases or lines (25.5.X)")
     source: StrictStr = Field(min_length=1, description="the published compatibility information these come from")
+    complete: StrictBool = Field(
+        default=True,
+        description=(
+            "the source lists every supported release, so an older driver is unsupported (doctor fails); false: only the "
+            "release paired with this CANN is known, so an older driver is merely unconfirmed (doctor warns)"
+        ),
+    )
 
 
 class Compat(Frozen):

@@ -92,7 +92,8 @@ def drivers_table(matrix: Matrix) -> Table:
     for cann in sorted({s.cann for s in matrix.stacks.values()}, key=lambda c: [int(p) if p.isdigit() else -1 for p in c.split(".")]):
         stacks = ", ".join(name for name, s in matrix.stacks.items() if s.cann == cann)
         entry = matrix.compat.cann_drivers.get(cann)
-        rows.append([cann, stacks, ", ".join(entry.hdk) if entry else "-", " ".join(entry.source.split()) if entry else "-"])
+        hdk = (", ".join(entry.hdk) + ("" if entry.complete else " (paired release; older: unconfirmed)")) if entry else "-"
+        rows.append([cann, stacks, hdk, " ".join(entry.source.split()) if entry else "-"])
     return header, rows
 
 

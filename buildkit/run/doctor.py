@@ -159,9 +159,10 @@ def hdk_release(version: str) -> tuple[int, int, tuple[int, int] | None] | None:
     return int(match[1]), int(match[2]), rank
 
 
-def judge_driver(version: str | None, cann: str, supported: list[str]) -> Check:
+def judge_driver(version: str | None, cann: str, supported: list[str], *, complete: bool = True) -> Check:
     """The mounted driver against the HDK releases the image's CANN supports (the matrix's
-    ``compat.cann_drivers``): older than all of them fails, newer than all of them or between them warns."""
+    ``compat.cann_drivers``): older than all of them fails (warns when the list is only the paired
+    release, ``complete`` false), newer than all of them or between them warns."""
     listed = ", ".join(supported)
     if version is None:
         return Check("driver", "error", f"{DRIVER_VERSION} not mounted: the NPUs cannot be used without the host's driver")
@@ -174,6 +175,13 @@ def judge_driver(version: str | None, cann: str, supported: list[str]) -> Check:
     low = min((major, minor, rank or (-1, 0)) for major, minor, rank in entries)
     high = max((major, minor, rank or (2, 0)) for major, minor, rank in entries)
     key = (found[0], found[1], found[2] or (0, 0))
+    if key < low and not complete:
+        return Check(
+            "driver",
+            "warn",
+            f"driver {version} is older than Ascend HDK {listed}, the release paired with CANN {cann}; whether CANN {cann} "
+            "supports older drivers is not recorded: if the first NPU call fails, upgrade the host's driver and firmware",
+        )
     if key < low:
         return Check(
             "driver",
@@ -406,9 +414,10 @@ def run(
     found = devices(where)
     checks += check_user(where, found)
     driver = driver_version(where)
-    supported = (info.get("drivers") or {}).get("hdk") or []
+    drivers = info.get("drivers") or {}
+    supported = [str(v) for v in drivers.get("hdk") or []]
     if driver is not None and supported:
-        verdict = judge_driver(driver, str(info.get("cann")), [str(v) for v in supported])
+        verdict = judge_driver(driver, str(info.get("cann")), supported, complete=drivers.get("complete", True) is not False)
     elif found:
         verdict = Check("driver", "ok" if driver else "error", driver or f"{DRIVER_VERSION} not mounted")
     else:
