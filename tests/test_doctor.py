@@ -351,8 +351,12 @@ def test_every_error_code_has_its_meaning_what_to_check_and_a_source() -> None:
     assert len(table) >= 15 and len({e["code"] for e in table}) == len(table)
     for entry in table:
         assert set(entry) == {"code", "name", "meaning", "check", "source"} and all(entry.values()), entry
-    found = doctor.explain("EI0006 ... then EJ0001, EI00061 is no code, nor is 1507033")
+    found = doctor.explain("EI0006 ... then EJ0001, EI00061 is no code, nor is error code 1507033")
     assert [e["code"] for e in found] == ["EI0006", "EJ0001"]
+    # a numeric code counts only as an error's value: never a Ray worker's pid or a metric
+    assert doctor.explain("(WorkerDict pid=107002) step:3 - perf/throughput:507033.0") == []
+    said = "aclrtSetDevice(deviceId) failed: 507033; errorCode = 107002; runtime result = 507899"
+    assert [e["code"] for e in doctor.explain(said)] == ["507033", "107002", "507899"]
 
 
 def test_older_than_the_only_paired_release_recorded_warns_instead_of_failing(tmp_path: Path) -> None:

@@ -265,11 +265,12 @@ def extension_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
     for component, module in expected.extensions:
         found = facts.extensions.get(module) or {"file": None, "error": "not probed"}
         want = f"{module} built, its libraries resolvable"
-        if not found.get("file") or found.get("error"):
-            got = f"{found.get('file') or 'missing'}: {found.get('error')}" if found.get("error") else "missing"
-            checks.append(
-                Check(f"extension {component}", want, f"{got} (the build produced no {module}: its kernels were not compiled)", "fail")
-            )
+        if not found.get("file"):
+            got = f"missing: {found.get('error') or 'not found'} (the build produced no {module}: its kernels were not compiled)"
+            checks.append(Check(f"extension {component}", want, got, "fail"))
+            continue
+        if found.get("error"):
+            checks.append(Check(f"extension {component}", want, f"{found['file']}: {found['error']}", "fail"))
             continue
         unresolved = [lib for lib in found.get("unresolved") or [] if lib not in DRIVER_LIBRARIES]
         driver = [lib for lib in found.get("unresolved") or [] if lib in DRIVER_LIBRARIES]

@@ -374,19 +374,34 @@ def error_codes() -> list[dict[str, str]]:
 
 
 def code_pattern(table: list[dict[str, str]]) -> re.Pattern[str]:
-    """One pattern for every code of the table, not inside a longer word or number."""
-    codes = "|".join(sorted((re.escape(e["code"]) for e in table), key=len, reverse=True)) or "(?!)"
-    return re.compile(rf"(?<![0-9A-Za-z])({codes})(?![0-9])")
+    """One pattern for every code of the table: a named code (EI0006) on its own, not inside a longer
+    word or number; a numeric one (507033) only as an error's value ("error code is 507033",
+    "errorCode = 507033", "failed: 507033"), never a process id or a metric that happens to match."""
+
+    def alternatives(codes: list[str]) -> str:
+        return "|".join(sorted((re.escape(c) for c in codes), key=len, reverse=True))
+
+    named = [e["code"] for e in table if not e["code"].isdigit()]
+    numeric = [e["code"] for e in table if e["code"].isdigit()]
+    parts = []
+    if named:
+        parts.append(rf"(?<![0-9A-Za-z])(?P<named>{alternatives(named)})(?![0-9])")
+    if numeric:
+        context = r"(?:error[ _]?code|errcode|ret(?:code)?|result|error|failed)"
+        parts.append(rf"(?i:{context})\s*(?:is\s+|=\s*|:\s*)?(?P<numeric>{alternatives(numeric)})(?![0-9])")
+    return re.compile("|".join(parts) or "(?!)")
+
+
+def codes_in(pattern: re.Pattern[str], text: str) -> list[str]:
+    """The codes ``pattern`` finds in ``text``, in order, each once."""
+    return list(dict.fromkeys(m["named"] or m["numeric"] for m in pattern.finditer(text)))
 
 
 def explain(text: str, table: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
     """The table's entries for every code ``text`` mentions, in the order they first appear."""
     table = error_codes() if table is None else table
     by_code = {e["code"]: e for e in table}
-    seen: dict[str, dict[str, str]] = {}
-    for match in code_pattern(table).finditer(text):
-        seen.setdefault(match[1], by_code[match[1]])
-    return list(seen.values())
+    return [by_code[code] for code in codes_in(code_pattern(table), text)]
 
 
 def explained(text: str, context: str = "") -> str:

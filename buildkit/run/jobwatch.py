@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from buildkit.accuracy.metrics import STEP_TIME, StepParser
-from buildkit.run.doctor import code_pattern, error_codes
+from buildkit.run.doctor import code_pattern, codes_in, error_codes
 from buildkit.text import strip_ansi
 
 # Ray is up: what ray.init prints locally, or on connecting to a cluster (KubeRay, ray start).
@@ -95,8 +95,8 @@ class JobWatch:
                 bucket.append(line.strip())
         if _PY_ERROR.match(line.strip()) and len(self.error_lines) < 5:
             self.error_lines.append(line.strip())
-        for match in self._codes.finditer(line):
-            self.codes.setdefault(match[1], line.strip())
+        for code in codes_in(self._codes, line):
+            self.codes.setdefault(code, line.strip())
 
     def stalled(self) -> Stall | None:
         """A stall once Ray has been up ``stall_after`` seconds with no new step line."""
