@@ -197,14 +197,16 @@ def test_doctor_inside_a_built_image(docker_env: DockerEnv, built: dict[str, Any
     assert {"name": "ascendkit doctor (preflight)", "expected": "exit 0 or 10", "actual": "exit 10", "status": "pass"} in manifest["checks"]
 
 
-def _hccn_tool(root: Path, states: dict[int, str]) -> None:
-    """A stand-in for the driver's hccn_tool (no NPU here): prints each port's link as the tool does."""
+def _hccn_tool(root: Path, states: dict[int, str], ips: dict[int, str] | None = None) -> None:
+    """A stand-in for the driver's hccn_tool (no NPU here): prints each port's link (`-link -g`) and,
+    given ``ips``, its address (`-ip -g`) as the tool does; any other port or query fails."""
     tool = root / doctor.HCCN_TOOL.lstrip("/")
     tool.parent.mkdir(parents=True, exist_ok=True)
-    cases = "".join(f'  {i}) echo "link status: {s}" ;;\n' for i, s in states.items())
-    tool.write_text(
-        f'#!/bin/sh\n[ "$3 $4" = "-link -g" ] || exit 2\ncase "$2" in\n{cases}  *) echo "device $2 not found" >&2; exit 1 ;;\nesac\n'
-    )
+    answers = {i: f'echo "link status: {s}"' for i, s in states.items()}
+    addresses = {i: f'printf "ipaddr:{ip}\\nnetmask:255.255.255.0\\n"' for i, ip in (ips or {}).items()}
+    cases = "".join(f'  "{i} -link -g") {a} ;;\n' for i, a in answers.items())
+    cases += "".join(f'  "{i} -ip -g") {a} ;;\n' for i, a in addresses.items())
+    tool.write_text(f'#!/bin/sh\ncase "$2 $3 $4" in\n{cases}  *) echo "device $2 not found" >&2; exit 1 ;;\nesac\n')
     tool.chmod(0o755)
 
 
@@ -301,14 +303,8 @@ def test_the_firmware_is_judged_against_the_drivers_range(tmp_path: Path, firmwa
 
 
 def _hccn_ips(root: Path, ips: dict[int, str], conf: str | None) -> None:
-    """The stand-in hccn_tool answering `-ip -g` as the tool prints it, and the host's hccn.conf."""
-    tool = root / doctor.HCCN_TOOL.lstrip("/")
-    tool.parent.mkdir(parents=True, exist_ok=True)
-    cases = "".join(f'  {i}) printf "ipaddr:{ip}\\nnetmask:255.255.255.0\\n" ;;\n' for i, ip in ips.items())
-    tool.write_text(
-        f'#!/bin/sh\n[ "$3 $4" = "-ip -g" ] || exit 2\ncase "$2" in\n{cases}  *) echo "device $2 not found" >&2; exit 1 ;;\nesac\n'
-    )
-    tool.chmod(0o755)
+    """The stand-in hccn_tool answering `-ip -g` for ``ips``, and the host's hccn.conf."""
+    _hccn_tool(root, {}, ips)
     if conf is not None:
         (root / "etc/hccn.conf").write_text(conf)
 

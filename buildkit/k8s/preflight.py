@@ -76,14 +76,14 @@ def read_reports(sources: list[str]) -> list[tuple[str, dict[str, Any]]]:
     found: list[tuple[str, dict[str, Any]]] = []
     for source in sources:
         path = Path(source)
-        if source != "-" and path.is_dir():
+        if source == "-":
+            found += _reports(sys.stdin.buffer.read().decode("utf-8", "replace"), "stdin")
+        elif path.is_dir():
             files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
             if not files:
                 raise InputError(f"{source}: an empty directory (one node's log per file, from kubectl logs)")
             for file in files:
                 found += _reports(read_input_text(file, "preflight log", errors="replace"), file.stem)
-        elif source == "-":
-            found += _reports(sys.stdin.buffer.read().decode("utf-8", "replace"), "stdin")
         else:
             found += _reports(read_input_text(path, "preflight log", errors="replace"), path.stem)
     if not found:

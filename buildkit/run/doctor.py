@@ -159,13 +159,11 @@ def hdk_release(version: str) -> tuple[int, int, tuple[int, int] | None] | None:
     return int(match[1]), int(match[2]), rank
 
 
-def judge_driver(version: str | None, cann: str, supported: list[str], *, complete: bool = True) -> Check:
+def judge_driver(version: str, cann: str, supported: list[str], *, complete: bool = True) -> Check:
     """The mounted driver against the HDK releases the image's CANN supports (the matrix's
     ``compat.cann_drivers``): older than all of them fails (warns when the list is only the paired
     release, ``complete`` false), newer than all of them or between them warns."""
     listed = ", ".join(supported)
-    if version is None:
-        return Check("driver", "error", f"{DRIVER_VERSION} not mounted: the NPUs cannot be used without the host's driver")
     found = hdk_release(version)
     entries = [e for e in (hdk_release(v) for v in supported) if e is not None]
     if found is None or not entries:
@@ -294,6 +292,23 @@ def _npu_checks(info: dict[str, Any], torch: Any, torch_npu: Any) -> list[Check]
     return checks
 
 
+def _hccn_query(tool: Path, index: str, *query: str) -> tuple[int | None, str]:
+    """``hccn_tool -i INDEX QUERY...``: its exit code (None when it could not run or timed out) and its output."""
+    try:
+        proc = subprocess.run([str(tool), "-i", index, *query], capture_output=True, text=True, timeout=LINK_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _last_line(output: str) -> str:
+    return output.strip().splitlines()[-1] if output.strip() else "no output"
+
+
+def _runnable(tool: Path) -> bool:
+    return tool.is_file() and os.access(tool, os.X_OK)
+
+
 def check_links(where: Environment, found: list[str], *, required: bool) -> list[Check]:
     """Each NPU port's link state, as ``hccn_tool -i N -link -g`` reports it. With ``required``
     (the pods of a multi-node job) a link that is not UP fails doctor naming the port, so a broken
@@ -301,21 +316,15 @@ def check_links(where: Environment, found: list[str], *, required: bool) -> list
     tool = where.path(HCCN_TOOL)
     if not found:
         return []
-    if not (tool.is_file() and os.access(tool, os.X_OK)):
+    if not _runnable(tool):
         return [Check("NPU links", "skip", f"{HCCN_TOOL} is not in this container (mount it from the host's driver to check links)")]
     down, unknown = [], []
     for dev in found:
         index = Path(dev).name.removeprefix("davinci")
-        try:
-            proc = subprocess.run(
-                [str(tool), "-i", index, "-link", "-g"], capture_output=True, text=True, timeout=LINK_TIMEOUT_S, check=False
-            )
-            output = proc.stdout + proc.stderr
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            output, proc = str(exc), None
+        code, output = _hccn_query(tool, index, "-link", "-g")
         match = re.search(r"link status:\s*(\w+)", output, re.I)
-        if match is None or proc is None or proc.returncode != 0:
-            unknown.append(f"NPU {index} ({output.strip().splitlines()[-1] if output.strip() else 'no output'})")
+        if match is None or code != 0:
+            unknown.append(f"NPU {index} ({_last_line(output)})")
         elif match.group(1).upper() != "UP":
             down.append(f"NPU {index} link {match.group(1).upper()}")
     if not down and not unknown:
@@ -339,7 +348,7 @@ def check_hccn(where: Environment, found: list[str]) -> list[Check]:
         return [
             Check("hccn.conf", "error", f"{HCCN_CONF} configures no NPU port (no address_N= line): run hccn_tool to set the ports' IPs")
         ]
-    if not (tool.is_file() and os.access(tool, os.X_OK)):
+    if not _runnable(tool):
         return [Check("hccn.conf", "warn", f"{len(addresses)} port addresses, not compared: {HCCN_TOOL} is not in this container")]
     problems = []
     for dev in found:
@@ -348,16 +357,10 @@ def check_hccn(where: Environment, found: list[str]) -> list[Check]:
         if want is None:
             problems.append(f"NPU {index} has no address_{index} in {HCCN_CONF}")
             continue
-        try:
-            proc = subprocess.run(
-                [str(tool), "-i", index, "-ip", "-g"], capture_output=True, text=True, timeout=LINK_TIMEOUT_S, check=False
-            )
-            output = proc.stdout + proc.stderr
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            output = str(exc)
+        _, output = _hccn_query(tool, index, "-ip", "-g")
         match = re.search(r"ipaddr\s*:\s*(\S+)", output, re.IGNORECASE)
         if match is None:
-            problems.append(f"NPU {index}: cannot read its address ({output.strip().splitlines()[-1] if output.strip() else 'no output'})")
+            problems.append(f"NPU {index}: cannot read its address ({_last_line(output)})")
         elif match[1] != want:
             problems.append(f"NPU {index} holds {match[1]}, {HCCN_CONF} says {want}")
     if problems:
