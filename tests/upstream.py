@@ -15,6 +15,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import tarfile
 import threading
 import types
 import zipfile
@@ -51,6 +52,25 @@ def verl_wheel(version: str) -> Path:
         archive.extractall(unpacked)
     (unpacked / ".complete").write_text(wheel.sha256 + "\n")
     return unpacked
+
+
+def sdist_member(project: str, version: str, member: str) -> str:
+    """One file of ``project``'s ``version`` sdist from PyPI (its path below the sdist's top directory),
+    the sdist fetched once, checked against the index's sha256, and kept in the cache."""
+    client = IndexClient(ca_bundle=default_ca_bundle())
+    sdists = [f for f in client.project(PYPI, project).files if str(f.version) == version and f.kind == "sdist" and not f.yanked]
+    assert sdists, f"PyPI has no {project} {version} sdist"
+    sdist = sdists[0]
+    assert sdist.sha256, f"PyPI gave no sha256 for {sdist.filename}"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / sdist.filename
+    if not path.exists():
+        download(client.session, sdist.url, path, frozenset({sdist.sha256}))
+    with tarfile.open(path, "r:*") as archive:
+        for entry in archive:
+            if entry.isfile() and entry.name.split("/", 1)[-1] == member and (handle := archive.extractfile(entry)) is not None:
+                return handle.read().decode("utf-8", errors="replace")
+    raise AssertionError(f"{sdist.filename} has no {member}")
 
 
 _HYDRA = threading.Lock()
