@@ -103,6 +103,7 @@ M = ["--matrix", str(MATRIX)]
 SMOKE = ["smoke", "--hw", "a3", "--image", "ascendkit/verl:x", "--out", "{d}/out", *M]
 K8S = ["k8s", "render", "--hw", "a3", "--image", DIGEST, "--job", "train", *M]
 TRAIN = ["--", "python3", "-c", "pass"]
+PREFLIGHT = ["k8s", "render", "--hw", "a3", "--image", "harbor.example.com/rl/verl:1", "--job", "preflight", *M]
 
 CASES = [
     # --- the matrix file ----------------------------------------------------------------------
@@ -304,6 +305,13 @@ CASES = [
     Case("smoke-baseline-bad-shape", [*SMOKE, "--baseline", "{d}/b.json"], 2, "finite number", files(**{"b.json": BASELINE_BAD_SHAPE})),
     # --- k8s --------------------------------------------------------------------------------------
     Case("k8s-nodes-zero", [*K8S, "--nodes", "0", *TRAIN], 2, "--nodes"),
+    # the preflight: refused before its tag is pinned at the registry (the tripwire)
+    Case("k8s-preflight-nodes", [*PREFLIGHT, "--nodes", "2"], 2, "drop --nodes"),
+    Case("k8s-preflight-override", [*PREFLIGHT, "--override", "a=b"], 2, "drop --override"),
+    Case("k8s-preflight-log-missing", ["k8s", "preflight", "{d}/none.log"], 2, "none.log"),
+    Case("k8s-preflight-no-report", ["k8s", "preflight", "{d}/p.log"], 2, "no `ascendkit doctor --json` report", files(**{"p.log": "x\n"})),
+    Case("k8s-preflight-empty-dir", ["k8s", "preflight", "{d}/logs"], 2, "an empty directory", files(**{"logs__.keep": ""})),
+    Case("k8s-preflight-expect-zero", ["k8s", "preflight", "-", "--expect", "0"], 2, "--expect"),
     Case("k8s-nodes-huge", [*K8S, "--nodes", HUGE, "-o", "{d}/k.yaml", *TRAIN], 2, "--nodes"),
     Case("k8s-steps-huge", [*K8S, "--steps", "99999999999", *TRAIN], 2, "--steps"),
     Case("k8s-deadline-zero", [*K8S, "--deadline", "0", *TRAIN], 2, "--deadline"),

@@ -20,7 +20,10 @@ if TYPE_CHECKING:
     from buildkit.matrix.model import ImageUser
     from buildkit.run.job import ImageJob
 
-k8s_app = typer.Typer(help="Kubernetes manifests for published images (Job, KubeRay RayJob, Volcano Job).", no_args_is_help=True)
+k8s_app = typer.Typer(
+    help="Kubernetes manifests for published images (Job, KubeRay RayJob, Volcano Job, preflight DaemonSet) and the preflight verdict.",
+    no_args_is_help=True,
+)
 app.add_typer(k8s_app, name="k8s")
 
 
@@ -178,7 +181,7 @@ def k8s_render(
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
-    """Render the Job (one node), RayJob or Volcano Job (several) for an SKU and an image by digest."""
+    """Render the Job (one node), RayJob or Volcano Job (several), or the preflight DaemonSet, for an SKU and an image by digest."""
     from buildkit.k8s.render import as_documents, render
     from buildkit.k8s.request import K8sRequest, check_request
     from buildkit.matrix.load import load_matrix, resolve_sku
