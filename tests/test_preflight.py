@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run import doctor
 from buildkit.run.doctor import Environment
 from buildkit.run.job import JobFacts
+from tests.conftest import DockerEnv
 from tests.test_doctor import GOOD_ENV, INFO, FakeTorch, FakeTorchNpu, _hccn_tool, image_root
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,3 +151,37 @@ def test_a_log_without_a_report_is_an_input_error(tmp_path: Path) -> None:
     empty.write_text("[pod/x/preflight] Error: ImagePullBackOff\n")
     proc = ascendkit("k8s", "preflight", str(empty))
     assert proc.returncode == ExitCode.INVALID_INPUT and "no `ascendkit doctor --json` report found" in proc.stderr
+
+
+@pytest.mark.docker
+def test_the_rendered_preflight_container_runs_in_the_image_and_its_log_is_judged(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    """The preflight pod's container as rendered (its args through the image's entrypoint, its env,
+    as the image's user, read-only root with a writable /tmp and home), on this machine: no NPUs, so
+    doctor reports none and the pod idles; its log, as `kubectl logs --prefix` would show it, is a
+    failing node for the summary."""
+    doc = preflight("a3")
+    (container,) = doc["spec"]["template"]["spec"]["containers"]
+    env = {"ASCENDKIT_NODE_NAME": "node-x"}  # what the downward API gives the pod
+    assert [e["name"] for e in container["env"]] == list(env)
+    client = docker_env.client
+    config = client.create_host_config(read_only=True, tmpfs={"/tmp": "", "/home/HwHiAiUser": "", "/workspace": ""})
+    created = client.create_container(
+        built["image_id"], command=container["args"], environment=env, host_config=config, network_disabled=True
+    )
+    try:
+        client.start(created)
+        deadline = time.monotonic() + 120
+        log = ""
+        while PREFLIGHT_DONE not in log and time.monotonic() < deadline:
+            time.sleep(0.5)
+            log = client.logs(created, stdout=True, stderr=False).decode()
+        assert PREFLIGHT_DONE + " (doctor exit 10)" in log, log
+        assert client.inspect_container(created)["State"]["Running"], "it idles so that the DaemonSet does not restart it"
+    finally:
+        client.remove_container(created, force=True)
+    proc = ascendkit("k8s", "preflight", "-", stdin=_kubectl_logs({"p1x2y": log}))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("node-x"))
+    assert row.split()[:3] == ["node-x", "FAIL", "NPUs"] and "no /dev/davinci* in the pod" in row
