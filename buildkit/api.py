@@ -22,8 +22,6 @@ from buildkit.image.build import run_build
 from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, plan_build
 from buildkit.image.engine import connect
 from buildkit.image.progress import Reporter
-from buildkit.image.publish import Published, closes_its_index, load_local_image, publish_image
-from buildkit.image.registry import RegistryRef
 from buildkit.image.render import render_dockerfile
 from buildkit.image.verify import Check, collect_facts
 from buildkit.image.verify import compare as compare_facts
@@ -36,6 +34,8 @@ from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.job import JobFacts
 from buildkit.run.smoke import SmokeReport, SmokeRequest, check_request, run_smoke
 from buildkit.settings import Mirrors
+from buildkit.ship.publish import Published, closes_its_index, load_local_image, publish_image
+from buildkit.ship.registry import RegistryRef
 
 MatrixLike = Path | str | LoadedMatrix
 

@@ -12,10 +12,10 @@ import pytest
 
 import buildkit
 from buildkit.errors import InputError
-from buildkit.image.registry import Registry
 from buildkit.image.verify import failures
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.plan import plan_image, plan_target, stack_layers
+from buildkit.ship.registry import Registry
 from tests.conftest import MATRIX, ROOT, TEST_MATRIX, DockerEnv
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from buildkit.errors import ExitCode
-from buildkit.image.registry import DOCKER_LIST, Registry
+from buildkit.ship.registry import DOCKER_LIST, Registry
 from tests.conftest import TEST_MATRIX, DockerEnv
 
 pytestmark = pytest.mark.docker

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
-from buildkit.image.publish import index_body
-from buildkit.image.registry import DOCKER_LIST, DOCKER_MANIFEST, Manifest, Registry, RegistryRef, image_labels
+from buildkit.ship.publish import index_body
+from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, Manifest, Registry, RegistryRef
+from buildkit.ship.remote import image_labels
 
 BODY = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": "sha256:cfg"}}).encode()
 

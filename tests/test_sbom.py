@@ -12,12 +12,12 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from buildkit.errors import InputError
-from buildkit.image.attach import attach_sbom, check_sbom_ref, fallback_tag, fetch_sbom, image_digest
-from buildkit.image.registry import OCI_MANIFEST, Registry
 from buildkit.image.sbom import BaseImage, diff, dumps, entries, loads, lock_hashes, sbom_document
 from buildkit.image.verify import ImageFacts
 from buildkit.matrix.load import load_matrix
 from buildkit.plan import plan_image, plan_target
+from buildkit.ship.attach import attach_sbom, check_sbom_ref, fallback_tag, fetch_sbom, image_digest
+from buildkit.ship.registry import OCI_MANIFEST, Registry
 from tests.conftest import TEST_MATRIX
 from tests.fake_registry import fake_registry
 

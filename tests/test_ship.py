@@ -17,7 +17,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from buildkit.errors import ExitCode
-from buildkit.image.registry import DOCKER_LIST, Registry
+from buildkit.ship.registry import DOCKER_LIST, Registry
 from tests.conftest import TEST_MATRIX, DockerEnv, edit, run_installed
 from tests.test_workflow import command_lines
 

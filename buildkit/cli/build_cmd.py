@@ -35,9 +35,9 @@ from buildkit.settings import resolve_mirrors
 if TYPE_CHECKING:
     from buildkit.image.buildplan import BuildPlan, BuildResult
     from buildkit.image.progress import Step
-    from buildkit.image.publish import LocalImage
-    from buildkit.image.registry import RegistryRef
     from buildkit.matrix.load import LoadedMatrix
+    from buildkit.ship.publish import LocalImage
+    from buildkit.ship.registry import RegistryRef
 
 
 class StepPrinter:
@@ -69,7 +69,7 @@ ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where build m
 
 
 def _publish(client: Any, image: LocalImage, target: RegistryRef, *, want_index: bool, require_index: bool) -> dict[str, Any]:
-    from buildkit.image.publish import publish_image
+    from buildkit.ship.publish import publish_image
 
     outcome = publish_image(client, image, target, want_index=want_index, require_index=require_index, say=_to_stderr)
     return outcome.describe()
@@ -77,7 +77,7 @@ def _publish(client: Any, image: LocalImage, target: RegistryRef, *, want_index:
 
 def _local_image(loaded: LoadedMatrix, plan: BuildPlan, result: BuildResult) -> LocalImage:
     """What a build just verified and tagged, as publishing takes it."""
-    from buildkit.image.publish import LocalImage
+    from buildkit.ship.publish import LocalImage
 
     return LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags, result.manifest_json)
 
@@ -143,8 +143,8 @@ def build(
     from buildkit.image.build import run_build
     from buildkit.image.buildplan import check_names, check_outputs, plan_build
     from buildkit.image.engine import connect
-    from buildkit.image.registry import RegistryRef
     from buildkit.matrix.load import load_matrix
+    from buildkit.ship.registry import RegistryRef
 
     if hw is None and not every:
         raise InputError("give --hw (e.g. --hw a3), or --all (narrowed by --stack/--hw/--os/--arch)")
@@ -327,7 +327,8 @@ def publish(
 ) -> None:
     """Push verified images by digest with their SBOMs, then the multi-arch index (refused if an arch
     is missing); or, with --index-only, only the indexes of images already pushed."""
-    from buildkit.image.registry import IMAGE_REFERENCE, RegistryRef
+    from buildkit.imageref import IMAGE_REFERENCE
+    from buildkit.ship.registry import RegistryRef
 
     if index_only and (images or no_index):
         raise InputError("--index-only reads the build manifests in --manifest-dir: give no IMAGES and no --no-index")
@@ -342,7 +343,7 @@ def publish(
     if not index_only and not manifest_dir.is_dir():  # (--index-only checks its own)
         raise InputError(f"--manifest-dir {manifest_dir}: no such directory (where `ascendkit build` wrote the build manifests)")
     if index_only:
-        from buildkit.image.index import publish_indexes
+        from buildkit.ship.index import publish_indexes
 
         outcomes = publish_indexes(manifest_dir, target, dry_run=dry_run, say=_to_stderr)
         if dry_run:
@@ -351,7 +352,7 @@ def publish(
             print_json([o.describe() for o in outcomes])
         return
     from buildkit.image.engine import connect
-    from buildkit.image.publish import closes_its_index, load_local_image
+    from buildkit.ship.publish import closes_its_index, load_local_image
 
     assert images is not None
     client = connect()

@@ -45,10 +45,10 @@ def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) ->
     A ``--stack`` that disagrees with the image's own label is refused: the job's arguments
     (which framework's job; ``trainer.device=npu`` for a verl without NPU auto-detection) follow from it.
     """
-    from buildkit.image.registry import image_labels
     from buildkit.plan import LABEL_PREFIX
     from buildkit.run.job import ImageJob
     from buildkit.run.smoke import image_job_of
+    from buildkit.ship.remote import image_labels
 
     try:
         labels = image_labels(image, arch)
@@ -227,7 +227,7 @@ def k8s_render(
     if output is not None and output != STDOUT:
         check_output_file(output)
     if "@" not in image and not allow_tag:  # a registry's tag: what it names now, pinned
-        from buildkit.image.registry import pin_digest
+        from buildkit.ship.remote import pin_digest
 
         image = pin_digest(image)
         typer.echo(
@@ -243,7 +243,7 @@ def k8s_render(
         warnings += [problem] if problem else []
         request = dataclasses.replace(request, image_job=found, user=user)
     elif request.job == "preflight":  # the pods run as the image's user: its labels, where the registry answers
-        from buildkit.image.registry import image_labels
+        from buildkit.ship.remote import image_labels
 
         try:
             labels = image_labels(image, arch)

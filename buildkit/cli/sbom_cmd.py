@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 
 def _read(ref: str, arch: str | None, manifest_dir: Path) -> tuple[dict[str, Any], str]:
-    from buildkit.image.attach import local_sbom, registry_sbom
-    from buildkit.image.registry import registry_of
+    from buildkit.imageref import registry_of
+    from buildkit.ship.attach import local_sbom, registry_sbom
 
     if registry_of(ref) is not None:  # HOST[:PORT]/REPO:TAG or @sha256:...: the registry's copy, no engine needed
         return registry_sbom(ref, arch)
@@ -50,9 +50,9 @@ def sbom(
 ) -> None:
     """The components of an image (Python packages, OS packages, CANN, git checkouts, base image) from
     its CycloneDX SBOM; or, with `diff A B`, those added, removed and changed from A to B."""
-    from buildkit.image.attach import check_sbom_ref
     from buildkit.image.sbom import diff, entries
     from buildkit.matrix.model import ARCHES
+    from buildkit.ship.attach import check_sbom_ref
 
     is_diff = images[0] == "diff"
     refs = images[1:] if is_diff else images

@@ -25,11 +25,11 @@ from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, host
 from buildkit.image.engine import connect, remove_containers
 from buildkit.image.manifest import manifest_data, verified_before, write_manifest
 from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
-from buildkit.image.registry import split_ref
 from buildkit.image.render import CONTEXT_FILES, SECRETS_ARG, context_file
 from buildkit.image.sbom import BaseImage, dumps, sbom_document, sbom_path
 from buildkit.image.secrets import SecretServer
 from buildkit.image.verify import Check, collect_facts, compare, failures
+from buildkit.imageref import split_ref
 from buildkit.reach import engine_said
 
 

@@ -11,10 +11,10 @@ from typing import Any
 
 from buildkit.errors import InputError
 from buildkit.fsio import check_output_dir
-from buildkit.image.registry import IMAGE_REFERENCE
 from buildkit.image.render import build_context, render_context
 from buildkit.image.secrets import BuildSecrets
 from buildkit.image.verify import Check, Expected
+from buildkit.imageref import IMAGE_REFERENCE
 from buildkit.lock.inputs import LockTarget, lock_inputs
 from buildkit.lock.lockfile import LockFile, lock_problem, read_lock, section_texts
 from buildkit.lock.wheelhouse import current_lock, missing_from

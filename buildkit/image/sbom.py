@@ -18,8 +18,8 @@ from typing import Any
 from urllib.parse import quote
 
 from buildkit.errors import InputError
-from buildkit.image.registry import split_ref
 from buildkit.image.verify import ImageFacts, normalize
+from buildkit.imageref import split_ref
 from buildkit.plan import ImagePlan, pin_of
 from buildkit.version import __version__
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildkit.errors import InputError
-from buildkit.image.registry import IMAGE_REFERENCE, registry_of
+from buildkit.imageref import IMAGE_REFERENCE, registry_of
 from buildkit.k8s import DEFAULT_MODEL_PATH
 from buildkit.matrix.model import EXTENDED_RESOURCE, ImageUser, Sku
 from buildkit.run.job import ImageJob, JobFacts

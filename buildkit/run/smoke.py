@@ -34,7 +34,7 @@ from buildkit.accuracy.compare import Comparison, compare_runs, gate_for
 from buildkit.accuracy.metrics import StepMetrics, parse_log
 from buildkit.errors import ExitCode, InputError, OutputError, Unavailable
 from buildkit.fsio import check_output_dir
-from buildkit.image.registry import IMAGE_REFERENCE
+from buildkit.imageref import IMAGE_REFERENCE
 from buildkit.matrix.model import Sku
 from buildkit.plan import FRAMEWORK_NAMES, LABEL_PREFIX
 from buildkit.reach import engine_said

@@ -21,7 +21,6 @@ from typing import Any
 import requests
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
-from buildkit.matrix.model import DOCKER_ARCH
 from buildkit.reach import cause, http_failure, registry_failure
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -29,13 +28,6 @@ DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 ACCEPT = ", ".join((DOCKER_MANIFEST, DOCKER_LIST, OCI_MANIFEST, OCI_INDEX))
-# NAME[:TAG][@sha256:DIGEST] as the distribution spec's reference grammar has it.
-IMAGE_REFERENCE = re.compile(
-    r"^(?P<name>(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
-)
 _REF = re.compile(r"^(?P<host>[a-zA-Z0-9.-]+(:\d+)?)/(?P<repo>[a-z0-9]+([._/-][a-z0-9]+)*)$")
 
 
@@ -58,14 +50,6 @@ class RegistryRef:
     @property
     def name(self) -> str:
         return f"{self.host}/{self.repository}"
-
-
-def split_ref(ref: str) -> tuple[str, str, str]:
-    """``NAME[:TAG][@DIGEST]`` -> (name, tag, digest), "" for what is absent (a registry port is not a tag)."""
-    name, _, digest = ref.partition("@")
-    head, _, last = name.rpartition("/")
-    repo_part, _, tag = last.partition(":")
-    return (f"{head}/{repo_part}" if head else repo_part), tag, digest
 
 
 @dataclass(frozen=True)
@@ -219,69 +203,3 @@ class Registry:
             return None
         manifests = response.json().get("manifests", [])
         return [m for m in manifests if isinstance(m, dict) and m.get("artifactType") == artifact_type]
-
-
-def registry_of(ref: str) -> tuple[str, str] | None:
-    """(host, repository) when ``ref`` names a registry (its first part has a '.', a port or is
-    localhost, as Docker reads references); None for a name on the local engine (``ascendkit/verl:x``)."""
-    name, _, _ = split_ref(ref)
-    host, _, repository = name.partition("/")
-    if repository and ("." in host or ":" in host or host == "localhost"):
-        return host, repository
-    return None
-
-
-def pin_digest(ref: str) -> str:
-    """``HOST/REPO:TAG`` -> ``HOST/REPO:TAG@sha256:...``: the digest the registry serves for the tag
-    now (a multi-arch index's own digest for an index), so what runs is what was resolved here."""
-    name, tag, digest = split_ref(ref)
-    if digest:
-        return ref
-    where = registry_of(ref)
-    if where is None:
-        raise InputError(f"{ref}: no registry host in the reference, so its tag cannot be resolved to a digest")
-    host, repository = where
-    manifest = Registry(host, retries=1, timeout=10.0).get_manifest(repository, tag or "latest")
-    if manifest is None:
-        raise InputError(f"{ref}: the registry {host} has no tag {tag or 'latest'!r} in {repository}")
-    return f"{name}:{tag or 'latest'}@{manifest.digest}"
-
-
-def image_labels(ref: str, arch: str) -> dict[str, str]:
-    """The config labels of ``HOST[:PORT]/REPO@sha256:...`` (or ``:TAG``) as the registry serves them;
-    for a multi-arch index, of its ``arch`` member."""
-    _, tag, digest = split_ref(ref)
-    digest = digest or tag or "latest"
-    where = registry_of(ref)
-    if where is None:
-        raise InputError(f"{ref}: no registry host in the reference, so its labels cannot be read")
-    host, repository = where
-    try:
-        return _labels(Registry(host, retries=1, timeout=10.0), ref, repository, digest, arch)
-    except ValueError as exc:  # a body that is not the JSON the distribution API promises
-        raise PublishFailed(f"registry {host}: {ref}: unreadable answer ({exc})") from None
-
-
-def _labels(registry: Registry, ref: str, repository: str, digest: str, arch: str) -> dict[str, str]:
-    host = registry.host
-    manifest = registry.get_manifest(repository, digest)
-    if manifest is None:
-        raise InputError(f"{ref}: the registry {host} has no such image")
-    body = manifest.json()
-    if manifest.media_type in (DOCKER_LIST, OCI_INDEX) or "manifests" in body:
-        wanted = DOCKER_ARCH.get(arch, arch)
-        members = [m for m in body.get("manifests", []) if (m.get("platform") or {}).get("architecture") == wanted]
-        if not members:
-            raise InputError(f"{ref}: the index has no {wanted} image")
-        member = registry.get_manifest(repository, members[0]["digest"])
-        if member is None:
-            raise InputError(f"{ref}: the index names {members[0]['digest']}, which the registry does not serve")
-        body = member.json()
-    config_digest = (body.get("config") or {}).get("digest")
-    if not config_digest:
-        raise InputError(f"{ref}: the manifest names no image config")
-    response = registry.request("GET", f"/{repository}/blobs/{config_digest}")
-    if response.status_code != 200:
-        raise PublishFailed(f"registry {host}: reading the config of {ref} gave {http_failure(response.status_code, response.content)}")
-    config = json.loads(response.content)
-    return dict((config.get("config") or {}).get("Labels") or {})

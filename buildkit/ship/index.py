@@ -18,11 +18,11 @@ from typing import Any
 
 from buildkit.errors import InputError, PublishFailed
 from buildkit.fsio import read_input_bytes, read_input_text
-from buildkit.image.attach import Attached, attach_sbom
-from buildkit.image.publish import Published, index_names, publish_index
-from buildkit.image.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, Registry, RegistryRef
 from buildkit.image.sbom import SBOM_SUFFIX, sbom_beside
 from buildkit.matrix.model import DOCKER_ARCH
+from buildkit.ship.attach import Attached, attach_sbom
+from buildkit.ship.publish import Published, index_names, publish_index
+from buildkit.ship.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, Registry, RegistryRef
 
 
 @dataclass(frozen=True)

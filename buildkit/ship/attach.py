@@ -21,9 +21,10 @@ import docker
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_bytes
 from buildkit.image.engine import ascendkit_image
-from buildkit.image.registry import DOCKER_LIST, IMAGE_REFERENCE, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, registry_of, split_ref
 from buildkit.image.sbom import MEDIA_TYPE, loads, sbom_path
+from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
 from buildkit.matrix.model import DOCKER_ARCH
+from buildkit.ship.registry import DOCKER_LIST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry
 
 EMPTY_CONFIG = b"{}"
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"

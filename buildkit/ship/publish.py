@@ -21,12 +21,12 @@ from docker.errors import DockerException
 
 from buildkit.errors import PublishFailed
 from buildkit.fsio import read_input_bytes, write_atomic
-from buildkit.image.attach import Attached, attach_sbom
 from buildkit.image.engine import ascendkit_image
-from buildkit.image.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, RegistryRef
 from buildkit.image.sbom import sbom_beside
 from buildkit.matrix.model import DOCKER_ARCH, normalize_arch
 from buildkit.reach import engine_said, text_cause
+from buildkit.ship.attach import Attached, attach_sbom
+from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, RegistryRef
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,68 @@
+"""What a registry says about a published image, read with no engine: the digest a tag names now,
+and the labels of an image (of one arch of an index). ``k8s render`` and ``sbom`` read these."""
+
+from __future__ import annotations
+
+import json
+
+from buildkit.errors import InputError, PublishFailed
+from buildkit.imageref import registry_of, split_ref
+from buildkit.matrix.model import DOCKER_ARCH
+from buildkit.reach import http_failure
+from buildkit.ship.registry import DOCKER_LIST, OCI_INDEX, Registry
+
+
+def pin_digest(ref: str) -> str:
+    """``HOST/REPO:TAG`` -> ``HOST/REPO:TAG@sha256:...``: the digest the registry serves for the tag
+    now (a multi-arch index's own digest for an index), so what runs is what was resolved here."""
+    name, tag, digest = split_ref(ref)
+    if digest:
+        return ref
+    where = registry_of(ref)
+    if where is None:
+        raise InputError(f"{ref}: no registry host in the reference, so its tag cannot be resolved to a digest")
+    host, repository = where
+    manifest = Registry(host, retries=1, timeout=10.0).get_manifest(repository, tag or "latest")
+    if manifest is None:
+        raise InputError(f"{ref}: the registry {host} has no tag {tag or 'latest'!r} in {repository}")
+    return f"{name}:{tag or 'latest'}@{manifest.digest}"
+
+
+def image_labels(ref: str, arch: str) -> dict[str, str]:
+    """The config labels of ``HOST[:PORT]/REPO@sha256:...`` (or ``:TAG``) as the registry serves them;
+    for a multi-arch index, of its ``arch`` member."""
+    _, tag, digest = split_ref(ref)
+    digest = digest or tag or "latest"
+    where = registry_of(ref)
+    if where is None:
+        raise InputError(f"{ref}: no registry host in the reference, so its labels cannot be read")
+    host, repository = where
+    try:
+        return _labels(Registry(host, retries=1, timeout=10.0), ref, repository, digest, arch)
+    except ValueError as exc:  # a body that is not the JSON the distribution API promises
+        raise PublishFailed(f"registry {host}: {ref}: unreadable answer ({exc})") from None
+
+
+def _labels(registry: Registry, ref: str, repository: str, digest: str, arch: str) -> dict[str, str]:
+    host = registry.host
+    manifest = registry.get_manifest(repository, digest)
+    if manifest is None:
+        raise InputError(f"{ref}: the registry {host} has no such image")
+    body = manifest.json()
+    if manifest.media_type in (DOCKER_LIST, OCI_INDEX) or "manifests" in body:
+        wanted = DOCKER_ARCH.get(arch, arch)
+        members = [m for m in body.get("manifests", []) if (m.get("platform") or {}).get("architecture") == wanted]
+        if not members:
+            raise InputError(f"{ref}: the index has no {wanted} image")
+        member = registry.get_manifest(repository, members[0]["digest"])
+        if member is None:
+            raise InputError(f"{ref}: the index names {members[0]['digest']}, which the registry does not serve")
+        body = member.json()
+    config_digest = (body.get("config") or {}).get("digest")
+    if not config_digest:
+        raise InputError(f"{ref}: the manifest names no image config")
+    response = registry.request("GET", f"/{repository}/blobs/{config_digest}")
+    if response.status_code != 200:
+        raise PublishFailed(f"registry {host}: reading the config of {ref} gave {http_failure(response.status_code, response.content)}")
+    config = json.loads(response.content)
+    return dict((config.get("config") or {}).get("Labels") or {})
