@@ -34,7 +34,7 @@ from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.job import JobFacts
 from buildkit.run.smoke import SmokeReport, SmokeRequest, check_request, run_smoke
 from buildkit.settings import Mirrors
-from buildkit.ship.publish import Published, closes_its_index, load_local_image, publish_image
+from buildkit.ship.publish import Published, load_local_image, publish_all, ship_options
 from buildkit.ship.registry import RegistryRef
 
 MatrixLike = Path | str | LoadedMatrix
@@ -114,15 +114,26 @@ def verify(
     return compare_facts(collect_facts(client, image, expected.distributions, expected.modules), expected)
 
 
-def publish(images: list[str], registry: str, *, manifest_dir: Path = Path("manifests"), index: bool = True) -> list[Published]:
-    """Push verified local images by digest, then (``index``) their multi-arch index, refused while an arch is missing."""
-    target = RegistryRef.parse(registry)
+def publish(
+    images: list[str],
+    registry: str | list[str],
+    *,
+    manifest_dir: Path = Path("manifests"),
+    index: bool = True,
+    media_types: str | None = None,
+    compression: str = "gzip",
+) -> list[Published]:
+    """Push verified local images by digest to each registry (``HOST[:PORT]/REPO``, one or a list),
+    then (``index``) their multi-arch index, refused while an arch is missing. ``media_types``:
+    None (Docker images, OCI SBOM), "docker" or "oci"; ``compression="zstd"`` also publishes ``<tag>-zstd``."""
+    targets = [RegistryRef.parse(r) for r in ([registry] if isinstance(registry, str) else registry)]
+    options = ship_options(media_types, compression)
     client = connect()
     local = [load_local_image(client, ref, manifest_dir) for ref in images]
     published: list[Published] = []
-    for image, last_of_group in zip(local, closes_its_index(local), strict=True):
-        outcome = publish_image(client, image, target, want_index=index and last_of_group, require_index=True)
-        published += [*outcome.pushed, *(outcome.index or ())]
+    for outcome in publish_all(client, local, targets, index=index, options=options):
+        published += [p for ps in outcome.registries.values() for p in ps]
+        published += [p for ps in outcome.indexes.values() for p in ps]
     return published
 
 

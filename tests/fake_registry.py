@@ -1,9 +1,11 @@
-"""A STAND-IN registry for the one part the bundled registry lacks: the OCI 1.1 referrers API.
+"""A STAND-IN registry for what the bundled registry cannot show: the OCI 1.1 referrers API, bearer
+tokens, and answers a unit test scripts (a 503 now, a 429 with Retry-After, a body cut off).
 
-CNCF distribution 2.8 (what `make test` runs) has no referrers endpoint, so the SBOM's tag fallback
-is tested against it for real; this in-memory server on 127.0.0.1 speaks just enough of the
-distribution API (blobs, manifests, and with ``referrers=True`` the referrers endpoint and the
-``OCI-Subject`` answer) to test the other path. It serves this process's tests only.
+CNCF distribution 2.8 (what `make test` runs) has no referrers endpoint and no auth, so the SBOM's
+tag fallback and every fault are tested against it for real (tests/faultproxy.py); this in-memory
+server on 127.0.0.1 speaks just enough of the distribution API (blobs, uploads, mounts, manifests,
+tags, and with ``referrers=True`` the referrers endpoint and the ``OCI-Subject`` answer) to test
+the rest. It serves this process's tests only; it is the only fake registry of the tests.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ class Store:
     tags: dict[tuple[str, str], str] = field(default_factory=dict)  # (repo, tag) -> digest
     subjects: dict[str, list[str]] = field(default_factory=dict)  # subject digest -> artifact digests
     requests: list[str] = field(default_factory=list)
+    token: str | None = None  # set: every /v2/ call needs "Bearer <token>", handed out at /token per scope
+    scopes: list[str] = field(default_factory=list)  # the scopes tokens were asked for
+    # scripted answers to the next requests, first first: (status, headers), or "drop" to close the
+    # connection after reading half of a request's body (or at once)
+    script: list[tuple[int, dict[str, str]] | str] = field(default_factory=list)
+    served: dict[str, bytes] = field(default_factory=dict)  # path -> a body to serve as is (a wrong one, say)
 
 
 def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
@@ -46,19 +54,62 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
             if self.command != "HEAD":
                 self.wfile.write(body)
 
+        def _scripted(self) -> bool:
+            """Answer from the script (or the token check) instead of the store; True when it did."""
+            if not store.script:
+                return False
+            step = store.script.pop(0)
+            store.requests.append(f"{self.command} {urlparse(self.path).path} ({step if isinstance(step, str) else step[0]})")
+            if step == "drop":
+                length = int(self.headers.get("Content-Length", "0"))
+                self.rfile.read(length // 2)
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return True
+            assert isinstance(step, tuple)
+            self._send(step[0], b'{"errors":[{"code":"UNAVAILABLE","message":"scripted"}]}', step[1])
+            return True
+
         def _route(self) -> tuple[str, str, str, dict[str, list[str]]]:
             url = urlparse(self.path)
             store.requests.append(f"{self.command} {url.path}")
-            match = re.match(r"^/v2/(?P<repo>.+?)/(?P<kind>blobs/uploads|blobs|manifests|referrers)/?(?P<ref>[^/]*)$", url.path)
+            match = re.match(r"^/v2/(?P<repo>.+?)/(?P<kind>blobs/uploads|blobs|manifests|referrers|tags)/?(?P<ref>[^/]*)$", url.path)
             if not match:
                 return "", "", "", {}
             return match["repo"], match["kind"], match["ref"], parse_qs(url.query)
+
+        def _unauthorized(self) -> bool:
+            url = urlparse(self.path)
+            if url.path == "/token":
+                store.scopes.append(parse_qs(url.query).get("scope", [""])[0])
+                self._send(200, json.dumps({"token": store.token}).encode(), {"Content-Type": "application/json"})
+                return True
+            if store.token is None or self.headers.get("Authorization") == f"Bearer {store.token}":
+                return False
+            port = self.server.server_address[1]  # type: ignore[index]  # an AF_INET server: (host, port)
+            repo = self._route()[0]
+            challenge = f'Bearer realm="http://127.0.0.1:{port}/token",service="fake",scope="repository:{repo}:pull,push"'
+            self._send(401, b"{}", {"WWW-Authenticate": challenge})
+            return True
 
         def do_HEAD(self) -> None:
             self.do_GET()
 
         def do_GET(self) -> None:
+            if self._unauthorized() or self._scripted():
+                return
+            if self.path in store.served:
+                body = store.served[self.path]
+                return self._send(200, body, {"Content-Type": "application/vnd.docker.distribution.manifest.v2+json"})
             repo, kind, ref, query = self._route()
+            if kind == "tags":
+                names = sorted(tag for (r, tag) in store.tags if r == repo)
+                last = query.get("last", [""])[0]
+                names = [n for n in names if n > last][: int(query.get("n", ["1000"])[0])]
+                headers = {"Content-Type": "application/json"}
+                if names and len(names) == int(query.get("n", ["1000"])[0]):
+                    headers["Link"] = f'</v2/{repo}/tags/list?n={len(names)}&last={names[-1]}>; rel="next"'
+                return self._send(200, json.dumps({"name": repo, "tags": names}).encode(), headers)
             if kind == "blobs" and ref in store.blobs:
                 return self._send(200, store.blobs[ref], {"Docker-Content-Digest": ref})
             if kind == "manifests":
@@ -79,12 +130,23 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
             return self._send(404, b'{"errors":[{"code":"NOT_FOUND"}]}', {"Content-Type": "application/json"})
 
         def do_POST(self) -> None:
-            repo, kind, _, _ = self._route()
+            if self._unauthorized() or self._scripted():
+                return
+            repo, kind, _, query = self._route()
             if kind != "blobs/uploads":
                 return self._send(404)
+            mount = query.get("mount", [""])[0]
+            if mount and mount in store.blobs:
+                return self._send(201, headers={"Docker-Content-Digest": mount})
             return self._send(202, headers={"Location": f"/v2/{repo}/blobs/uploads/{uuid.uuid4().hex}"})
 
+        def do_DELETE(self) -> None:
+            self._route()
+            self._send(204)
+
         def do_PUT(self) -> None:
+            if self._unauthorized() or self._scripted():
+                return
             repo, kind, ref, query = self._route()
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             digest = "sha256:" + hashlib.sha256(body).hexdigest()
@@ -113,7 +175,7 @@ def fake_registry(*, referrers: bool) -> Iterator[tuple[str, Store]]:
     """``HOST:PORT`` of a fresh in-memory registry on 127.0.0.1, and its store."""
     store = Store(referrers)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(store))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"127.0.0.1:{server.server_address[1]}", store

@@ -1,81 +1,38 @@
-"""The registry client against a local fake registry: read-back, bearer auth, retries, index body."""
+"""The distribution client against the fake registry: read-back, bearer tokens per repository,
+retries (503, 429 with Retry-After, a connection dropped mid-upload), the bound on them, mounts, tags."""
 
 from __future__ import annotations
 
 import hashlib
-import http.server
+import io
 import json
 import re
-import threading
-import typing
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
-from buildkit.ship.publish import index_body
-from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, Manifest, Registry, RegistryRef
+from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, Registry, RegistryRef, retry_after
 from buildkit.ship.remote import image_labels
+from tests.fake_registry import Store, fake_registry
 
 BODY = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": "sha256:cfg"}}).encode()
 
 
-class FakeRegistry(http.server.BaseHTTPRequestHandler):
-    state: typing.ClassVar[dict[str, Any]] = {}
-
-    def do_GET(self) -> None:
-        st = self.state
-        if self.path.split("?")[0] == "/token":
-            self._send(200, json.dumps({"token": "tok"}).encode(), "application/json")
-            return
-        st["gets"] = st.get("gets", 0) + 1
-        if st.get("fail_first", 0) >= st["gets"]:
-            self._send(503, b"busy", "text/plain")
-            return
-        if st.get("auth") and self.headers.get("Authorization") != "Bearer tok":
-            self.send_response(401)
-            port = self.server.server_address[1]  # type: ignore[index]  # an AF_INET server: (host, port)
-            self.send_header("WWW-Authenticate", f'Bearer realm="http://127.0.0.1:{port}/token",service="fake",scope="repository:x:pull"')
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        stored = st.get("manifests", {}).get(self.path)
-        if stored is None:
-            self._send(404, b"{}", "application/json")
-            return
-        self._send(200, stored[0], stored[1], digest="sha256:" + hashlib.sha256(stored[0]).hexdigest())
-
-    def do_PUT(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.state.setdefault("manifests", {})[self.path] = (body, self.headers["Content-Type"])
-        self._send(201, b"", "text/plain", digest="sha256:" + hashlib.sha256(body).hexdigest())
-
-    def _send(self, code: int, body: bytes, ctype: str, digest: str | None = None) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        if digest:
-            self.send_header("Docker-Content-Digest", digest)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def fake() -> Iterator[tuple[Registry, dict[str, Any]]]:
-    FakeRegistry.state = {"manifests": {"/v2/team/verl/manifests/t1": (BODY, DOCKER_MANIFEST)}}
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeRegistry)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield Registry(f"127.0.0.1:{server.server_address[1]}", retries=3, backoff=0.01), FakeRegistry.state
-    server.shutdown()
-    server.server_close()
+def fake() -> Iterator[tuple[Registry, Store, list[float]]]:
+    """The client (its pauses recorded, not slept) and the fake it talks to, holding team/verl:t1."""
+    with fake_registry(referrers=False) as (host, store):
+        digest = "sha256:" + hashlib.sha256(BODY).hexdigest()
+        store.manifests[digest] = (DOCKER_MANIFEST, BODY)
+        store.tags[("team/verl", "t1")] = digest
+        waits: list[float] = []
+        yield Registry(host, retries=3, backoff=0.01, sleep=waits.append), store, waits
 
 
-def test_read_back(fake: tuple[Registry, dict[str, Any]]) -> None:
-    registry, _ = fake
+def test_read_back(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, _, _ = fake
     manifest = registry.get_manifest("team/verl", "t1")
     assert manifest is not None
     assert manifest.digest == "sha256:" + hashlib.sha256(BODY).hexdigest()
@@ -83,24 +40,50 @@ def test_read_back(fake: tuple[Registry, dict[str, Any]]) -> None:
     assert registry.get_manifest("team/verl", "missing") is None
 
 
-def test_transient_errors_are_retried(fake: tuple[Registry, dict[str, Any]]) -> None:
-    registry, state = fake
-    state["fail_first"] = 2
+def test_a_manifest_that_is_not_the_digest_asked_for_is_refused(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, store, _ = fake
+    wrong = "sha256:" + "0" * 64
+    store.served[f"/v2/team/verl/manifests/{wrong}"] = BODY
+    with pytest.raises(PublishFailed, match="served a manifest whose digest is"):
+        registry.get_manifest("team/verl", wrong)
+
+
+def test_transient_errors_are_retried(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, store, waits = fake
+    store.script = [(503, {}), (502, {}), "drop"]
     assert registry.get_manifest("team/verl", "t1") is not None
-    assert state["gets"] == 3
+    assert len(waits) == 3 and registry.retried == 3
 
 
-def test_definitive_failure_after_retries(fake: tuple[Registry, dict[str, Any]]) -> None:
-    registry, state = fake
-    state["fail_first"] = 99
-    with pytest.raises(Unavailable, match=r"HTTP 503 \(.*, 4 attempts\)"):
+def test_429_waits_as_long_as_retry_after_says_capped(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, store, waits = fake
+    store.script = [(429, {"Retry-After": "7"}), (503, {"Retry-After": "3600"})]
+    assert registry.get_manifest("team/verl", "t1") is not None
+    assert waits == [7.0, registry.max_wait], "Retry-After is honoured, up to max_wait"
+
+
+def test_retry_after_as_an_http_date() -> None:
+    class Answer:
+        headers = {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}
+
+    assert retry_after(Answer()) == 0.0  # type: ignore[arg-type]  # in the past: no wait
+
+
+def test_definitive_failure_after_retries(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, store, _ = fake
+    store.script = [(503, {})] * 10
+    with pytest.raises(Unavailable, match=r"^registry 127\.0\.0\.1:\d+: HTTP 503 UNAVAILABLE: scripted \(GET manifests, 4 attempts\)$"):
         registry.get_manifest("team/verl", "t1")
 
 
-def test_bearer_token_challenge(fake: tuple[Registry, dict[str, Any]]) -> None:
-    registry, state = fake
-    state["auth"] = True
+def test_bearer_token_challenge_per_repository(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, store, _ = fake
+    store.token = "tok"
     assert registry.get_manifest("team/verl", "t1") is not None
+    assert registry.get_manifest("team/other", "t1") is None  # another repository: a token of its own scope
+    assert store.scopes == ["repository:team/verl:pull,push", "repository:team/other:pull,push"]
+    assert registry.get_manifest("team/verl", "t1") is not None
+    assert len(store.scopes) == 2, "each repository's token is kept"
 
 
 def test_unreachable_registry() -> None:
@@ -109,20 +92,45 @@ def test_unreachable_registry() -> None:
         registry.get_manifest("x", "y")
 
 
-def test_put_index_round_trip(fake: tuple[Registry, dict[str, Any]]) -> None:
-    registry, _ = fake
-    members = {
-        "x86_64": Manifest("sha256:aaa", DOCKER_MANIFEST, 10, b""),
-        "aarch64": Manifest("sha256:bbb", DOCKER_MANIFEST, 11, b""),
-    }
-    body, media_type = index_body(members)
-    assert media_type == DOCKER_LIST
-    data = json.loads(body)
-    assert [m["platform"]["architecture"] for m in data["manifests"]] == ["arm64", "amd64"]
-    assert index_body(dict(reversed(members.items()))) == (body, media_type)  # deterministic
-    digest = registry.put_manifest("team/verl", "v1", body, media_type)
-    back = registry.get_manifest("team/verl", "v1")
-    assert back is not None and back.digest == digest and back.media_type == DOCKER_LIST
+def test_an_upload_cut_off_starts_a_new_session(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, store, _ = fake
+    data = b"layer" * 100_000
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    store.script = [(202, {"Location": "/v2/team/verl/blobs/uploads/first"}), "drop"]
+    registry.upload_blob("team/verl", digest, len(data), lambda: io.BytesIO(data))
+    assert store.blobs[digest] == data
+    assert [r for r in store.requests if r.startswith(("POST", "PUT"))] == [
+        "POST /v2/team/verl/blobs/uploads/ (202)",
+        "PUT /v2/team/verl/blobs/uploads/first (drop)",
+        "POST /v2/team/verl/blobs/uploads/",
+        "PUT /v2/team/verl/blobs/uploads/" + store.requests[-1].rsplit("/", 1)[1],
+    ], "the cut-off session is not resumed: a new one starts"
+
+
+def test_an_upload_that_never_lands_is_unavailable(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, store, _ = fake
+    data = b"x" * 1000
+    store.script = [s for _ in range(4) for s in ((202, {"Location": "/v2/team/verl/blobs/uploads/u"}), (503, {}))]
+    with pytest.raises(Unavailable, match=r"uploading blob sha256:.*, 4 attempts"):
+        registry.upload_blob("team/verl", "sha256:" + hashlib.sha256(data).hexdigest(), len(data), lambda: io.BytesIO(data))
+
+
+def test_put_blob_looks_first_and_mount_links_without_sending(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, store, _ = fake
+    digest = registry.put_blob("team/verl", b"config")
+    assert registry.put_blob("team/verl", b"config") == digest
+    assert sum(r.startswith("PUT") for r in store.requests) == 1, "a blob the registry has is not sent again"
+    assert registry.mount_blob("team/other", digest, "team/verl")
+    assert not registry.mount_blob("team/other", "sha256:" + "1" * 64, "team/verl")
+
+
+def test_tags_follow_the_link_pages(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, store, _ = fake
+    for n in range(2500):
+        store.tags[("many", f"t{n:04d}")] = "sha256:x"
+    tags = registry.tags("many")
+    assert len(tags) == 2500 and tags[0] == "t0000" and tags[-1] == "t2499"
+    assert registry.tags("nothing-here") == []
 
 
 @pytest.mark.parametrize(
@@ -144,28 +152,32 @@ def test_registry_ref_rejects(text: str) -> None:
         RegistryRef.parse(text)
 
 
-def test_image_labels_of_an_index_member_and_unreadable_answers(fake: tuple[Registry, dict[str, Any]]) -> None:
+def _put(store: Store, repo: str, ref: str, body: bytes, media_type: str) -> str:
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    store.manifests[digest] = (media_type, body)
+    store.tags[(repo, ref)] = digest
+    return digest
+
+
+def test_image_labels_of_an_index_member_and_unreadable_answers(fake: tuple[Registry, Store, list[float]]) -> None:
     """k8s render reads the labels of the --arch member of a multi-arch index; a body that is not
     JSON is the registry's failure, not a traceback."""
-    registry, state = fake
+    registry, store, _ = fake
     config = json.dumps({"config": {"Labels": {"io.ascendkit.stack": "cann8.3", "io.ascendkit.version.verl": "0.6.1"}}}).encode()
-    arm = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": "sha256:armcfg"}}).encode()
-    index = json.dumps(
-        {"mediaType": DOCKER_LIST, "manifests": [{"digest": "sha256:arm", "platform": {"architecture": "arm64", "os": "linux"}}]}
-    ).encode()
-    state["manifests"].update(
-        {
-            "/v2/team/verl/manifests/multi": (index, DOCKER_LIST),
-            "/v2/team/verl/manifests/sha256:arm": (arm, DOCKER_MANIFEST),
-            "/v2/team/verl/blobs/sha256:armcfg": (config, "application/json"),
-            "/v2/team/verl/blobs/sha256:cfg": (b"<html>proxy error</html>", "text/html"),
-        }
-    )
+    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+    store.blobs[config_digest] = config
+    arm = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": config_digest}}).encode()
+    arm_digest = _put(store, "team/verl", "arm", arm, DOCKER_MANIFEST)
+    index: dict[str, Any] = {"mediaType": DOCKER_LIST, "manifests": [{"digest": arm_digest, "platform": {"architecture": "arm64"}}]}
+    _put(store, "team/verl", "multi", json.dumps(index).encode(), DOCKER_LIST)
+    broken = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": "sha256:" + "2" * 64}}).encode()
+    store.blobs["sha256:" + "2" * 64] = b"<html>proxy error</html>"
+    _put(store, "team/verl", "broken", broken, DOCKER_MANIFEST)
     labels = image_labels(f"{registry.host}/team/verl:multi", "aarch64")
     assert labels == {"io.ascendkit.stack": "cann8.3", "io.ascendkit.version.verl": "0.6.1"}
     with pytest.raises(InputError, match="the index has no amd64 image"):
         image_labels(f"{registry.host}/team/verl:multi", "x86_64")
     with pytest.raises(PublishFailed, match="unreadable answer"):
-        image_labels(f"{registry.host}/team/verl:t1", "x86_64")
+        image_labels(f"{registry.host}/team/verl:broken", "x86_64")
     with pytest.raises(InputError, match="no registry host"):
         image_labels("ascendkit/verl:latest", "x86_64")

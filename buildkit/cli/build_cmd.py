@@ -1,4 +1,4 @@
-"""``ascendkit build`` and ``ascendkit publish``: images through the engine, to a registry."""
+"""``ascendkit build``: images through the engine, verified, tagged, and with --push in their registries."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from buildkit.cancel import interrupted
 from buildkit.cli.base import (
     ArchChoice,
     AscendIndexUrl,
@@ -28,6 +27,7 @@ from buildkit.cli.base import (
     print_json,
     user_errors,
 )
+from buildkit.cli.ship_options import Compression, CompressionOption, MediaTypesOption, RegistriesOption, print_summary, to_stderr
 from buildkit.errors import InputError
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.settings import resolve_mirrors
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from buildkit.image.buildplan import BuildPlan, BuildResult
     from buildkit.image.progress import Step
     from buildkit.matrix.load import LoadedMatrix
-    from buildkit.ship.publish import LocalImage
+    from buildkit.ship.publish import LocalImage, ShipOptions
     from buildkit.ship.registry import RegistryRef
 
 
@@ -64,14 +64,15 @@ class StepPrinter:
             self.console.print(f"         | {line[:200]}")
 
 
-RegistryOption = Annotated[str | None, typer.Option("--registry", help="Push target HOST[:PORT]/REPO, e.g. 127.0.0.1:5000/ascendkit.")]
 ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where build manifests are written and read.")]
 
 
-def _publish(client: Any, image: LocalImage, target: RegistryRef, *, want_index: bool, require_index: bool) -> dict[str, Any]:
+def _publish(
+    client: Any, image: LocalImage, targets: list[RegistryRef], options: ShipOptions, *, want_index: bool, require_index: bool
+) -> dict[str, Any]:
     from buildkit.ship.publish import publish_image
 
-    outcome = publish_image(client, image, target, want_index=want_index, require_index=require_index, say=_to_stderr)
+    outcome = publish_image(client, image, targets, want_index=want_index, require_index=require_index, options=options, say=to_stderr)
     return outcome.describe()
 
 
@@ -80,10 +81,6 @@ def _local_image(loaded: LoadedMatrix, plan: BuildPlan, result: BuildResult) -> 
     from buildkit.ship.publish import LocalImage
 
     return LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags, result.manifest_json)
-
-
-def _to_stderr(line: str) -> None:
-    typer.echo(line, err=True)
 
 
 @app.command("build")
@@ -127,7 +124,9 @@ def build(
     no_index: Annotated[
         bool, typer.Option("--no-index", help="With --push: leave the multi-arch index to `publish --index-only` (CI's index job).")
     ] = False,
-    registry: RegistryOption = None,
+    registry: RegistriesOption = None,
+    media_types: MediaTypesOption = None,
+    compression: CompressionOption = Compression.gzip,
     manifest_dir: ManifestDir = Path("manifests"),
     offline: Annotated[
         bool, typer.Option("--offline", help="Air-gapped: pip installs only from --wheelhouse, with no network in the pip steps.")
@@ -144,6 +143,7 @@ def build(
     from buildkit.image.buildplan import check_names, check_outputs, plan_build
     from buildkit.image.engine import connect
     from buildkit.matrix.load import load_matrix
+    from buildkit.ship.publish import ship_options
     from buildkit.ship.registry import RegistryRef
 
     if hw is None and not every:
@@ -154,11 +154,14 @@ def build(
         raise InputError("--push needs --registry HOST[:PORT]/REPO")
     if offline != (wheelhouse is not None):
         raise InputError("--offline and --wheelhouse DIR go together: an offline build installs every package from DIR")
-    target = RegistryRef.parse(registry) if registry else None
+    targets = [RegistryRef.parse(r) for r in registry or []]
     if registry and not push:
         raise InputError("--registry is where --push sends the image: give --push too, or drop --registry")
     if no_index and not push:
         raise InputError("--no-index only changes what --push does: give --push too")
+    if (media_types or compression != Compression.gzip) and not push:
+        raise InputError("--media-types and --compression change what --push does: give --push too")
+    shipping = ship_options(media_types.value if media_types else None, compression.value)
     check_names(repository, base_image)  # options every target shares: refused once, not per target
     loaded = load_matrix(matrix)
     mirrors = resolve_mirrors(
@@ -194,7 +197,8 @@ def build(
             hw=hw,
             os_name=os_name,
             arch=arch,
-            target=target,
+            targets=targets,
+            shipping=shipping,
             want_index=not no_index,
             quiet=quiet,
             as_json=as_json,
@@ -227,9 +231,10 @@ def build(
     )
     for ref in result.refs:
         typer.echo(f"tagged {ref}", err=True)
-    if push and target is not None:
+    if push and targets:
         image = _local_image(loaded, plan, result)
-        summary.update(_publish(client, image, target, want_index=not no_index, require_index=False))
+        summary.update(_publish(client, image, targets, shipping, want_index=not no_index, require_index=False))
+        print_summary([summary])
     summary["digest"] = summary["pushed"][0]["digest"] if summary.get("pushed") else None
     if as_json:
         print_json(summary)
@@ -243,7 +248,8 @@ def _build_all(
     hw: str | None,
     os_name: str | None,
     arch: str | None,
-    target: RegistryRef | None,
+    targets: list[RegistryRef],
+    shipping: ShipOptions,
     want_index: bool,
     quiet: bool,
     as_json: bool,
@@ -271,10 +277,10 @@ def _build_all(
             typer.echo(f"ascendkit: warning: {warning}", err=True)
 
     def push(result: BuildResult, plan: BuildPlan) -> str | None:
-        if target is None:
+        if not targets:
             return None
         image = _local_image(loaded, plan, result)
-        pushed = _publish(client, image, target, want_index=want_index, require_index=False)["pushed"]
+        pushed = _publish(client, image, targets, shipping, want_index=want_index, require_index=False)["pushed"]
         return str(pushed[0]["digest"]) if pushed else None
 
     def failed(name: str, error: AscendkitError) -> None:
@@ -305,65 +311,3 @@ def _build_all(
     code = exit_code(outcomes)
     if code:
         raise typer.Exit(code)
-
-
-@app.command("publish")
-@user_errors
-def publish(
-    registry: Annotated[str, typer.Option("--registry", help="HOST[:PORT]/REPO to push to.")],
-    images: Annotated[list[str] | None, typer.Argument(help="Local images built by ascendkit (any of their tags).")] = None,
-    no_index: Annotated[bool, typer.Option("--no-index", help="Push the per-arch images only.")] = False,
-    index_only: Annotated[
-        bool,
-        typer.Option(
-            "--index-only",
-            help="No engine: from the build manifests in --manifest-dir (pushed by each arch's `build --push`), check every "
-            "member in the registry, attach their SBOMs and publish each multi-arch index.",
-        ),
-    ] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --index-only: check everything in the registry, push nothing.")] = False,
-    manifest_dir: ManifestDir = Path("manifests"),
-    as_json: JsonFlag = False,
-) -> None:
-    """Push verified images by digest with their SBOMs, then the multi-arch index (refused if an arch
-    is missing); or, with --index-only, only the indexes of images already pushed."""
-    from buildkit.imageref import IMAGE_REFERENCE
-    from buildkit.ship.registry import RegistryRef
-
-    if index_only and (images or no_index):
-        raise InputError("--index-only reads the build manifests in --manifest-dir: give no IMAGES and no --no-index")
-    if dry_run and not index_only:
-        raise InputError("--dry-run goes with --index-only (a push of local images has no dry run; see `ascendkit build --dry-run`)")
-    if not index_only and not images:
-        raise InputError("give the local IMAGES to push, or --index-only to publish indexes from --manifest-dir")
-    target = RegistryRef.parse(registry)
-    for ref in images or []:
-        if not IMAGE_REFERENCE.match(ref):
-            raise InputError(f"{ref!r} is not an image reference: give local images as NAME[:TAG], as `ascendkit build` tagged them")
-    if not index_only and not manifest_dir.is_dir():  # (--index-only checks its own)
-        raise InputError(f"--manifest-dir {manifest_dir}: no such directory (where `ascendkit build` wrote the build manifests)")
-    if index_only:
-        from buildkit.ship.index import publish_indexes
-
-        outcomes = publish_indexes(manifest_dir, target, dry_run=dry_run, say=_to_stderr)
-        if dry_run:
-            typer.echo(f"ascendkit: dry run: {len(outcomes)} index(es) checked, nothing pushed", err=True)
-        if as_json:
-            print_json([o.describe() for o in outcomes])
-        return
-    from buildkit.image.engine import connect
-    from buildkit.ship.publish import closes_its_index, load_local_image
-
-    assert images is not None
-    client = connect()
-    local = [load_local_image(client, ref, manifest_dir) for ref in images]
-    results: list[dict[str, Any]] = []
-    try:
-        for image, last_of_group in zip(local, closes_its_index(local), strict=True):
-            results.append(_publish(client, image, target, want_index=not no_index and last_of_group, require_index=True))
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say exactly what reached the registry
-        done = [p["ref"] for r in results for p in [*r["pushed"], *(r["index"] or [])]]
-        rest = images[len(results) :]
-        raise interrupted(exc, f"published {', '.join(done) or 'nothing'}; not published (or not confirmed): {', '.join(rest)}") from None
-    if as_json:
-        print_json(results)

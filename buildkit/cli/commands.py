@@ -19,10 +19,17 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         ),
     ),
     "publish": (
-        ("buildkit.cli.build_cmd",),
+        ("buildkit.cli.publish_cmd",),
         (
-            "Push verified images by digest with their SBOMs, then the multi-arch index (refused if an arch is "
-            "missing); or, with --index-only, only the indexes of images already pushed."
+            "Push verified images by digest with their SBOMs to each registry, then the multi-arch index (refused if an "
+            "arch is missing); or, with --index-only, only the indexes of images already pushed."
+        ),
+    ),
+    "mirror": (
+        ("buildkit.cli.publish_cmd",),
+        (
+            "Copy a published image (an index with every member, the SBOM and every other attachment) from one registry "
+            "to another by digest, byte for byte, with no engine; what the destination has is not sent again."
         ),
     ),
     "doctor": (

@@ -1,16 +1,16 @@
 """Attach an SBOM to an image digest in a registry, and find it again, through the distribution API.
 
-The SBOM travels as an OCI 1.1 artifact: an image manifest with ``artifactType`` set, the empty
-config, one layer (the CycloneDX JSON) and ``subject`` naming the image. A registry with the
-referrers API links it to the image by that subject (it answers the push with ``OCI-Subject``).
-A registry without it (CNCF distribution 2.8, and many mirrors) gets the same manifest under the
-tag ``sha256-<hex>.sbom``, the scheme cosign uses, so any client can find it from the digest alone.
+In the default and the OCI form the SBOM travels as an OCI 1.1 artifact: an image manifest with
+``artifactType`` set, the empty config, one layer (the CycloneDX JSON) and ``subject`` naming the
+image. A registry with the referrers API links it to the image by that subject (it answers the
+push with ``OCI-Subject``). A registry without it (CNCF distribution 2.8, and many mirrors) gets
+the same manifest under the tag ``sha256-<hex>.sbom``, the scheme cosign uses, so any client can
+find it from the digest alone. In the Docker form (``--media-types docker``, for registries that
+refuse OCI media types) it is a Docker image manifest under that tag: see ``compose``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,31 +24,13 @@ from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import MEDIA_TYPE, loads, sbom_path
 from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
 from buildkit.matrix.model import DOCKER_ARCH
-from buildkit.ship.registry import DOCKER_LIST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry
-
-EMPTY_CONFIG = b"{}"
-EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
+from buildkit.ship.compose import Form, sbom_artifact, sbom_layer
+from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, Manifest, Registry, digest_of
 
 
-def fallback_tag(digest: str) -> str:
-    """The tag an SBOM of ``digest`` gets where the registry has no referrers API."""
-    return digest.replace(":", "-", 1) + ".sbom"
-
-
-def _descriptor(media_type: str, data: bytes) -> dict[str, Any]:
-    return {"mediaType": media_type, "digest": "sha256:" + hashlib.sha256(data).hexdigest(), "size": len(data)}
-
-
-def artifact_manifest(subject: Manifest, sbom: bytes) -> bytes:
-    body = {
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "artifactType": MEDIA_TYPE,
-        "config": _descriptor(EMPTY_MEDIA_TYPE, EMPTY_CONFIG),
-        "layers": [{**_descriptor(MEDIA_TYPE, sbom), "annotations": {"org.opencontainers.image.title": "sbom.cdx.json"}}],
-        "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": subject.size},
-    }
-    return json.dumps(body, indent=2, sort_keys=True).encode()
+def fallback_tag(digest: str, kind: str = "sbom") -> str:
+    """The tag an attachment of ``digest`` gets where the registry has no referrers API (cosign's scheme)."""
+    return digest.replace(":", "-", 1) + f".{kind}"
 
 
 @dataclass(frozen=True)
@@ -61,42 +43,37 @@ class Attached:
         return {"subject": self.subject, "sbom": self.digest, "attached_as": self.how}
 
 
-def attach_sbom(registry: Registry, repository: str, subject: Manifest, sbom: bytes) -> Attached:
-    """Push ``sbom`` as an artifact whose subject is ``subject``; idempotent (same bytes, same digest)."""
-    has_referrers = registry.referrers(repository, subject.digest, MEDIA_TYPE) is not None
-    registry.put_blob(repository, EMPTY_CONFIG)
-    registry.put_blob(repository, sbom)
-    body = artifact_manifest(subject, sbom)
-    digest = "sha256:" + hashlib.sha256(body).hexdigest()
-    response = registry.put_manifest_response(repository, digest, body, OCI_MANIFEST)
+def attach_sbom(registry: Registry, repository: str, subject: Manifest, sbom: bytes, form: Form = None) -> Attached:
+    """Push ``sbom`` as the SBOM of ``subject`` in ``form``; idempotent (same bytes, same digest)."""
+    body, media_type, blobs = sbom_artifact(subject, sbom, form)
+    has_referrers = form != "docker" and registry.referrers(repository, subject.digest, MEDIA_TYPE) is not None
+    for blob in blobs:
+        registry.put_blob(repository, blob)
+    digest = digest_of(body)
+    response = registry.put_manifest_response(repository, digest, body, media_type)
     if has_referrers and response.headers.get("OCI-Subject") == subject.digest:
         return Attached(subject.digest, digest, "referrer")
     # No referrers API, or one that did not take the subject: the spec's answer is a tag the client can find.
     tag = fallback_tag(subject.digest)
-    registry.put_manifest(repository, tag, body, OCI_MANIFEST)
+    registry.put_manifest(repository, tag, body, media_type)
     return Attached(subject.digest, digest, f"tag {tag}")
 
 
-def _sbom_of_artifact(registry: Registry, repository: str, manifest: Manifest, subject: str) -> bytes | None:
-    body = manifest.json()
-    if body.get("artifactType") != MEDIA_TYPE or (body.get("subject") or {}).get("digest") != subject:
-        return None
-    for layer in body.get("layers", []):
-        if layer.get("mediaType") == MEDIA_TYPE:
-            return registry.get_blob(repository, str(layer["digest"]))
-    return None
-
-
 def fetch_sbom(registry: Registry, repository: str, digest: str) -> bytes | None:
-    """The SBOM attached to image ``digest``: by the referrers API where there is one, else by its tag."""
+    """The SBOM attached to image ``digest``, in either form: by the referrers API where there is
+    one, else by its tag."""
     candidates = [str(m["digest"]) for m in registry.referrers(repository, digest, MEDIA_TYPE) or []]
     candidates.append(fallback_tag(digest))
     for reference in candidates:
         manifest = registry.get_manifest(repository, reference)
-        if manifest is not None:
-            found = _sbom_of_artifact(registry, repository, manifest, digest)
-            if found is not None:
-                return found
+        if manifest is None:
+            continue
+        config = None
+        if manifest.media_type == DOCKER_MANIFEST:
+            config = registry.get_blob(repository, str((manifest.json().get("config") or {}).get("digest")))
+        layer = sbom_layer(manifest, digest, config)
+        if layer is not None:
+            return registry.get_blob(repository, layer)
     return None
 
 

@@ -21,8 +21,8 @@ from buildkit.fsio import read_input_bytes, read_input_text
 from buildkit.image.sbom import SBOM_SUFFIX, sbom_beside
 from buildkit.matrix.model import DOCKER_ARCH
 from buildkit.ship.attach import Attached, attach_sbom
-from buildkit.ship.publish import Published, index_names, publish_index
-from buildkit.ship.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, Registry, RegistryRef
+from buildkit.ship.publish import Published, ShipOptions, Target, index_names, publish_index, variants
+from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, RegistryRef
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,11 @@ class Member:
     arches: tuple[str, ...]
     names: tuple[str, ...]  # the index's names (the per-arch tags without -<arch>)
     image_id: str
-    repository: str
-    digest: str
+    registries: dict[str, dict[str, str]]  # registry HOST/REPO -> compression -> the digest pushed there
+
+    @property
+    def repository(self) -> str:
+        return next(iter(self.registries))
 
     @property
     def sbom(self) -> Path:
@@ -69,6 +72,14 @@ def read_member(path: Path) -> Member:
     published = data.get("published")
     if not isinstance(published, dict) or not published.get("digest"):
         raise PublishFailed(f"{path}: records no push; build with --push --registry first (ascendkit build ... --push)")
+    recorded = published.get("registries") or {str(published.get("repository", "")): {"digest": published["digest"]}}
+    registries = {}
+    for name, entry in recorded.items() if isinstance(recorded, dict) else []:
+        if isinstance(entry, dict):
+            digests = {
+                kind: str((entry.get(kind) or {}).get("digest")) for kind in ("gzip", "zstd") if (entry.get(kind) or {}).get("digest")
+            }
+            registries[str(name)] = {"gzip": str(entry.get("digest")), **digests}
     arch = str(_field(data, path, "arch"))
     labels = _field(data, path, "labels")
     tags = _field(data, path, "image", "tags")
@@ -80,8 +91,7 @@ def read_member(path: Path) -> Member:
         arches=tuple(str(labels.get("io.ascendkit.arches", arch)).split(",")),
         names=index_names(tuple(str(t).rsplit(":", 1)[1] for t in tags), arch),
         image_id=str(_field(data, path, "image", "id")),
-        repository=str(published.get("repository", "")),
-        digest=str(published["digest"]),
+        registries=registries,
     )
 
 
@@ -102,9 +112,10 @@ def read_groups(manifest_dir: Path) -> list[IndexGroup]:
     return [IndexGroup(names, members) for names, members in sorted(groups.items())]
 
 
-def check_group(registry: Registry, target: RegistryRef, group: IndexGroup) -> dict[str, Manifest]:
-    """The members as the registry serves them; PublishFailed naming the first problem."""
-    name = f"{target.name}:{group.names[0]}"
+def check_group(target: Target, group: IndexGroup, compression: str = "gzip") -> dict[str, Manifest]:
+    """The members (their ``compression`` variant) as the registry serves them; PublishFailed naming the first problem."""
+    suffix = "" if compression == "gzip" else f"-{compression}"
+    name = f"{target.name}:{group.names[0]}{suffix}"
     wanted = next(iter(group.members.values())).arches
     missing = [arch for arch in wanted if arch not in group.members]
     if missing:
@@ -112,30 +123,34 @@ def check_group(registry: Registry, target: RegistryRef, group: IndexGroup) -> d
             f"refusing to publish the multi-arch index {name}: no {', '.join(missing)} build manifest "
             f"(the {', '.join(missing)} job must build with --push and hand its manifest over)"
         )
+    registry, repository = target.registry, target.ref.repository
     found = {}
     for arch, member in sorted(group.members.items()):
         where = f"{member.path.name} ({arch})"
-        if member.repository != target.name:
-            raise PublishFailed(f"refusing {name}: {where} was pushed to {member.repository}, not {target.name}")
+        if target.name not in member.registries:
+            raise PublishFailed(f"refusing {name}: {where} was pushed to {', '.join(member.registries)}, not {target.name}")
+        digest = member.registries[target.name].get(compression)
+        if digest is None:
+            raise PublishFailed(f"refusing {name}: {where} was pushed to {target.name} without --compression {compression}")
         if not member.sbom.is_file():
             raise PublishFailed(f"refusing {name}: {where} has no SBOM beside it ({member.sbom.name})")
-        manifest = registry.get_manifest(target.repository, member.digest)
+        manifest = registry.get_manifest(repository, digest)
         if manifest is None:
-            raise PublishFailed(f"refusing {name}: {where} records {member.digest}, which {target.name} does not serve")
-        if manifest.media_type not in (DOCKER_MANIFEST, OCI_MANIFEST):
-            raise PublishFailed(f"refusing {name}: {member.digest} is a {manifest.media_type}, not a per-arch image")
+            raise PublishFailed(f"refusing {name}: {where} records {digest}, which {target.name} does not serve")
+        if manifest.media_type not in IMAGE_MANIFESTS:
+            raise PublishFailed(f"refusing {name}: {digest} is a {manifest.media_type}, not a per-arch image")
         config_digest = (manifest.json().get("config") or {}).get("digest")
         if config_digest != member.image_id:
-            raise PublishFailed(f"refusing {name}: {member.digest} holds image {config_digest}, but {where} verified {member.image_id}")
-        config = json.loads(registry.get_blob(target.repository, member.image_id) or b"{}")
+            raise PublishFailed(f"refusing {name}: {digest} holds image {config_digest}, but {where} verified {member.image_id}")
+        config = json.loads(registry.get_blob(repository, member.image_id) or b"{}")
         platform = f"{config.get('os')}/{config.get('architecture')}"
         if platform != f"linux/{DOCKER_ARCH[arch]}":
-            raise PublishFailed(f"refusing {name}: {member.digest} is a {platform} image, but {where} says linux/{DOCKER_ARCH[arch]}")
-        tagged = registry.get_manifest(target.repository, f"{group.names[0]}-{arch}")
-        if tagged is not None and tagged.digest != member.digest:
+            raise PublishFailed(f"refusing {name}: {digest} is a {platform} image, but {where} says linux/{DOCKER_ARCH[arch]}")
+        tag = f"{group.names[0]}-{arch}{suffix}"
+        tagged = registry.get_manifest(repository, tag)
+        if tagged is not None and tagged.digest != digest:
             raise PublishFailed(
-                f"refusing {name}: the tag {group.names[0]}-{arch} names {tagged.digest}, not {member.digest} of {where} "
-                "(another build was pushed since)"
+                f"refusing {name}: the tag {tag} names {tagged.digest}, not {digest} of {where} (another build was pushed since)"
             )
         found[arch] = manifest
     return found
@@ -144,9 +159,14 @@ def check_group(registry: Registry, target: RegistryRef, group: IndexGroup) -> d
 @dataclass(frozen=True)
 class IndexOutcome:
     names: tuple[str, ...]
-    members: dict[str, str]  # arch -> digest
-    index: tuple[Published, ...]  # empty with --dry-run
+    members: dict[str, str]  # arch -> digest (gzip; the same in every registry)
+    indexes: dict[str, tuple[Published, ...]]  # registry -> its index tags (gzip, and zstd when asked); empty with --dry-run
     sboms: tuple[Attached, ...]
+
+    @property
+    def index(self) -> tuple[Published, ...]:
+        first = next(iter(self.indexes.values()), ())
+        return tuple(p for p in first if p.compression == "gzip")
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -154,31 +174,52 @@ class IndexOutcome:
             "names": list(self.names),
             "members": dict(sorted(self.members.items())),
             "sboms": [a.describe() for a in self.sboms],
+            "registries": [{"registry": name, "index": [p.describe() for p in index]} for name, index in self.indexes.items()],
         }
 
 
 def publish_indexes(
-    manifest_dir: Path, target: RegistryRef, *, dry_run: bool = False, say: Callable[[str], None] | None = None
+    manifest_dir: Path,
+    targets: list[RegistryRef],
+    *,
+    options: ShipOptions | None = None,
+    dry_run: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> list[IndexOutcome]:
-    """Check every group's members in the registry, then (unless ``dry_run``) attach their SBOMs and
-    publish each index under all its names."""
+    """Check every group's members in every registry, then (unless ``dry_run``) attach their SBOMs
+    and publish each index under all its names, in every registry."""
     tell = say or (lambda _: None)
-    registry = Registry(target.host)
+    options = options or ShipOptions()
+    registries = [Target.of(ref) for ref in targets]
     groups = read_groups(manifest_dir)
-    checked = [(group, check_group(registry, target, group)) for group in groups]  # every check before any write
+    kinds = [v.compression.name for v in variants(options.zstd)]
+    # every check in every registry before any write
+    checked = [(group, {(t.name, kind): check_group(t, group, kind) for t in registries for kind in kinds}) for group in groups]
     outcomes = []
-    for group, members in checked:
-        digests = {arch: m.digest for arch, m in members.items()}
-        tell(f"{target.name}:{group.names[0]}: {', '.join(f'{a} {d[:19]}' for a, d in sorted(digests.items()))} checked in the registry")
+    for group, found in checked:
+        digests = {arch: m.digest for arch, m in found[(registries[0].name, "gzip")].items()}
+        for target in registries:
+            listed = ", ".join(f"{a} {d[:19]}" for a, d in sorted(digests.items()))
+            tell(f"{target.name}:{group.names[0]}: {listed} checked in the registry")
         if dry_run:
-            outcomes.append(IndexOutcome(group.names, digests, (), ()))
+            outcomes.append(IndexOutcome(group.names, digests, {}, ()))
             continue
-        sboms = tuple(
-            attach_sbom(registry, target.repository, members[arch], read_input_bytes(group.members[arch].sbom, "SBOM"))
-            for arch in sorted(members)
-        )
-        index = tuple(publish_index(registry, target, group.names, members, []))
-        for p in index:
-            tell(f"published index {p.ref}")
-        outcomes.append(IndexOutcome(group.names, digests, index, sboms))
+        sboms: list[Attached] = []
+        indexes: dict[str, tuple[Published, ...]] = {}
+        for target in registries:
+            for kind in kinds:
+                members = found[(target.name, kind)]
+                form = options.form if kind == "gzip" else None
+                for arch in sorted(members):
+                    sbom = read_input_bytes(group.members[arch].sbom, "SBOM")
+                    sboms.append(attach_sbom(target.registry, target.ref.repository, members[arch], sbom, form))
+        for target in registries:
+            for kind in kinds:
+                suffix = "" if kind == "gzip" else f"-{kind}"
+                names = tuple(f"{name}{suffix}" for name in group.names)
+                index = tuple(publish_index(target, names, found[(target.name, kind)], options.form, kind))
+                indexes[target.name] = indexes.get(target.name, ()) + index
+                for p in index:
+                    tell(f"published index {p.ref}")
+        outcomes.append(IndexOutcome(group.names, digests, indexes, tuple(sboms)))
     return outcomes

@@ -1,32 +1,37 @@
-"""Publish verified images to a registry by digest, and one multi-arch index over their arches.
+"""Publish verified images by digest to one or more registries, with their SBOMs, and the
+multi-arch index over their arches.
 
-An image is published only when its build manifest says it passed verification. Every push is
-read back from the registry: the digest must be the one pushed and the manifest's config must be
-the local image. Its SBOM is attached to that digest, and the build manifest records where the
-image went (what ``publish --index-only`` reads later, on another machine). The index is refused
-while any arch of the stack is missing.
+An image is published only when its build manifest says it passed verification. Its blobs come out
+of the engine once (``layers``) and the same bytes go to every registry, so a manifest composed
+here has one digest in all of them (``docker push`` cannot promise that). In each registry, in
+this order: every blob (looked up first, mounted from another repository of that registry where
+one has it, else sent), the manifest by digest, read back, its SBOM, and only then its tags; so
+a tag never names an image without its SBOM, and an index is written only over members the
+registry serves. Every registry gets everything by digest before any gets a tag.
 """
 
 from __future__ import annotations
 
 import json
-import time
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import docker
-from docker.errors import DockerException
 
-from buildkit.errors import PublishFailed
+from buildkit.errors import InputError, PublishFailed
 from buildkit.fsio import read_input_bytes, write_atomic
 from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import sbom_beside
-from buildkit.matrix.model import DOCKER_ARCH, normalize_arch
-from buildkit.reach import engine_said, text_cause
+from buildkit.matrix.model import normalize_arch
 from buildkit.ship.attach import Attached, attach_sbom
-from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry, RegistryRef
+from buildkit.ship.compose import Form, image_form, image_manifest, index_manifest
+from buildkit.ship.layers import GZIP, ZSTD, Blob, Compression, CompressionCache, export
+from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, Registry, RegistryRef, digest_of
+
+Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -54,13 +59,53 @@ def index_names(tag_names: tuple[str, ...], arch: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One way an image is published: gzip under its tags, or zstd under ``<tag>-zstd``."""
+
+    compression: Compression
+
+    @property
+    def suffix(self) -> str:
+        return "" if self.compression.name == "gzip" else f"-{self.compression.name}"
+
+
+def variants(zstd: bool) -> tuple[Variant, ...]:
+    return (Variant(GZIP), Variant(ZSTD)) if zstd else (Variant(GZIP),)
+
+
+@dataclass(frozen=True)
+class ShipOptions:
+    form: Form = None  # --media-types: None (the default), docker or oci
+    zstd: bool = False  # --compression zstd: also <tag>-zstd
+
+    def __post_init__(self) -> None:
+        if self.zstd:
+            image_form(self.form, "zstd")  # refuses docker + zstd before anything is contacted
+
+
+@dataclass(frozen=True)
+class Target:
+    ref: RegistryRef
+    registry: Registry
+
+    @classmethod
+    def of(cls, ref: RegistryRef) -> Target:
+        return cls(ref, Registry(ref.host))
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
+
+
+@dataclass(frozen=True)
 class Published:
     ref: str
     digest: str
     arch: str | None  # None for the multi-arch index
+    compression: str = "gzip"
 
     def describe(self) -> dict[str, Any]:
-        return {"ref": self.ref, "digest": self.digest, "arch": self.arch or "index"}
+        return {"ref": self.ref, "digest": self.digest, "arch": self.arch or "index", "compression": self.compression}
 
 
 def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> LocalImage:
@@ -78,87 +123,213 @@ def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> 
     return LocalImage(inspect["Id"], arch, tuple(labels.get("io.ascendkit.arches", arch).split(",")), names, manifest_path)
 
 
-def _push_tag(client: docker.APIClient, repository: str, tag: str, retries: int, backoff: float) -> str:
-    last = ""
-    for attempt in range(retries + 1):
-        digest = None
-        try:
-            for event in client.push(repository, tag=tag, stream=True, decode=True):
-                if "error" in event:
-                    last = text_cause(str(event["error"]))
-                    break
-                aux = event.get("aux")
-                if isinstance(aux, dict) and aux.get("Digest"):
-                    digest = aux["Digest"]
-        except DockerException as exc:
-            last = engine_said(exc)
-        if digest:
-            return str(digest)
-        if attempt < retries:
-            time.sleep(backoff * 2**attempt)
-    raise PublishFailed(f"push of {repository}:{tag} failed after {retries + 1} attempts: {last}")
+# ---- blobs ------------------------------------------------------------------------------------------
+
+
+def _has(target: Target, digest: str, cache: CompressionCache) -> int | None:
+    """The size of ``digest`` in the target's repository after linking it from another repository of
+    the same registry that had it (a cross-repository mount); None when the target still lacks it."""
+    size = target.registry.blob_size(target.ref.repository, digest)
+    if size is not None:
+        return size
+    for source in reversed(cache.seen(target.ref.host, digest)):
+        if source != target.ref.repository and target.registry.mount_blob(target.ref.repository, digest, source):
+            return target.registry.blob_size(target.ref.repository, digest)
+    return None
+
+
+def _send(target: Target, blob: Blob, cache: CompressionCache, tell: Say) -> None:
+    """Make sure ``target`` has ``blob``: there already, mounted, or sent."""
+    if _has(target, blob.digest, cache) is None:
+        target.registry.upload_blob(target.ref.repository, blob.digest, blob.size, blob.open)
+        if blob.size > 1 << 20:
+            tell(f"{target.name}: sent blob {blob.digest[:19]} ({blob.size / 1e6:.0f} MB)")
+    cache.saw(target.ref.host, blob.digest, target.ref.repository)
+
+
+@dataclass
+class _Blobs:
+    config: Blob
+    layers: dict[str, list[Blob]]  # compression name -> the image's layers in order
+    compressed: list[str] = field(default_factory=list)
+
+
+def _gather(
+    client: docker.APIClient,
+    image: LocalImage,
+    targets: list[Target],
+    options: ShipOptions,
+    cache: CompressionCache,
+    spool: Path,
+    tell: Say,
+) -> _Blobs:
+    """The image's blobs for every variant: from the cache where every target already has them,
+    else exported from the engine and compressed here."""
+    diff_ids: list[str] = list(client.inspect_image(image.image_id)["RootFS"]["Layers"])
+    compressions = [v.compression for v in variants(options.zstd)]
+    known: dict[tuple[str, str], Blob] = {}
+    wanted: dict[str, tuple[Compression, ...]] = {}
+    for diff_id in dict.fromkeys(diff_ids):
+        for compression in compressions:
+            hit = cache.get(compression, diff_id)
+            if hit is not None and all(_has(t, hit.digest, cache) is not None for t in targets):
+                known[(diff_id, compression.name)] = hit
+            else:
+                wanted[diff_id] = (*wanted.get(diff_id, ()), compression)
+    config_sizes = [_has(t, image.image_id, cache) for t in targets]
+    config: Blob | None = None
+    if None not in config_sizes:
+        config = Blob(image.image_id, int(config_sizes[0] or 0))
+    compressed: list[str] = []
+    if wanted or config is None:
+        tell(f"exporting {image.image_id[:19]} from the engine ({len(wanted)} of {len(set(diff_ids))} layers to compress)")
+        config_bytes, made = export(client, image.image_id, wanted, spool, tell=tell)
+        path = spool / "config.json"
+        path.write_bytes(config_bytes)
+        config = Blob(image.image_id, len(config_bytes), path)
+        for diff_id, blobs in made.items():
+            for name, blob in blobs.items():
+                compression = GZIP if name == "gzip" else ZSTD
+                known[(diff_id, name)] = blob
+                cache.put(compression, diff_id, blob)
+                compressed.append(f"{diff_id} {compression.key}")
+    layers = {c.name: [known[(diff_id, c.name)] for diff_id in diff_ids] for c in compressions}
+    return _Blobs(config, layers, compressed)
+
+
+# ---- publishing one image ---------------------------------------------------------------------------
+
+
+@dataclass
+class PublishOutcome:
+    """What one image's publishing left in each registry."""
+
+    registries: dict[str, list[Published]] = field(default_factory=dict)  # target name -> per-arch tags
+    indexes: dict[str, list[Published]] = field(default_factory=dict)  # target name -> index tags
+    sboms: dict[str, list[Attached]] = field(default_factory=dict)
+    index_missing: tuple[str, ...] = ()
+    index_wanted: bool = False
+
+    @property
+    def pushed(self) -> list[Published]:
+        """The gzip tags in the first registry (the same digests as in every other)."""
+        first = next(iter(self.registries.values()), [])
+        return [p for p in first if p.compression == "gzip"]
+
+    @property
+    def index(self) -> list[Published] | None:
+        first = next(iter(self.indexes.values()), None)
+        return None if first is None else [p for p in first if p.compression == "gzip"]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "pushed": [p.describe() for p in self.pushed],
+            "index": None if self.index is None else [p.describe() for p in self.index],
+            "index_missing": list(self.index_missing),
+            "registries": [
+                {
+                    "registry": name,
+                    "pushed": [p.describe() for p in pushed],
+                    "index": [p.describe() for p in self.indexes.get(name, [])],
+                    "sboms": [a.describe() for a in self.sboms.get(name, [])],
+                }
+                for name, pushed in self.registries.items()
+            ],
+        }
 
 
 def push_image(
-    client: docker.APIClient, image: LocalImage, target: RegistryRef, registry: Registry, *, retries: int = 3, backoff: float = 1.0
-) -> list[Published]:
-    """Push every tag of ``image`` and confirm each one by reading it back from the registry."""
-    published = []
-    for name in image.tag_names:
-        client.tag(image.image_id, target.name, name, force=True)
-        digest = _push_tag(client, target.name, name, retries, backoff)
-        manifest = registry.get_manifest(target.repository, name)
-        if manifest is None or manifest.digest != digest:
-            raise PublishFailed(
-                f"{target.name}:{name}: the registry serves {manifest.digest if manifest else 'nothing'}, not the pushed {digest}"
-            )
-        config = manifest.json().get("config", {}).get("digest")
-        if config != image.image_id:
-            raise PublishFailed(f"{target.name}:{name}: the registry's image config is {config}, not the local image {image.image_id}")
-        published.append(Published(f"{target.name}:{name}@{digest}", digest, image.arch))
-    return published
+    client: docker.APIClient, image: LocalImage, targets: list[Target], options: ShipOptions, *, say: Say | None = None
+) -> PublishOutcome:
+    """Every tag of ``image`` (and ``<tag>-zstd`` with zstd) in every target, with the SBOM."""
+    tell = say or (lambda _: None)
+    cache = CompressionCache.load()
+    sbom = read_input_bytes(image.sbom, "SBOM") if image.sbom is not None and image.sbom.is_file() else None
+    outcome = PublishOutcome()
+    with tempfile.TemporaryDirectory(prefix="ascendkit-ship-") as tmp:
+        try:
+            blobs = _gather(client, image, targets, options, cache, Path(tmp), tell)
+            manifests = {}
+            for variant in variants(options.zstd):
+                body, media_type = image_manifest(
+                    blobs.config, blobs.layers[variant.compression.name], options.form, variant.compression.name
+                )
+                manifests[variant.suffix] = (variant, body, media_type)
+            for target in targets:  # every registry gets everything by digest before any gets a tag
+                for blob in [blobs.config, *{b.digest: b for layers in blobs.layers.values() for b in layers}.values()]:
+                    _send(target, blob, cache, tell)
+                for variant, body, media_type in manifests.values():
+                    subject = _put_by_digest(target, body, media_type, image.image_id)
+                    if sbom is not None:
+                        form = None if variant.compression.name != "gzip" else options.form
+                        attached = attach_sbom(target.registry, target.ref.repository, subject, sbom, form)
+                        outcome.sboms.setdefault(target.name, []).append(attached)
+                        tell(f"{target.name}: attached the SBOM to {subject.digest[:19]} ({attached.how})")
+        finally:
+            cache.save()
+    for target in targets:
+        for variant, body, media_type in manifests.values():
+            for name in image.tag_names:
+                digest = _put_tag(target, f"{name}{variant.suffix}", body, media_type)
+                published = Published(f"{target.name}:{name}{variant.suffix}@{digest}", digest, image.arch, variant.compression.name)
+                outcome.registries.setdefault(target.name, []).append(published)
+                tell(f"pushed {published.ref}")
+    _record(image, targets, outcome, options)
+    return outcome
 
 
-def attach_and_record(registry: Registry, target: RegistryRef, image: LocalImage, digest: str) -> Attached | None:
-    """Attach the image's SBOM to ``digest`` and note the push in its build manifest (read by
-    ``publish --index-only``). An image built before SBOMs existed has none: nothing is attached."""
-    attached = None
-    if image.sbom is not None and image.sbom.is_file():
-        subject = registry.get_manifest(target.repository, digest)
-        if subject is None:
-            raise PublishFailed(f"{target.name}@{digest}: pushed, but the registry no longer serves it")
-        attached = attach_sbom(registry, target.repository, subject, read_input_bytes(image.sbom, "SBOM"))
-    if image.manifest is not None and image.manifest.is_file():
-        data = json.loads(image.manifest.read_text(encoding="utf-8"))
-        data["published"] = {"repository": target.name, "digest": digest, "sbom": attached.describe() if attached else None}
-        write_atomic(image.manifest, json.dumps(data, indent=2) + "\n")
-    return attached
+def _put_by_digest(target: Target, body: bytes, media_type: str, image_id: str) -> Manifest:
+    repository = target.ref.repository
+    digest = target.registry.put_manifest(repository, digest_of(body), body, media_type)
+    back = target.registry.get_manifest(repository, digest)
+    if back is None or back.body != body:
+        raise PublishFailed(f"{target.name}@{digest}: the registry does not serve the manifest just written")
+    config = (back.json().get("config") or {}).get("digest")
+    if config != image_id:
+        raise PublishFailed(f"{target.name}@{digest}: the registry's image config is {config}, not the local image {image_id}")
+    return back
 
 
-def index_body(members: dict[str, Manifest]) -> tuple[bytes, str]:
-    """A manifest list (or OCI index, matching the members' format) with one entry per arch."""
-    oci = all(m.media_type == OCI_MANIFEST for m in members.values())
-    entries = [
-        {
-            "mediaType": m.media_type,
-            "digest": m.digest,
-            "size": m.size,
-            "platform": {"architecture": DOCKER_ARCH[arch], "os": "linux"},
-        }
-        for arch, m in sorted(members.items())
-    ]
-    media_type = OCI_INDEX if oci else DOCKER_LIST
-    body = {"schemaVersion": 2, "mediaType": media_type, "manifests": entries}
-    return json.dumps(body, indent=2, sort_keys=True).encode(), media_type
+def _put_tag(target: Target, tag: str, body: bytes, media_type: str) -> str:
+    digest = target.registry.put_manifest(target.ref.repository, tag, body, media_type)
+    back = target.registry.get_manifest(target.ref.repository, tag)
+    if back is None or back.digest != digest:
+        raise PublishFailed(f"{target.name}:{tag}: the registry serves {back.digest if back else 'nothing'}, not the pushed {digest}")
+    return digest
 
 
-def index_members(registry: Registry, target: RegistryRef, image: LocalImage) -> tuple[dict[str, Manifest], list[str]]:
+def _record(image: LocalImage, targets: list[Target], outcome: PublishOutcome, options: ShipOptions) -> None:
+    """Note in the build manifest where the image went (``publish --index-only`` reads it later, on
+    another machine); registries published to before stay listed."""
+    if image.manifest is None or not image.manifest.is_file():
+        return
+    data = json.loads(image.manifest.read_text(encoding="utf-8"))
+    previous = data.get("published") if isinstance(data.get("published"), dict) else {}
+    registries = dict(previous.get("registries") or {})
+    if previous.get("repository") and previous.get("repository") not in registries:  # a manifest from before several registries
+        registries[previous["repository"]] = {"digest": previous.get("digest"), "sbom": previous.get("sbom")}
+    for target in targets:
+        entry: dict[str, Any] = {"media_types": options.form or "default"}
+        sboms = {a.subject: a.describe() for a in outcome.sboms.get(target.name, [])}
+        for published in outcome.registries.get(target.name, []):
+            key = "zstd" if published.compression == "zstd" else "gzip"
+            entry[key] = {"digest": published.digest, "sbom": sboms.get(published.digest)}
+        registries[target.name] = {"digest": entry["gzip"]["digest"], "sbom": entry["gzip"]["sbom"], **entry}
+    first = registries[targets[0].name]
+    data["published"] = {"repository": targets[0].name, "digest": first["digest"], "sbom": first["sbom"], "registries": registries}
+    write_atomic(image.manifest, json.dumps(data, indent=2) + "\n")
+
+
+# ---- the multi-arch index ---------------------------------------------------------------------------
+
+
+def index_members(target: Target, image: LocalImage, suffix: str) -> tuple[dict[str, Manifest], list[str]]:
     """The per-arch manifests the registry holds for ``image``'s names, and the arches it lacks."""
     members: dict[str, Manifest] = {}
     missing = []
     for arch in image.arches:
-        manifest = registry.get_manifest(target.repository, f"{image.index_names[0]}-{arch}")
-        if manifest is None or manifest.media_type not in (DOCKER_MANIFEST, OCI_MANIFEST):
+        manifest = target.registry.get_manifest(target.ref.repository, f"{image.index_names[0]}-{arch}{suffix}")
+        if manifest is None or manifest.media_type not in IMAGE_MANIFESTS:
             missing.append(arch)
         else:
             members[arch] = manifest
@@ -166,76 +337,98 @@ def index_members(registry: Registry, target: RegistryRef, image: LocalImage) ->
 
 
 def publish_index(
-    registry: Registry, target: RegistryRef, names: tuple[str, ...], members: dict[str, Manifest], missing: list[str]
+    target: Target, names: tuple[str, ...], members: dict[str, Manifest], form: Form, compression: str = "gzip"
 ) -> list[Published]:
-    """Publish the multi-arch index under ``names``; refuse while any arch is missing."""
-    if missing:
-        raise PublishFailed(
-            f"refusing to publish the multi-arch index {target.name}:{names[0]}: "
-            f"no {', '.join(missing)} image in the registry (build it with --arch {missing[0]} --push)"
-        )
-    body, media_type = index_body(members)
+    """Publish the multi-arch index over ``members`` (every arch present) under ``names``."""
+    body, media_type = index_manifest(members, form if compression == "gzip" else "oci", f"{target.name}:{names[0]}")
     published = []
     for name in names:
-        digest = registry.put_manifest(target.repository, name, body, media_type)
-        back = registry.get_manifest(target.repository, name)
-        if back is None or back.digest != digest:
-            raise PublishFailed(f"{target.name}:{name}: the registry does not serve the index just written")
-        published.append(Published(f"{target.name}:{name}@{digest}", digest, None))
+        digest = _put_tag(target, name, body, media_type)
+        published.append(Published(f"{target.name}:{name}@{digest}", digest, None, compression))
     return published
-
-
-@dataclass(frozen=True)
-class PublishOutcome:
-    pushed: tuple[Published, ...]
-    index: tuple[Published, ...] | None = None  # None: not published (not asked for, or an arch is missing)
-    index_missing: tuple[str, ...] = ()
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "pushed": [p.describe() for p in self.pushed],
-            "index": None if self.index is None else [p.describe() for p in self.index],
-            "index_missing": list(self.index_missing),
-        }
 
 
 def publish_image(
     client: docker.APIClient,
     image: LocalImage,
-    target: RegistryRef,
+    targets: list[RegistryRef],
     *,
     want_index: bool,
     require_index: bool,
-    say: Callable[[str], None] | None = None,
+    options: ShipOptions | None = None,
+    say: Say | None = None,
 ) -> PublishOutcome:
-    """Push one image by digest, then (``want_index``) the multi-arch index over its arches.
+    """Push one image by digest to every target, then (``want_index``) the multi-arch index over its arches in each.
 
     With ``require_index`` a missing arch refuses the index (PublishFailed); without it the index
     waits for the other arch's push, and the outcome names what is missing. ``say`` hears each step."""
     tell = say or (lambda _: None)
-    registry = Registry(target.host)
-    pushed = tuple(push_image(client, image, target, registry))
-    for p in pushed:
-        tell(f"pushed {p.ref}")
-    attached = attach_and_record(registry, target, image, pushed[0].digest)
-    if attached is not None:
-        tell(f"attached the SBOM to {target.name}@{attached.subject} ({attached.how})")
+    options = options or ShipOptions()
+    registries = [Target.of(ref) for ref in targets]
+    outcome = push_image(client, image, registries, options, say=tell)
     if not want_index:
-        return PublishOutcome(pushed)
-    members, missing = index_members(registry, target, image)
-    if missing and not require_index:
-        tell(
-            f"multi-arch index not published yet: {', '.join(missing)} missing in {target.name} "
-            f"(build with --arch {missing[0]} --push, or `ascendkit publish` both images)"
-        )
-        return PublishOutcome(pushed, None, tuple(missing))
-    index = tuple(publish_index(registry, target, image.index_names, members, missing))
-    for p in index:
-        tell(f"published index {p.ref}")
-    return PublishOutcome(pushed, index)
+        return outcome
+    outcome.index_wanted = True
+    found = []
+    for target in registries:
+        for variant in variants(options.zstd):
+            members, missing = index_members(target, image, variant.suffix)
+            if missing:
+                if require_index:
+                    raise PublishFailed(
+                        f"refusing to publish the multi-arch index {target.name}:{image.index_names[0]}{variant.suffix}: "
+                        f"no {', '.join(missing)} image in the registry (build it with --arch {missing[0]} --push)"
+                    )
+                tell(
+                    f"multi-arch index not published yet: {', '.join(missing)} missing in {target.name} "
+                    f"(build with --arch {missing[0]} --push, or `ascendkit publish` both images)"
+                )
+                outcome.index_missing = tuple(missing)
+                continue
+            found.append((target, variant, members))
+    if outcome.index_missing:
+        return outcome
+    for target, variant, members in found:
+        names = tuple(f"{name}{variant.suffix}" for name in image.index_names)
+        index = publish_index(target, names, members, options.form, variant.compression.name)
+        outcome.indexes.setdefault(target.name, []).extend(index)
+        for p in index:
+            tell(f"published index {p.ref}")
+    return outcome
 
 
 def closes_its_index(images: list[LocalImage]) -> list[bool]:
     """For images published together: whether each is the last of its multi-arch index's group
     (the index is published once, after every arch of the group was pushed)."""
     return [all(other.index_names[0] != image.index_names[0] for other in images[i + 1 :]) for i, image in enumerate(images)]
+
+
+def publish_all(
+    client: docker.APIClient,
+    images: list[LocalImage],
+    targets: list[RegistryRef],
+    *,
+    index: bool,
+    options: ShipOptions | None = None,
+    say: Say | None = None,
+    done: list[PublishOutcome] | None = None,
+) -> list[PublishOutcome]:
+    """``ascendkit publish``: each image to every target, and (``index``) each multi-arch index once
+    its last arch is pushed, refused while an arch is missing. ``done`` collects the outcomes as they
+    come, for a caller that must say what was published when it is interrupted."""
+    outcomes = done if done is not None else []
+    for image, last_of_group in zip(images, closes_its_index(images), strict=True):
+        outcomes.append(
+            publish_image(client, image, targets, want_index=index and last_of_group, require_index=True, options=options, say=say)
+        )
+    return outcomes
+
+
+def ship_options(media_types: str | None, compression: str) -> ShipOptions:
+    """The options as the command line and the API spell them, checked before anything is contacted."""
+    if media_types not in (None, "default", "docker", "oci"):
+        raise InputError(f"media types {media_types!r}: give docker or oci (or leave it out for the default)")
+    if compression not in ("gzip", "zstd"):
+        raise InputError(f"compression {compression!r}: give gzip or zstd")
+    form: Form = None if media_types in (None, "default") else media_types  # type: ignore[assignment]
+    return ShipOptions(form=form, zstd=compression == "zstd")

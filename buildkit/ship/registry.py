@@ -1,22 +1,30 @@
-"""A small client for the OCI distribution API: read manifests back, upload manifest lists.
+"""A client for the OCI distribution API: manifests and blobs by digest, cross-repository mounts,
+tags, referrers; every call bounded and retried the way busy registries need.
 
-docker-py pushes images but has no manifest-list API, and a push is only trusted once the
-registry serves back the digest we pushed. Transient failures (connection errors, 429, 5xx) are
-retried with exponential backoff; anonymous and bearer-token registries are supported, with
-credentials taken from ``~/.docker/config.json`` when it has them.
+Registries under load answer 503 and 429, drop connections mid-upload and answer slowly. Each call
+is retried on a dropped or refused connection, a timeout, 408, 429 and 5xx, waiting as the
+registry's ``Retry-After`` asks (capped) or backing off exponentially; a registry that keeps failing
+ends the run as :class:`Unavailable` (exit 4) in one line that names it. The bound is per call:
+what already landed is never sent again (blobs are looked up by digest first), so a long push
+converges however many calls fail on the way. Anonymous, basic and bearer-token registries are
+supported, with credentials from ``~/.docker/config.json`` (``$DOCKER_CONFIG``) when it has them.
 """
 
 from __future__ import annotations
 
 import base64
+import email.utils
 import hashlib
+import io
 import json
 import os
+import random
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import requests
 
@@ -27,8 +35,12 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+IMAGE_MANIFESTS = (DOCKER_MANIFEST, OCI_MANIFEST)
+INDEXES = (DOCKER_LIST, OCI_INDEX)
 ACCEPT = ", ".join((DOCKER_MANIFEST, DOCKER_LIST, OCI_MANIFEST, OCI_INDEX))
+RETRIED_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _REF = re.compile(r"^(?P<host>[a-zA-Z0-9.-]+(:\d+)?)/(?P<repo>[a-z0-9]+([._/-][a-z0-9]+)*)$")
+_REPOSITORY_OF_PATH = re.compile(r"^/(?P<repo>.+?)/(?:manifests|blobs|tags|referrers)/")
 
 
 @dataclass(frozen=True)
@@ -39,12 +51,10 @@ class RegistryRef:
     repository: str
 
     @classmethod
-    def parse(cls, text: str) -> RegistryRef:
+    def parse(cls, text: str, option: str = "--registry") -> RegistryRef:
         match = _REF.match(text.strip())
         if not match or ("." not in match["host"] and ":" not in match["host"] and match["host"] != "localhost"):
-            raise InputError(
-                f"--registry {text!r}: expected HOST[:PORT]/REPO, e.g. 127.0.0.1:5000/ascendkit or registry.example.com/ml/verl"
-            )
+            raise InputError(f"{option} {text!r}: expected HOST[:PORT]/REPO, e.g. 127.0.0.1:5000/ascendkit or registry.example.com/ml/verl")
         return cls(match["host"], match["repo"])
 
     @property
@@ -63,12 +73,20 @@ class Manifest:
         data: dict[str, Any] = json.loads(self.body)
         return data
 
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEXES or (self.media_type not in IMAGE_MANIFESTS and "manifests" in self.json())
+
+
+def digest_of(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
 
 def _docker_config_auth(host: str) -> tuple[str, str] | None:
     path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
     try:
         auths = json.loads(path.read_text()).get("auths", {})
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return None
     for key, entry in auths.items():
         if key.removeprefix("https://").removeprefix("http://").split("/")[0] == host and entry.get("auth"):
@@ -77,129 +95,298 @@ def _docker_config_auth(host: str) -> tuple[str, str] | None:
     return None
 
 
+def retry_after(response: requests.Response) -> float | None:
+    """Seconds the registry asked to wait (``Retry-After``: seconds or an HTTP date), None if it did not say."""
+    value = response.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class Sized:
+    """A stream of a known length as a request body: sent with Content-Length, never chunked."""
+
+    def __init__(self, stream: IO[bytes], length: int) -> None:
+        self.stream = stream
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def read(self, size: int = -1) -> bytes:
+        return self.stream.read(size)
+
+    def __iter__(self) -> Iterator[bytes]:
+        while chunk := self.stream.read(1 << 20):
+            yield chunk
+
+
+Body = bytes | Callable[[], Sized] | None  # a callable opens the body afresh for each attempt
+
+
 class Registry:
-    def __init__(self, host: str, *, retries: int = 4, backoff: float = 0.5, timeout: float = 30.0) -> None:
+    """One registry host. ``retries``: how many times one call is tried again; ``max_wait``: the
+    longest pause between two tries, whatever ``Retry-After`` says."""
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        retries: int = 6,
+        backoff: float = 0.5,
+        max_wait: float = 30.0,
+        timeout: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.host = host
         loopback = host.split(":")[0] in ("127.0.0.1", "localhost", "[::1]")
         self.base = f"{'http' if loopback else 'https'}://{host}/v2"
         self.retries = retries
         self.backoff = backoff
+        self.max_wait = max_wait
         self.timeout = timeout
+        self.sleep = sleep
         self.session = requests.Session()
-        self._token: str | None = None
+        self._tokens: dict[str, str] = {}  # repository ("" for the host) -> bearer token
+        self._basic: tuple[str, str] | None = None
+        self.retried = 0  # calls tried again, for the summary and the tests
 
-    def _authorize(self, challenge: str) -> bool:
-        """Answer a ``Bearer realm=...,service=...,scope=...`` challenge; True when a token was obtained."""
-        if not challenge.lower().startswith("bearer "):
+    # ---- transport ----------------------------------------------------------------------------
+
+    def _authorize(self, challenge: str, repository: str) -> bool:
+        """Answer a ``Bearer realm=...,service=...,scope=...`` or ``Basic`` challenge; True when credentials were found."""
+        scheme = challenge.split(" ", 1)[0].lower()
+        if scheme == "basic":
+            self._basic = _docker_config_auth(self.host)
+            return self._basic is not None
+        if scheme != "bearer":
             return False
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         realm = params.pop("realm", None)
         if not realm:
             return False
-        auth = _docker_config_auth(self.host)
-        response = self.session.get(realm, params=params, auth=auth, timeout=self.timeout)
+        response = self.session.get(realm, params=params, auth=_docker_config_auth(self.host), timeout=self.timeout)
         if response.status_code != 200:
             return False
         body = response.json()
-        self._token = body.get("token") or body.get("access_token")
-        return bool(self._token)
+        token = body.get("token") or body.get("access_token")
+        if token:
+            self._tokens[repository] = str(token)
+        return bool(token)
 
-    def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        """One call of the distribution API, retried on connection errors, 429 and 5xx; a registry
-        that never answers raises Unavailable in one readable line."""
-        url = f"{self.base}{path}"
+    def _headers(self, repository: str, extra: dict[str, str] | None) -> dict[str, str]:
+        headers = dict(extra or {})
+        token = self._tokens.get(repository)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        elif self._basic:
+            headers["Authorization"] = "Basic " + base64.b64encode(":".join(self._basic).encode()).decode()
+        return headers
+
+    def _wait(self, attempt: int, response: requests.Response | None) -> None:
+        asked = retry_after(response) if response is not None else None
+        delay = asked if asked is not None else self.backoff * 2**attempt * (1 + random.random() / 2)
+        self.sleep(min(delay, self.max_wait))
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+        body: Body = None,
+        url: str | None = None,
+        stream: bool = False,
+    ) -> requests.Response:
+        """One call of the distribution API (``url`` overrides ``base + path``, for upload locations),
+        tried again on a lost connection, a timeout, 408, 429 and 5xx; Unavailable once the tries run out."""
+        match = _REPOSITORY_OF_PATH.match(path)
+        repository = match["repo"] if match else ""
+        target = url or f"{self.base}{path}"
         last = ""
         authorized = False
-        for attempt in range(self.retries + 1):
-            headers = dict(kwargs.pop("headers", {}) or {})
-            if self._token:
-                headers["Authorization"] = f"Bearer {self._token}"
+        attempt = 0
+        while True:
+            data = body() if callable(body) else body
+            response = None
             try:
-                response = self.session.request(method, url, headers=headers, timeout=self.timeout, **kwargs)
-            except (requests.ConnectionError, requests.Timeout) as exc:
+                response = self.session.request(
+                    method,
+                    target,
+                    headers=self._headers(repository, headers),
+                    params=params,
+                    data=data,
+                    timeout=self.timeout,
+                    stream=stream,
+                )
+            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
                 last = cause(exc)
-            else:
+            finally:
+                if isinstance(data, Sized):
+                    data.stream.close()
+            if response is not None:
                 if response.status_code == 401 and not authorized:
                     authorized = True
-                    if self._authorize(response.headers.get("WWW-Authenticate", "")):
-                        kwargs["headers"] = headers
+                    if self._authorize(response.headers.get("WWW-Authenticate", ""), repository):
                         continue
-                if response.status_code == 429 or response.status_code >= 500:
-                    last = http_failure(response.status_code, response.content)
-                else:
+                if response.status_code not in RETRIED_STATUS:
                     return response
-            kwargs["headers"] = headers
-            if attempt < self.retries:
-                time.sleep(self.backoff * 2**attempt)
-        what = path.lstrip("/").split("/")[-2] if path.count("/") >= 2 else path  # manifests, blobs, tags, ...
+                last = http_failure(response.status_code, response.content)
+            if attempt >= self.retries:
+                break
+            self.retried += 1
+            self._wait(attempt, response)
+            attempt += 1
+        what = path.lstrip("/").split("/")[-2] if path.count("/") >= 2 else path  # manifests, blobs, uploads, tags...
         raise Unavailable(f"{registry_failure(self.host, last)} ({method} {what}, {self.retries + 1} attempts)")
+
+    def _failed(self, doing: str, response: requests.Response) -> PublishFailed:
+        return PublishFailed(f"registry {self.host}: {doing} gave {http_failure(response.status_code, response.content)}")
+
+    # ---- manifests ----------------------------------------------------------------------------
 
     def get_manifest(self, repository: str, reference: str) -> Manifest | None:
         response = self.request("GET", f"/{repository}/manifests/{reference}", headers={"Accept": ACCEPT})
         if response.status_code == 404:
             return None
         if response.status_code != 200:
-            raise PublishFailed(
-                f"registry {self.host}: reading {repository}:{reference} gave {http_failure(response.status_code, response.content)}"
-            )
+            raise self._failed(f"reading {repository}:{reference}", response)
         body = response.content
-        digest = response.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
-        media_type = response.headers.get("Content-Type", "").split(";")[0] or json.loads(body).get("mediaType", "")
+        digest = digest_of(body)
+        if reference.startswith("sha256:") and digest != reference:
+            raise PublishFailed(f"registry {self.host}: {repository}@{reference} served a manifest whose digest is {digest}")
+        media_type = response.headers.get("Content-Type", "").split(";")[0]
+        if media_type not in (*IMAGE_MANIFESTS, *INDEXES):
+            media_type = str(json.loads(body).get("mediaType", "")) or media_type
         return Manifest(digest, media_type, len(body), body)
 
+    def has_manifest(self, repository: str, reference: str) -> bool:
+        response = self.request("HEAD", f"/{repository}/manifests/{reference}", headers={"Accept": ACCEPT})
+        return response.status_code == 200
+
     def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> str:
-        return (
-            self.put_manifest_response(repository, reference, body, media_type).headers.get("Docker-Content-Digest")
-            or "sha256:" + hashlib.sha256(body).hexdigest()
-        )
+        response = self.put_manifest_response(repository, reference, body, media_type)
+        said = response.headers.get("Docker-Content-Digest")
+        digest = digest_of(body)
+        if said and said != digest:
+            raise PublishFailed(f"registry {self.host}: stored {repository}:{reference} as {said}, not the {digest} sent")
+        return digest
 
     def put_manifest_response(self, repository: str, reference: str, body: bytes, media_type: str) -> requests.Response:
-        response = self.request("PUT", f"/{repository}/manifests/{reference}", data=body, headers={"Content-Type": media_type})
+        response = self.request("PUT", f"/{repository}/manifests/{reference}", body=body, headers={"Content-Type": media_type})
         if response.status_code not in (200, 201):
-            raise PublishFailed(
-                f"registry {self.host}: writing {repository}:{reference} gave {http_failure(response.status_code, response.content)}"
-            )
+            raise self._failed(f"writing {repository}:{reference}", response)
         return response
 
+    def tags(self, repository: str) -> list[str]:
+        """Every tag of ``repository`` (following the ``Link`` pages); [] for a repository it does not know."""
+        found: list[str] = []
+        path: str | None = f"/{repository}/tags/list"
+        params: dict[str, str] | None = {"n": "1000"}
+        while path:
+            response = self.request("GET", path, params=params)
+            if response.status_code == 404:
+                return found
+            if response.status_code != 200:
+                raise self._failed(f"listing the tags of {repository}", response)
+            found += [str(t) for t in response.json().get("tags") or []]
+            link = re.match(r"<(?P<next>[^>]+)>", response.headers.get("Link", ""))
+            path, params = (link["next"].removeprefix("/v2"), None) if link else (None, None)
+        return found
+
+    def referrers(self, repository: str, digest: str, artifact_type: str | None = None) -> list[dict[str, Any]] | None:
+        """The OCI 1.1 referrers of ``digest`` (of ``artifact_type`` when given); None when the registry has no referrers API."""
+        params = {"artifactType": artifact_type} if artifact_type else None
+        response = self.request("GET", f"/{repository}/referrers/{digest}", params=params)
+        if response.status_code != 200 or not response.headers.get("Content-Type", "").startswith(OCI_INDEX):
+            return None
+        manifests = response.json().get("manifests", [])
+        return [m for m in manifests if isinstance(m, dict) and (artifact_type is None or m.get("artifactType") == artifact_type)]
+
+    # ---- blobs --------------------------------------------------------------------------------
+
+    def blob_size(self, repository: str, digest: str) -> int | None:
+        """The size of blob ``digest`` in ``repository``, None when the registry does not have it there."""
+        response = self.request("HEAD", f"/{repository}/blobs/{digest}")
+        if response.status_code != 200:
+            return None
+        return int(response.headers.get("Content-Length", "-1"))
+
     def get_blob(self, repository: str, digest: str) -> bytes | None:
+        """A small blob (a config, an SBOM), checked against its digest."""
         response = self.request("GET", f"/{repository}/blobs/{digest}")
         if response.status_code == 404:
             return None
         if response.status_code != 200:
-            failure = http_failure(response.status_code, response.content)
-            raise PublishFailed(f"registry {self.host}: reading blob {digest[:19]} of {repository} gave {failure}")
-        if "sha256:" + hashlib.sha256(response.content).hexdigest() != digest:
+            raise self._failed(f"reading blob {digest[:19]} of {repository}", response)
+        if digest_of(response.content) != digest:
             raise PublishFailed(f"registry {self.host}: blob {digest[:19]} of {repository} does not match its digest")
         return response.content
 
-    def put_blob(self, repository: str, data: bytes) -> str:
-        """Upload ``data`` (monolithic POST-then-PUT) unless the registry has it; returns its digest."""
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        if self.request("HEAD", f"/{repository}/blobs/{digest}").status_code == 200:
-            return digest
-        started = self.request("POST", f"/{repository}/blobs/uploads/")
-        location = started.headers.get("Location", "")
-        if started.status_code != 202 or not location:
-            failure = http_failure(started.status_code, started.content)
-            raise PublishFailed(f"registry {self.host}: starting an upload to {repository} gave {failure}")
-        if location.startswith("/"):
-            location = self.base.removesuffix("/v2") + location
-        separator = "&" if "?" in location else "?"
-        done = self.session.put(
-            f"{location}{separator}digest={digest}",
-            data=data,
-            headers={"Content-Type": "application/octet-stream", **({"Authorization": f"Bearer {self._token}"} if self._token else {})},
-            timeout=self.timeout,
-        )
-        if done.status_code != 201:
-            failure = http_failure(done.status_code, done.content)
-            raise PublishFailed(f"registry {self.host}: uploading blob {digest[:19]} to {repository} gave {failure}")
-        return digest
+    def open_blob(self, repository: str, digest: str) -> requests.Response:
+        """A blob as a stream (the caller closes it); InputError when the registry does not have it."""
+        response = self.request("GET", f"/{repository}/blobs/{digest}", stream=True)
+        if response.status_code == 404:
+            response.close()
+            raise InputError(f"registry {self.host}: {repository} has no blob {digest}")
+        if response.status_code != 200:
+            raise self._failed(f"reading blob {digest[:19]} of {repository}", response)
+        return response
 
-    def referrers(self, repository: str, digest: str, artifact_type: str) -> list[dict[str, Any]] | None:
-        """The OCI 1.1 referrers of ``digest`` with ``artifact_type``; None when the registry has no referrers API."""
-        response = self.request("GET", f"/{repository}/referrers/{digest}", params={"artifactType": artifact_type})
-        if response.status_code != 200 or not response.headers.get("Content-Type", "").startswith(OCI_INDEX):
-            return None
-        manifests = response.json().get("manifests", [])
-        return [m for m in manifests if isinstance(m, dict) and m.get("artifactType") == artifact_type]
+    def mount_blob(self, repository: str, digest: str, source: str) -> bool:
+        """Link blob ``digest`` of ``source`` into ``repository`` on this registry without sending it; False when refused."""
+        response = self.request("POST", f"/{repository}/blobs/uploads/", params={"mount": digest, "from": source})
+        if response.status_code == 201:
+            return True
+        if response.status_code == 202 and response.headers.get("Location"):  # an upload was opened instead: close it
+            self.request("DELETE", "", url=self._location(response.headers["Location"]))
+        return False
+
+    def _location(self, location: str) -> str:
+        return self.base.removesuffix("/v2") + location if location.startswith("/") else location
+
+    def upload_blob(self, repository: str, digest: str, size: int, opener: Callable[[], IO[bytes]]) -> None:
+        """Upload a blob (``opener`` gives its bytes from the start, for each try) in one request, as
+        docker does. A try cut off mid-upload starts a new upload session: registries (distribution
+        among them) cancel a session whose data ended early, so it is not resumed."""
+        last = ""
+        for attempt in range(self.retries + 1):
+            started = self.request("POST", f"/{repository}/blobs/uploads/")
+            location = started.headers.get("Location", "")
+            if started.status_code != 202 or not location:
+                raise self._failed(f"starting an upload to {repository}", started)
+            target = self._location(location)
+            separator = "&" if "?" in target else "?"
+            try:
+                done = self.session.put(
+                    f"{target}{separator}digest={digest}",
+                    data=Sized(opener(), size),
+                    headers=self._headers(repository, {"Content-Type": "application/octet-stream"}),
+                    timeout=self.timeout,
+                )
+            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
+                last = cause(exc)
+            else:
+                if done.status_code == 201:
+                    return
+                if done.status_code not in RETRIED_STATUS and done.status_code != 404:  # 404: the session was dropped
+                    raise self._failed(f"uploading blob {digest[:19]} to {repository}", done)
+                last = http_failure(done.status_code, done.content)
+            if attempt < self.retries:
+                self.retried += 1
+                self._wait(attempt, None)
+        raise Unavailable(f"{registry_failure(self.host, last)} (uploading blob {digest[:19]}, {self.retries + 1} attempts)")
+
+    def put_blob(self, repository: str, data: bytes) -> str:
+        """A small blob from memory, unless the registry has it; returns its digest."""
+        digest = digest_of(data)
+        if self.blob_size(repository, digest) is None:
+            self.upload_blob(repository, digest, len(data), lambda: io.BytesIO(data))
+        return digest

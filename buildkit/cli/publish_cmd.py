@@ -1,0 +1,124 @@
+"""``ascendkit publish`` and ``ascendkit mirror``: verified images into registries, and from one registry to another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from buildkit.cancel import interrupted
+from buildkit.cli.base import JsonFlag, app, print_json, user_errors
+from buildkit.cli.ship_options import Compression, CompressionOption, MediaTypesOption, RegistriesOption, print_summary, to_stderr
+from buildkit.errors import InputError
+
+ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where the build manifests are (from `ascendkit build`).")]
+
+
+@app.command("publish")
+@user_errors
+def publish(
+    images: Annotated[list[str] | None, typer.Argument(help="Local images built by ascendkit (any of their tags).")] = None,
+    registry: RegistriesOption = None,
+    no_index: Annotated[bool, typer.Option("--no-index", help="Push the per-arch images only.")] = False,
+    index_only: Annotated[
+        bool,
+        typer.Option(
+            "--index-only",
+            help="No engine: from the build manifests in --manifest-dir (pushed by each arch's `build --push`), check every "
+            "member in each registry, attach their SBOMs and publish each multi-arch index.",
+        ),
+    ] = False,
+    media_types: MediaTypesOption = None,
+    compression: CompressionOption = Compression.gzip,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --index-only: check everything in the registry, push nothing.")] = False,
+    manifest_dir: ManifestDir = Path("manifests"),
+    as_json: JsonFlag = False,
+) -> None:
+    """Push verified images by digest with their SBOMs to each registry, then the multi-arch index
+    (refused if an arch is missing); or, with --index-only, only the indexes of images already pushed."""
+    from buildkit.imageref import IMAGE_REFERENCE
+    from buildkit.ship.publish import ship_options
+    from buildkit.ship.registry import RegistryRef
+
+    if not registry:
+        raise InputError("give --registry HOST[:PORT]/REPO (repeat it to publish to several registries)")
+    if index_only and (images or no_index):
+        raise InputError("--index-only reads the build manifests in --manifest-dir: give no IMAGES and no --no-index")
+    if dry_run and not index_only:
+        raise InputError("--dry-run goes with --index-only (a push of local images has no dry run; see `ascendkit build --dry-run`)")
+    if not index_only and not images:
+        raise InputError("give the local IMAGES to push, or --index-only to publish indexes from --manifest-dir")
+    targets = [RegistryRef.parse(r) for r in registry]
+    if len({t.name for t in targets}) != len(targets):
+        raise InputError(f"--registry names the same repository twice: {', '.join(sorted(t.name for t in targets))}")
+    options = ship_options(media_types.value if media_types else None, compression.value)
+    for ref in images or []:
+        if not IMAGE_REFERENCE.match(ref):
+            raise InputError(f"{ref!r} is not an image reference: give local images as NAME[:TAG], as `ascendkit build` tagged them")
+    if not index_only and not manifest_dir.is_dir():  # (--index-only checks its own)
+        raise InputError(f"--manifest-dir {manifest_dir}: no such directory (where `ascendkit build` wrote the build manifests)")
+    if index_only:
+        from buildkit.ship.index import publish_indexes
+
+        outcomes = publish_indexes(manifest_dir, targets, options=options, dry_run=dry_run, say=to_stderr)
+        if dry_run:
+            typer.echo(f"ascendkit: dry run: {len(outcomes)} index(es) checked, nothing pushed", err=True)
+        described = [o.describe() for o in outcomes]
+        print_summary(described)
+        if as_json:
+            print_json(described)
+        return
+    from buildkit.image.engine import connect
+    from buildkit.ship.publish import PublishOutcome, load_local_image, publish_all
+
+    assert images is not None
+    client = connect()
+    local = [load_local_image(client, ref, manifest_dir) for ref in images]
+    done: list[PublishOutcome] = []
+    try:
+        publish_all(client, local, targets, index=not no_index, options=options, say=to_stderr, done=done)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say exactly what reached the registries
+        published = [p.ref for o in done for ps in [*o.registries.values(), *o.indexes.values()] for p in ps]
+        rest = images[len(done) :]
+        raise interrupted(
+            exc, f"published {', '.join(published) or 'nothing'}; not published (or not confirmed): {', '.join(rest)}"
+        ) from None
+    results: list[dict[str, Any]] = [o.describe() for o in done]
+    print_summary(results)
+    if as_json:
+        print_json(results)
+
+
+@app.command("mirror")
+@user_errors
+def mirror(
+    src: Annotated[str, typer.Argument(metavar="SRC", help="HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:<digest>.")],
+    dst: Annotated[str, typer.Argument(metavar="DST", help="HOST[:PORT]/REPO[:TAG] (default: the source's tag).")],
+    media_types: MediaTypesOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Look everything up and say what would be sent; write nothing.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Copy a published image (an index with every member, the SBOM and every other attachment) from
+    one registry to another by digest, byte for byte, with no engine; what the destination has is not sent again."""
+    from buildkit.ship.mirror import mirror as copy_image
+    from buildkit.ship.mirror import parse_destination, parse_source
+
+    parse_source(src)  # both refused before anything is contacted
+    parse_destination(dst)
+    outcome = copy_image(src, dst, form=media_types.value if media_types else None, dry_run=dry_run, say=to_stderr)
+    sent = sum(size for _, size in outcome.sent)
+    verb = "would send" if dry_run else "sent"
+    tags = ", ".join(f"{outcome.destination}:{t}" for t in outcome.tags) or f"{outcome.destination}@{outcome.copied_digest}"
+    typer.echo(
+        f"{'dry run: ' if dry_run else ''}{outcome.source} -> {tags}\n"
+        f"  blobs: {verb} {len(outcome.sent)} ({sent / 1e6:.1f} MB), "
+        f"{'would mount (else send)' if dry_run else 'mounted'} {len(outcome.mounted)}, already there {len(outcome.present)}\n"
+        f"  manifests: {len(outcome.manifests)} (attachments: {len(outcome.attachments)}); digest {outcome.copied_digest}"
+        + ("" if outcome.copied_digest == outcome.digest else f" (the source's was {outcome.digest}: media types changed)"),
+        err=True,
+    )
+    for dropped in outcome.dropped:
+        typer.echo(f"ascendkit: warning: not copied: {dropped}", err=True)
+    if as_json:
+        print_json(outcome.describe())

@@ -1,0 +1,63 @@
+"""Options shared by the commands that ship images (``build --push``, ``publish``, ``mirror``), and
+the summary they print: which registry got which digest."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any
+
+import typer
+
+
+class MediaTypes(str, enum.Enum):
+    docker = "docker"
+    oci = "oci"
+
+
+class Compression(str, enum.Enum):
+    gzip = "gzip"
+    zstd = "zstd"
+
+
+RegistriesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--registry",
+        metavar="HOST[:PORT]/REPO",
+        help="Where to push (repeat for several: the same digests in each), e.g. 127.0.0.1:5000/ascendkit.",
+    ),
+]
+MediaTypesOption = Annotated[
+    MediaTypes | None,
+    typer.Option(
+        "--media-types",
+        help="docker: nothing with an OCI media type (registries that refuse them); oci: all OCI. "
+        "Default: Docker images and index, the SBOM as an OCI artifact.",
+    ),
+]
+CompressionOption = Annotated[
+    Compression,
+    typer.Option("--compression", help="zstd: also publish each tag as <tag>-zstd, zstd layers (OCI; Docker >= 23, containerd >= 1.5)."),
+]
+
+
+def to_stderr(line: str) -> None:
+    typer.echo(line, err=True)
+
+
+def print_summary(outcomes: list[dict[str, Any]]) -> None:
+    """Every registry with the digest of each image and index it now serves (stderr)."""
+    rows: dict[str, list[tuple[str, str]]] = {}
+    for outcome in outcomes:
+        for entry in outcome.get("registries", []):
+            for published in [*entry.get("pushed", []), *entry.get("index", [])]:
+                tag = published["ref"].split("@", 1)[0].rsplit(":", 1)[1]
+                rows.setdefault(entry["registry"], []).append((tag, published["digest"]))
+    if not rows:
+        return
+    typer.echo(f"published to {len(rows)} registr{'y' if len(rows) == 1 else 'ies'}:", err=True)
+    for registry, tags in rows.items():
+        typer.echo(f"  {registry}", err=True)
+        width = max(len(tag) for tag, _ in tags)
+        for tag, digest in tags:
+            typer.echo(f"    {tag:<{width}}  {digest}", err=True)
