@@ -105,6 +105,8 @@ class DockerEnv:
     standin: str
     registry: str  # HOST:PORT
     env: dict[str, str]
+    registry2: str = ""  # HOST:PORT of the second registry (another registry, not another repository)
+    containerd: str = ""  # the engine's containerd socket, for `ctr`
 
     def ascendkit(self, *args: str, cwd: Path, check: bool = False) -> subprocess.CompletedProcess[str]:
         """Run the installed console script exactly as a user would."""
@@ -119,7 +121,7 @@ class DockerEnv:
 
 
 @pytest.fixture(scope="session")
-def docker_env() -> DockerEnv:
+def docker_env(tmp_path_factory: pytest.TempPathFactory) -> DockerEnv:
     """The engine, registry and stand-in that `make test` starts. In CI a missing engine fails the
     tests instead of skipping them; elsewhere they are skipped with the reason."""
     required = os.environ.get("CI", "").lower() in ("1", "true") or os.environ.get("ASCENDKIT_REQUIRE_DOCKER") == "1"
@@ -137,7 +139,14 @@ def docker_env() -> DockerEnv:
             pytest.fail(f"integration tests need the Docker engine: {problem}")
         pytest.skip(problem)
     assert standin and registry
-    return DockerEnv(client, standin, registry, dict(os.environ))
+    # The layers this session compresses are remembered for this session only: what a test sends
+    # does not depend on what earlier runs on this machine left in ~/.cache.
+    env = {**os.environ, "ASCENDKIT_CACHE_DIR": str(tmp_path_factory.mktemp("ascendkit-cache"))}
+    os.environ["ASCENDKIT_CACHE_DIR"] = env["ASCENDKIT_CACHE_DIR"]  # and for the library calls made in this process
+    registry2 = os.environ.get("ASCENDKIT_REGISTRY2", "")
+    if required and not registry2:
+        pytest.fail("ASCENDKIT_REGISTRY2 is not set: `make test` starts a second registry")
+    return DockerEnv(client, standin, registry, env, registry2, os.environ.get("ASCENDKIT_CONTAINERD", ""))
 
 
 @pytest.fixture(scope="session")

@@ -51,6 +51,7 @@ KINDS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("openrlhf-vcjob", "a2-box16", "openrlhf-cann8.1", {"nodes": 2, "scheduler": "volcano", "kuberay": False}),
     ("preflight", "a3", "cann8.3", {"job": "preflight"}),
     ("preflight-volcano", "a2-box16", "cann8.3", {"job": "preflight", "scheduler": "volcano"}),
+    ("prepull", "a3", "cann8.3", {"job": "prepull"}),
 )
 
 

@@ -4,7 +4,9 @@
     python -m tests.services stop              # stop what start started
 
 * dockerd from Debian's docker.io, on a private socket, data root and exec root;
-* the CNCF distribution registry (Debian's docker-registry) on 127.0.0.1;
+* two CNCF distribution registries (Debian's docker-registry) on 127.0.0.1, each with its own
+  storage: a publish to several registries, and a mirror from one to the other, are tested for
+  real (the second stands for the registry inside China beside quay.io);
 * the stand-in CANN base image: Debian 12 with Python 3.11 and a clearly labelled placeholder of
   the CANN layout (set_env.sh scripts, a version file, no CANN binaries), made with debootstrap
   because the real CANN base cannot be pulled on these machines. With --arm64 an arm64 stand-in
@@ -15,8 +17,9 @@
   remove and run never shows in the other tests' engine.
 
 The env file (``$ASCENDKIT_SERVICES_DIR/env``, default /tmp/ascendkit-services/env) holds
-DOCKER_HOST, ASCENDKIT_REGISTRY, ASCENDKIT_STANDIN_IMAGE[_ARM64] and, with --arm64,
-ASCENDKIT_EMULATED_DOCKER_HOST for the tests.
+DOCKER_HOST, ASCENDKIT_REGISTRY, ASCENDKIT_REGISTRY2, ASCENDKIT_STANDIN_IMAGE[_ARM64],
+ASCENDKIT_CONTAINERD (the socket of the engine's containerd, for `ctr` in the zstd tests and the
+benchmark) and, with --arm64, ASCENDKIT_EMULATED_DOCKER_HOST for the tests.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ MAIN = Engine("docker")
 # Its own bridge and subnet, so its iptables rules and addresses never meet docker0's.
 EMULATED = Engine("docker-emulated", bridge=("ascendkit-emu0", "10.213.0.1/24"))
 REGISTRY_PORT = int(os.environ.get("ASCENDKIT_REGISTRY_PORT", "5000"))
+REGISTRY2_PORT = REGISTRY_PORT + 1
 STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
 STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}
@@ -94,7 +98,13 @@ def run(*argv: str, **kwargs: object) -> None:
 
 def install_packages(arm64: bool) -> None:
     # skopeo: a registry client nobody here wrote, which the tests read pushed images back with
-    wanted = {"dockerd": "docker.io", "docker-registry": "docker-registry", "debootstrap": "debootstrap", "skopeo": "skopeo"}
+    wanted = {
+        "dockerd": "docker.io",
+        "docker-registry": "docker-registry",
+        "debootstrap": "debootstrap",
+        "skopeo": "skopeo",
+        "ctr": "containerd",
+    }
     if arm64:
         wanted["qemu-aarch64-static"] = "qemu-user-static"
         wanted["update-binfmts"] = "binfmt-support"
@@ -161,23 +171,30 @@ def start_dockerd(engine: Engine = MAIN) -> None:
     _wait(f"dockerd ({engine.name})", lambda: docker.APIClient(base_url=engine.host).ping())
 
 
-def start_registry() -> None:
-    pid_file = STATE / "registry.pid"
+def start_registry(name: str = "registry", port: int = REGISTRY_PORT) -> None:
+    pid_file = STATE / f"{name}.pid"
     if _alive(pid_file):
         return
-    config = STATE / "registry.yml"
+    config = STATE / f"{name}.yml"
     config.write_text(
         "version: 0.1\n"
         "log:\n  level: warn\n"
-        f"storage:\n  filesystem:\n    rootdirectory: {STATE / 'registry-data'}\n  delete:\n    enabled: true\n"
-        f"http:\n  addr: 127.0.0.1:{REGISTRY_PORT}\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {STATE / f'{name}-data'}\n  delete:\n    enabled: true\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
     )
-    log(f"starting the registry on 127.0.0.1:{REGISTRY_PORT}")
+    log(f"starting {name} on 127.0.0.1:{port}")
     exe = shutil.which("docker-registry") or "/usr/bin/docker-registry"
-    with (STATE / "registry.log").open("ab") as out:
+    with (STATE / f"{name}.log").open("ab") as out:
         proc = subprocess.Popen([exe, "serve", str(config)], stdout=out, stderr=out, start_new_session=True)
     pid_file.write_text(str(proc.pid))
-    _wait("the registry", lambda: urllib.request.urlopen(f"http://127.0.0.1:{REGISTRY_PORT}/v2/", timeout=2).status == 200)
+    _wait(name, lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2).status == 200)
+
+
+def containerd_socket(engine: Engine = MAIN) -> Path:
+    """The containerd the engine started for itself (dockerd runs its own when none is on the system):
+    `ctr --address` it to pull as containerd does on a Kubernetes node."""
+    managed = STATE / f"{engine.name}-exec" / "containerd" / "containerd.sock"
+    return managed if managed.exists() else Path("/run/containerd/containerd.sock")
 
 
 SET_ENV = """\
@@ -322,6 +339,7 @@ def start(arm64: bool) -> None:
     for engine in engines:
         start_dockerd(engine)
     start_registry()
+    start_registry("registry2", REGISTRY2_PORT)
     clients = [docker.APIClient(base_url=engine.host, timeout=600) for engine in engines]
     if arm64:
         enable_arm64_emulation()
@@ -330,6 +348,8 @@ def start(arm64: bool) -> None:
         env = {
             "DOCKER_HOST": MAIN.host,
             "ASCENDKIT_REGISTRY": f"127.0.0.1:{REGISTRY_PORT}",
+            "ASCENDKIT_REGISTRY2": f"127.0.0.1:{REGISTRY2_PORT}",
+            "ASCENDKIT_CONTAINERD": str(containerd_socket()),
             "ASCENDKIT_STANDIN_IMAGE": standins["amd64"].result(),
         }
         if arm64:
@@ -340,7 +360,7 @@ def start(arm64: bool) -> None:
 
 
 def stop() -> None:
-    for name in ("registry", MAIN.name, EMULATED.name):
+    for name in ("registry", "registry2", MAIN.name, EMULATED.name):
         pid_file = STATE / f"{name}.pid"
         if not _alive(pid_file):
             continue

@@ -361,3 +361,32 @@ def test_older_than_the_only_paired_release_recorded_warns_instead_of_failing(tm
     (driver,) = [c for c in report["checks"] if c["name"] == "driver"]
     assert code == EXIT_OK and driver["status"] == "warn"
     assert driver["detail"].startswith("driver 24.1.0 is older than Ascend HDK 25.3.RC1, the release paired with CANN 8.3.RC1;")
+
+
+@pytest.mark.parametrize(
+    ("runtime", "status", "words"),
+    [
+        ("containerd://1.6.20", "ok", "containerd 1.6.20 pulls zstd layers (containerd >= 1.5)"),
+        ("containerd://1.4.13", "warn", "containerd 1.4.13 cannot pull zstd layers (containerd >= 1.5): pull the gzip tags"),
+        ("docker://20.10.24", "warn", "docker 20.10.24 cannot pull zstd layers (docker >= 23.0)"),
+        ("docker://18.09.0", "warn", "docker 18.09.0 cannot pull zstd layers"),
+        ("docker://23.0.1", "ok", "docker 23.0.1 pulls zstd layers"),
+        ("cri-o://1.28.2", "ok", "cri-o 1.28.2 pulls zstd layers"),
+        ("rkt://1.30", "skip", "not a runtime and version doctor knows"),
+        ("containerd://", "skip", "not a runtime and version doctor knows"),
+    ],
+)
+def test_whether_the_nodes_runtime_pulls_zstd_names_its_version(tmp_path: Path, runtime: str, status: str, words: str) -> None:
+    check = doctor.zstd_verdict(runtime)
+    assert (check.name, check.status) == ("zstd pulls", status) and words in check.detail
+
+
+def test_doctor_reports_the_runtimes_it_is_told(tmp_path: Path) -> None:
+    """smoke tells doctor its engine (docker://VERSION) in the image; a zstd verdict for each runtime named."""
+    where = Environment(image_root(tmp_path), {**GOOD_ENV, doctor.RUNTIME_ENV: "docker://20.10.24, containerd://1.6.20"})
+    code, report = doctor.run(where)
+    zstd = [c for c in report["checks"] if c["name"] == "zstd pulls"]
+    assert [c["status"] for c in zstd] == ["warn", "ok"]
+    assert code == EXIT_NO_DEVICES, "a runtime that cannot pull zstd is a warning, not a failure: the gzip tags work"
+    _, quiet = doctor.run(Environment(image_root(tmp_path / "other"), GOOD_ENV))
+    assert not [c for c in quiet["checks"] if c["name"] == "zstd pulls"], "not said, not guessed (a stand-in root is no host)"

@@ -146,6 +146,38 @@ def test_the_summary_reads_a_directory_of_logs_and_prints_json(cluster: dict[str
     assert short.returncode == 1 and "! 3 of 5 nodes reported: the others' preflight pods are Pending" in short.stdout
 
 
+def test_the_node_list_says_which_nodes_pull_the_zstd_tags(cluster: dict[str, str], tmp_path: Path) -> None:
+    """`kubectl get nodes -o json` beside the logs: each node's container runtime, judged for zstd."""
+    runtimes = {"node-a": "containerd://1.6.20", "node-b": "docker://20.10.24", "node-c": "containerd://1.7.13"}
+    nodes = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {"kind": "Node", "metadata": {"name": name}, "status": {"nodeInfo": {"containerRuntimeVersion": runtime}}}
+            for name, runtime in runtimes.items()
+        ],
+    }
+    (tmp_path / "nodes.json").write_text(json.dumps(nodes))
+    good = {pod: log for pod, log in cluster.items() if pod not in ("d4n6r", "h2s5t")}
+    proc = ascendkit("k8s", "preflight", "-", "--node-info", str(tmp_path / "nodes.json"), stdin=_kubectl_logs(good))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {line.split()[0]: line.split()[1:3] for line in proc.stdout.splitlines() if line.startswith("node-")}
+    assert rows == {"node-b": ["WARN", "zstd"], "node-a": ["OK", "-"], "node-c": ["OK", "-"]}
+    assert "docker 20.10.24 cannot pull zstd layers (docker >= 23.0)" in proc.stdout
+    assert "zstd: 2 of 3 node(s) pull the -zstd tags; these need the gzip tags: node-b (docker://20.10.24)" in proc.stdout
+    data = json.loads(
+        ascendkit("k8s", "preflight", "-", "--node-info", str(tmp_path / "nodes.json"), "--json", stdin=_kubectl_logs(good)).stdout
+    )
+    assert {n["node"]: (n["runtime"], n["zstd"]) for n in data["nodes"]} == {
+        "node-a": ("containerd://1.6.20", True),
+        "node-b": ("docker://20.10.24", False),
+        "node-c": ("containerd://1.7.13", True),
+    }
+    (tmp_path / "pods.json").write_text('{"kind": "List", "items": []}')
+    bad = ascendkit("k8s", "preflight", "-", "--node-info", str(tmp_path / "pods.json"), stdin=_kubectl_logs(good))
+    assert bad.returncode == ExitCode.INVALID_INPUT and "no node with status.nodeInfo.containerRuntimeVersion" in bad.stderr
+
+
 def test_a_log_without_a_report_is_an_input_error(tmp_path: Path) -> None:
     empty = tmp_path / "nothing.log"
     empty.write_text("[pod/x/preflight] Error: ImagePullBackOff\n")

@@ -1,16 +1,20 @@
-"""Publishing against the real local registry: digest round trip, index refusal, arm64 index."""
+"""Publishing against the real local registries: digest round trip, index refusal, arm64 index, several
+registries at once, zstd, and the media types registries that refuse OCI need; read back with skopeo."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from buildkit.errors import ExitCode
-from buildkit.ship.registry import DOCKER_LIST, Registry
+from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_MANIFEST, Registry
+from tests import skopeo
 from tests.conftest import TEST_MATRIX, DockerEnv
 
 pytestmark = pytest.mark.docker
@@ -53,10 +57,11 @@ def test_publish_needs_a_passed_build_manifest(docker_env: DockerEnv, built: dic
     assert Registry(docker_env.registry).get_manifest("other", "latest-a3-x86_64") is None
 
 
-def test_definitive_push_failure_reports_nothing_published(docker_env: DockerEnv, built: dict[str, Any]) -> None:
+def test_an_unreachable_registry_is_exit_4_in_one_line_and_nothing_is_published(docker_env: DockerEnv, built: dict[str, Any]) -> None:
     proc = docker_env.ascendkit("publish", built["tags"][0], "--registry", "127.0.0.1:9/nowhere", cwd=built["workdir"])
-    assert proc.returncode == ExitCode.PUBLISH_FAILED
-    assert "push of 127.0.0.1:9/nowhere:" in proc.stderr and "failed after" in proc.stderr
+    assert proc.returncode == ExitCode.UNAVAILABLE, proc.stderr
+    (last,) = [line for line in proc.stderr.splitlines() if line.startswith("ascendkit: ")]
+    assert last.startswith("ascendkit: registry 127.0.0.1:9: connection refused"), last
     assert "pushed " not in proc.stderr
 
 
@@ -85,3 +90,108 @@ def test_arm64_build_completes_the_multi_arch_index(docker_env: DockerEnv, built
     assert index is not None and index.media_type == DOCKER_LIST
     platforms = {m["platform"]["architecture"]: m["digest"] for m in index.json()["manifests"]}
     assert platforms == {"amd64": built["pushed"][0]["digest"], "arm64": result["pushed"][0]["digest"]}
+
+
+# ---- several registries, zstd, media types: read back with skopeo and pulled with containerd's ctr ----
+
+
+def _publish(docker_env: DockerEnv, built: dict[str, Any], *args: str) -> dict[str, Any]:
+    proc = docker_env.ascendkit("publish", built["tags"][0], *args, "--no-index", "--json", cwd=built["workdir"])
+    assert proc.returncode == 0, proc.stderr
+    (outcome,) = json.loads(proc.stdout)
+    outcome["stderr"] = proc.stderr
+    return dict(outcome)
+
+
+@pytest.fixture(scope="module")
+def two_registries(docker_env: DockerEnv, built: dict[str, Any]) -> dict[str, Any]:
+    """The test image published to both registries at once, gzip and zstd."""
+    repo = f"two-{uuid.uuid4().hex[:8]}"
+    targets = [f"{docker_env.registry}/{repo}", f"{docker_env.registry2}/{repo}"]
+    outcome = _publish(docker_env, built, "--registry", targets[0], "--registry", targets[1], "--compression", "zstd")
+    return {"targets": targets, "outcome": outcome}
+
+
+def test_several_registries_get_byte_identical_manifests(
+    docker_env: DockerEnv, built: dict[str, Any], two_registries: dict[str, Any]
+) -> None:
+    outcome, targets = two_registries["outcome"], two_registries["targets"]
+    assert [r["registry"] for r in outcome["registries"]] == targets
+    names = [t.rsplit(":", 1)[1] for t in built["tags"]]
+    for entry in outcome["registries"]:
+        listed = {p["ref"].split("@")[0].rsplit(":", 1)[1]: p["digest"] for p in entry["pushed"]}
+        assert sorted(listed) == sorted([*names, *(f"{n}-zstd" for n in names)])
+        for tag, expected in listed.items():
+            assert skopeo.digest(f"{entry['registry']}:{tag}") == expected, "skopeo reads the digest the summary names"
+    gzip = {p["digest"] for e in outcome["registries"] for p in e["pushed"] if p["compression"] == "gzip"}
+    zstd = {p["digest"] for e in outcome["registries"] for p in e["pushed"] if p["compression"] == "zstd"}
+    assert len(gzip) == 1 and len(zstd) == 1, "one digest per image, in every registry and under every tag"
+    assert gzip == {built["pushed"][0]["digest"]}, "the same manifest the build's own push composed: digests do not drift"
+    assert raw_equal(f"{targets[0]}:{names[0]}", f"{targets[1]}:{names[0]}")
+    for target in targets:
+        assert target in outcome["stderr"], "the summary lists every registry"
+        for digest in (*gzip, *zstd):
+            proc = docker_env.ascendkit("sbom", f"{target}@{digest}", "--json", cwd=built["workdir"])
+            assert proc.returncode == 0, f"the SBOM of {digest} in {target}: {proc.stderr}"
+
+
+def raw_equal(a: str, b: str) -> bool:
+    return skopeo.raw(a) == skopeo.raw(b)
+
+
+def test_the_zstd_variant_is_the_same_image_in_oci_media_types(
+    docker_env: DockerEnv, built: dict[str, Any], two_registries: dict[str, Any], tmp_path: Path
+) -> None:
+    target = two_registries["targets"][1]
+    name = built["tags"][0].rsplit(":", 1)[1]
+    gzip, zstd = skopeo.manifest(f"{target}:{name}"), skopeo.manifest(f"{target}:{name}-zstd")
+    assert gzip["mediaType"] == DOCKER_MANIFEST and zstd["mediaType"] == OCI_MANIFEST
+    assert {layer["mediaType"] for layer in gzip["layers"]} == {"application/vnd.docker.image.rootfs.diff.tar.gzip"}
+    assert {layer["mediaType"] for layer in zstd["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
+    assert gzip["config"]["digest"] == zstd["config"]["digest"] == built["image_id"], "the same image: the same config"
+    assert sum(layer["size"] for layer in zstd["layers"]) < sum(layer["size"] for layer in gzip["layers"])
+    copied = skopeo.copy_whole(f"{target}:{name}-zstd", tmp_path / "zstd")
+    assert copied.returncode == 0, copied.stderr.decode()
+    # containerd (>= 1.5) pulls and unpacks zstd layers: the client a Kubernetes node runs
+    assert docker_env.containerd, "ASCENDKIT_CONTAINERD: `make test` names the engine's containerd"
+    ctr = ["ctr", "--address", docker_env.containerd, "--namespace", f"ascendkit-test-{uuid.uuid4().hex[:6]}"]
+    pulled = subprocess.run([*ctr, "images", "pull", "--plain-http", f"{target}:{name}-zstd"], capture_output=True, text=True, check=False)
+    try:
+        assert pulled.returncode == 0, pulled.stderr
+        listed = subprocess.run([*ctr, "images", "check"], capture_output=True, text=True, check=True).stdout
+        assert f"{name}-zstd" in listed and "complete" in listed
+    finally:
+        subprocess.run([*ctr, "images", "rm", "--sync", f"{target}:{name}-zstd"], capture_output=True, check=False)
+
+
+def test_docker_media_types_leave_nothing_oci_in_the_repository(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+    target = f"{docker_env.registry2}/docker-{uuid.uuid4().hex[:8]}"
+    outcome = _publish(docker_env, built, "--registry", target, "--media-types", "docker")
+    tags = skopeo.tags(target)
+    assert len(tags) == len(built["tags"]) + 1, tags  # the image's tags and its SBOM's
+    for tag in tags:
+        text = skopeo.raw(f"{target}:{tag}").decode()
+        assert "application/vnd.oci" not in text, f"{tag} carries an OCI media type"
+        assert skopeo.copy_whole(f"{target}:{tag}", tmp_path / tag).returncode == 0, f"skopeo reads {tag} whole"
+    (sbom_tag,) = [t for t in tags if t.endswith(".sbom")]
+    config = json.loads((tmp_path / sbom_tag / skopeo.manifest(f"{target}:{sbom_tag}")["config"]["digest"].split(":")[1]).read_bytes())
+    assert config["config"]["Labels"]["io.ascendkit.sbom.subject"] == outcome["pushed"][0]["digest"]
+    proc = docker_env.ascendkit("sbom", f"{target}@{outcome['pushed'][0]['digest']}", "--json", cwd=built["workdir"])
+    assert proc.returncode == 0 and json.loads(proc.stdout)["bomFormat"] == "CycloneDX", proc.stderr
+    argv = ["publish", built["tags"][0], "--registry", target, "--media-types", "docker", "--compression", "zstd"]
+    refused = docker_env.ascendkit(*argv, cwd=built["workdir"])
+    assert refused.returncode == ExitCode.INVALID_INPUT and "zstd needs OCI media types" in refused.stderr
+
+
+def test_oci_media_types_make_everything_oci(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+    target = f"{docker_env.registry}/oci-{uuid.uuid4().hex[:8]}"
+    outcome = _publish(docker_env, built, "--registry", target, "--media-types", "oci")
+    for tag in skopeo.tags(target):
+        body = skopeo.manifest(f"{target}:{tag}")
+        assert body["mediaType"] == OCI_MANIFEST, tag
+        assert "docker" not in skopeo.raw(f"{target}:{tag}").decode(), f"{tag} carries a Docker media type"
+        assert skopeo.copy_whole(f"{target}:{tag}", tmp_path / tag).returncode == 0, f"skopeo reads {tag} whole"
+    # the engine pulls the OCI image and gets the same image back
+    digest = outcome["pushed"][0]["digest"]
+    docker_env.client.pull(target, tag=digest)
+    assert docker_env.client.inspect_image(f"{target}@{digest}")["Id"] == built["image_id"]

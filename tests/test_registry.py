@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, Registry, RegistryRef, retry_after
@@ -63,10 +64,11 @@ def test_429_waits_as_long_as_retry_after_says_capped(fake: tuple[Registry, Stor
 
 
 def test_retry_after_as_an_http_date() -> None:
-    class Answer:
-        headers = {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}
-
-    assert retry_after(Answer()) == 0.0  # type: ignore[arg-type]  # in the past: no wait
+    answer = requests.Response()
+    answer.headers["Retry-After"] = "Wed, 21 Oct 2015 07:28:00 GMT"
+    assert retry_after(answer) == 0.0  # in the past: no wait
+    answer.headers["Retry-After"] = "soon"
+    assert retry_after(answer) is None
 
 
 def test_definitive_failure_after_retries(fake: tuple[Registry, Store, list[float]]) -> None:

@@ -76,7 +76,10 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "k8s": (
         ("buildkit.cli.k8s_cmd",),
-        "Kubernetes manifests for published images (Job, KubeRay RayJob, Volcano Job).",
+        (
+            "Kubernetes manifests for published images (Job, KubeRay RayJob, Volcano Job, preflight and prepull DaemonSets) "
+            "and the preflight verdict."
+        ),
     ),
     "metrics": (
         ("buildkit.cli.metrics_cmd",),

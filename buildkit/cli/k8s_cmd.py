@@ -21,7 +21,10 @@ if TYPE_CHECKING:
     from buildkit.run.job import ImageJob
 
 k8s_app = typer.Typer(
-    help="Kubernetes manifests for published images (Job, KubeRay RayJob, Volcano Job, preflight DaemonSet) and the preflight verdict.",
+    help=(
+        "Kubernetes manifests for published images (Job, KubeRay RayJob, Volcano Job, preflight and prepull DaemonSets) "
+        "and the preflight verdict."
+    ),
     no_args_is_help=True,
 )
 app.add_typer(k8s_app, name="k8s")
@@ -121,7 +124,8 @@ def k8s_render(
             "--job",
             help=(
                 "smoke or grpo (the image's GRPO smoke job), sft (verl's SFT smoke job, one node), train (your command after --), "
-                "preflight (a DaemonSet checking every node of the SKU with the image: read it with `k8s preflight`)."
+                "preflight (a DaemonSet checking every node of the SKU with the image: read it with `k8s preflight`), "
+                "prepull (a DaemonSet pulling the image on every node of the SKU before the job lands)."
             ),
         ),
     ] = "smoke",
@@ -181,7 +185,8 @@ def k8s_render(
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
-    """Render the Job (one node), RayJob or Volcano Job (several), or the preflight DaemonSet, for an SKU and an image by digest."""
+    """Render the Job (one node), RayJob or Volcano Job (several), or the preflight or prepull DaemonSet, for an SKU and
+    an image by digest."""
     from buildkit.k8s.render import as_documents, render
     from buildkit.k8s.request import K8sRequest, check_request
     from buildkit.matrix.load import load_matrix, resolve_sku
@@ -242,7 +247,7 @@ def k8s_render(
         user, problem = user_of(labels, loaded.matrix.image_user)
         warnings += [problem] if problem else []
         request = dataclasses.replace(request, image_job=found, user=user)
-    elif request.job == "preflight":  # the pods run as the image's user: its labels, where the registry answers
+    elif request.job in ("preflight", "prepull"):  # the pods run as the image's user: its labels, where the registry answers
         from buildkit.ship.remote import image_labels
 
         try:
@@ -279,12 +284,23 @@ def k8s_preflight(
     expect: Annotated[
         int | None, typer.Option("--expect", min=1, max=MAX_NODES, help="Nodes that should have reported (fewer fails).")
     ] = None,
+    node_info: Annotated[
+        str | None,
+        typer.Option(
+            "--node-info",
+            metavar="FILE",
+            help="`kubectl get nodes -o json` (a file): each node's container runtime, and whether it pulls the -zstd tags.",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Judge every node from its preflight report: one row per node, the failing check and what to do (exit 1 when any fails)."""
-    from buildkit.k8s.preflight import format_table, read_reports, summarize
+    from buildkit.k8s.preflight import format_table, read_node_runtimes, read_reports, summarize
 
-    verdicts, problems = summarize(read_reports(sources), expect)
+    if node_info == "-" and "-" in sources:
+        raise InputError("--node-info - and the logs on - cannot both be stdin: give the node list as a file")
+    runtimes = read_node_runtimes(node_info) if node_info else None
+    verdicts, problems = summarize(read_reports(sources), expect, runtimes)
     failed = bool(problems) or any(v.verdict == "fail" for v in verdicts)
     if as_json:
         print_json({"passed": not failed, "nodes": [v.describe() for v in verdicts], "problems": problems})

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from buildkit.k8s.pod import CONTAINER_SECURITY, Pod, env_list, locked_down, npu_pod, preflight_pod, writable
+from buildkit.k8s.pod import CONTAINER_SECURITY, Pod, env_list, locked_down, npu_pod, preflight_pod, prepull_pod, writable
 from buildkit.k8s.request import (
     FILES,
     HOST_ARCH,
@@ -45,12 +45,22 @@ def configmap(name: str, request: K8sRequest, labels: dict[str, str], files: tup
 
 def preflight_daemonset(name: str, pod: Pod) -> dict[str, Any]:
     """One preflight pod on every node of the SKU (its node labels), each checking its node once."""
-    request = pod.request
-    template = preflight_pod(pod)
+    return _daemonset(name, pod, preflight_pod(pod))
+
+
+def prepull_daemonset(name: str, pod: Pod) -> dict[str, Any]:
+    """One prepull pod on every node of the SKU: the image pulled everywhere before the job lands.
+    Rolled out all at once (a new image pulls on every node in parallel, not one node at a time)."""
+    daemonset = _daemonset(name, pod, prepull_pod(pod))
+    daemonset["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}
+    return daemonset
+
+
+def _daemonset(name: str, pod: Pod, template: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": _metadata(name, request, pod.labels),
+        "metadata": _metadata(name, pod.request, pod.labels),
         "spec": {
             "selector": {
                 "matchLabels": {k: v for k, v in template["metadata"]["labels"].items() if k.endswith(("/instance", "/component"))}

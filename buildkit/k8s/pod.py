@@ -244,3 +244,33 @@ def preflight_pod(pod: Pod) -> dict[str, Any]:
     volumes = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in files] + writable_volumes
     spec = {**placement(request), "containers": [container], "volumes": volumes}
     return {"metadata": pod_metadata(pod, "preflight"), "spec": spec}
+
+
+# The prepull pod asks for next to nothing (it sleeps), as a Guaranteed pod: requests = limits.
+PREPULL_RESOURCES = {"cpu": "10m", "memory": "16Mi"}
+
+
+def prepull_pod(pod: Pod) -> dict[str, Any]:
+    """The pod a prepull DaemonSet puts on each node of the SKU: the job's image, pulled once
+    (``IfNotPresent``) and then only sleeping, so the pull is done before the job lands. It takes no
+    NPU and mounts nothing: it can run beside a job that holds every NPU of the node."""
+    request = pod.request
+    container = {
+        "name": "prepull",
+        "image": request.image,
+        "imagePullPolicy": "IfNotPresent",
+        # command, not args: nothing of the image starts (not even its entrypoint's CANN setup); the
+        # image's own coreutils sleep, so no second image (a pause image) has to be reachable
+        "command": ["sleep", "infinity"],
+        "resources": {"requests": PREPULL_RESOURCES, "limits": PREPULL_RESOURCES},
+        "securityContext": CONTAINER_SECURITY,
+    }
+    spec: dict[str, Any] = {}
+    if request.volcano:
+        spec["schedulerName"] = "volcano"
+    spec["nodeSelector"] = placement(request)["nodeSelector"]
+    if request.pull_secret:
+        spec["imagePullSecrets"] = [{"name": request.pull_secret}]
+    spec.update(locked_down(request, devices=False))
+    spec.update(terminationGracePeriodSeconds=1, containers=[container])  # sleep ignores SIGTERM: no 30 s wait on delete
+    return {"metadata": pod_metadata(pod, "prepull"), "spec": spec}

@@ -5,6 +5,7 @@ of files (one node's log each)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -14,6 +15,7 @@ from typing import Any
 
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_text
+from buildkit.run.doctor import zstd_verdict
 
 # kubectl logs --prefix: "[pod/NAME/CONTAINER] " in front of every line
 _PREFIX = re.compile(r"^\[pod/(?P<pod>[^/\]]+)/[^\]]*\] ?")
@@ -31,6 +33,7 @@ REMEDIES = {
     "SoC": "this node's chip is not the image's: use the image of its chip, or fix the node's accelerator-type label",
     "matmul": "the NPU computes wrong results: take the node out and have the card checked",
     "pinned packages": "the image was changed after it was built: use the published image by digest",
+    "zstd pulls": "give this node the gzip tags, not -zstd, or upgrade its runtime (containerd >= 1.5, Docker Engine >= 23.0)",
 }
 NO_DEVICES = "the device plugin gave the pod no NPUs: check the node's device plugin and its NPU resource name (--npu-resource)"
 
@@ -42,9 +45,19 @@ class NodeVerdict:
     check: str  # the first failing (or warning) check; "" when all passed
     detail: str
     remedy: str
+    runtime: str = ""  # the node's container runtime (containerd://1.6.20), from --node-info
+    zstd: bool | None = None  # whether that runtime pulls the -zstd tags; None: not known
 
-    def describe(self) -> dict[str, str]:
-        return {"node": self.node, "verdict": self.verdict, "check": self.check, "detail": self.detail, "remedy": self.remedy}
+    def describe(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "verdict": self.verdict,
+            "check": self.check,
+            "detail": self.detail,
+            "remedy": self.remedy,
+            "runtime": self.runtime or None,
+            "zstd": self.zstd,
+        }
 
 
 def _reports(text: str, source: str) -> list[tuple[str, dict[str, Any]]]:
@@ -93,9 +106,38 @@ def read_reports(sources: list[str]) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-def judge(source: str, report: dict[str, Any]) -> NodeVerdict:
+def read_node_runtimes(path: str) -> dict[str, str]:
+    """node name -> its container runtime, from ``kubectl get nodes -o json`` (a List, or one Node)."""
+    text = sys.stdin.buffer.read().decode("utf-8", "replace") if path == "-" else read_input_text(Path(path), "node list")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"--node-info {path}: not JSON ({exc}); give `kubectl get nodes -o json`") from None
+    items = data.get("items") if isinstance(data, dict) and data.get("kind") == "List" else [data]
+    runtimes = {}
+    for item in items if isinstance(items, list) else []:
+        name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
+        runtime = (((item.get("status") or {}).get("nodeInfo") or {}).get("containerRuntimeVersion")) if isinstance(item, dict) else None
+        if name and runtime:
+            runtimes[str(name)] = str(runtime)
+    if not runtimes:
+        raise InputError(f"--node-info {path}: no node with status.nodeInfo.containerRuntimeVersion; give `kubectl get nodes -o json`")
+    return runtimes
+
+
+def judge(source: str, report: dict[str, Any], runtime: str = "") -> NodeVerdict:
+    verdict = _judge(source, report, runtime)
+    if not runtime:
+        return verdict
+    zstd = zstd_verdict(runtime)
+    return dataclasses.replace(verdict, runtime=runtime, zstd=None if zstd.status == "skip" else zstd.status == "ok")
+
+
+def _judge(source: str, report: dict[str, Any], runtime: str) -> NodeVerdict:
     node = str(report.get("node") or source)
     checks = [c for c in report["checks"] if isinstance(c, dict)]
+    if runtime and not any(c.get("name") == "zstd pulls" for c in checks):
+        checks.append(dataclasses.asdict(zstd_verdict(runtime)))
     failed = [c for c in checks if c.get("status") == "error"]
     warned = [c for c in checks if c.get("status") == "warn"]
     if failed:
@@ -111,12 +153,16 @@ def judge(source: str, report: dict[str, Any]) -> NodeVerdict:
     return NodeVerdict(node, "ok", "", f"{report.get('devices')} NPUs, every check passed", "")
 
 
-def summarize(reports: list[tuple[str, dict[str, Any]]], expect: int | None = None) -> tuple[list[NodeVerdict], list[str]]:
+def summarize(
+    reports: list[tuple[str, dict[str, Any]]], expect: int | None = None, runtimes: dict[str, str] | None = None
+) -> tuple[list[NodeVerdict], list[str]]:
     """One verdict per node (its last report wins: a restarted pod prints again), and the problems
-    of the whole: fewer nodes than ``expect`` reported."""
+    of the whole: fewer nodes than ``expect`` reported. ``runtimes`` (node -> container runtime, from
+    ``--node-info``) adds whether each node can pull the -zstd tags."""
     latest: dict[str, NodeVerdict] = {}
     for source, report in reports:
-        verdict = judge(source, report)
+        node = str(report.get("node") or source)
+        verdict = judge(source, report, (runtimes or {}).get(node, ""))
         latest[verdict.node] = verdict
     verdicts = sorted(latest.values(), key=lambda v: ({"fail": 0, "warn": 1, "ok": 2}[v.verdict], v.node))
     problems = []
@@ -141,5 +187,12 @@ def format_table(verdicts: list[NodeVerdict], problems: list[str]) -> str:
     failed = sum(v.verdict == "fail" for v in verdicts)
     warned = sum(v.verdict == "warn" for v in verdicts)
     lines += [f"! {problem}" for problem in problems]
+    known = [v for v in verdicts if v.zstd is not None]
+    if known:
+        cannot = [f"{v.node} ({v.runtime})" for v in known if not v.zstd]
+        lines.append(
+            f"zstd: {len(known) - len(cannot)} of {len(known)} node(s) pull the -zstd tags"
+            + (f"; these need the gzip tags: {', '.join(cannot)}" if cannot else "")
+        )
     lines.append(f"ascendkit k8s preflight: {len(verdicts)} node(s) reported, {failed} failed, {warned} warned")
     return "\n".join(lines)

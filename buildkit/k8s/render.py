@@ -22,7 +22,7 @@ import yaml
 
 from buildkit.errors import InputError
 from buildkit.k8s import KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION
-from buildkit.k8s.kinds import batch_job, configmap, preflight_daemonset, rayjob, volcano_job
+from buildkit.k8s.kinds import batch_job, configmap, preflight_daemonset, prepull_daemonset, rayjob, volcano_job
 from buildkit.k8s.pod import Pod
 from buildkit.k8s.request import APP_LABEL, K8sRequest, Manifests, check_request, default_name
 from buildkit.matrix.yamlsource import YamlSourceError, load_documents
@@ -87,6 +87,8 @@ def render(request: K8sRequest) -> Manifests:
     framework = request.image_job.framework
     if request.job == "preflight":
         return _preflight(request, name, labels, warnings)
+    if request.job == "prepull":
+        return _prepull(request, name, labels, warnings)
     title = f"{framework} {request.job} on {request.nodes} x {sku.product} ({request.sku_id}), {sku.npus_per_node} NPUs per node"
     scheduling = f"scheduler {request.scheduler}" + (f", queue {request.queue or 'default'}" if request.volcano else "")
     made = {
@@ -118,10 +120,25 @@ def _preflight(request: K8sRequest, name: str, labels: dict[str, str], warnings:
         + name
         + " --prefix --tail=-1"
         + (f" -n {request.namespace}" if request.namespace else "")
-        + " | ascendkit k8s preflight -",
+        + " | ascendkit k8s preflight - --node-info nodes.json",
+        "(nodes.json: kubectl get nodes -o json > nodes.json, for each node's runtime and whether it pulls -zstd tags);",
         "then delete this DaemonSet.",
     ]
     return Manifests(dump(preflight_daemonset(name, pod), comments), warnings)
+
+
+def _prepull(request: K8sRequest, name: str, labels: dict[str, str], warnings: tuple[str, ...]) -> Manifests:
+    sku = request.sku
+    labels = {f"{APP_LABEL}/name": "ascendkit-prepull", **{k: v for k, v in labels.items() if not k.endswith("/name")}}
+    pod = Pod(request, labels, {}, [], "")
+    namespace = f" -n {request.namespace}" if request.namespace else ""
+    comments = [
+        f"Pulls the job's image on every {sku.product} ({request.sku_id}) node before the job lands, then sleeps: no NPU, no mount.",
+        "Rendered by `ascendkit k8s render --job prepull`: apps/v1 DaemonSet. Check: `ascendkit k8s validate`.",
+        f"Apply it, wait until every node has the image: kubectl rollout status daemonset/{name}{namespace} --timeout=2h",
+        f"then submit the job; delete this DaemonSet afterwards (kubectl delete daemonset/{name}{namespace}): the image stays cached.",
+    ]
+    return Manifests(dump(prepull_daemonset(name, pod), comments), warnings)
 
 
 def as_documents(text: str, source: str = "<manifest>") -> list[dict[str, Any]]:

@@ -18,7 +18,8 @@ HOST_ARCH = {"aarch64": "huawei-arm", "x86_64": "huawei-x86"}
 RAYJOB_NAME_MAX = 47  # KubeRay adds "-xxxxx" for the RayCluster and up to 10 for its services
 VOLCANO_JOB_NAME_MAX = 50  # pods are <job>-<task>-<index>: "-worker-" and an index must fit in 63
 APP_LABEL = "app.kubernetes.io"
-K8S_JOBS = ("smoke", "grpo", "sft", "train", "preflight")
+K8S_JOBS = ("smoke", "grpo", "sft", "train", "preflight", "prepull")
+NODE_JOBS = ("preflight", "prepull")  # a DaemonSet: one pod on every node of the SKU, not a job of N nodes
 PREFLIGHT_NAME_MAX = 57  # DaemonSet pods are <name>-<5 random characters>: within the 63 of a label value
 SCHEDULERS = ("default", "volcano")
 TOPOLOGY_MODES = ("hard", "soft")
@@ -86,12 +87,12 @@ class K8sRequest:
 
     @property
     def smoke_job(self) -> str | None:
-        """The smoke job rendered (``smoke`` is GRPO's other name), None for ``--job train`` and ``preflight``."""
-        return None if self.job in ("train", "preflight") else "grpo" if self.job == "smoke" else self.job
+        """The smoke job rendered (``smoke`` is GRPO's other name), None for ``--job train``, ``preflight`` and ``prepull``."""
+        return None if self.job in ("train", *NODE_JOBS) else "grpo" if self.job == "smoke" else self.job
 
     @property
     def kind(self) -> str:
-        if self.job == "preflight":
+        if self.job in NODE_JOBS:
             return "DaemonSet"
         if self.nodes == 1:
             return "Job"
@@ -149,8 +150,8 @@ def check_name(value: str, what: str, *, limit: int = 63, pattern: re.Pattern[st
 
 
 def default_name(request: K8sRequest) -> str:
-    if request.job == "preflight":
-        return f"ascendkit-preflight-{request.sku_id}"
+    if request.job in NODE_JOBS:
+        return f"ascendkit-{request.job}-{request.sku_id}"
     return f"{request.image_job.framework}-{request.job}-{request.sku_id}" + (f"-{request.nodes}n" if request.nodes > 1 else "")
 
 
@@ -193,10 +194,12 @@ def check_request(request: K8sRequest, *, to_pin: bool = False) -> tuple[str, ..
         raise InputError(
             f"a command after `--` is for --job train; the {request.job} smoke job's command comes from its file in smoke_tests/"
         )
-    if request.job == "preflight" and request.nodes != 1:
-        raise InputError("--job preflight runs on every node of the SKU the scheduler offers (a DaemonSet): drop --nodes")
-    if request.job == "preflight" and (request.overrides or request.model_pvc or request.model_path):
-        raise InputError("--job preflight trains nothing: drop --override, --model-path and --model-pvc")
+    if request.job in NODE_JOBS and request.nodes != 1:
+        raise InputError(f"--job {request.job} runs on every node of the SKU the scheduler offers (a DaemonSet): drop --nodes")
+    if request.job in NODE_JOBS and (request.overrides or request.model_pvc or request.model_path):
+        raise InputError(f"--job {request.job} trains nothing: drop --override, --model-path and --model-pvc")
+    if request.job == "prepull" and (request.npu_resource or request.device_gid is not None or request.host_network):
+        raise InputError("--job prepull takes no NPU and no network of the node: drop --npu-resource, --device-gid and --host-network")
     if request.job == "sft" and request.nodes != 1:
         raise InputError("--job sft runs on one node (torchrun --standalone, as the seed's script): drop --nodes")
     if request.arch not in HOST_ARCH:

@@ -125,3 +125,13 @@ def run_container(
     finally:
         remove_containers(client, [cid])
     return RunResult(code, code is None and stall is None, stdout, stall)
+
+
+def engine_runtime(client: docker.APIClient) -> str:
+    """The engine as Kubernetes names a node's runtime (``docker://20.10.24``), for doctor's zstd
+    check; "" when it does not say."""
+    try:
+        version = str(client.version().get("Version") or "")
+    except (DockerException, requests.exceptions.RequestException):
+        return ""
+    return f"docker://{version}" if version else ""

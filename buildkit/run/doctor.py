@@ -29,6 +29,11 @@ DRIVER_VERSION = "/usr/local/Ascend/driver/version.info"
 FIRMWARE_VERSION = "/usr/local/Ascend/firmware/version.info"  # mounted where the host has it (smoke)
 HCCN_CONF = "/etc/hccn.conf"  # the NPU ports' addresses, as the host configured them (the preflight mounts it)
 NODE_ENV = "ASCENDKIT_NODE_NAME"  # the Kubernetes node a preflight pod runs on (its downward API)
+# The node's container runtimes as Kubernetes names them (containerd://1.6.20, docker://20.10.24),
+# comma-separated: smoke passes its engine's; on a host doctor asks the local ones.
+RUNTIME_ENV = "ASCENDKIT_NODE_RUNTIME"
+# The first release of each that pulls zstd-compressed layers (the images' -zstd tags).
+ZSTD_SINCE = {"containerd": (1, 5), "docker": (23, 0), "cri-o": (1, 24)}
 ERROR_CODES = Path(__file__).with_name("error_codes.json")  # beside this file, in the package and in the image
 HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"  # from the host's driver, mounted read-only
 LINK_TIMEOUT_S = 20
@@ -191,6 +196,35 @@ def judge_driver(version: str, cann: str, supported: list[str], *, complete: boo
     return Check(
         "driver", "warn", f"driver {version} is {where} Ascend HDK release(s) CANN {cann} is published for ({listed}): not known to work"
     )
+
+
+def zstd_verdict(runtime: str) -> Check:
+    """Whether a node's runtime (``containerd://1.6.20``) can pull the images' ``-zstd`` tags."""
+    name, _, version = runtime.strip().partition("://")
+    since, numbers = ZSTD_SINCE.get(name), _numbers(version)[:2]
+    if since is None or len(numbers) < 2:
+        return Check("zstd pulls", "skip", f"{runtime}: not a runtime and version doctor knows")
+    need = f"{name} >= {'.'.join(map(str, since))}"
+    if numbers >= since:
+        return Check("zstd pulls", "ok", f"{name} {version} pulls zstd layers ({need}): the -zstd tags pull faster")
+    return Check("zstd pulls", "warn", f"{name} {version} cannot pull zstd layers ({need}): pull the gzip tags, not -zstd")
+
+
+def node_runtimes(where: Environment, on_host: bool) -> list[str]:
+    """The runtimes ``$ASCENDKIT_NODE_RUNTIME`` names; on a host without it, the local engines' own versions."""
+    given = [r.strip() for r in where.getenv(RUNTIME_ENV).split(",") if r.strip()]
+    if given or not on_host:
+        return given
+    found = []
+    for name, argv in (("docker", ["docker", "version", "--format", "{{.Server.Version}}"]), ("containerd", ["containerd", "--version"])):
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        version = re.search(r"\d+\.\d+(\.\d+)?", out.stdout) if out.returncode == 0 else None
+        if version:
+            found.append(f"{name}://{version.group(0)}")
+    return found
 
 
 def _numbers(text: str) -> tuple[int, ...]:
@@ -452,6 +486,7 @@ def run(
             checks += check_npus(info, torch_modules)
         checks += check_links(where, found, required=links)
         checks += check_hccn(where, found)
+    checks += [zstd_verdict(runtime) for runtime in node_runtimes(where, on_host=not info and where.root == Path("/"))]
     failed = any(c.status == "error" for c in checks)
     code = EXIT_FAILED if failed else EXIT_NO_DEVICES if not found else EXIT_OK
     outcome = "failed" if failed else "no Ascend devices: preflight passed, NPU checks not run" if not found else "ready"

@@ -40,9 +40,9 @@ from buildkit.plan import FRAMEWORK_NAMES, LABEL_PREFIX
 from buildkit.reach import engine_said
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.configcheck import run_config_check
-from buildkit.run.container import run_container
+from buildkit.run.container import engine_runtime, run_container
 from buildkit.run.devices import DevicePlan, device_groups, host_config_args, image_user, plan_devices, prepare_data_dir
-from buildkit.run.doctor import EXIT_NO_DEVICES, Check
+from buildkit.run.doctor import EXIT_NO_DEVICES, RUNTIME_ENV, Check
 from buildkit.run.job import (
     DATA_DIR,
     DATA_FILES,
@@ -304,6 +304,7 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         client,
         image_id,
         ["ascendkit", "doctor", "--json"],
+        environment={RUNTIME_ENV: engine_runtime(client)},
         log_path=request.out / "doctor.log",
         deadline=min(deadline, time.monotonic() + 600),
         host_config=host_config,

@@ -11,6 +11,7 @@ refuse OCI media types) it is a Docker image manifest under that tag: see ``comp
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import MEDIA_TYPE, loads, sbom_path
 from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
 from buildkit.matrix.model import DOCKER_ARCH
-from buildkit.ship.compose import Form, sbom_artifact, sbom_layer
+from buildkit.ship.compose import Form, sbom_artifact, sbom_layer, sbom_of_layer
 from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, Manifest, Registry, digest_of
 
 
@@ -45,7 +46,11 @@ class Attached:
 
 def attach_sbom(registry: Registry, repository: str, subject: Manifest, sbom: bytes, form: Form = None) -> Attached:
     """Push ``sbom`` as the SBOM of ``subject`` in ``form``; idempotent (same bytes, same digest)."""
-    body, media_type, blobs = sbom_artifact(subject, sbom, form)
+    platform = ("amd64", "linux")
+    if form == "docker":  # the Docker form is an image: it says the platform of the image it describes
+        config = json.loads(registry.get_blob(repository, str((subject.json().get("config") or {}).get("digest"))) or b"{}")
+        platform = (str(config.get("architecture") or "amd64"), str(config.get("os") or "linux"))
+    body, media_type, blobs = sbom_artifact(subject, sbom, form, platform)
     has_referrers = form != "docker" and registry.referrers(repository, subject.digest, MEDIA_TYPE) is not None
     for blob in blobs:
         registry.put_blob(repository, blob)
@@ -73,7 +78,8 @@ def fetch_sbom(registry: Registry, repository: str, digest: str) -> bytes | None
             config = registry.get_blob(repository, str((manifest.json().get("config") or {}).get("digest")))
         layer = sbom_layer(manifest, digest, config)
         if layer is not None:
-            return registry.get_blob(repository, layer)
+            data = registry.get_blob(repository, layer)
+            return None if data is None else sbom_of_layer(manifest, data)
     return None
 
 

@@ -6,10 +6,11 @@ Three forms, as ``--media-types`` names them:
 * default: Docker image manifests and manifest list (what ``docker push`` writes, which every
   registry and engine reads), the SBOM as an OCI 1.1 artifact whose ``subject`` is the image;
 * ``docker``: nothing with an OCI media type, for registries that refuse them (some SWR, Harbor
-  and mirror setups). The SBOM goes as a Docker image manifest, the form cosign writes with
-  ``COSIGN_DOCKER_MEDIA_TYPES=1``: a Docker config naming the subject in a label, and one layer,
-  the CycloneDX JSON; it is found by the ``sha256-<hex>.sbom`` tag, as on any registry without
-  the referrers API;
+  and mirror setups). The SBOM goes as a plain one-layer Docker image: its layer a tar of
+  ``sbom.cdx.json``, its config naming the subject in a label. A registry that stores Docker
+  images stores it, and every client reads it (skopeo refuses the form cosign writes with
+  ``COSIGN_DOCKER_MEDIA_TYPES=1``, a Docker manifest whose layer is not a tar). It is found by the
+  ``sha256-<hex>.sbom`` tag, as on any registry without the referrers API;
 * ``oci``: OCI image manifests, index and the SBOM artifact.
 
 zstd layers exist only as OCI media types (Docker's schema has no zstd layer), so a ``-zstd``
@@ -18,7 +19,11 @@ image is OCI whatever the form, and ``docker`` refuses zstd.
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
+import tarfile
+import zlib
 from typing import Any, Literal
 
 from buildkit.errors import InputError, PublishFailed
@@ -94,50 +99,88 @@ def descriptor(media_type: str, data: bytes) -> dict[str, Any]:
     return {"mediaType": media_type, "digest": digest_of(data), "size": len(data)}
 
 
-def sbom_artifact(subject: Manifest, sbom: bytes, form: Form) -> tuple[bytes, str, list[bytes]]:
-    """The SBOM's manifest for ``subject``, its media type and the blobs it references."""
+SBOM_FILE = "sbom.cdx.json"  # the file the Docker form's layer holds
+
+
+def _sbom_layer_tar(sbom: bytes) -> bytes:
+    """A gzipped tar of one file, the SBOM, with nothing of the clock or the machine in it."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        info = tarfile.TarInfo(SBOM_FILE)
+        info.size, info.mode, info.mtime = len(sbom), 0o644, 0
+        tar.addfile(info, io.BytesIO(sbom))
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip, mtime 0
+    return compressor.compress(raw.getvalue()) + compressor.flush()
+
+
+def sbom_artifact(
+    subject: Manifest, sbom: bytes, form: Form, platform: tuple[str, str] = ("amd64", "linux")
+) -> tuple[bytes, str, list[bytes]]:
+    """The SBOM's manifest for ``subject``, its media type and the blobs it references.
+
+    The Docker form is a plain one-layer image, the only kind of manifest every registry and
+    client takes (skopeo refuses a Docker manifest whose layer is not a tar): the layer is a tar of
+    ``sbom.cdx.json``, the config names the subject in a label, ``platform`` is the subject's."""
     if form == "docker":
+        layer = _sbom_layer_tar(sbom)
         config = dump(
             {
-                "architecture": "",
-                "os": "",
-                "config": {"Labels": {SUBJECT_LABEL: subject.digest, "org.opencontainers.image.title": "sbom.cdx.json"}},
-                "rootfs": {"type": "layers", "diff_ids": [digest_of(sbom)]},
+                "architecture": platform[0],
+                "os": platform[1],
+                "config": {"Labels": {SUBJECT_LABEL: subject.digest, "org.opencontainers.image.title": SBOM_FILE}},
+                "rootfs": {"type": "layers", "diff_ids": [digest_of(gzip.decompress(layer))]},
+                "history": [{"created_by": f"ascendkit: the SBOM of {subject.digest}"}],
             }
         )
         body = {
             "schemaVersion": 2,
             "mediaType": DOCKER_MANIFEST,
             "config": descriptor(DOCKER_CONFIG, config),
-            "layers": [descriptor(SBOM_MEDIA_TYPE, sbom)],
+            "layers": [descriptor(DOCKER_LAYER, layer)],
         }
-        return dump(body), DOCKER_MANIFEST, [config, sbom]
+        return dump(body), DOCKER_MANIFEST, [config, layer]
     body = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "artifactType": SBOM_MEDIA_TYPE,
         "config": descriptor(OCI_EMPTY, EMPTY_CONFIG),
-        "layers": [{**descriptor(SBOM_MEDIA_TYPE, sbom), "annotations": {"org.opencontainers.image.title": "sbom.cdx.json"}}],
+        "layers": [{**descriptor(SBOM_MEDIA_TYPE, sbom), "annotations": {"org.opencontainers.image.title": SBOM_FILE}}],
         "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": subject.size},
     }
     return dump(body), OCI_MANIFEST, [EMPTY_CONFIG, sbom]
 
 
 def sbom_layer(manifest: Manifest, subject: str, config: bytes | None) -> str | None:
-    """The digest of the CycloneDX layer when ``manifest`` is the SBOM of image ``subject`` in
+    """The digest of the layer holding the SBOM when ``manifest`` is the SBOM of image ``subject`` in
     either form (``config``: the Docker form's config, which names the subject); else None."""
     body = manifest.json()
     if manifest.media_type == OCI_MANIFEST and body.get("artifactType") == SBOM_MEDIA_TYPE:
         if (body.get("subject") or {}).get("digest") != subject:
             return None
+        wanted = SBOM_MEDIA_TYPE
     elif manifest.media_type == DOCKER_MANIFEST and config is not None:
         labels = (json.loads(config).get("config") or {}).get("Labels") or {}
         if labels.get(SUBJECT_LABEL) != subject:
             return None
+        wanted = DOCKER_LAYER
     else:
         return None
-    layers = [layer for layer in body.get("layers", []) if layer.get("mediaType") == SBOM_MEDIA_TYPE]
-    return str(layers[0]["digest"]) if layers else None
+    layers = [layer for layer in body.get("layers", []) if layer.get("mediaType") == wanted]
+    return str(layers[0]["digest"]) if len(layers) == 1 else None
+
+
+def sbom_of_layer(manifest: Manifest, layer: bytes) -> bytes:
+    """The SBOM in the layer :func:`sbom_layer` found: the blob itself, or the Docker form's file."""
+    if manifest.media_type != DOCKER_MANIFEST:
+        return layer
+    try:
+        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(layer)), mode="r:") as tar:
+            member = tar.extractfile(SBOM_FILE)
+            if member is None:
+                raise KeyError(SBOM_FILE)
+            return member.read()
+    except (OSError, EOFError, KeyError, tarfile.TarError) as exc:
+        raise PublishFailed(f"{manifest.digest[:19]}: its layer holds no readable {SBOM_FILE} ({exc})") from None
 
 
 def convert(manifest: Manifest, form: Literal["docker", "oci"], members: dict[str, Manifest] | None = None) -> tuple[bytes, str]:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from buildkit.errors import InputError, PublishFailed
 from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
 from buildkit.ship.attach import attach_sbom, fallback_tag
-from buildkit.ship.compose import OCI_TYPES, convert, sbom_layer
+from buildkit.ship.compose import OCI_TYPES, convert, sbom_layer, sbom_of_layer
 from buildkit.ship.registry import DOCKER_MANIFEST, IMAGE_MANIFESTS, INDEXES, Manifest, Registry, RegistryRef, digest_of
 
 Say = Callable[[str], None]
@@ -198,7 +198,7 @@ def mirror(
         layer = sbom_layer(node.manifest, node.subject, config)
         oci_typed = node.manifest.media_type in OCI_TYPES or any(t in OCI_TYPES for t in _layer_types(node.manifest))
         if layer is not None and (form is not None or node.subject in changed):
-            sbom = source.registry.get_blob(source.repository, layer) or b""
+            sbom = sbom_of_layer(node.manifest, source.registry.get_blob(source.repository, layer) or b"")
             sboms.append((changed.get(node.subject, node.subject), sbom))
             del nodes[digest]
         elif node.subject in changed or (form == "docker" and oci_typed):

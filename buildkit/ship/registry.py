@@ -130,15 +130,25 @@ class Sized:
 Body = bytes | Callable[[], Sized] | None  # a callable opens the body afresh for each attempt
 
 
+def default_retries() -> int:
+    """How many times a call is tried again: ``$ASCENDKIT_REGISTRY_RETRIES``, default 6 (about 45 s
+    of a registry that stays down before the run ends)."""
+    text = os.environ.get("ASCENDKIT_REGISTRY_RETRIES", "6")
+    if not text.isdigit() or int(text) > 100:
+        raise InputError(f"ASCENDKIT_REGISTRY_RETRIES={text!r}: give a whole number from 0 to 100")
+    return int(text)
+
+
 class Registry:
-    """One registry host. ``retries``: how many times one call is tried again; ``max_wait``: the
-    longest pause between two tries, whatever ``Retry-After`` says."""
+    """One registry host. ``retries``: how many times one call is tried again (default
+    :func:`default_retries`); ``max_wait``: the longest pause between two tries, whatever
+    ``Retry-After`` says."""
 
     def __init__(
         self,
         host: str,
         *,
-        retries: int = 6,
+        retries: int | None = None,
         backoff: float = 0.5,
         max_wait: float = 30.0,
         timeout: float = 60.0,
@@ -147,7 +157,7 @@ class Registry:
         self.host = host
         loopback = host.split(":")[0] in ("127.0.0.1", "localhost", "[::1]")
         self.base = f"{'http' if loopback else 'https'}://{host}/v2"
-        self.retries = retries
+        self.retries = default_retries() if retries is None else retries
         self.backoff = backoff
         self.max_wait = max_wait
         self.timeout = timeout

@@ -1,0 +1,145 @@
+"""Publishing through a registry that misbehaves on purpose: our fault proxy (tests/faultproxy.py) in
+front of the real second registry answers 503 and 429 (with Retry-After) to one request in three,
+cuts one write in four half-way through its body, answers slowly, or all of that at once; or stays
+down. Every result is read back from the registry behind the proxy with skopeo."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from buildkit.errors import ExitCode, Unavailable
+from buildkit.ship.attach import fallback_tag
+from buildkit.ship.publish import LocalImage, ShipOptions, Target, push_image
+from buildkit.ship.registry import Registry, RegistryRef
+from tests import skopeo
+from tests.conftest import DockerEnv
+from tests.faultproxy import MODES, Faults, fault_proxy
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def small_image(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImage]:
+    """A two-layer image of a few MB with a build manifest and an SBOM beside it: publishing it takes
+    seconds, so every fault mode gets a whole publish of its own."""
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in (
+            ("Dockerfile", b"FROM scratch\nCOPY noise /noise\nCOPY text /text\nLABEL io.ascendkit.test=faults\n"),
+            ("noise", bytes(range(256)) * 4096 + uuid.uuid4().bytes * 65536),
+            ("text", b"an Ascend NPU image layer\n" * 200_000),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    image_id = ""
+    for event in docker_env.client.build(fileobj=context, custom_context=True, decode=True, rm=True):
+        image_id = event.get("aux", {}).get("ID", image_id)
+    assert image_id, "the small image was built"
+    manifests = tmp_path_factory.mktemp("fault-manifests")
+    manifest = manifests / "fault-x86_64.json"
+    manifest.write_text(json.dumps({"passed": True, "image": {"id": image_id, "tags": ["x/faults:fault-x86_64"]}}))
+    (manifests / "fault-x86_64.cdx.json").write_text('{"bomFormat": "CycloneDX", "specVersion": "1.6", "components": []}\n')
+    yield LocalImage(image_id, "x86_64", ("x86_64",), ("fault-x86_64", "alias-x86_64"), manifest)
+    docker_env.client.remove_image(image_id, force=True)
+
+
+@pytest.fixture(scope="module")
+def clean_digest(docker_env: DockerEnv, small_image: LocalImage) -> str:
+    target = RegistryRef(docker_env.registry2, f"clean-{uuid.uuid4().hex[:8]}")
+    outcome = push_image(docker_env.client, small_image, [Target.of(target)], ShipOptions())
+    return outcome.pushed[0].digest
+
+
+@pytest.mark.parametrize("mode", ["503", "429", "drop", "slow", "mixed"])
+def test_a_publish_survives_the_fault(docker_env: DockerEnv, small_image: LocalImage, clean_digest: str, mode: str) -> None:
+    repository = f"fault-{mode}-{uuid.uuid4().hex[:8]}"
+    with fault_proxy(docker_env.registry2, MODES[mode]) as proxy:
+        outcome = push_image(docker_env.client, small_image, [Target.of(RegistryRef(proxy.host, repository))], ShipOptions())
+    injected = {"503": "503", "429": "429", "drop": "dropped", "slow": "requests", "mixed": "dropped"}[mode]
+    assert proxy.counts[injected] > 0, proxy.counts
+    if mode == "mixed":
+        assert proxy.counts["503"] and proxy.counts["429"], proxy.counts
+    # what the registry behind the proxy holds, as skopeo reads it
+    behind = f"{docker_env.registry2}/{repository}"
+    assert {p.digest for p in outcome.pushed} == {clean_digest}, "the faults changed no byte of the manifest"
+    for tag in small_image.tag_names:
+        assert skopeo.digest(f"{behind}:{tag}") == clean_digest
+    assert fallback_tag(clean_digest) in skopeo.tags(behind), "the SBOM landed with the image"
+
+
+def _publish_argv(built: dict[str, Any], registry: str) -> list[str]:
+    return ["publish", built["tags"][0], "--registry", registry, "--no-index"]
+
+
+def test_the_test_image_through_every_fault_at_once(docker_env: DockerEnv, built: dict[str, Any]) -> None:
+    """The 700 MB image, its big layer sent whole through a proxy that cuts one write in four."""
+    repository = f"mixed-{uuid.uuid4().hex[:8]}"
+    with fault_proxy(docker_env.registry2, MODES["mixed"]) as proxy:
+        proc = docker_env.ascendkit(*_publish_argv(built, f"{proxy.host}/{repository}"), "--json", cwd=built["workdir"])
+    assert proc.returncode == 0, proc.stderr
+    assert proxy.counts["dropped"] and proxy.counts["503"] and proxy.counts["429"], proxy.counts
+    assert "sent blob" in proc.stderr, "the layers went through the proxy, not around it"
+    (outcome,) = json.loads(proc.stdout)
+    digest = built["pushed"][0]["digest"]
+    assert {p["digest"] for p in outcome["pushed"]} == {digest}, "the same digest as the clean push, under every tag"
+    behind = f"{docker_env.registry2}/{repository}"
+    for ref in built["tags"]:
+        assert skopeo.digest(f"{behind}:{ref.rsplit(':', 1)[1]}") == digest
+    assert fallback_tag(digest) in skopeo.tags(behind)
+
+
+def test_a_registry_that_stays_down_is_exit_4_naming_it(docker_env: DockerEnv, built: dict[str, Any]) -> None:
+    repository = f"down-{uuid.uuid4().hex[:8]}"
+    env = {**docker_env.env, "ASCENDKIT_REGISTRY_RETRIES": "2"}
+    with fault_proxy(docker_env.registry2, MODES["down"]) as proxy:
+        proc = DockerEnv(docker_env.client, docker_env.standin, docker_env.registry, env).ascendkit(
+            *_publish_argv(built, f"{proxy.host}/{repository}"), cwd=built["workdir"]
+        )
+    assert proc.returncode == ExitCode.UNAVAILABLE, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ascendkit:")]
+    assert len(errors) == 1 and errors[0].startswith(f"ascendkit: registry {proxy.host}: HTTP 503"), errors
+    assert "(3 attempts)" in errors[0]
+
+
+def test_no_tag_without_its_sbom(docker_env: DockerEnv, small_image: LocalImage) -> None:
+    """The registry takes the image but keeps refusing its SBOM: the command fails, and no tag names
+    the image (a tag is written only after the SBOM landed)."""
+    repository = f"nosbom-{uuid.uuid4().hex[:8]}"
+    refuse_sbom = Faults(refuse=lambda method, path: method == "PUT" and path.endswith(".sbom"))
+    with fault_proxy(docker_env.registry2, refuse_sbom) as proxy:
+        target = Target.of(RegistryRef(proxy.host, repository))
+        target.registry.retries = 1
+        with pytest.raises(Unavailable, match=r"PUT manifests"):
+            push_image(docker_env.client, small_image, [target], ShipOptions())
+    assert proxy.counts["refused"] >= 2
+    tags = Registry(docker_env.registry2).tags(repository)
+    assert not set(small_image.tag_names) & set(tags), tags
+
+
+def test_several_registries_one_of_them_down(docker_env: DockerEnv, small_image: LocalImage) -> None:
+    """Everything goes to every registry by digest before any tag: one registry down, no tag anywhere."""
+    repository = f"half-{uuid.uuid4().hex[:8]}"
+    with fault_proxy(docker_env.registry2, MODES["down"]) as proxy:
+        down = Target.of(RegistryRef(proxy.host, repository))
+        down.registry.retries = 1
+        healthy = Target.of(RegistryRef(docker_env.registry, repository))
+        with pytest.raises(Unavailable, match=proxy.host):
+            push_image(docker_env.client, small_image, [healthy, down], ShipOptions())
+    assert Registry(docker_env.registry).tags(repository) == [], "the healthy registry got no tag either"
+
+
+def test_the_build_manifest_records_every_registry(small_image: LocalImage, clean_digest: str) -> None:
+    assert small_image.manifest is not None
+    recorded = json.loads(small_image.manifest.read_text())["published"]
+    assert recorded["digest"] == clean_digest and recorded["registries"], recorded
+    for entry in recorded["registries"].values():
+        assert entry["gzip"]["digest"] == recorded["digest"] and entry["gzip"]["sbom"]["attached_as"].startswith("tag ")
