@@ -25,6 +25,7 @@ from buildkit.image.progress import Reporter
 from buildkit.image.render import render_dockerfile
 from buildkit.image.verify import Check, collect_facts
 from buildkit.image.verify import compare as compare_facts
+from buildkit.imageref import RegistryRef
 from buildkit.lock.inputs import lock_targets
 from buildkit.lock.relock import LockOutcome, index_urls_for, lock_all
 from buildkit.matrix.load import LoadedMatrix, load_matrix, resolve_sku
@@ -34,8 +35,8 @@ from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.job import JobFacts
 from buildkit.run.smoke import SmokeReport, SmokeRequest, check_request, run_smoke
 from buildkit.settings import Mirrors
-from buildkit.ship.publish import Published, load_local_image, publish_all, ship_options
-from buildkit.ship.registry import RegistryRef
+from buildkit.ship.local import load_local_image
+from buildkit.ship.publish import Published, publish_all, ship_options
 
 MatrixLike = Path | str | LoadedMatrix
 

@@ -139,10 +139,9 @@ def docker_env(tmp_path_factory: pytest.TempPathFactory) -> DockerEnv:
             pytest.fail(f"integration tests need the Docker engine: {problem}")
         pytest.skip(problem)
     assert standin and registry
-    # The layers this session compresses are remembered for this session only: what a test sends
-    # does not depend on what earlier runs on this machine left in ~/.cache.
-    env = {**os.environ, "ASCENDKIT_CACHE_DIR": str(tmp_path_factory.mktemp("ascendkit-cache"))}
-    os.environ["ASCENDKIT_CACHE_DIR"] = env["ASCENDKIT_CACHE_DIR"]  # and for the library calls made in this process
+    # The layers the commands compress are remembered for this session only: what a test sends does
+    # not depend on what earlier runs on this machine left in ~/.cache/ascendkit.
+    env = {**os.environ, "ASCENDKIT_CACHE": str(tmp_path_factory.mktemp("ascendkit-cache"))}
     registry2 = os.environ.get("ASCENDKIT_REGISTRY2", "")
     if required and not registry2:
         pytest.fail("ASCENDKIT_REGISTRY2 is not set: `make test` starts a second registry")

@@ -104,6 +104,7 @@ SMOKE = ["smoke", "--hw", "a3", "--image", "ascendkit/verl:x", "--out", "{d}/out
 K8S = ["k8s", "render", "--hw", "a3", "--image", DIGEST, "--job", "train", *M]
 TRAIN = ["--", "python3", "-c", "pass"]
 PREFLIGHT = ["k8s", "render", "--hw", "a3", "--image", "harbor.example.com/rl/verl:1", "--job", "preflight", *M]
+PREPULL = ["k8s", "render", "--hw", "a3", "--image", "harbor.example.com/rl/verl:1", "--job", "prepull", *M]
 
 CASES = [
     # --- the matrix file ----------------------------------------------------------------------
@@ -234,6 +235,30 @@ CASES = [
     Case("build-registry-without-push", ["build", "--hw", "a3", "--registry", "127.0.0.1:5000/x", *M], 2, "give --push"),
     Case("build-no-index-without-push", ["build", "--hw", "a3", "--no-index", *M], 2, "--no-index"),
     Case("publish-nothing", ["publish", "--registry", "127.0.0.1:5000/x"], 2, "give the local IMAGES"),
+    Case("publish-no-registry", ["publish", "ascendkit/verl:x"], 2, "give --registry"),
+    Case("publish-registry-twice", ["publish", "a:1", "--registry", "127.0.0.1:5000/x", "--registry", "127.0.0.1:5000/x"], 2, "twice"),
+    Case("publish-bad-second-registry", ["publish", "a:1", "--registry", "127.0.0.1:5000/x", "--registry", "nohost"], 2, "'nohost'"),
+    Case("publish-media-types-unknown", ["publish", "a:1", "--registry", "127.0.0.1:5000/x", "--media-types", "swr"], 2, "swr"),
+    Case("publish-compression-unknown", ["publish", "a:1", "--registry", "127.0.0.1:5000/x", "--compression", "xz"], 2, "xz"),
+    Case(
+        "publish-docker-zstd",
+        ["publish", "a:1", "--registry", "127.0.0.1:5000/x", "--media-types", "docker", "--compression", "zstd"],
+        2,
+        "zstd needs OCI media types",
+    ),
+    Case(
+        "publish-index-only-docker-zstd",
+        ["publish", "--index-only", "--registry", "127.0.0.1:5000/x", "--media-types", "docker", "--compression", "zstd"],
+        2,
+        "zstd needs OCI media types",
+    ),
+    Case("build-media-types-without-push", ["build", "--hw", "a3", "--media-types", "oci", *M], 2, "give --push"),
+    Case("build-zstd-without-push", ["build", "--hw", "a3", "--compression", "zstd", *M], 2, "give --push"),
+    Case("mirror-src-no-registry", ["mirror", "ascendkit/verl:latest", "127.0.0.1:5000/x"], 2, "mirror SRC"),
+    Case("mirror-src-not-a-ref", ["mirror", "127.0.0.1:5000/Bad Ref", "127.0.0.1:5000/x"], 2, "mirror SRC"),
+    Case("mirror-dst-digest", ["mirror", "127.0.0.1:5000/a:t", "127.0.0.1:5001/b@sha256:" + "c" * 64], 2, "mirror DST"),
+    Case("mirror-dst-no-repository", ["mirror", "127.0.0.1:5000/a:t", "127.0.0.1:5001"], 2, "expected HOST"),
+    Case("mirror-docker-media-types-unknown", ["mirror", "127.0.0.1:5000/a:t", "127.0.0.1:5001/b", "--media-types", "x"], 2, "'x'"),
     Case("publish-index-only-with-images", ["publish", "img", "--index-only", "--registry", "127.0.0.1:5000/x"], 2, "--index-only"),
     Case("publish-dry-run-alone", ["publish", "img", "--dry-run", "--registry", "127.0.0.1:5000/x"], 2, "--dry-run"),
     Case(
@@ -312,6 +337,22 @@ CASES = [
     Case("k8s-preflight-no-report", ["k8s", "preflight", "{d}/p.log"], 2, "no `ascendkit doctor --json` report", files(**{"p.log": "x\n"})),
     Case("k8s-preflight-empty-dir", ["k8s", "preflight", "{d}/logs"], 2, "an empty directory", files(**{"logs__.keep": ""})),
     Case("k8s-preflight-expect-zero", ["k8s", "preflight", "-", "--expect", "0"], 2, "--expect"),
+    Case(
+        "k8s-preflight-node-info-not-json",
+        ["k8s", "preflight", "{d}/p.log", "--node-info", "{d}/n.json"],
+        2,
+        "not JSON",
+        files(**{"p.log": "x\n", "n.json": "nodes"}),
+    ),
+    Case(
+        "k8s-preflight-node-info-missing",
+        ["k8s", "preflight", "{d}/p.log", "--node-info", "{d}/none.json"],
+        2,
+        "none.json",
+        files(**{"p.log": "x\n"}),
+    ),
+    Case("k8s-prepull-nodes", [*PREPULL, "--nodes", "2"], 2, "drop --nodes"),
+    Case("k8s-prepull-npu-resource", [*PREPULL, "--npu-resource", "huawei.com/Ascend910"], 2, "takes no NPU"),
     Case("k8s-nodes-huge", [*K8S, "--nodes", HUGE, "-o", "{d}/k.yaml", *TRAIN], 2, "--nodes"),
     Case("k8s-steps-huge", [*K8S, "--steps", "99999999999", *TRAIN], 2, "--steps"),
     Case("k8s-deadline-zero", [*K8S, "--deadline", "0", *TRAIN], 2, "--deadline"),
@@ -492,6 +533,7 @@ def test_there_are_enough_cases_and_each_command_is_tried() -> None:
         "wheelhouse",
         "build",
         "publish",
+        "mirror",
         "smoke",
         "k8s render",
         "k8s validate",

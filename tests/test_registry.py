@@ -14,7 +14,8 @@ import pytest
 import requests
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
-from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, Registry, RegistryRef, retry_after
+from buildkit.imageref import RegistryRef
+from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, Registry, retry_after
 from buildkit.ship.remote import image_labels
 from tests.fake_registry import Store, fake_registry
 

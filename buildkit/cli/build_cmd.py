@@ -35,9 +35,10 @@ from buildkit.settings import resolve_mirrors
 if TYPE_CHECKING:
     from buildkit.image.buildplan import BuildPlan, BuildResult
     from buildkit.image.progress import Step
+    from buildkit.imageref import RegistryRef
     from buildkit.matrix.load import LoadedMatrix
-    from buildkit.ship.publish import LocalImage, ShipOptions
-    from buildkit.ship.registry import RegistryRef
+    from buildkit.ship.local import LocalImage
+    from buildkit.ship.publish import ShipOptions
 
 
 class StepPrinter:
@@ -78,7 +79,7 @@ def _publish(
 
 def _local_image(loaded: LoadedMatrix, plan: BuildPlan, result: BuildResult) -> LocalImage:
     """What a build just verified and tagged, as publishing takes it."""
-    from buildkit.ship.publish import LocalImage
+    from buildkit.ship.local import LocalImage
 
     return LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags, result.manifest_json)
 
@@ -142,9 +143,9 @@ def build(
     from buildkit.image.build import run_build
     from buildkit.image.buildplan import check_names, check_outputs, plan_build
     from buildkit.image.engine import connect
+    from buildkit.imageref import RegistryRef
     from buildkit.matrix.load import load_matrix
     from buildkit.ship.publish import ship_options
-    from buildkit.ship.registry import RegistryRef
 
     if hw is None and not every:
         raise InputError("give --hw (e.g. --hw a3), or --all (narrowed by --stack/--hw/--os/--arch)")

@@ -37,9 +37,8 @@ def publish(
 ) -> None:
     """Push verified images by digest with their SBOMs to each registry, then the multi-arch index
     (refused if an arch is missing); or, with --index-only, only the indexes of images already pushed."""
-    from buildkit.imageref import IMAGE_REFERENCE
+    from buildkit.imageref import IMAGE_REFERENCE, RegistryRef
     from buildkit.ship.publish import ship_options
-    from buildkit.ship.registry import RegistryRef
 
     if not registry:
         raise InputError("give --registry HOST[:PORT]/REPO (repeat it to publish to several registries)")
@@ -70,7 +69,8 @@ def publish(
             print_json(described)
         return
     from buildkit.image.engine import connect
-    from buildkit.ship.publish import PublishOutcome, load_local_image, publish_all
+    from buildkit.ship.local import load_local_image
+    from buildkit.ship.publish import PublishOutcome, publish_all
 
     assert images is not None
     client = connect()

@@ -19,10 +19,12 @@ from typing import Any
 from buildkit.errors import InputError, PublishFailed
 from buildkit.fsio import read_input_bytes, read_input_text
 from buildkit.image.sbom import SBOM_SUFFIX, sbom_beside
+from buildkit.imageref import RegistryRef
 from buildkit.matrix.model import DOCKER_ARCH
 from buildkit.ship.attach import Attached, attach_sbom
-from buildkit.ship.publish import Published, ShipOptions, Target, index_names, publish_index, variants
-from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, RegistryRef
+from buildkit.ship.local import index_names
+from buildkit.ship.publish import Published, ShipOptions, Target, publish_index, variants
+from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest
 
 
 @dataclass(frozen=True)

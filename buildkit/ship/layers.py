@@ -6,7 +6,7 @@ earlier pushes (a retried push wrote a manifest without two layers' ``size``, so
 digests), and it compresses with gzip only. Here every layer is compressed once per run and the
 same bytes go to every registry, so a manifest has one digest everywhere.
 
-A layer compressed before is not compressed again: the cache (``$ASCENDKIT_CACHE_DIR``, default
+A layer compressed before is not compressed again: the cache (``$ASCENDKIT_CACHE``, default
 ``~/.cache/ascendkit``) remembers the digest each (layer, compression) gave; when every registry
 already has that blob, the layer is not even read. Only what some registry lacks is exported.
 """
@@ -94,7 +94,8 @@ class ImageBlobs:
 
 
 def cache_dir() -> Path:
-    configured = os.environ.get("ASCENDKIT_CACHE_DIR")
+    """ascendkit's cache directory: ``$ASCENDKIT_CACHE``, else ``$XDG_CACHE_HOME/ascendkit`` (``~/.cache/ascendkit``)."""
+    configured = os.environ.get("ASCENDKIT_CACHE")
     if configured:
         return Path(configured)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ascendkit"

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from buildkit.errors import InputError, PublishFailed
-from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
+from buildkit.imageref import IMAGE_REFERENCE, RegistryRef, registry_of, split_ref
 from buildkit.ship.attach import attach_sbom, fallback_tag
 from buildkit.ship.compose import OCI_TYPES, convert, sbom_layer, sbom_of_layer
-from buildkit.ship.registry import DOCKER_MANIFEST, IMAGE_MANIFESTS, INDEXES, Manifest, Registry, RegistryRef, digest_of
+from buildkit.ship.registry import DOCKER_MANIFEST, IMAGE_MANIFESTS, INDEXES, Manifest, Registry, digest_of
 
 Say = Callable[[str], None]
 MAX_ATTACHMENT_DEPTH = 3  # an SBOM's signature's signature: deeper than anything that is pushed

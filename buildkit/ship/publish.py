@@ -12,7 +12,6 @@ registry serves. Every registry gets everything by digest before any gets a tag.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,40 +21,15 @@ from typing import Any
 import docker
 
 from buildkit.errors import InputError, PublishFailed
-from buildkit.fsio import read_input_bytes, write_atomic
-from buildkit.image.engine import ascendkit_image
-from buildkit.image.sbom import sbom_beside
-from buildkit.matrix.model import normalize_arch
+from buildkit.fsio import read_input_bytes
+from buildkit.imageref import RegistryRef
 from buildkit.ship.attach import Attached, attach_sbom
 from buildkit.ship.compose import Form, image_form, image_manifest, index_manifest
 from buildkit.ship.layers import GZIP, ZSTD, Blob, Compression, CompressionCache, export
-from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, Registry, RegistryRef, digest_of
+from buildkit.ship.local import LocalImage, record_published
+from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, Registry, digest_of
 
 Say = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class LocalImage:
-    """A built, verified image and the tag names (``<name>-<arch>``) its build gave it."""
-
-    image_id: str
-    arch: str
-    arches: tuple[str, ...]  # every arch its stack is built for
-    tag_names: tuple[str, ...]
-    manifest: Path | None = None  # its build manifest; the SBOM sits beside it
-
-    @property
-    def index_names(self) -> tuple[str, ...]:
-        return index_names(self.tag_names, self.arch)
-
-    @property
-    def sbom(self) -> Path | None:
-        return None if self.manifest is None else sbom_beside(self.manifest)
-
-
-def index_names(tag_names: tuple[str, ...], arch: str) -> tuple[str, ...]:
-    """The arch-less names the multi-arch index of per-arch tags ``<name>-<arch>`` is published under."""
-    return tuple(name.removesuffix(f"-{arch}") for name in tag_names)
 
 
 @dataclass(frozen=True)
@@ -106,21 +80,6 @@ class Published:
 
     def describe(self) -> dict[str, Any]:
         return {"ref": self.ref, "digest": self.digest, "arch": self.arch or "index", "compression": self.compression}
-
-
-def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> LocalImage:
-    inspect, name = ascendkit_image(client, ref, "build it with `ascendkit build` first")
-    labels = inspect["Config"]["Labels"]
-    arch = normalize_arch(inspect.get("Architecture", ""))
-    manifest_path = manifest_dir / f"{name}.json"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError):
-        raise PublishFailed(f"{ref}: no build manifest at {manifest_path}; only verified images are published (rebuild it)") from None
-    if manifest.get("image", {}).get("id") != inspect["Id"] or not manifest.get("passed"):
-        raise PublishFailed(f"{ref}: {manifest_path} does not record a passed verification of image {inspect['Id'][:19]}; rebuild it")
-    names = tuple(tag.rsplit(":", 1)[1] for tag in manifest["image"]["tags"])
-    return LocalImage(inspect["Id"], arch, tuple(labels.get("io.ascendkit.arches", arch).split(",")), names, manifest_path)
 
 
 # ---- blobs ------------------------------------------------------------------------------------------
@@ -274,7 +233,7 @@ def push_image(
                 published = Published(f"{target.name}:{name}{variant.suffix}@{digest}", digest, image.arch, variant.compression.name)
                 outcome.registries.setdefault(target.name, []).append(published)
                 tell(f"pushed {published.ref}")
-    _record(image, targets, outcome, options)
+    record_published(image, _recorded(targets, outcome, options))
     return outcome
 
 
@@ -298,26 +257,16 @@ def _put_tag(target: Target, tag: str, body: bytes, media_type: str) -> str:
     return digest
 
 
-def _record(image: LocalImage, targets: list[Target], outcome: PublishOutcome, options: ShipOptions) -> None:
-    """Note in the build manifest where the image went (``publish --index-only`` reads it later, on
-    another machine); registries published to before stay listed."""
-    if image.manifest is None or not image.manifest.is_file():
-        return
-    data = json.loads(image.manifest.read_text(encoding="utf-8"))
-    previous = data.get("published") if isinstance(data.get("published"), dict) else {}
-    registries = dict(previous.get("registries") or {})
-    if previous.get("repository") and previous.get("repository") not in registries:  # a manifest from before several registries
-        registries[previous["repository"]] = {"digest": previous.get("digest"), "sbom": previous.get("sbom")}
+def _recorded(targets: list[Target], outcome: PublishOutcome, options: ShipOptions) -> dict[str, dict[str, Any]]:
+    """What the build manifest keeps of each registry: the digest and SBOM of each variant."""
+    recorded = {}
     for target in targets:
         entry: dict[str, Any] = {"media_types": options.form or "default"}
         sboms = {a.subject: a.describe() for a in outcome.sboms.get(target.name, [])}
         for published in outcome.registries.get(target.name, []):
-            key = "zstd" if published.compression == "zstd" else "gzip"
-            entry[key] = {"digest": published.digest, "sbom": sboms.get(published.digest)}
-        registries[target.name] = {"digest": entry["gzip"]["digest"], "sbom": entry["gzip"]["sbom"], **entry}
-    first = registries[targets[0].name]
-    data["published"] = {"repository": targets[0].name, "digest": first["digest"], "sbom": first["sbom"], "registries": registries}
-    write_atomic(image.manifest, json.dumps(data, indent=2) + "\n")
+            entry[published.compression] = {"digest": published.digest, "sbom": sboms.get(published.digest)}
+        recorded[target.name] = {"digest": entry["gzip"]["digest"], "sbom": entry["gzip"]["sbom"], **entry}
+    return recorded
 
 
 # ---- the multi-arch index ---------------------------------------------------------------------------

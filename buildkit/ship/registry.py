@@ -39,27 +39,7 @@ IMAGE_MANIFESTS = (DOCKER_MANIFEST, OCI_MANIFEST)
 INDEXES = (DOCKER_LIST, OCI_INDEX)
 ACCEPT = ", ".join((DOCKER_MANIFEST, DOCKER_LIST, OCI_MANIFEST, OCI_INDEX))
 RETRIED_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-_REF = re.compile(r"^(?P<host>[a-zA-Z0-9.-]+(:\d+)?)/(?P<repo>[a-z0-9]+([._/-][a-z0-9]+)*)$")
 _REPOSITORY_OF_PATH = re.compile(r"^/(?P<repo>.+?)/(?:manifests|blobs|tags|referrers)/")
-
-
-@dataclass(frozen=True)
-class RegistryRef:
-    """``HOST[:PORT]/REPO`` as given to ``--registry``."""
-
-    host: str
-    repository: str
-
-    @classmethod
-    def parse(cls, text: str, option: str = "--registry") -> RegistryRef:
-        match = _REF.match(text.strip())
-        if not match or ("." not in match["host"] and ":" not in match["host"] and match["host"] != "localhost"):
-            raise InputError(f"{option} {text!r}: expected HOST[:PORT]/REPO, e.g. 127.0.0.1:5000/ascendkit or registry.example.com/ml/verl")
-        return cls(match["host"], match["repo"])
-
-    @property
-    def name(self) -> str:
-        return f"{self.host}/{self.repository}"
 
 
 @dataclass(frozen=True)

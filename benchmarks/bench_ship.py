@@ -1,0 +1,216 @@
+"""Shipping benchmarks on the real registries and containerd (`make services`). Prints tables, writes
+JSON (default benchmarks/results/ship.json); asserts nothing.
+
+* compression levels on the test image's biggest layer (the stand-in base): gzip -6 (what docker
+  push writes), zstd -3 (skopeo's default), -9 (ascendkit's), -19 (not with --quick: minutes):
+  bytes and seconds, each beside gzip's;
+* gzip against zstd on the whole test image, the same image published side by side (`publish
+  --compression zstd`): the bytes of each, and the time containerd's `ctr` (Debian's containerd,
+  what a Kubernetes node runs) takes to pull and unpack each from the local registry, alternating,
+  the image and its content removed before every pull; the ratios;
+* one publish through each mode of the fault proxy (tests/faultproxy.py: 503, 429 with
+  Retry-After, a write in four cut off, slow answers, all at once) beside a clean one, each into a
+  repository of its own on the second registry: wall time, retries, faults injected. The test image
+  without --quick (its layers compressed and sent whole each time), a small image with it.
+
+Needs DOCKER_HOST, ASCENDKIT_STANDIN_IMAGE, ASCENDKIT_REGISTRY2 and ASCENDKIT_CONTAINERD.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from buildkit.image.build import run_build
+from buildkit.image.buildplan import plan_build
+from buildkit.image.engine import connect
+from buildkit.imageref import RegistryRef
+from buildkit.matrix.load import load_matrix
+from buildkit.ship.layers import GZIP, Compression
+from buildkit.ship.local import LocalImage
+from buildkit.ship.publish import ShipOptions, Target, push_image
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.faultproxy import MODES, fault_proxy  # noqa: E402
+from tests.smallimage import build_small_image  # noqa: E402
+
+TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"
+FAULT_MODES = ("clean", "503", "429", "drop", "slow", "mixed")
+
+
+def test_image(client: docker.APIClient, manifests: Path, standin: str) -> LocalImage:
+    """The test stack's image, built (a no-op when the docker tests or bench_build built it) and verified."""
+    loaded = load_matrix(TEST_MATRIX)
+    plan = plan_build(loaded, "a3", arch="x86_64", base_image=standin, repository="bench/verl", manifest_dir=manifests)
+    result = run_build(client, plan)
+    return LocalImage(result.image_id, "x86_64", ("x86_64",), plan.tags, result.manifest_json)
+
+
+def biggest_layer(client: docker.APIClient, image_id: str, dest: Path, limit: int | None) -> int:
+    """The largest layer of the image, uncompressed, into ``dest`` (its first ``limit`` bytes); its size."""
+    best: tuple[int, str] = (0, "")
+    chunks = client.get_image(image_id, chunk_size=1 << 20)
+    with tempfile.TemporaryFile() as archive:
+        for chunk in chunks:
+            archive.write(chunk)
+        archive.seek(0)
+        with tarfile.open(fileobj=archive) as tar:
+            for member in tar.getmembers():
+                if member.isfile() and member.size > best[0]:
+                    best = (member.size, member.name)
+            source = tar.extractfile(best[1])
+            assert source is not None
+            with dest.open("wb") as out:
+                remaining = limit or best[0]
+                while remaining > 0 and (piece := source.read(min(1 << 20, remaining))):
+                    out.write(piece)
+                    remaining -= len(piece)
+    return dest.stat().st_size
+
+
+def levels(layer: Path, quick: bool) -> list[dict[str, Any]]:
+    rows = []
+    configs = [GZIP, Compression("zstd", 3), Compression("zstd", 9), *([] if quick else [Compression("zstd", 19)])]
+    for compression in configs:
+        out = io.BytesIO()
+        started = time.perf_counter()
+        with layer.open("rb") as source:
+            compression.compress(source, out)
+        rows.append({"compression": compression.key, "bytes": len(out.getvalue()), "seconds": time.perf_counter() - started})
+    return rows
+
+
+def manifest_bytes(registry: str, ref: str) -> int:
+    raw = subprocess.run(
+        ["skopeo", "inspect", "--tls-verify=false", "--raw", f"docker://{registry}/{ref}"], capture_output=True, check=True
+    )
+    body = json.loads(raw.stdout)
+    return int(body["config"]["size"]) + sum(int(layer["size"]) for layer in body["layers"])
+
+
+def ctr_pull_seconds(containerd: str, ref: str) -> float:
+    """One cold pull and unpack: nothing of the image left in containerd before it starts."""
+    ctr = ["ctr", "--address", containerd, "--namespace", "ascendkit-bench"]
+    subprocess.run([*ctr, "images", "rm", "--sync", ref], capture_output=True, check=False)
+    left = subprocess.run([*ctr, "content", "ls", "-q"], capture_output=True, text=True, check=True).stdout.split()
+    if left:
+        subprocess.run([*ctr, "content", "rm", *left], capture_output=True, check=False)
+    started = time.perf_counter()
+    subprocess.run([*ctr, "images", "pull", "--plain-http", ref], capture_output=True, check=True)
+    seconds = time.perf_counter() - started
+    subprocess.run([*ctr, "images", "rm", "--sync", ref], capture_output=True, check=False)
+    return seconds
+
+
+def gzip_vs_zstd(client: docker.APIClient, image: LocalImage, registry: str, containerd: str, runs: int) -> dict[str, Any]:
+    repository = f"bench-zstd-{uuid.uuid4().hex[:8]}"
+    started = time.perf_counter()
+    push_image(client, image, [Target.of(RegistryRef(registry, repository))], ShipOptions(zstd=True))
+    publish_s = time.perf_counter() - started
+    tag = image.tag_names[0]
+    refs = {"gzip": f"{registry}/{repository}:{tag}", "zstd": f"{registry}/{repository}:{tag}-zstd"}
+    sizes = {kind: manifest_bytes(registry, ref.split("/", 1)[1]) for kind, ref in refs.items()}
+    times: dict[str, list[float]] = {"gzip": [], "zstd": []}
+    for run in range(runs):
+        for kind in ("gzip", "zstd") if run % 2 == 0 else ("zstd", "gzip"):  # alternating: neither always goes first
+            times[kind].append(ctr_pull_seconds(containerd, refs[kind]))
+    medians = {kind: statistics.median(samples) for kind, samples in times.items()}
+    return {
+        "publish_seconds": publish_s,
+        "bytes": sizes,
+        "pull_seconds": medians,
+        "pull_samples": times,
+        "bytes_ratio": sizes["zstd"] / sizes["gzip"],
+        "pull_ratio": medians["zstd"] / medians["gzip"],
+    }
+
+
+def fault_modes(client: docker.APIClient, image: LocalImage, registry: str) -> list[dict[str, Any]]:
+    rows = []
+    for mode in FAULT_MODES:
+        repository = f"bench-{mode}-{uuid.uuid4().hex[:8]}"
+        with fault_proxy(registry, MODES[mode]) as proxy:
+            target = Target.of(RegistryRef(proxy.host, repository))
+            started = time.perf_counter()
+            outcome = push_image(client, image, [target], ShipOptions())
+            seconds = time.perf_counter() - started
+        injected = {k: v for k, v in proxy.counts.items() if k != "requests"}
+        rows.append(
+            {
+                "mode": mode,
+                "seconds": seconds,
+                "requests": proxy.counts["requests"],
+                "retried": target.registry.retried,
+                "injected": injected,
+                "digest": outcome.pushed[0].digest,
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ship.json")
+    parser.add_argument("--runs", type=int, default=3, help="cold pulls of each variant (median)")
+    parser.add_argument(
+        "--quick", action="store_true", help="CI's check that this still runs: a 64 MB sample, one pull each, a small image"
+    )
+    args = parser.parse_args()
+    env = {name: os.environ.get(name, "") for name in ("ASCENDKIT_STANDIN_IMAGE", "ASCENDKIT_REGISTRY2", "ASCENDKIT_CONTAINERD")}
+    if not all(env.values()):
+        raise SystemExit("bench_ship: run `make services` and source its env file first")
+    client = connect()
+    runs = 1 if args.quick else args.runs
+    with tempfile.TemporaryDirectory(prefix="bench-ship-") as tmp:
+        os.environ["ASCENDKIT_CACHE"] = str(Path(tmp) / "cache")  # every layer compressed by this run, none remembered
+        image = test_image(client, Path(tmp) / "manifests", env["ASCENDKIT_STANDIN_IMAGE"])
+        size = biggest_layer(client, image.image_id, Path(tmp) / "layer.tar", 64 << 20 if args.quick else None)
+        level_rows = levels(Path(tmp) / "layer.tar", args.quick)
+        side_by_side = gzip_vs_zstd(client, image, env["ASCENDKIT_REGISTRY2"], env["ASCENDKIT_CONTAINERD"], runs)
+        small = build_small_image(client, Path(tmp) / "small") if args.quick else None
+        faults = fault_modes(client, small or image, env["ASCENDKIT_REGISTRY2"])
+        if small is not None:
+            client.remove_image(small.image_id, force=True)
+
+    gzip_row = level_rows[0]
+    print(f"compression of the test image's biggest layer ({size / 1e6:.0f} MB{', a sample' if args.quick else ''}):")
+    for row in level_rows:
+        print(
+            f"  {row['compression']:<8} {row['bytes'] / 1e6:8.1f} MB  {row['bytes'] / gzip_row['bytes']:5.2f}x bytes"
+            f"  {row['seconds']:7.1f} s  {row['seconds'] / gzip_row['seconds']:5.2f}x time"
+        )
+    b, t = side_by_side["bytes"], side_by_side["pull_seconds"]
+    print(f"the test image, gzip and zstd side by side (published both in {side_by_side['publish_seconds']:.0f} s); ctr pull + unpack:")
+    print(f"  gzip  {b['gzip'] / 1e6:8.1f} MB  {t['gzip']:6.2f} s (median of {runs})")
+    print(f"  zstd  {b['zstd'] / 1e6:8.1f} MB  {t['zstd']:6.2f} s (median of {runs})")
+    print(f"  zstd/gzip: {side_by_side['bytes_ratio']:.2f}x the bytes, {side_by_side['pull_ratio']:.2f}x the pull time")
+    clean = faults[0]["seconds"]
+    print(f"one publish ({'a small image' if args.quick else 'the test image'}) through the fault proxy:")
+    for row in faults:
+        injected = ", ".join(f"{k} {v}" for k, v in sorted(row["injected"].items())) or "-"
+        print(
+            f"  {row['mode']:<6} {row['seconds']:7.1f} s  {row['seconds'] / clean:5.2f}x clean  "
+            f"{row['requests']:4d} requests, {row['retried']:3d} retried; injected: {injected}"
+        )
+    digests = {row["digest"] for row in faults}
+    print(f"  every mode published the same digest: {'yes' if len(digests) == 1 else 'NO: ' + ', '.join(sorted(digests))}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"levels": level_rows, "gzip_vs_zstd": side_by_side, "faults": faults, "quick": args.quick}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The local image as its build recorded it: what publishing reads from the build manifest (only a
+passed verification is published), and what it writes back into it (where the image went, which
+``publish --index-only`` reads later, on another machine)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from buildkit.errors import PublishFailed
+from buildkit.fsio import write_atomic
+from buildkit.image.engine import ascendkit_image
+from buildkit.image.sbom import sbom_beside
+from buildkit.matrix.model import normalize_arch
+
+
+@dataclass(frozen=True)
+class LocalImage:
+    """A built, verified image and the tag names (``<name>-<arch>``) its build gave it."""
+
+    image_id: str
+    arch: str
+    arches: tuple[str, ...]  # every arch its stack is built for
+    tag_names: tuple[str, ...]
+    manifest: Path | None = None  # its build manifest; the SBOM sits beside it
+
+    @property
+    def index_names(self) -> tuple[str, ...]:
+        return index_names(self.tag_names, self.arch)
+
+    @property
+    def sbom(self) -> Path | None:
+        return None if self.manifest is None else sbom_beside(self.manifest)
+
+
+def index_names(tag_names: tuple[str, ...], arch: str) -> tuple[str, ...]:
+    """The arch-less names the multi-arch index of per-arch tags ``<name>-<arch>`` is published under."""
+    return tuple(name.removesuffix(f"-{arch}") for name in tag_names)
+
+
+def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> LocalImage:
+    inspect, name = ascendkit_image(client, ref, "build it with `ascendkit build` first")
+    labels = inspect["Config"]["Labels"]
+    arch = normalize_arch(inspect.get("Architecture", ""))
+    manifest_path = manifest_dir / f"{name}.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        raise PublishFailed(f"{ref}: no build manifest at {manifest_path}; only verified images are published (rebuild it)") from None
+    if manifest.get("image", {}).get("id") != inspect["Id"] or not manifest.get("passed"):
+        raise PublishFailed(f"{ref}: {manifest_path} does not record a passed verification of image {inspect['Id'][:19]}; rebuild it")
+    names = tuple(tag.rsplit(":", 1)[1] for tag in manifest["image"]["tags"])
+    return LocalImage(inspect["Id"], arch, tuple(labels.get("io.ascendkit.arches", arch).split(",")), names, manifest_path)
+
+
+def record_published(image: LocalImage, registries: dict[str, dict[str, Any]]) -> None:
+    """Note in the build manifest where the image went, each registry with its digests and SBOMs;
+    registries published to before stay listed."""
+    if image.manifest is None or not image.manifest.is_file():
+        return
+    data = json.loads(image.manifest.read_text(encoding="utf-8"))
+    previous = data.get("published") if isinstance(data.get("published"), dict) else {}
+    merged = dict(previous.get("registries") or {})
+    if previous.get("repository") and previous.get("repository") not in merged:  # a manifest from before several registries
+        merged[previous["repository"]] = {"digest": previous.get("digest"), "sbom": previous.get("sbom")}
+    merged.update(registries)
+    first_name = next(iter(registries))
+    first = registries[first_name]
+    data["published"] = {"repository": first_name, "digest": first["digest"], "sbom": first["sbom"], "registries": merged}
+    write_atomic(image.manifest, json.dumps(data, indent=2) + "\n")
