@@ -32,11 +32,16 @@ LOADED = load_matrix(ROOT / DEFAULT_MATRIX)
 IMAGE = "127.0.0.1:5000/ascendkit/verl@sha256:" + "0123456789abcdef" * 4
 
 
-def preflight(sku_id: str, **kw: Any) -> dict[str, Any]:
+def node_daemonset(sku_id: str, job: str, **kw: Any) -> dict[str, Any]:
+    """The DaemonSet `k8s render --job preflight|prepull` gives for the shipped matrix's SKU."""
     m = LOADED.matrix
-    request = K8sRequest(sku_id, m.skus[sku_id], IMAGE, job="preflight", facts=JobFacts.of(m.compat), user=m.image_user, **kw)
+    request = K8sRequest(sku_id, m.skus[sku_id], IMAGE, job=job, facts=JobFacts.of(m.compat), user=m.image_user, **kw)
     (doc,) = as_documents(render(request).text)
     return doc
+
+
+def preflight(sku_id: str, **kw: Any) -> dict[str, Any]:
+    return node_daemonset(sku_id, "preflight", **kw)
 
 
 @pytest.mark.parametrize("scheduler", ["default", "volcano"])

@@ -5,30 +5,18 @@ and its container run as rendered in the built image."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from buildkit.errors import InputError
-from buildkit.k8s.render import as_documents, render
-from buildkit.k8s.request import K8sRequest
 from buildkit.k8s.validate import validate_documents
-from buildkit.matrix.load import load_matrix
-from buildkit.resources import DEFAULT_MATRIX
-from buildkit.run.job import JobFacts
 from tests.conftest import DockerEnv
-
-ROOT = Path(__file__).resolve().parents[1]
-LOADED = load_matrix(ROOT / DEFAULT_MATRIX)
-IMAGE = "127.0.0.1:5000/ascendkit/verl@sha256:" + "0123456789abcdef" * 4
+from tests.test_preflight import IMAGE, LOADED, node_daemonset
 
 
 def prepull(sku_id: str, **kw: Any) -> dict[str, Any]:
-    m = LOADED.matrix
-    request = K8sRequest(sku_id, m.skus[sku_id], IMAGE, job="prepull", facts=JobFacts.of(m.compat), user=m.image_user, **kw)
-    (doc,) = as_documents(render(request).text)
-    return doc
+    return node_daemonset(sku_id, "prepull", **kw)
 
 
 @pytest.mark.parametrize("scheduler", ["default", "volcano"])

@@ -18,6 +18,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from buildkit.errors import ExitCode
 from buildkit.ship.registry import DOCKER_LIST, Registry
+from tests import skopeo
 from tests.conftest import TEST_MATRIX, DockerEnv, edit, run_installed
 from tests.test_workflow import command_lines
 
@@ -246,3 +247,36 @@ def test_the_installed_command_in_an_empty_directory_pins_and_reads_a_registry_t
     table = run_installed(installed, tmp_path, "sbom", tag, "--arch", "aarch64", env=env)
     assert table.returncode == 0 and "tomli" in table.stdout, table.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.yaml"], "nothing else written"
+
+
+def test_index_only_in_two_registries_with_zstd(docker_env: DockerEnv, shipped: dict[str, Any], tmp_path: Path) -> None:
+    """The workflow's shape with two registries and zstd: each arch's build job pushes to both (no
+    index), the index job publishes both indexes (gzip and -zstd) in both; byte for byte the same."""
+    workdir = tmp_path / "two"
+    workdir.mkdir()
+    repository = f"ship2-{uuid.uuid4().hex[:8]}"
+    targets = [f"{docker_env.registry}/{repository}", f"{docker_env.registry2}/{repository}"]
+    registries = [w for target in targets for w in ("--registry", target)]
+    for arch, base in (("x86_64", docker_env.standin), ("aarch64", arm64_standin())):
+        docker_env.ascendkit(
+            "build", "--hw", "a3", "--arch", arch, "--matrix", str(TEST_MATRIX), "--base-image", base,
+            "--push", "--no-index", *registries, "--compression", "zstd", "--repo", "ascendkit-ship/verl", "--quiet",
+            cwd=workdir, check=True,
+        )  # fmt: skip
+    recorded = json.loads(next((workdir / "manifests").glob("*-aarch64.json")).read_text())["published"]["registries"]
+    assert sorted(recorded) == sorted(targets) and all(r["zstd"]["digest"] for r in recorded.values())
+    proc = docker_env.ascendkit(
+        "publish", "--index-only", "--manifest-dir", "manifests", *registries, "--compression", "zstd", "--json", cwd=workdir
+    )
+    assert proc.returncode == 0, proc.stderr
+    (outcome,) = json.loads(proc.stdout)
+    assert [r["registry"] for r in outcome["registries"]] == targets
+    name = index_name(shipped)
+    for suffix in ("", "-zstd"):
+        first, second = (skopeo.raw(f"{target}:{name}{suffix}") for target in targets)
+        assert first == second, f"the {name}{suffix} index is byte for byte the same in both registries"
+        index = json.loads(first)
+        assert index["mediaType"] == (DOCKER_LIST if not suffix else "application/vnd.oci.image.index.v1+json")
+        assert {m["platform"]["architecture"] for m in index["manifests"]} == {"amd64", "arm64"}
+        assert skopeo.copy_whole(f"{targets[1]}:{name}{suffix}", tmp_path / f"all{suffix}", all_arches=True).returncode == 0
+    assert "published to 2 registries" in proc.stderr

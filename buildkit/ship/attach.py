@@ -66,8 +66,12 @@ def attach_sbom(registry: Registry, repository: str, subject: Manifest, sbom: by
 
 def fetch_sbom(registry: Registry, repository: str, digest: str) -> bytes | None:
     """The SBOM attached to image ``digest``, in either form: by the referrers API where there is
-    one, else by its tag."""
-    candidates = [str(m["digest"]) for m in registry.referrers(repository, digest, MEDIA_TYPE) or []]
+    one, else by the referrers tag (``sha256-<hex>``) or its own tag (``sha256-<hex>.sbom``)."""
+    listed = registry.referrers(repository, digest, MEDIA_TYPE)
+    if listed is None:  # no referrers API: the OCI referrers tag (an index of them), where a copy wrote one
+        index = registry.get_manifest(repository, digest.replace(":", "-", 1))
+        listed = [m for m in index.json().get("manifests", []) if isinstance(m, dict)] if index is not None and index.is_index else []
+    candidates = [str(m["digest"]) for m in listed if m.get("artifactType") in (None, MEDIA_TYPE)]
     candidates.append(fallback_tag(digest))
     for reference in candidates:
         manifest = registry.get_manifest(repository, reference)

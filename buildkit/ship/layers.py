@@ -18,6 +18,7 @@ import json
 import os
 import tarfile
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -173,22 +174,30 @@ class _Hashing:
 
 
 class _Stream:
-    """docker-py's chunk iterator as a file, for tarfile's stream mode."""
+    """docker-py's chunk iterator as a file, for tarfile's stream mode (which reads 10 KB at a time:
+    each read takes its slice of the current chunk, no chunk is copied twice)."""
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self.chunks = chunks
-        self.buffer = b""
+        self.chunk = b""
+        self.offset = 0
 
     def read(self, size: int = -1) -> bytes:
-        while size < 0 or len(self.buffer) < size:
-            try:
-                self.buffer += next(self.chunks)
-            except StopIteration:
-                break
-        if size < 0:
-            size = len(self.buffer)
-        data, self.buffer = self.buffer[:size], self.buffer[size:]
-        return data
+        parts = []
+        wanted = size
+        while wanted != 0:
+            if self.offset >= len(self.chunk):
+                try:
+                    self.chunk, self.offset = next(self.chunks), 0
+                except StopIteration:
+                    break
+                continue
+            end = len(self.chunk) if wanted < 0 else min(len(self.chunk), self.offset + wanted)
+            parts.append(self.chunk[self.offset : end])
+            if wanted > 0:
+                wanted -= end - self.offset
+            self.offset = end
+        return b"".join(parts)
 
 
 def _compress_file(raw: Path, compression: Compression, spool: Path) -> Blob:
@@ -201,6 +210,9 @@ def _compress_file(raw: Path, compression: Compression, spool: Path) -> Blob:
     return Blob(hashing.digest, hashing.size, final)
 
 
+EXPORT_ATTEMPTS = 3  # an engine restarting mid-export (a daemon upgrade, an OOM kill) is waited for, twice
+
+
 def export(
     client: docker.APIClient,
     image_id: str,
@@ -208,10 +220,30 @@ def export(
     spool: Path,
     *,
     tell: Callable[[str], None] = lambda _: None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[bytes, dict[str, dict[str, Blob]]]:
     """The config bytes of ``image_id`` and, for each diff_id of ``wanted``, its layer compressed
     each way asked, spooled in ``spool``. Layers are compressed on all cores while the export goes on;
-    at most two uncompressed layers wait on disk at a time."""
+    at most two uncompressed layers wait on disk at a time. An export the engine cuts off is started
+    again (after 5 s, then 10 s); Unavailable when the engine keeps failing."""
+    for attempt in range(EXPORT_ATTEMPTS):
+        try:
+            return _export(client, image_id, wanted, spool, tell)
+        except Unavailable as exc:
+            if attempt == EXPORT_ATTEMPTS - 1:
+                raise
+            tell(f"{exc}; exporting again in {5 * 2**attempt} s")
+            sleep(5 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _export(
+    client: docker.APIClient,
+    image_id: str,
+    wanted: dict[str, tuple[Compression, ...]],
+    spool: Path,
+    tell: Callable[[str], None],
+) -> tuple[bytes, dict[str, dict[str, Blob]]]:
     config: bytes | None = None
     found: dict[str, dict[str, Future[Blob]]] = {}
     pending = threading.Semaphore(2)

@@ -20,8 +20,8 @@ from typing import Any, Literal
 from buildkit.errors import InputError, PublishFailed
 from buildkit.imageref import IMAGE_REFERENCE, RegistryRef, registry_of, split_ref
 from buildkit.ship.attach import attach_sbom, fallback_tag
-from buildkit.ship.compose import OCI_TYPES, convert, sbom_layer, sbom_of_layer
-from buildkit.ship.registry import DOCKER_MANIFEST, IMAGE_MANIFESTS, INDEXES, Manifest, Registry, digest_of
+from buildkit.ship.compose import OCI_TYPES, convert, dump, sbom_layer, sbom_of_layer
+from buildkit.ship.registry import DOCKER_MANIFEST, IMAGE_MANIFESTS, INDEXES, OCI_INDEX, Manifest, Registry, digest_of
 
 Say = Callable[[str], None]
 MAX_ATTACHMENT_DEPTH = 3  # an SBOM's signature's signature: deeper than anything that is pushed
@@ -63,6 +63,7 @@ class Node:
     kind: Literal["image", "index", "attachment"]
     subject: str = ""  # for an attachment: the digest it is attached to
     tag: str = ""  # for an attachment found by its tag: that tag
+    via_api: bool = False  # found by the source's referrers API
     body: bytes = b""
     media_type: str = ""
 
@@ -121,28 +122,55 @@ def _walk(source: Source, manifest: Manifest, kind: Literal["image", "index"], n
 
 
 def _attachments(source: Source, subjects: list[str], nodes: dict[str, Node], tags: list[str], depth: int = 0) -> None:
-    """Every attachment of ``subjects``: by the referrers API where the source has one, and by the
-    ``sha256-<hex>.<kind>`` tags (SBOMs, cosign's signatures and attestations)."""
+    """Every attachment of ``subjects``: by the referrers API where the source has one; by the
+    ``sha256-<hex>.<kind>`` tags (SBOMs, cosign's signatures and attestations); and by the OCI
+    referrers tag ``sha256-<hex>`` (an index of them, where a registry has no referrers API)."""
     found: list[str] = []
+
+    def add(manifest: Manifest, subject: str, tag: str = "", via_api: bool = False) -> None:
+        node = nodes.setdefault(manifest.digest, Node(manifest, "attachment", subject, via_api=via_api))
+        node.tag = node.tag or tag
+        found.append(manifest.digest)
+
     for subject in subjects:
-        referrers = source.registry.referrers(source.repository, subject) or []
-        for entry in referrers:
-            digest = str(entry["digest"])
-            if digest not in nodes:
-                manifest = source.registry.get_manifest(source.repository, digest)
-                if manifest is not None:
-                    nodes[digest] = Node(manifest, "attachment", subject)
-                    found.append(digest)
-        prefix = subject.replace(":", "-", 1) + "."
+        for entry in source.registry.referrers(source.repository, subject) or []:
+            manifest = source.registry.get_manifest(source.repository, str(entry["digest"]))
+            if manifest is not None and manifest.digest not in nodes:
+                add(manifest, subject, via_api=True)
+        referrers_tag = subject.replace(":", "-", 1)
         for tag in tags:
-            if tag.startswith(prefix):
-                manifest = source.registry.get_manifest(source.repository, tag)
-                if manifest is not None:
-                    node = nodes.setdefault(manifest.digest, Node(manifest, "attachment", subject))
-                    node.tag = node.tag or tag
-                    found.append(manifest.digest)
+            if not (tag == referrers_tag or tag.startswith(referrers_tag + ".")):
+                continue
+            manifest = source.registry.get_manifest(source.repository, tag)
+            if manifest is None:
+                continue
+            add(manifest, subject, tag)
+            if manifest.is_index:  # the referrers tag: the artifacts it lists go too
+                for entry in manifest.json().get("manifests", []):
+                    listed = source.registry.get_manifest(source.repository, str(entry["digest"]))
+                    if listed is not None and listed.digest not in nodes:
+                        add(listed, subject)
     if found and depth < MAX_ATTACHMENT_DEPTH:
         _attachments(source, list(dict.fromkeys(found)), nodes, tags, depth + 1)
+
+
+def _referrers_indexes(nodes: dict[str, Node]) -> dict[str, bytes]:
+    """For a destination without the referrers API: the OCI referrers tag (``sha256-<hex>``, an index
+    of the artifacts that name a subject) of each subject whose attachments the source's API listed."""
+    listed: dict[str, list[dict[str, Any]]] = {}
+    for node in nodes.values():
+        if node.kind == "attachment" and node.via_api and not node.tag:
+            body = node.manifest.json()
+            entry = {"mediaType": node.media_type, "digest": node.digest, "size": len(node.body)}
+            if body.get("artifactType"):
+                entry["artifactType"] = body["artifactType"]
+            listed.setdefault(node.subject, []).append(entry)
+    return {
+        subject.replace(":", "-", 1): dump(
+            {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": sorted(entries, key=lambda e: e["digest"])}
+        )
+        for subject, entries in listed.items()
+    }
 
 
 def _blobs(manifest: Manifest) -> list[tuple[str, int]]:
@@ -170,7 +198,11 @@ def mirror(
         raise InputError(f"{src}: a {root.media_type or 'manifest of unknown type'}, not an image or an index")
     nodes: dict[str, Node] = {}
     _walk(source, root, "image", nodes)
-    source_tags = source.registry.tags(source.repository)
+    try:
+        source_tags = source.registry.tags(source.repository)
+    except PublishFailed as exc:  # some registries do not list tags: attachments are then found by referrers only
+        tell(f"ascendkit: warning: {exc}; attachments found by their sha256-<hex>.* tags are not copied")
+        source_tags = []
     _attachments(source, list(nodes), nodes, source_tags)
     outcome = MirrorOutcome(f"{source.name}@{root.digest}", target.name, root.digest, root.digest, dry_run=dry_run)
 
@@ -225,7 +257,7 @@ def mirror(
                     tell(f"{target.name}: sent blob {digest[:19]} ({size / 1e6:.0f} MB)")
     # Then manifests by digest: members before the index, attachments after their subjects.
     order = [n for n in nodes.values() if n.kind == "image"] + [n for n in nodes.values() if n.kind == "index"]
-    order += [n for n in nodes.values() if n.kind == "attachment"]
+    order += sorted((n for n in nodes.values() if n.kind == "attachment"), key=lambda n: n.manifest.is_index)
     for node in order:
         outcome.manifests.append(node.digest)
         if node.kind == "attachment":
@@ -240,10 +272,16 @@ def mirror(
             if subject_manifest is None:
                 raise PublishFailed(f"{target.name}@{subject[:19]}: written, but the registry no longer serves it")
             attach_sbom(destination, target.repository, subject_manifest, sbom, form)
-    # Tags last: the attachments' own tags, then the image's.
+    # Tags last: the attachments' own tags (and, where the destination has no referrers API, the
+    # referrers tag of what the source's API listed), then the image's.
     for node in order:
         if node.kind == "attachment" and node.tag and not dry_run:
             destination.put_manifest(target.repository, node.tag, node.body, node.media_type)
+    referrers = _referrers_indexes(nodes)
+    if referrers and not dry_run and destination.referrers(target.repository, root.digest) is None:
+        for tag, body in referrers.items():
+            destination.put_manifest(target.repository, tag, body, OCI_INDEX)
+            outcome.attachments.append(tag)
     tag = dst_tag or source.tag
     if tag:
         outcome.tags.append(tag)

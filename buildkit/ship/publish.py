@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import requests
+from docker.errors import DockerException
 
-from buildkit.errors import InputError, PublishFailed
+from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.fsio import read_input_bytes
 from buildkit.imageref import RegistryRef
+from buildkit.reach import engine_said
 from buildkit.ship.attach import Attached, attach_sbom
 from buildkit.ship.compose import Form, image_form, image_manifest, index_manifest
 from buildkit.ship.layers import GZIP, ZSTD, Blob, Compression, CompressionCache, export
@@ -110,7 +113,6 @@ def _send(target: Target, blob: Blob, cache: CompressionCache, tell: Say) -> Non
 class _Blobs:
     config: Blob
     layers: dict[str, list[Blob]]  # compression name -> the image's layers in order
-    compressed: list[str] = field(default_factory=list)
 
 
 def _gather(
@@ -124,7 +126,10 @@ def _gather(
 ) -> _Blobs:
     """The image's blobs for every variant: from the cache where every target already has them,
     else exported from the engine and compressed here."""
-    diff_ids: list[str] = list(client.inspect_image(image.image_id)["RootFS"]["Layers"])
+    try:
+        diff_ids: list[str] = list(client.inspect_image(image.image_id)["RootFS"]["Layers"])
+    except (DockerException, requests.exceptions.RequestException) as exc:
+        raise Unavailable(f"reading image {image.image_id[:19]} from the engine failed: {engine_said(exc)}") from None
     compressions = [v.compression for v in variants(options.zstd)]
     known: dict[tuple[str, str], Blob] = {}
     wanted: dict[str, tuple[Compression, ...]] = {}
@@ -139,7 +144,6 @@ def _gather(
     config: Blob | None = None
     if None not in config_sizes:
         config = Blob(image.image_id, int(config_sizes[0] or 0))
-    compressed: list[str] = []
     if wanted or config is None:
         tell(f"exporting {image.image_id[:19]} from the engine ({len(wanted)} of {len(set(diff_ids))} layers to compress)")
         config_bytes, made = export(client, image.image_id, wanted, spool, tell=tell)
@@ -151,9 +155,8 @@ def _gather(
                 compression = GZIP if name == "gzip" else ZSTD
                 known[(diff_id, name)] = blob
                 cache.put(compression, diff_id, blob)
-                compressed.append(f"{diff_id} {compression.key}")
     layers = {c.name: [known[(diff_id, c.name)] for diff_id in diff_ids] for c in compressions}
-    return _Blobs(config, layers, compressed)
+    return _Blobs(config, layers)
 
 
 # ---- publishing one image ---------------------------------------------------------------------------
@@ -167,7 +170,6 @@ class PublishOutcome:
     indexes: dict[str, list[Published]] = field(default_factory=dict)  # target name -> index tags
     sboms: dict[str, list[Attached]] = field(default_factory=dict)
     index_missing: tuple[str, ...] = ()
-    index_wanted: bool = False
 
     @property
     def pushed(self) -> list[Published]:
@@ -317,7 +319,6 @@ def publish_image(
     outcome = push_image(client, image, registries, options, say=tell)
     if not want_index:
         return outcome
-    outcome.index_wanted = True
     found = []
     for target in registries:
         for variant in variants(options.zstd):
