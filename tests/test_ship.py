@@ -89,7 +89,13 @@ def test_index_only_refuses_a_missing_arch_or_a_wrong_digest(docker_env: DockerE
     shutil.copytree(shipped["manifests"], wrong)
     (x86,) = [p for p in wrong.glob("*-x86_64.json")]
     data = json.loads(x86.read_text())
-    data["published"]["digest"] = shipped["results"]["aarch64"]["digest"]
+    arm_digest = shipped["results"]["aarch64"]["digest"]
+    data["published"]["digest"] = arm_digest
+    x86.write_text(json.dumps(data))
+    proc = _index_only(docker_env, wrong, shipped["repo"])
+    assert proc.returncode == ExitCode.PUBLISH_FAILED and "records" in proc.stderr and "publish it again" in proc.stderr, proc.stderr
+    for entry in data["published"]["registries"].values():  # every record says the arm64 digest: the registry is asked
+        entry["digest"] = entry["gzip"]["digest"] = arm_digest
     x86.write_text(json.dumps(data))
     proc = _index_only(docker_env, wrong, shipped["repo"])
     assert proc.returncode == ExitCode.PUBLISH_FAILED and "holds image" in proc.stderr, proc.stderr

@@ -35,7 +35,7 @@ from buildkit.run.devices import (
     plan_devices,
     prepare_data_dir,
 )
-from buildkit.run.doctor import CONTROL_DEVICES, Check
+from buildkit.run.doctor import CONTROL_DEVICES, RUNTIME_ENV, Check
 from buildkit.run.job import ARGS_CHECK, MODEL_DIR, SMOKE_FILES, JobFacts
 from buildkit.run.report import judge, write_reports
 from buildkit.run.smoke import SmokeRequest, run_smoke
@@ -354,6 +354,9 @@ class FakeEngine:
     def inspect_image(self, ref: str) -> dict[str, Any]:
         return {"Id": "sha256:" + "b" * 64, "Config": {"Labels": self.labels}}
 
+    def version(self) -> dict[str, Any]:
+        return {"Version": "20.10.24", "ApiVersion": "1.41"}
+
     def create_host_config(self, **kwargs: Any) -> dict[str, Any]:
         return kwargs
 
@@ -474,6 +477,7 @@ def test_on_an_npu_host_doctor_then_the_job_run_with_the_skus_devices_and_pass(t
     )
     assert "trainer.device=npu" in check["command"], "verl 0.6.1 does not detect NPUs itself"
     assert doctor["command"] == ["ascendkit", "doctor", "--json"]
+    assert doctor["environment"] == {RUNTIME_ENV: "docker://20.10.24"}, "doctor judges this engine's zstd pulls"
     assert job["host_config"] == doctor["host_config"], "doctor sees exactly what the job sees"
     config = job["host_config"]
     assert len(config["devices"]) == 19 and config["network_mode"] == "host" and config["privileged"] is False

@@ -82,6 +82,12 @@ def read_member(path: Path) -> Member:
                 kind: str((entry.get(kind) or {}).get("digest")) for kind in ("gzip", "zstd") if (entry.get(kind) or {}).get("digest")
             }
             registries[str(name)] = {"gzip": str(entry.get("digest")), **digests}
+    differing = sorted({d["gzip"] for d in registries.values()} - {str(published["digest"])})
+    if differing:  # publishing writes the same manifest everywhere: two digests mean the file was edited, or is stale
+        raise PublishFailed(
+            f"{path}: records {published['digest']} but also {', '.join(differing)} for the same image; "
+            "publish it again (ascendkit publish IMAGE --registry ...) to record one digest"
+        )
     arch = str(_field(data, path, "arch"))
     labels = _field(data, path, "labels")
     tags = _field(data, path, "image", "tags")

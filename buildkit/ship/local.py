@@ -67,8 +67,11 @@ def record_published(image: LocalImage, registries: dict[str, dict[str, Any]]) -
     merged = dict(previous.get("registries") or {})
     if previous.get("repository") and previous.get("repository") not in merged:  # a manifest from before several registries
         merged[previous["repository"]] = {"digest": previous.get("digest"), "sbom": previous.get("sbom")}
-    merged.update(registries)
     first_name = next(iter(registries))
     first = registries[first_name]
+    # Registries published to before stay listed when they hold this same manifest; one that got a
+    # manifest composed otherwise (by an older ascendkit, through the engine) is no longer a record of this push.
+    merged = {name: entry for name, entry in merged.items() if isinstance(entry, dict) and entry.get("digest") == first["digest"]}
+    merged.update(registries)
     data["published"] = {"repository": first_name, "digest": first["digest"], "sbom": first["sbom"], "registries": merged}
     write_atomic(image.manifest, json.dumps(data, indent=2) + "\n")
