@@ -40,6 +40,21 @@ def node_daemonset(sku_id: str, job: str, **kw: Any) -> dict[str, Any]:
     return doc
 
 
+def daemonset_pod_spec(doc: dict[str, Any], sku_id: str, job: str) -> dict[str, Any]:
+    """What every node DaemonSet is: its name, its selector within its pods' labels, the SKU's nodes; its pod spec."""
+    sku = LOADED.matrix.skus[sku_id]
+    assert (doc["apiVersion"], doc["kind"], doc["metadata"]["name"]) == ("apps/v1", "DaemonSet", f"ascendkit-{job}-{sku_id}")
+    pod = doc["spec"]["template"]
+    assert doc["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    spec: dict[str, Any] = pod["spec"]
+    assert spec["nodeSelector"] == {
+        "accelerator": "huawei-Ascend910",
+        "accelerator-type": sku.k8s_accelerator_type,
+        "host-arch": "huawei-arm",
+    }
+    return spec
+
+
 def preflight(sku_id: str, **kw: Any) -> dict[str, Any]:
     return node_daemonset(sku_id, "preflight", **kw)
 
@@ -50,15 +65,8 @@ def test_the_preflight_daemonset_validates_strictly_for_every_sku_and_scheduler(
     doc = preflight(sku_id, scheduler=scheduler, namespace="rl")
     assert validate_documents([doc]) == []
     sku = LOADED.matrix.skus[sku_id]
-    assert (doc["apiVersion"], doc["kind"], doc["metadata"]["name"]) == ("apps/v1", "DaemonSet", f"ascendkit-preflight-{sku_id}")
     pod = doc["spec"]["template"]
-    assert doc["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
-    spec = pod["spec"]
-    assert spec["nodeSelector"] == {
-        "accelerator": "huawei-Ascend910",
-        "accelerator-type": sku.k8s_accelerator_type,
-        "host-arch": "huawei-arm",
-    }
+    spec = daemonset_pod_spec(doc, sku_id, "preflight")
     (container,) = spec["containers"]
     assert container["image"] == IMAGE and container["args"][:2] == ["bash", "-c"]
     assert container["args"][2].startswith("ascendkit doctor --json --links; ") and PREFLIGHT_DONE in container["args"][2]

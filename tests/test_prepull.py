@@ -12,7 +12,7 @@ import pytest
 from buildkit.errors import InputError
 from buildkit.k8s.validate import validate_documents
 from tests.conftest import DockerEnv
-from tests.test_preflight import IMAGE, LOADED, node_daemonset
+from tests.test_preflight import IMAGE, LOADED, daemonset_pod_spec, node_daemonset
 
 
 def prepull(sku_id: str, **kw: Any) -> dict[str, Any]:
@@ -24,17 +24,8 @@ def prepull(sku_id: str, **kw: Any) -> dict[str, Any]:
 def test_the_prepull_daemonset_validates_strictly_for_every_sku_and_scheduler(sku_id: str, scheduler: str) -> None:
     doc = prepull(sku_id, scheduler=scheduler, namespace="rl", pull_secret="registry-cred")
     assert validate_documents([doc]) == []
-    sku = LOADED.matrix.skus[sku_id]
-    assert (doc["apiVersion"], doc["kind"], doc["metadata"]["name"]) == ("apps/v1", "DaemonSet", f"ascendkit-prepull-{sku_id}")
     assert doc["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}
-    pod = doc["spec"]["template"]
-    assert doc["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
-    spec = pod["spec"]
-    assert spec["nodeSelector"] == {
-        "accelerator": "huawei-Ascend910",
-        "accelerator-type": sku.k8s_accelerator_type,
-        "host-arch": "huawei-arm",
-    }
+    spec = daemonset_pod_spec(doc, sku_id, "prepull")
     assert spec["imagePullSecrets"] == [{"name": "registry-cred"}]
     (container,) = spec["containers"]
     assert container["image"] == IMAGE and container["imagePullPolicy"] == "IfNotPresent"
