@@ -27,7 +27,15 @@ from buildkit.cli.base import (
     print_json,
     user_errors,
 )
-from buildkit.cli.ship_options import Compression, CompressionOption, MediaTypesOption, RegistriesOption, print_summary, to_stderr
+from buildkit.cli.ship_options import (
+    Compression,
+    CompressionOption,
+    ManifestDir,
+    MediaTypesOption,
+    RegistriesOption,
+    print_summary,
+    to_stderr,
+)
 from buildkit.errors import InputError
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.settings import resolve_mirrors
@@ -63,9 +71,6 @@ class StepPrinter:
     def output(self, step: Step | None, line: str) -> None:
         if self.show_output:
             self.console.print(f"         | {line[:200]}")
-
-
-ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where build manifests are written and read.")]
 
 
 def _publish(

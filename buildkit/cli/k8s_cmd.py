@@ -188,7 +188,7 @@ def k8s_render(
     """Render the Job (one node), RayJob or Volcano Job (several), or the preflight or prepull DaemonSet, for an SKU and
     an image by digest."""
     from buildkit.k8s.render import as_documents, render
-    from buildkit.k8s.request import K8sRequest, check_request
+    from buildkit.k8s.request import NODE_JOBS, K8sRequest, check_request
     from buildkit.matrix.load import load_matrix, resolve_sku
     from buildkit.plan import LABEL_PREFIX
     from buildkit.run.job import JobFacts, check_overrides
@@ -247,7 +247,7 @@ def k8s_render(
         user, problem = user_of(labels, loaded.matrix.image_user)
         warnings += [problem] if problem else []
         request = dataclasses.replace(request, image_job=found, user=user)
-    elif request.job in ("preflight", "prepull"):  # the pods run as the image's user: its labels, where the registry answers
+    elif request.job in NODE_JOBS:  # the pods run as the image's user: its labels, where the registry answers
         from buildkit.ship.remote import image_labels
 
         try:

@@ -9,10 +9,16 @@ import typer
 
 from buildkit.cancel import interrupted
 from buildkit.cli.base import JsonFlag, app, print_json, user_errors
-from buildkit.cli.ship_options import Compression, CompressionOption, MediaTypesOption, RegistriesOption, print_summary, to_stderr
+from buildkit.cli.ship_options import (
+    Compression,
+    CompressionOption,
+    ManifestDir,
+    MediaTypesOption,
+    RegistriesOption,
+    print_summary,
+    to_stderr,
+)
 from buildkit.errors import InputError
-
-ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where the build manifests are (from `ascendkit build`).")]
 
 
 @app.command("publish")
@@ -102,10 +108,7 @@ def mirror(
     """Copy a published image (an index with every member, the SBOM and every other attachment) from
     one registry to another by digest, byte for byte, with no engine; what the destination has is not sent again."""
     from buildkit.ship.mirror import mirror as copy_image
-    from buildkit.ship.mirror import parse_destination, parse_source
 
-    parse_source(src)  # both refused before anything is contacted
-    parse_destination(dst)
     outcome = copy_image(src, dst, form=media_types.value if media_types else None, dry_run=dry_run, say=to_stderr)
     sent = sum(size for _, size in outcome.sent)
     verb = "would send" if dry_run else "sent"

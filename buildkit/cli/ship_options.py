@@ -4,6 +4,7 @@ the summary they print: which registry got which digest."""
 from __future__ import annotations
 
 import enum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -35,6 +36,7 @@ MediaTypesOption = Annotated[
         "Default: Docker images and index, the SBOM as an OCI artifact.",
     ),
 ]
+ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where build manifests are written and read.")]
 CompressionOption = Annotated[
     Compression,
     typer.Option("--compression", help="zstd: also publish each tag as <tag>-zstd, zstd layers (OCI; Docker >= 23, containerd >= 1.5)."),

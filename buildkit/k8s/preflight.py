@@ -15,7 +15,7 @@ from typing import Any
 
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_text
-from buildkit.run.doctor import zstd_verdict
+from buildkit.run.doctor import Check, zstd_verdict
 
 # kubectl logs --prefix: "[pod/NAME/CONTAINER] " in front of every line
 _PREFIX = re.compile(r"^\[pod/(?P<pod>[^/\]]+)/[^\]]*\] ?")
@@ -126,18 +126,19 @@ def read_node_runtimes(path: str) -> dict[str, str]:
 
 
 def judge(source: str, report: dict[str, Any], runtime: str = "") -> NodeVerdict:
-    verdict = _judge(source, report, runtime)
+    """The node's verdict from its report; with its ``runtime`` (from --node-info), whether it pulls zstd too."""
     if not runtime:
-        return verdict
+        return _judge(source, report, None)
     zstd = zstd_verdict(runtime)
+    verdict = _judge(source, report, zstd)
     return dataclasses.replace(verdict, runtime=runtime, zstd=None if zstd.status == "skip" else zstd.status == "ok")
 
 
-def _judge(source: str, report: dict[str, Any], runtime: str) -> NodeVerdict:
+def _judge(source: str, report: dict[str, Any], zstd: Check | None) -> NodeVerdict:
     node = str(report.get("node") or source)
     checks = [c for c in report["checks"] if isinstance(c, dict)]
-    if runtime and not any(c.get("name") == "zstd pulls" for c in checks):
-        checks.append(dataclasses.asdict(zstd_verdict(runtime)))
+    if zstd is not None and not any(c.get("name") == zstd.name for c in checks):
+        checks.append(dataclasses.asdict(zstd))
     failed = [c for c in checks if c.get("status") == "error"]
     warned = [c for c in checks if c.get("status") == "warn"]
     if failed:

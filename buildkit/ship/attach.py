@@ -26,7 +26,7 @@ from buildkit.image.sbom import MEDIA_TYPE, loads, sbom_path
 from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
 from buildkit.matrix.model import DOCKER_ARCH
 from buildkit.ship.compose import Form, sbom_artifact, sbom_layer, sbom_of_layer
-from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, Manifest, Registry, digest_of
+from buildkit.ship.registry import DOCKER_MANIFEST, Manifest, Registry, digest_of
 
 
 def fallback_tag(digest: str, kind: str = "sbom") -> str:
@@ -92,7 +92,7 @@ def image_digest(registry: Registry, repository: str, reference: str, arch: str 
     manifest = registry.get_manifest(repository, reference)
     if manifest is None:
         raise InputError(f"{registry.host}/{repository}@{reference}: the registry has no such image")
-    if manifest.media_type not in (DOCKER_LIST, OCI_INDEX):
+    if not manifest.is_index:
         return manifest.digest
     members = {
         str((m.get("platform") or {}).get("architecture")): str(m["digest"])

@@ -30,7 +30,7 @@ import docker
 import requests
 from docker.errors import DockerException
 
-from buildkit.errors import PublishFailed, Unavailable
+from buildkit.errors import OutputError, PublishFailed, Unavailable
 from buildkit.fsio import write_atomic
 from buildkit.reach import engine_said
 
@@ -152,7 +152,7 @@ class CompressionCache:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.path, json.dumps(kept, indent=0, sort_keys=False) + "\n")
-        except (OSError, Exception):  # a cache that cannot be written costs time next run, nothing else
+        except (OSError, OutputError):  # a cache that cannot be written costs time next run, nothing else
             pass
 
 

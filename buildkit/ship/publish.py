@@ -100,9 +100,9 @@ def _has(target: Target, digest: str, cache: CompressionCache) -> int | None:
     return None
 
 
-def _send(target: Target, blob: Blob, cache: CompressionCache, tell: Say) -> None:
-    """Make sure ``target`` has ``blob``: there already, mounted, or sent."""
-    if _has(target, blob.digest, cache) is None:
+def _send(target: Target, blob: Blob, cache: CompressionCache, tell: Say, present: set[tuple[str, str]]) -> None:
+    """Make sure ``target`` has ``blob``: there already (``present`` holds what was found so this run), mounted, or sent."""
+    if (target.name, blob.digest) not in present and _has(target, blob.digest, cache) is None:
         target.registry.upload_blob(target.ref.repository, blob.digest, blob.size, blob.open)
         if blob.size > 1 << 20:
             tell(f"{target.name}: sent blob {blob.digest[:19]} ({blob.size / 1e6:.0f} MB)")
@@ -113,6 +113,7 @@ def _send(target: Target, blob: Blob, cache: CompressionCache, tell: Say) -> Non
 class _Blobs:
     config: Blob
     layers: dict[str, list[Blob]]  # compression name -> the image's layers in order
+    present: set[tuple[str, str]]  # (target, digest) found there while gathering: not looked up again
 
 
 def _gather(
@@ -133,17 +134,30 @@ def _gather(
     compressions = [v.compression for v in variants(options.zstd)]
     known: dict[tuple[str, str], Blob] = {}
     wanted: dict[str, tuple[Compression, ...]] = {}
+    present: set[tuple[str, str]] = set()
+
+    def everywhere(digest: str) -> list[int]:
+        """The sizes of ``digest`` in the targets that have it (looked up until one lacks it)."""
+        sizes = []
+        for target in targets:
+            size = _has(target, digest, cache)
+            if size is None:
+                break
+            present.add((target.name, digest))
+            sizes.append(size)
+        return sizes
+
     for diff_id in dict.fromkeys(diff_ids):
         for compression in compressions:
             hit = cache.get(compression, diff_id)
-            if hit is not None and all(_has(t, hit.digest, cache) is not None for t in targets):
+            if hit is not None and len(everywhere(hit.digest)) == len(targets):
                 known[(diff_id, compression.name)] = hit
             else:
                 wanted[diff_id] = (*wanted.get(diff_id, ()), compression)
-    config_sizes = [_has(t, image.image_id, cache) for t in targets]
+    config_sizes = everywhere(image.image_id)
     config: Blob | None = None
-    if None not in config_sizes:
-        config = Blob(image.image_id, int(config_sizes[0] or 0))
+    if len(config_sizes) == len(targets):
+        config = Blob(image.image_id, config_sizes[0])
     if wanted or config is None:
         tell(f"exporting {image.image_id[:19]} from the engine ({len(wanted)} of {len(set(diff_ids))} layers to compress)")
         config_bytes, made = export(client, image.image_id, wanted, spool, tell=tell)
@@ -156,7 +170,7 @@ def _gather(
                 known[(diff_id, name)] = blob
                 cache.put(compression, diff_id, blob)
     layers = {c.name: [known[(diff_id, c.name)] for diff_id in diff_ids] for c in compressions}
-    return _Blobs(config, layers)
+    return _Blobs(config, layers, present)
 
 
 # ---- publishing one image ---------------------------------------------------------------------------
@@ -218,7 +232,7 @@ def push_image(
                 manifests[variant.suffix] = (variant, body, media_type)
             for target in targets:  # every registry gets everything by digest before any gets a tag
                 for blob in [blobs.config, *{b.digest: b for layers in blobs.layers.values() for b in layers}.values()]:
-                    _send(target, blob, cache, tell)
+                    _send(target, blob, cache, tell, blobs.present)
                 for variant, body, media_type in manifests.values():
                     subject = _put_by_digest(target, body, media_type, image.image_id)
                     if sbom is not None:

@@ -107,9 +107,6 @@ class Sized:
             yield chunk
 
 
-Body = bytes | Callable[[], Sized] | None  # a callable opens the body afresh for each attempt
-
-
 def default_retries() -> int:
     """How many times a call is tried again: ``$ASCENDKIT_REGISTRY_RETRIES``, default 6 (about 45 s
     of a registry that stays down before the run ends)."""
@@ -191,7 +188,7 @@ class Registry:
         *,
         headers: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
-        body: Body = None,
+        body: bytes | None = None,
         url: str | None = None,
         stream: bool = False,
     ) -> requests.Response:
@@ -204,7 +201,6 @@ class Registry:
         authorized = False
         attempt = 0
         while True:
-            data = body() if callable(body) else body
             response = None
             try:
                 response = self.session.request(
@@ -212,15 +208,12 @@ class Registry:
                     target,
                     headers=self._headers(repository, headers),
                     params=params,
-                    data=data,
+                    data=body,
                     timeout=self.timeout,
                     stream=stream,
                 )
             except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
                 last = cause(exc)
-            finally:
-                if isinstance(data, Sized):
-                    data.stream.close()
             if response is not None:
                 if response.status_code == 401 and not authorized:
                     authorized = True

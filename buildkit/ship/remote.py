@@ -9,7 +9,7 @@ from buildkit.errors import InputError, PublishFailed
 from buildkit.imageref import registry_of, split_ref
 from buildkit.matrix.model import DOCKER_ARCH
 from buildkit.reach import http_failure
-from buildkit.ship.registry import DOCKER_LIST, OCI_INDEX, Registry
+from buildkit.ship.registry import Registry
 
 
 def pin_digest(ref: str) -> str:
@@ -49,7 +49,7 @@ def _labels(registry: Registry, ref: str, repository: str, digest: str, arch: st
     if manifest is None:
         raise InputError(f"{ref}: the registry {host} has no such image")
     body = manifest.json()
-    if manifest.media_type in (DOCKER_LIST, OCI_INDEX) or "manifests" in body:
+    if manifest.is_index:
         wanted = DOCKER_ARCH.get(arch, arch)
         members = [m for m in body.get("manifests", []) if (m.get("platform") or {}).get("architecture") == wanted]
         if not members:
