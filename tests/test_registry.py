@@ -110,6 +110,14 @@ def test_an_upload_cut_off_starts_a_new_session(fake: tuple[Registry, Store, lis
     ], "the cut-off session is not resumed: a new one starts"
 
 
+def test_an_upload_answered_429_waits_as_retry_after_says(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, store, waits = fake
+    data = b"y" * 1000
+    store.script = [(202, {"Location": "/v2/team/verl/blobs/uploads/busy"}), (429, {"Retry-After": "7"})]
+    registry.upload_blob("team/verl", "sha256:" + hashlib.sha256(data).hexdigest(), len(data), lambda: io.BytesIO(data))
+    assert waits == [7.0] and store.blobs["sha256:" + hashlib.sha256(data).hexdigest()] == data
+
+
 def test_an_upload_that_never_lands_is_unavailable(fake: tuple[Registry, Store, list[float]]) -> None:
     registry, store, _ = fake
     data = b"x" * 1000

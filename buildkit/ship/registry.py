@@ -347,6 +347,7 @@ class Registry:
                 raise self._failed(f"starting an upload to {repository}", started)
             target = self._location(location)
             separator = "&" if "?" in target else "?"
+            done = None
             try:
                 done = self.session.put(
                     f"{target}{separator}digest={digest}",
@@ -364,7 +365,7 @@ class Registry:
                 last = http_failure(done.status_code, done.content)
             if attempt < self.retries:
                 self.retried += 1
-                self._wait(attempt, None)
+                self._wait(attempt, done)  # a 429 or 503 that says Retry-After is waited for as it asks
         raise Unavailable(f"{registry_failure(self.host, last)} (uploading blob {digest[:19]}, {self.retries + 1} attempts)")
 
     def put_blob(self, repository: str, data: bytes) -> str:
