@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from buildkit.errors import Unavailable
 from buildkit.image.engine import connect
-from buildkit.image.render import CONTEXT_FILES
+from buildkit.image.render import context_paths
 from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import render_unresolved
 from buildkit.matrix.load import LoadedMatrix, load_matrix
@@ -221,7 +221,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data = {p.relative_to(ROOT).as_posix() for d in ("crds", "files") for p in (ROOT / "buildkit" / "k8s" / d).iterdir()}
     for expected in ["buildkit/templates/Dockerfile.j2", "buildkit/smoke_tests/grpo_smoke.yaml", *data]:
         assert expected in names, expected
-    assert set(CONTEXT_FILES.values()) <= names, "everything the Dockerfile COPYs from the build context"
+    assert set(context_paths()) <= names, "everything the Dockerfile COPYs from the build context"
     released = zipfile.ZipFile(wheel).read("buildkit/compat_matrix.yaml")
     assert released == MATRIX.read_bytes(), "the wheel carries the matrix it was built from, byte for byte"
     # every module of the checkout: a subpackage left out of pyproject's list would still import

@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -11,9 +15,24 @@ from typing import Any
 import numpy as np
 import pytest
 
-from buildkit.run import doctor
-from buildkit.run.doctor import EXIT_FAILED, EXIT_NO_DEVICES, EXIT_OK, Environment
-from tests.conftest import DockerEnv
+from buildkit.image.render import CONTEXT_FILES, context_file, context_paths
+from buildkit.run.doctor.base import (
+    EXIT_FAILED,
+    EXIT_NO_DEVICES,
+    EXIT_OK,
+    FIRMWARE_VERSION,
+    HCCN_TOOL,
+    NODE_ENV,
+    RUNTIME_ENV,
+    Check,
+    Environment,
+    devices,
+)
+from buildkit.run.doctor.codes import error_codes, explain
+from buildkit.run.doctor.host import check_hccn, driver_version, zstd_verdict
+from buildkit.run.doctor.report import format_report
+from buildkit.run.doctor.report import run as run_doctor
+from tests.conftest import ROOT, DockerEnv
 
 INFO = {
     "stack": "cann8.3",
@@ -99,33 +118,33 @@ def statuses(report: dict[str, Any]) -> dict[str, str]:
 
 
 def test_no_devices_is_its_own_outcome(tmp_path: Path) -> None:
-    code, report = doctor.run(Environment(image_root(tmp_path), GOOD_ENV))
+    code, report = run_doctor(Environment(image_root(tmp_path), GOOD_ENV))
     assert code == EXIT_NO_DEVICES == 10
     assert report["outcome"] == "no Ascend devices: preflight passed, NPU checks not run"
     assert statuses(report)["pinned packages"] == "ok" and statuses(report)["NPUs"] == "skip"
 
 
 def test_missing_cann_environment_fails(tmp_path: Path) -> None:
-    code, report = doctor.run(Environment(image_root(tmp_path), {}))
+    code, report = run_doctor(Environment(image_root(tmp_path), {}))
     assert code == EXIT_FAILED
     assert statuses(report)["ASCEND_HOME_PATH"] == "error"
 
 
 def test_library_path_must_hold_the_toolkit(tmp_path: Path) -> None:
-    code, report = doctor.run(Environment(image_root(tmp_path), {**GOOD_ENV, "LD_LIBRARY_PATH": "/usr/lib"}))
+    code, report = run_doctor(Environment(image_root(tmp_path), {**GOOD_ENV, "LD_LIBRARY_PATH": "/usr/lib"}))
     assert code == EXIT_FAILED
     assert next(c["detail"] for c in report["checks"] if c["name"] == "LD_LIBRARY_PATH") == f"does not contain {HOME}/lib64"
 
 
 def test_wrong_atb_abi_fails(tmp_path: Path) -> None:
     env = {**GOOD_ENV, "ATB_HOME_PATH": "/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_1"}
-    code, report = doctor.run(Environment(image_root(tmp_path), env))
+    code, report = run_doctor(Environment(image_root(tmp_path), env))
     assert code == EXIT_FAILED and "not the cxx_abi_0 build" in next(c["detail"] for c in report["checks"] if c["name"] == "ATB_HOME_PATH")
 
 
 def test_pin_drift_fails(tmp_path: Path) -> None:
     root = image_root(tmp_path, pins="typer==0.0.1\nnot-installed-pkg==1.0\n")
-    code, report = doctor.run(Environment(root, GOOD_ENV))
+    code, report = run_doctor(Environment(root, GOOD_ENV))
     assert code == EXIT_FAILED
     detail = next(c["detail"] for c in report["checks"] if c["name"] == "pinned packages")
     assert "typer" in detail and "(pinned 0.0.1)" in detail and "not-installed-pkg missing (pinned 1.0)" in detail
@@ -135,12 +154,12 @@ def test_pin_drift_fails(tmp_path: Path) -> None:
     ("text", "version"), [("Version=7.6.t8.0.b050\npackage_version=25.0.rc1.1\n", "25.0.rc1.1"), ("Version=23.0.6\n", "23.0.6")]
 )
 def test_driver_version_prefers_package_version(tmp_path: Path, text: str, version: str) -> None:
-    assert doctor.driver_version(Environment(image_root(tmp_path, driver=text))) == version
+    assert driver_version(Environment(image_root(tmp_path, driver=text))) == version
 
 
 def test_npus_of_the_right_chip(tmp_path: Path) -> None:
     root = image_root(tmp_path, devices=2, driver="package_version=25.0.rc1.1\n")
-    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
+    code, report = run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
     assert code == EXIT_OK and report["outcome"] == "ready" and report["devices"] == 2
     assert statuses(report)["SoC"] == "ok" and statuses(report)["matmul"] == "ok"
 
@@ -148,7 +167,7 @@ def test_npus_of_the_right_chip(tmp_path: Path) -> None:
 def test_a3_image_on_a_910b_host_is_an_error(tmp_path: Path) -> None:
     FakeTorch.npu.soc = "Ascend910B4"
     root = image_root(tmp_path, devices=1, driver="package_version=25.0.rc1.1\n")
-    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
+    code, report = run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
     assert code == EXIT_FAILED
     detail = next(c["detail"] for c in report["checks"] if c["name"] == "SoC")
     assert detail.startswith("Ascend910B4: this image is built for Ascend 910C (A3)")
@@ -157,22 +176,44 @@ def test_a3_image_on_a_910b_host_is_an_error(tmp_path: Path) -> None:
 def test_wrong_matmul_and_invisible_npus(tmp_path: Path) -> None:
     root = image_root(tmp_path, devices=1, driver="package_version=25.0.rc1.1\n")
     FakeTorch.npu_error = 0.5
-    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
+    code, report = run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
     assert code == EXIT_FAILED and statuses(report)["matmul"] == "error"
     FakeTorch.npu_error, FakeTorch.npu.count = 0.0, 0
-    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
+    code, report = run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
     assert code == EXIT_FAILED and "torch_npu sees none" in next(c["detail"] for c in report["checks"] if c["name"] == "NPUs")
 
 
 def test_devices_without_driver_fail(tmp_path: Path) -> None:
-    code, report = doctor.run(Environment(image_root(tmp_path, devices=1), GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
+    code, report = run_doctor(Environment(image_root(tmp_path, devices=1), GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
     assert code == EXIT_FAILED and statuses(report)["driver"] == "error"
 
 
 def test_report_for_people(tmp_path: Path) -> None:
-    _, report = doctor.run(Environment(image_root(tmp_path), GOOD_ENV))
-    text = doctor.format_report(report)
+    _, report = run_doctor(Environment(image_root(tmp_path), GOOD_ENV))
+    text = format_report(report)
     assert "skip  NPUs" in text and text.endswith("(exit 10)")
+
+
+def test_the_package_runs_as_a_bare_directory_as_images_carry_it(tmp_path: Path) -> None:
+    """Inside an image doctor is a directory of modules with no ascendkit installed: a copy of exactly
+    what the build context sends, run with no site-packages (so no buildkit and no third-party
+    package can be imported), reports and exits as on a host with no NPUs."""
+    for relative in context_paths():
+        if relative.startswith(CONTEXT_FILES["doctor"]):
+            target = tmp_path / "lib" / "doctor" / relative.removeprefix(CONTEXT_FILES["doctor"])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / relative, target)
+    assert sorted(p.name for p in (tmp_path / "lib" / "doctor").iterdir()) == sorted(
+        p.name for p in context_file("doctor").iterdir() if p.suffix in (".py", ".json")
+    )
+    env = {"PATH": os.environ["PATH"], RUNTIME_ENV: "containerd://1.7.2"}
+    argv = [sys.executable, "-I", "-S", str(tmp_path / "lib" / "doctor"), "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path, check=False)
+    assert proc.returncode in (EXIT_NO_DEVICES, EXIT_FAILED), proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["exit_code"] == proc.returncode and "Traceback" not in proc.stderr
+    assert {"name": "zstd pulls", "status": "ok"}.items() <= next(c for c in report["checks"] if c["name"] == "zstd pulls").items()
+    assert explain("EI0006") and error_codes()  # the table travels inside the package, where codes.py looks
 
 
 @pytest.mark.docker
@@ -200,7 +241,7 @@ def test_doctor_inside_a_built_image(docker_env: DockerEnv, built: dict[str, Any
 def _hccn_tool(root: Path, states: dict[int, str], ips: dict[int, str] | None = None) -> None:
     """A stand-in for the driver's hccn_tool (no NPU here): prints each port's link (`-link -g`) and,
     given ``ips``, its address (`-ip -g`) as the tool does; any other port or query fails."""
-    tool = root / doctor.HCCN_TOOL.lstrip("/")
+    tool = root / HCCN_TOOL.lstrip("/")
     tool.parent.mkdir(parents=True, exist_ok=True)
     answers = {i: f'echo "link status: {s}"' for i, s in states.items()}
     addresses = {i: f'printf "ipaddr:{ip}\\nnetmask:255.255.255.0\\n"' for i, ip in (ips or {}).items()}
@@ -213,23 +254,23 @@ def _hccn_tool(root: Path, states: dict[int, str], ips: dict[int, str] | None = 
 def test_npu_links_up_pass_and_a_down_port_fails_a_multi_node_doctor_by_name(tmp_path: Path) -> None:
     root = image_root(tmp_path, devices=4, driver="Version=24.1.rc2\n")
     _hccn_tool(root, {0: "UP", 1: "UP", 2: "UP", 3: "UP"})
-    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
+    code, report = run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
     assert code == 0 and statuses(report)["NPU links"] == "ok"
     _hccn_tool(root, {0: "UP", 1: "DOWN", 2: "UP", 3: "UP"})
-    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
+    code, report = run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
     (links,) = [c for c in report["checks"] if c["name"] == "NPU links"]
     assert code == 1 and links["status"] == "error" and links["detail"] == "NPU 1 link DOWN"
-    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
+    code, report = run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
     assert code == 0 and statuses(report)["NPU links"] == "warn", "one node: a down port is worth saying, not fatal"
 
 
 def test_npu_links_without_hccn_tool_are_skipped_with_the_reason(tmp_path: Path) -> None:
     root = image_root(tmp_path, devices=2, driver="Version=24.1.rc2\n")
-    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
+    code, report = run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
     (links,) = [c for c in report["checks"] if c["name"] == "NPU links"]
-    assert code == 0 and links["status"] == "skip" and doctor.HCCN_TOOL in links["detail"]
+    assert code == 0 and links["status"] == "skip" and HCCN_TOOL in links["detail"]
     _hccn_tool(root, {0: "UP"})  # device 1 unknown to the tool
-    code, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
+    code, report = run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
     (links,) = [c for c in report["checks"] if c["name"] == "NPU links"]
     assert code == 1 and links["detail"] == "cannot read NPU 1 (device 1 not found)"
 
@@ -243,7 +284,7 @@ DRIVERS = {"hdk": ["25.2.X", "25.3.RC1"], "source": "stand-in"}
 def judged(tmp_path: Path, driver: str, devices: int = 1, **extra: Any) -> tuple[int, dict[str, Any]]:
     root = image_root(tmp_path, devices=devices, driver=driver)
     (root / "etc/ascendkit/image.json").write_text(json.dumps({**INFO, "cann": "8.3.RC1", "drivers": DRIVERS, **extra}))
-    return doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
+    return run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
 
 
 @pytest.mark.parametrize(
@@ -288,16 +329,16 @@ def test_an_old_driver_fails_doctor_even_where_no_npu_is_visible(tmp_path: Path)
     [
         ("Version=7.5.0.1.129\n", "ok", "firmware 7.5.0.1.129 within the driver's 7.0.0..7.5.99"),
         ("Version=7.7.0.2.10\n", "error", "firmware 7.7.0.2.10 is outside 7.0.0..7.5.99"),
-        (None, "skip", doctor.FIRMWARE_VERSION),
+        (None, "skip", FIRMWARE_VERSION),
     ],
 )
 def test_the_firmware_is_judged_against_the_drivers_range(tmp_path: Path, firmware: str | None, status: str, words: str) -> None:
     root = image_root(tmp_path, devices=1, driver="package_version=25.3.rc1\ncompatible_version_fw=[7.0.0,7.5.99]\n")
     if firmware is not None:
-        path = root / doctor.FIRMWARE_VERSION.lstrip("/")
+        path = root / FIRMWARE_VERSION.lstrip("/")
         path.parent.mkdir(parents=True)
         path.write_text(firmware)
-    _, report = doctor.run(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
+    _, report = run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
     (check,) = [c for c in report["checks"] if c["name"] == "firmware"]
     assert check["status"] == status and words in check["detail"]
 
@@ -314,15 +355,15 @@ def test_hccn_conf_addresses_are_compared_with_the_ports(tmp_path: Path) -> None
     conf = "address_0=192.168.1.10\nnetmask_0=255.255.255.0\naddress_1=192.168.1.11\nnetmask_1=255.255.255.0\n"
     _hccn_ips(root, {0: "192.168.1.10", 1: "192.168.1.11"}, conf)
     env = Environment(root, GOOD_ENV)
-    assert doctor.check_hccn(env, doctor.devices(env)) == [doctor.Check("hccn.conf", "ok", "2 port addresses match /etc/hccn.conf")]
+    assert check_hccn(env, devices(env)) == [Check("hccn.conf", "ok", "2 port addresses match /etc/hccn.conf")]
     _hccn_ips(root, {0: "192.168.1.10", 1: "192.168.9.99"}, conf.replace("address_0=192.168.1.10\n", ""))
-    (check,) = doctor.check_hccn(env, doctor.devices(env))
+    (check,) = check_hccn(env, devices(env))
     assert (
         check.status == "error"
         and check.detail == "NPU 0 has no address_0 in /etc/hccn.conf; NPU 1 holds 192.168.9.99, /etc/hccn.conf says 192.168.1.11"
     )
     (root / "etc/hccn.conf").unlink()
-    assert doctor.check_hccn(env, doctor.devices(env))[0].status == "skip"
+    assert check_hccn(env, devices(env))[0].status == "skip"
 
 
 def test_a_torch_npu_failure_names_its_code_and_what_to_check(tmp_path: Path) -> None:
@@ -333,7 +374,7 @@ def test_a_torch_npu_failure_names_its_code_and_what_to_check(tmp_path: Path) ->
                 raise RuntimeError("Initialize:torch_npu/csrc/core/npu/sys_ctrl/npu_sys_ctrl.cpp:253 NPU error, error code is 507033")
 
     root = image_root(tmp_path, devices=1, driver="Version=24.1.rc2\n")
-    code, report = doctor.run(Environment(root, {**GOOD_ENV, doctor.NODE_ENV: "node-7"}), torch_modules=(Failing, FakeTorchNpu))
+    code, report = run_doctor(Environment(root, {**GOOD_ENV, NODE_ENV: "node-7"}), torch_modules=(Failing, FakeTorchNpu))
     (npus,) = [c for c in report["checks"] if c["name"] == "NPUs"]
     assert code == EXIT_FAILED and npus["status"] == "error" and report["node"] == "node-7"
     assert (
@@ -343,16 +384,16 @@ def test_a_torch_npu_failure_names_its_code_and_what_to_check(tmp_path: Path) ->
 
 
 def test_every_error_code_has_its_meaning_what_to_check_and_a_source() -> None:
-    table = doctor.error_codes()
+    table = error_codes()
     assert len(table) >= 15 and len({e["code"] for e in table}) == len(table)
     for entry in table:
         assert set(entry) == {"code", "name", "meaning", "check", "source"} and all(entry.values()), entry
-    found = doctor.explain("EI0006 ... then EJ0001, EI00061 is no code, nor is error code 1507033")
+    found = explain("EI0006 ... then EJ0001, EI00061 is no code, nor is error code 1507033")
     assert [e["code"] for e in found] == ["EI0006", "EJ0001"]
     # a numeric code counts only as an error's value: never a Ray worker's pid or a metric
-    assert doctor.explain("(WorkerDict pid=107002) step:3 - perf/throughput:507033.0") == []
+    assert explain("(WorkerDict pid=107002) step:3 - perf/throughput:507033.0") == []
     said = "aclrtSetDevice(deviceId) failed: 507033; errorCode = 107002; runtime result = 507899"
-    assert [e["code"] for e in doctor.explain(said)] == ["507033", "107002", "507899"]
+    assert [e["code"] for e in explain(said)] == ["507033", "107002", "507899"]
 
 
 def test_older_than_the_only_paired_release_recorded_warns_instead_of_failing(tmp_path: Path) -> None:
@@ -377,16 +418,16 @@ def test_older_than_the_only_paired_release_recorded_warns_instead_of_failing(tm
     ],
 )
 def test_whether_the_nodes_runtime_pulls_zstd_names_its_version(tmp_path: Path, runtime: str, status: str, words: str) -> None:
-    check = doctor.zstd_verdict(runtime)
+    check = zstd_verdict(runtime)
     assert (check.name, check.status) == ("zstd pulls", status) and words in check.detail
 
 
 def test_doctor_reports_the_runtimes_it_is_told(tmp_path: Path) -> None:
     """smoke tells doctor its engine (docker://VERSION) in the image; a zstd verdict for each runtime named."""
-    where = Environment(image_root(tmp_path), {**GOOD_ENV, doctor.RUNTIME_ENV: "docker://20.10.24, containerd://1.6.20"})
-    code, report = doctor.run(where)
+    where = Environment(image_root(tmp_path), {**GOOD_ENV, RUNTIME_ENV: "docker://20.10.24, containerd://1.6.20"})
+    code, report = run_doctor(where)
     zstd = [c for c in report["checks"] if c["name"] == "zstd pulls"]
     assert [c["status"] for c in zstd] == ["warn", "ok"]
     assert code == EXIT_NO_DEVICES, "a runtime that cannot pull zstd is a warning, not a failure: the gzip tags work"
-    _, quiet = doctor.run(Environment(image_root(tmp_path / "other"), GOOD_ENV))
+    _, quiet = run_doctor(Environment(image_root(tmp_path / "other"), GOOD_ENV))
     assert not [c for c in quiet["checks"] if c["name"] == "zstd pulls"], "not said, not guessed (a stand-in root is no host)"

@@ -102,8 +102,8 @@ def test_the_scripts_agree_with_the_paths_the_python_side_uses() -> None:
     assert f"${{{SECRETS_ARG}:-}}" in build_env
     assert f"exec python3 {DOCTOR_PATH} " in context_file("in_image_cli").read_text()
     assert BUILD_ENV.endswith("/build-env.sh") and ENTRYPOINT == "/usr/local/bin/ascendkit-entrypoint"
-    for name, relative in CONTEXT_FILES.items():
-        assert (ROOT / relative).is_file(), name  # the Dockerfile COPYs it from the repository root
+    for name, relative in CONTEXT_FILES.items():  # the Dockerfile COPYs it from the repository root
+        assert (ROOT / relative).is_dir() if relative.endswith("/") else (ROOT / relative).is_file(), name
     for name in ("entrypoint", "in_image_cli"):
         assert os.access(context_file(name), os.X_OK), f"{name} is executable in git, so COPY keeps the mode"
 

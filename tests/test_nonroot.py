@@ -21,7 +21,7 @@ from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.container import run_container
 from buildkit.run.devices import device_groups, host_config_args, plan_devices
-from buildkit.run.doctor import CONTROL_DEVICES, DRIVER_VERSION
+from buildkit.run.doctor.base import CONTROL_DEVICES, DRIVER_VERSION
 from buildkit.run.job import JobFacts
 from buildkit.run.smoke import SmokeRequest, run_smoke
 from tests.conftest import DockerEnv

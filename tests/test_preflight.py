@@ -21,8 +21,8 @@ from buildkit.k8s.request import K8sRequest
 from buildkit.k8s.validate import validate_documents
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.run import doctor
-from buildkit.run.doctor import Environment
+from buildkit.run.doctor.base import HCCN_CONF, NODE_ENV, Environment
+from buildkit.run.doctor.report import run as run_doctor
 from buildkit.run.job import JobFacts
 from tests.conftest import DockerEnv
 from tests.test_doctor import GOOD_ENV, INFO, FakeTorch, FakeTorchNpu, _hccn_tool, image_root
@@ -73,9 +73,9 @@ def test_the_preflight_daemonset_validates_strictly_for_every_sku_and_scheduler(
     assert container["resources"]["limits"][sku.k8s_npu_resource] == str(sku.npus_per_node), (
         "every NPU of the node: held ones keep it Pending"
     )
-    assert container["env"] == [{"name": doctor.NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    assert container["env"] == [{"name": NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
     mounted = {m["mountPath"] for m in container["volumeMounts"]}
-    assert {p for _, p, _ in DRIVER_VOLUMES} | {doctor.HCCN_CONF} <= mounted
+    assert {p for _, p, _ in DRIVER_VOLUMES} | {HCCN_CONF} <= mounted
     assert spec["securityContext"]["runAsNonRoot"] and container["securityContext"]["readOnlyRootFilesystem"]
     if scheduler == "volcano":
         assert spec["schedulerName"] == "volcano" and pod["metadata"]["labels"]["ring-controller.atlas"] == sku.k8s_ring_controller
@@ -98,7 +98,7 @@ def _node(tmp_path: Path, name: str, *, driver: str = "package_version=25.3.rc1\
         json.dumps({**INFO, "cann": "8.3.RC1", "drivers": {"hdk": ["25.2.X", "25.3.RC1"], "source": "stand-in"}})
     )
     _hccn_tool(root, links or dict.fromkeys(range(4), "UP"))
-    code, report = doctor.run(Environment(root, {**GOOD_ENV, doctor.NODE_ENV: name}), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
+    code, report = run_doctor(Environment(root, {**GOOD_ENV, NODE_ENV: name}), torch_modules=(FakeTorch, FakeTorchNpu), links=True)
     return json.dumps(report, indent=2) + f"\n{PREFLIGHT_DONE} (doctor exit {code})\n"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.image.render import context_file, render_dockerfile
+from buildkit.image.render import context_file, context_paths, render_dockerfile
 from buildkit.matrix.load import LoadedMatrix, parse_matrix
 from buildkit.plan import RenderTarget, all_targets, plan_image, plan_target
 from tests.conftest import MATRIX, MATRIX_TEXT, ROOT, edit
@@ -299,5 +299,9 @@ def test_dockerignore_sends_every_file_the_committed_dockerfiles_copy() -> None:
         for instruction in instructions(dockerfile.read_text()):
             if instruction.startswith("COPY "):
                 for source in instruction.split()[1:-1]:
-                    assert source in included, f"{dockerfile.name}: {source} is excluded by .dockerignore"
+                    if source.endswith("/"):  # a directory: what the context carries of it, and nothing else
+                        sent = {p for p in included if p.startswith(source) and (ROOT / p).is_file()}
+                        assert sent == {p for p in context_paths() if p.startswith(source)}, f"{dockerfile.name}: {source}"
+                    else:
+                        assert source in included, f"{dockerfile.name}: {source} is excluded by .dockerignore"
     assert "compat_matrix.yaml" not in included and "tests/test_render.py" not in included

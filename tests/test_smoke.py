@@ -35,7 +35,7 @@ from buildkit.run.devices import (
     plan_devices,
     prepare_data_dir,
 )
-from buildkit.run.doctor import CONTROL_DEVICES, RUNTIME_ENV, Check
+from buildkit.run.doctor.base import CONTROL_DEVICES, RUNTIME_ENV, Check
 from buildkit.run.job import ARGS_CHECK, MODEL_DIR, SMOKE_FILES, JobFacts
 from buildkit.run.report import judge, write_reports
 from buildkit.run.smoke import SmokeRequest, run_smoke
@@ -689,7 +689,7 @@ def test_composition_errors_say_what_to_do() -> None:
 
 
 def test_a_failed_job_with_a_known_hccl_code_gets_its_explanation_in_the_report(tmp_path: Path) -> None:
-    """The code, what it means and the first thing to check, from buildkit/run/error_codes.json."""
+    """The code, what it means and the first thing to check, from buildkit/run/doctor/error_codes.json."""
     engine = FakeEngine(0, LOGS / "npu_hccl_ei0006.log", job_code=1)
     report = run_smoke(cast(Any, engine), smoke_request(tmp_path))
     assert (report.outcome, report.exit_code) == ("failed", 1)

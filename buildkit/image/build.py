@@ -25,12 +25,13 @@ from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, host
 from buildkit.image.engine import connect, remove_containers
 from buildkit.image.manifest import manifest_data, verified_before, write_manifest
 from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
-from buildkit.image.render import CONTEXT_FILES, SECRETS_ARG, context_file
+from buildkit.image.render import SECRETS_ARG, context_paths
 from buildkit.image.sbom import BaseImage, dumps, sbom_document, sbom_path
 from buildkit.image.secrets import SecretServer
 from buildkit.image.verify import Check, collect_facts, compare, failures
 from buildkit.imageref import split_ref
 from buildkit.reach import engine_said
+from buildkit.resources import PACKAGE_DIR
 
 
 def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 20) -> None:
@@ -61,9 +62,9 @@ def write_context(plan: BuildPlan, context: Path) -> None:
     """The build context of ``plan`` in ``context``: the Dockerfile, the files it COPYs, the lock
     sections (the benchmarks build the same context raw, to measure ascendkit's overhead)."""
     (context / "Dockerfile").write_text(plan.dockerfile, encoding="utf-8")
-    for name, relative in CONTEXT_FILES.items():  # COPYed by the Dockerfile from its repository path
+    for relative in context_paths():  # COPYed by the Dockerfile from its repository path
         (context / relative).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(context_file(name), context / relative)
+        shutil.copy(PACKAGE_DIR.parent / relative, context / relative)
     for relative, text in plan.lock_files:  # each pip layer COPYs its own from the context root
         (context / relative).parent.mkdir(parents=True, exist_ok=True)
         (context / relative).write_text(text, encoding="utf-8")

@@ -36,8 +36,7 @@ from buildkit.resources import PACKAGE_DIR, TEMPLATES_DIR
 GIT_REVISIONS_FILE = "/etc/ascendkit/git-revisions.txt"
 TOOLKIT_HOME = "/usr/local/Ascend/ascend-toolkit/latest"
 BUILD_ENV = "/usr/local/lib/ascendkit/build-env.sh"
-DOCTOR_PATH = "/usr/local/lib/ascendkit/doctor.py"
-ERROR_CODES_PATH = "/usr/local/lib/ascendkit/error_codes.json"  # beside doctor.py, where it looks
+DOCTOR_PATH = "/usr/local/lib/ascendkit/doctor"  # the doctor package, which python3 runs as a directory
 IN_IMAGE_CLI = "/usr/local/bin/ascendkit"
 IMAGE_INFO_FILE = "/etc/ascendkit/image.json"
 PATCH_TOOL = "/usr/local/lib/ascendkit/patch.py"
@@ -48,10 +47,10 @@ PATCHES_FILE = "/etc/ascendkit/patches.json"  # what patch.py records: verificat
 # (buildkit/image/files/build-env.sh reads it).
 SECRETS_ARG = "ftp_proxy"
 # Files the image carries as they are, by their path in the build context (the repository root, the
-# same as in the package): the in-image doctor and the scripts in buildkit/image/files/.
+# same as in the package): the in-image doctor (a directory: its modules and its table of error codes)
+# and the scripts in buildkit/image/files/.
 CONTEXT_FILES = {
-    "doctor": "buildkit/run/doctor.py",
-    "error_codes": "buildkit/run/error_codes.json",
+    "doctor": "buildkit/run/doctor/",
     "entrypoint": "buildkit/image/files/entrypoint.sh",
     "build_env": "buildkit/image/files/build-env.sh",
     "in_image_cli": "buildkit/image/files/ascendkit.sh",
@@ -61,9 +60,25 @@ CONTEXT_FILES = {
 ADD_USER = "/usr/local/lib/ascendkit/add-user.sh"
 
 
+DIRECTORY_MEMBERS = ("*.py", "*.json")  # what a directory of CONTEXT_FILES sends: never __pycache__
+
+
 def context_file(name: str) -> Path:
-    """Where a file of CONTEXT_FILES is on this machine (inside the installed package)."""
+    """Where a file (or directory) of CONTEXT_FILES is on this machine (inside the installed package)."""
     return PACKAGE_DIR.parent / CONTEXT_FILES[name]
+
+
+def context_paths() -> list[str]:
+    """Every file the build context carries for CONTEXT_FILES, by its path in the context, sorted:
+    a directory's members that match DIRECTORY_MEMBERS, not its caches."""
+    paths = []
+    for name, relative in CONTEXT_FILES.items():
+        if not relative.endswith("/"):
+            paths.append(relative)
+            continue
+        here = context_file(name)
+        paths += [f"{relative}{p.name}" for pattern in DIRECTORY_MEMBERS for p in here.glob(pattern) if p.is_file()]
+    return sorted(paths)
 
 
 @dataclass(frozen=True)
@@ -255,7 +270,6 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.globals["build_env"] = BUILD_ENV
     env.globals["context_files"] = CONTEXT_FILES
     env.globals["doctor_path"] = DOCTOR_PATH
-    env.globals["error_codes_path"] = ERROR_CODES_PATH
     env.globals["in_image_cli"] = IN_IMAGE_CLI
     env.globals["image_info_file"] = IMAGE_INFO_FILE
     env.globals["image_locks_dir"] = IMAGE_LOCKS_DIR

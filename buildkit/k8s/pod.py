@@ -17,7 +17,7 @@ from buildkit.k8s.request import (
 )
 from buildkit.plan import WORKSPACE
 from buildkit.run.devices import DRIVER_FILES_OPTIONAL, DRIVER_FILES_REQUIRED, SHM_SIZE
-from buildkit.run.doctor import DRIVER_VERSION, FIRMWARE_VERSION, HCCN_CONF, HCCN_TOOL, NODE_ENV
+from buildkit.run.doctor.base import DRIVER_VERSION, FIRMWARE_VERSION, HCCN_CONF, HCCN_TOOL, NODE_ENV
 from buildkit.run.job import SMOKE_FILES
 
 # The host files smoke mounts, as hostPath volumes: (volume name, path, hostPath type). hccn_tool

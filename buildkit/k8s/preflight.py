@@ -15,7 +15,8 @@ from typing import Any
 
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_text
-from buildkit.run.doctor import Check, zstd_verdict
+from buildkit.run.doctor.base import Check
+from buildkit.run.doctor.host import zstd_verdict
 
 # kubectl logs --prefix: "[pod/NAME/CONTAINER] " in front of every line
 _PREFIX = re.compile(r"^\[pod/(?P<pod>[^/\]]+)/[^\]]*\] ?")

@@ -21,7 +21,7 @@ from buildkit.fsio import write_atomic
 from buildkit.matrix.model import Sku
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.container import run_container
-from buildkit.run.doctor import Check
+from buildkit.run.doctor.base import Check
 from buildkit.run.job import SMOKE_FILES, ImageJob, Job, JobFacts
 from buildkit.run.openrlhfargs import check_args, parse_printed_args
 from buildkit.run.verlconfig import check_config, check_sft_config, parse_printed_config

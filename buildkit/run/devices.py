@@ -12,7 +12,7 @@ from typing import Any
 from buildkit.errors import InputError
 from buildkit.matrix.model import Sku
 from buildkit.plan import USER_LABEL
-from buildkit.run.doctor import CONTROL_DEVICES, DRIVER_VERSION, FIRMWARE_VERSION, HCCN_TOOL
+from buildkit.run.doctor.base import CONTROL_DEVICES, DRIVER_VERSION, FIRMWARE_VERSION, HCCN_TOOL
 
 # The driver lives on the host, never in the image (facts: "Running a container on an NPU host").
 DRIVER_FILES_REQUIRED = ("/usr/local/Ascend/driver/lib64", DRIVER_VERSION)

@@ -13,7 +13,7 @@ from buildkit.accuracy.compare import GATES, PCT_UNIT, Gate
 from buildkit.accuracy.metrics import StepMetrics, is_finite, series
 from buildkit.fsio import write_atomic
 from buildkit.plan import FRAMEWORK_NAMES
-from buildkit.run.doctor import Check
+from buildkit.run.doctor.base import Check
 
 
 def judge(steps: list[StepMetrics], requested: int, gate: Gate = GATES[0]) -> list[Check]:

@@ -42,7 +42,7 @@ from buildkit.resources import SMOKE_DIR
 from buildkit.run.configcheck import run_config_check
 from buildkit.run.container import engine_runtime, run_container
 from buildkit.run.devices import DevicePlan, device_groups, host_config_args, image_user, plan_devices, prepare_data_dir
-from buildkit.run.doctor import EXIT_NO_DEVICES, RUNTIME_ENV, Check
+from buildkit.run.doctor.base import EXIT_NO_DEVICES, RUNTIME_ENV, Check
 from buildkit.run.job import (
     DATA_DIR,
     DATA_FILES,

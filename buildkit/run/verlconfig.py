@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from buildkit.matrix.yamlsource import YamlTooLarge, check_yaml_size
-from buildkit.run.doctor import Check
+from buildkit.run.doctor.base import Check
 from buildkit.run.job import needs_device_override
 
 _TOP_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*:(\s|$)")
