@@ -41,8 +41,8 @@ from buildkit.image.engine import connect
 from buildkit.lock.inputs import LockTarget, lock_targets
 from buildkit.lock.relock import index_urls_for, lock_all
 from buildkit.lock.wheelhouse import make_wheelhouse
+from buildkit.matrix.fields import Arch
 from buildkit.matrix.load import LoadedMatrix, load_matrix
-from buildkit.matrix.model import Arch
 from buildkit.plan import INSTALLERS
 from buildkit.settings import Mirrors, default_ca_bundle
 

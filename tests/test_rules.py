@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from buildkit.cli import app
 from buildkit.matrix import rules
 from buildkit.matrix.load import LoadedMatrix
-from buildkit.matrix.model import Matrix
+from buildkit.matrix.model import GIT_COMPONENTS, OPENRLHF_CHECKED, PYPI_COMPONENTS, GitPin, Matrix, PypiPin, Stack
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,6 +62,16 @@ def test_every_rule_has_tests_below() -> None:
         "git-ref-is-commit",
     }
     assert set(rules.RULES) == tested
+
+
+def test_the_components_of_a_stack_are_its_pin_fields_listed_once() -> None:
+    """pins() and git_pins() read the Stack's fields; an OpenRLHF line names only components."""
+    assert PYPI_COMPONENTS[:2] == ("torch", "torch_npu") and PYPI_COMPONENTS[-1] == "verl"
+    assert GIT_COMPONENTS == ("mindspeed", "megatron_lm")
+    assert set(OPENRLHF_CHECKED) <= set(PYPI_COMPONENTS)
+    fields = {n: f.annotation for n, f in Stack.model_fields.items()}
+    assert {n for n, a in fields.items() if "PypiPin" in str(a) or a is PypiPin} == set(PYPI_COMPONENTS)
+    assert {n for n, a in fields.items() if "GitPin" in str(a) or a is GitPin} == set(GIT_COMPONENTS)
 
 
 def test_shipped_matrix_has_no_rule_errors(loaded: LoadedMatrix) -> None:

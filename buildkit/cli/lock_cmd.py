@@ -155,7 +155,7 @@ def wheelhouse(
     from buildkit.lock.relock import index_urls_for
     from buildkit.lock.wheelhouse import make_wheelhouse
     from buildkit.matrix.load import load_matrix
-    from buildkit.matrix.model import ARCHES
+    from buildkit.matrix.fields import ARCHES
 
     if arch not in ARCHES:
         raise InputError(f"--arch {arch!r}: choose one of {', '.join(ARCHES)}")

@@ -215,7 +215,7 @@ def matrix_verify(
     from buildkit.lock.availability import check_matrix, check_together, summarize
     from buildkit.lock.index import IndexClient
     from buildkit.matrix.load import load_matrix, resolve_stack
-    from buildkit.matrix.model import ARCHES
+    from buildkit.matrix.fields import ARCHES
 
     if fresh and no_resolve:
         raise InputError("--fresh and --no-resolve exclude each other: --fresh re-resolves each stack, --no-resolve skips resolving")

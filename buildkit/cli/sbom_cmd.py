@@ -51,7 +51,7 @@ def sbom(
     """The components of an image (Python packages, OS packages, CANN, git checkouts, base image) from
     its CycloneDX SBOM; or, with `diff A B`, those added, removed and changed from A to B."""
     from buildkit.image.sbom import diff, entries
-    from buildkit.matrix.model import ARCHES
+    from buildkit.matrix.fields import ARCHES
     from buildkit.ship.attach import check_sbom_ref
 
     is_diff = images[0] == "diff"

@@ -18,8 +18,8 @@ from buildkit.imageref import IMAGE_REFERENCE
 from buildkit.lock.inputs import LockTarget, lock_inputs
 from buildkit.lock.lockfile import LockFile, lock_problem, read_lock, section_texts
 from buildkit.lock.wheelhouse import current_lock, missing_from
+from buildkit.matrix.fields import DOCKER_ARCH, Arch, normalize_arch
 from buildkit.matrix.load import LoadedMatrix
-from buildkit.matrix.model import DOCKER_ARCH, Arch, normalize_arch
 from buildkit.plan import INSTALLER_ARG, INSTALLERS, ImagePlan, hosts_arch, plan_image, plan_target
 from buildkit.resources import default_repository
 from buildkit.settings import Mirrors, default_ca_bundle, read_ca_bundle, split_credentials

@@ -12,7 +12,7 @@ from docker.errors import DockerException, NotFound
 from docker.utils import kwargs_from_env
 
 from buildkit.errors import InputError, Unavailable
-from buildkit.matrix.model import normalize_arch
+from buildkit.matrix.fields import normalize_arch
 from buildkit.reach import engine_failure
 
 # A build step can be silent for a long time (vllm-ascend compiles its kernels without output);

@@ -15,8 +15,9 @@ from pathlib import Path
 import jinja2
 
 from buildkit.errors import InputError
+from buildkit.matrix.fields import ARCHES
 from buildkit.matrix.load import LoadedMatrix
-from buildkit.matrix.model import ARCHES, Matrix, Stack
+from buildkit.matrix.model import Matrix, Stack
 from buildkit.plan import (
     CONSTRAINTS_FILE,
     ENTRYPOINT,

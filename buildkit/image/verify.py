@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion
 
 from buildkit.errors import VerifyFailed
 from buildkit.image.probe import run_in_image, run_probe
-from buildkit.matrix.model import normalize_arch
+from buildkit.matrix.fields import normalize_arch
 
 Status = Literal["pass", "fail", "absent"]
 

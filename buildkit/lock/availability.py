@@ -28,8 +28,9 @@ from buildkit.lock.inputs import CheckoutSpec, LockFailed, LockTarget, lock_inpu
 from buildkit.lock.lockfile import lock_problem, read_lock
 from buildkit.lock.relock import lock_one
 from buildkit.lock.sdist import SdistReader
+from buildkit.matrix.fields import ARCHES
 from buildkit.matrix.load import LoadedMatrix
-from buildkit.matrix.model import ARCHES, GitPin, Matrix, PypiPin, Stack
+from buildkit.matrix.model import GitPin, Matrix, PypiPin, Stack
 from buildkit.plan import dist_name
 
 Status = Literal["found", "missing", "unverified", "conflict"]

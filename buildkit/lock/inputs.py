@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from packaging.utils import canonicalize_name
 
 from buildkit.errors import AscendkitError, ExitCode, InputError
+from buildkit.matrix.fields import ARCHES, Arch
 from buildkit.matrix.load import LoadedMatrix
-from buildkit.matrix.model import ARCHES, Arch, Stack
+from buildkit.matrix.model import Stack
 from buildkit.plan import LOCKS_DIR, PRIMARY_INDEX, dist_name, lock_path, stack_layers
 
 LOCK_FORMAT = 1

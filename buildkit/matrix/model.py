@@ -6,52 +6,26 @@ in :mod:`buildkit.matrix.rules`, each written once.
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-Arch = Literal["aarch64", "x86_64"]
-# debian12 has no official CANN image; it is the OS of the stand-in base used where CANN cannot be pulled.
-OsName = Literal["ubuntu22.04", "openeuler24.03", "debian12"]
-ARCHES: tuple[Arch, ...] = ("aarch64", "x86_64")
-DOCKER_ARCH: dict[str, str] = {"x86_64": "amd64", "aarch64": "arm64"}  # matrix arch -> OCI/Docker name
-
-
-def normalize_arch(name: str) -> str:
-    """``amd64``/``arm64`` (Docker, OCI) or ``x86_64``/``aarch64`` (uname) -> the matrix's name."""
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(name, name)
-
-
-def _pep440_version(value: str) -> str:
-    try:
-        Version(value)
-    except InvalidVersion:
-        raise ValueError(f"{value!r} is not a PEP 440 version (e.g. 2.7.1, 2.8.0.post2)") from None
-    if value != value.strip():
-        raise ValueError("surrounding whitespace is not allowed")
-    return value
-
-
-def _specifier(value: str) -> str:
-    try:
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        raise ValueError(f"{value!r} is not a PEP 440 specifier (e.g. '<2.0.0', '>=0.8,!=0.9.0')") from None
-    return value
-
-
-PackageVersion = Annotated[StrictStr, AfterValidator(_pep440_version)]
-VersionSpecifier = Annotated[StrictStr, AfterValidator(_specifier)]
-Identifier = Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]
-ArgName = Annotated[StrictStr, Field(pattern=r"^[A-Z][A-Z0-9_]*$")]
-HttpUrl = Annotated[StrictStr, Field(pattern=r"^https?://[^\s]+$")]
-CannVersion = Annotated[StrictStr, Field(pattern=r"^\d+\.\d+\.(\d+|RC\d+)$")]
-PythonVersion = Annotated[StrictStr, Field(pattern=r"^3\.\d+$")]
-PackageName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
-ModuleName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")]  # package.module
+from buildkit.matrix.fields import (
+    COMMIT_ID,
+    Arch,
+    ArgName,
+    CannVersion,
+    HttpUrl,
+    Identifier,
+    ModuleName,
+    OsName,
+    PackageName,
+    PackageVersion,
+    PythonVersion,
+    RelativePath,
+    VersionSpecifier,
+    tag_template,
+)
 
 
 class Frozen(BaseModel):
@@ -75,26 +49,12 @@ class GitRepo(Frozen):
     path: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9._/-]+\.git$")]
 
 
-_TAG_FIELDS = ("cann", "chip", "os", "python")
-
-
-def _tag_template(value: str) -> str:
-    names = set(re.findall(r"{([^{}]*)}", value))
-    unknown = names - set(_TAG_FIELDS)
-    if unknown:
-        raise ValueError(f"unknown placeholder(s) {sorted(unknown)}; allowed: {list(_TAG_FIELDS)}")
-    missing = set(_TAG_FIELDS) - names
-    if missing:
-        raise ValueError(f"the tag must contain {sorted('{' + m + '}' for m in missing)}")
-    return value
-
-
 class BaseImage(Frozen):
     """Where the official CANN base images live, their tag grammar, and known mirrors."""
 
     registry: Annotated[StrictStr, Field(pattern=r"^[a-z0-9.:-]+(/[a-z0-9._-]+)*$")]
     repository: Annotated[StrictStr, Field(pattern=r"^[a-z0-9._/-]+$")]
-    tag: Annotated[StrictStr, AfterValidator(_tag_template)]
+    tag: Annotated[StrictStr, AfterValidator(tag_template)]
     mirrors: dict[Identifier, Annotated[StrictStr, Field(pattern=r"^[a-z0-9.:-]+(/[a-z0-9._-]+)*$")]] = {}
 
 
@@ -157,19 +117,6 @@ class GitPin(Frozen):
     install: Literal["pip", "pythonpath"] = Field(
         default="pip", description="pip-install the checkout, or keep it under /opt on PYTHONPATH"
     )
-
-
-COMMIT_ID = r"^[0-9a-f]{40}$"
-
-
-def _relative_path(value: str) -> str:
-    if value.startswith("/") or ".." in value.split("/") or "" in value.split("/"):
-        raise ValueError(f"{value!r} must be a relative path inside the repository or distribution (no leading /, no .., no //)")
-    return value
-
-
-# A path inside a repository or a distribution: what a patch or a requirements file names.
-RelativePath = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9._/-]+$"), AfterValidator(_relative_path)]
 
 
 class FrameworkSource(Frozen):
@@ -304,16 +251,18 @@ class Stack(Frozen):
     arches: tuple[Arch, ...] = Field(min_length=1)
     skus: tuple[Identifier, ...] = Field(min_length=1)
     atb_cxx_abi: Literal[0, 1]
+    # The components, each once: a PypiPin or GitPin field is a component, in install order (pins()
+    # and git_pins() read them from here, and so do the rules and the lock).
     torch: PypiPin
     torch_npu: PypiPin
     torchvision: PypiPin
     triton_ascend: PypiPin | None = None
     vllm: PypiPin
     vllm_ascend: PypiPin
+    mbridge: PypiPin | None = None
     transformers: PypiPin
     mindspeed: GitPin | None = None
     megatron_lm: GitPin | None = None
-    mbridge: PypiPin | None = None
     deepspeed: PypiPin | None = None
     ring_attn_ascend: PypiPin | None = None
     # The framework the image carries: exactly one of these (rule one-framework).
@@ -333,20 +282,7 @@ class Stack(Frozen):
 
     def pins(self) -> dict[str, PypiPin]:
         """The PyPI-style pins by component name, in install order, absent ones left out."""
-        named = {
-            "torch": self.torch,
-            "torch_npu": self.torch_npu,
-            "torchvision": self.torchvision,
-            "triton_ascend": self.triton_ascend,
-            "vllm": self.vllm,
-            "vllm_ascend": self.vllm_ascend,
-            "mbridge": self.mbridge,
-            "transformers": self.transformers,
-            "deepspeed": self.deepspeed,
-            "ring_attn_ascend": self.ring_attn_ascend,
-            "verl": self.verl,
-        }
-        return {k: v for k, v in named.items() if v is not None}
+        return {name: pin for name in PYPI_COMPONENTS if isinstance(pin := getattr(self, name), PypiPin)}
 
     @property
     def framework(self) -> str:
@@ -361,8 +297,19 @@ class Stack(Frozen):
         return self.verl.version
 
     def git_pins(self) -> dict[str, GitPin]:
-        named = {"mindspeed": self.mindspeed, "megatron_lm": self.megatron_lm}
-        return {k: v for k, v in named.items() if v is not None}
+        """The pins built from a git checkout, by component name."""
+        return {name: pin for name in GIT_COMPONENTS if isinstance(pin := getattr(self, name), GitPin)}
+
+
+def _components(kind: type[BaseModel]) -> tuple[str, ...]:
+    """The Stack fields that hold a pin of ``kind`` (alone or optional), in declaration order."""
+    return tuple(name for name, field in Stack.model_fields.items() if kind in (field.annotation, *get_args(field.annotation)))
+
+
+PYPI_COMPONENTS = _components(PypiPin)
+GIT_COMPONENTS = _components(GitPin)
+# The pins an OpenRLHF Ascend branch names, each a component of the stack (a test holds them to it).
+OPENRLHF_CHECKED = tuple(name for name in OpenRlhfLine.model_fields if name != "cann")
 
 
 RunnerLabels = tuple[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")], ...]

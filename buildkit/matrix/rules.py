@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from buildkit.matrix.model import Matrix, PypiPin, Stack
+from buildkit.matrix.model import OPENRLHF_CHECKED, Matrix, PypiPin, Stack
 from buildkit.matrix.yamlsource import PathKey
 
 
@@ -218,7 +218,7 @@ def openrlhf_matches_stack(matrix: Matrix) -> Iterator[Violation]:
                 hint=f"cann: {line.cann}",
             )
         pins = stack.pins()
-        for component in ("torch_npu", "vllm", "vllm_ascend", "transformers", "deepspeed", "ring_attn_ascend"):
+        for component in OPENRLHF_CHECKED:
             spec = getattr(line, component)
             if spec is None:
                 continue

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from buildkit.errors import InputError
+from buildkit.matrix.fields import Arch
 from buildkit.matrix.load import LoadedMatrix
-from buildkit.matrix.model import Arch, Chip, ImageUser, Matrix, Stack
+from buildkit.matrix.model import Chip, ImageUser, Matrix, Stack
 from buildkit.plan.layers import (
     DOCKERFILES_DIR,
     LABEL_PREFIX,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from buildkit.errors import InputError
+from buildkit.matrix.fields import ARCHES, Arch
 from buildkit.matrix.load import LoadedMatrix, check_stack_sku, resolve_hw, resolve_stack
-from buildkit.matrix.model import ARCHES, Arch
 from buildkit.plan.image import ImagePlan, RenderTarget, plan_image, stack_skus_on_chip
 
 

@@ -15,7 +15,7 @@ from buildkit.errors import PublishFailed
 from buildkit.fsio import write_atomic
 from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import sbom_beside
-from buildkit.matrix.model import normalize_arch
+from buildkit.matrix.fields import normalize_arch
 
 
 @dataclass(frozen=True)

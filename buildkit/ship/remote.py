@@ -7,7 +7,7 @@ import json
 
 from buildkit.errors import InputError, PublishFailed
 from buildkit.imageref import registry_of, split_ref
-from buildkit.matrix.model import DOCKER_ARCH
+from buildkit.matrix.fields import DOCKER_ARCH
 from buildkit.reach import http_failure
 from buildkit.ship.registry import Registry
 
