@@ -464,6 +464,14 @@ def test_an_unreachable_registry_is_one_readable_warning_and_the_job_follows_sta
     assert not any(noise in warning for noise in ("Errno", "Pool", "object at 0x", "Caused by"))
 
 
+def test_an_unreachable_registry_without_stack_exits_4_as_the_readme_promises() -> None:
+    image = "127.0.0.1:9/ascendkit/verl@sha256:" + "ab" * 32  # the discard port: nothing listens
+    proc = ascendkit("k8s", "render", "--hw", "a3", "--image", image)
+    assert proc.returncode == ExitCode.UNAVAILABLE, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert "registry 127.0.0.1:9: connection refused" in line and "pass --stack" in line
+
+
 def test_pods_run_as_the_images_user_and_the_device_group_the_nodes_give() -> None:
     from buildkit.cli.k8s_cmd import user_of
     from buildkit.matrix.model import ImageUser

@@ -53,20 +53,20 @@ def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) ->
     from buildkit.run.smoke import image_job_of
     from buildkit.ship.remote import image_labels
 
+    unreachable = False
     try:
         labels = image_labels(image, arch)
         problem = f"it has no {LABEL_PREFIX}.stack label"
     except (InputError, Unavailable, PublishFailed) as exc:
-        labels, problem = {}, str(exc)
+        labels, problem, unreachable = {}, str(exc), isinstance(exc, Unavailable)
     found = labels.get(f"{LABEL_PREFIX}.stack")
     if found is not None:
         if stack is not None and stack != found:
             raise InputError(f"--stack {stack}: {image} is built from stack {found!r} (its {LABEL_PREFIX}.stack label)")
         return image_job_of(labels, found), [], labels
-    if stack is None:
-        raise InputError(
-            f"cannot tell which stack and framework {image} carries ({problem}); pass --stack with the stack it was built from"
-        )
+    if stack is None:  # a registry that cannot be reached is that (exit 4), not a mistake in the command
+        error = Unavailable if unreachable else InputError
+        raise error(f"cannot tell which stack and framework {image} carries ({problem}); pass --stack with the stack it was built from")
     st = loaded.matrix.stacks[stack]
     return (
         ImageJob(stack, st.framework_version, st.framework),
