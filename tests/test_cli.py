@@ -169,8 +169,11 @@ BAD_INVOCATIONS: list[tuple[str, list[str], str, int]] = [
     ("no-hw", ["render"], "give --hw", ExitCode.INVALID_INPUT),
     ("all-with-hw", ["render", "--all", "--hw", "a3"], "drop --hw", ExitCode.INVALID_INPUT),
     ("show-unknown-stack", ["matrix", "show", "cann7"], "unknown stack 'cann7'", ExitCode.INVALID_INPUT),
-    ("bad-table-format", ["matrix", "table", "--format", "html"], "Invalid value", 2),
-    ("unknown-option", ["render", "--bogus"], "No such option", 2),
+    ("bad-table-format", ["matrix", "table", "--format", "html"], "invalid value for '--format'", 2),
+    ("unknown-option", ["render", "--bogus"], "ascendkit: render: no such option: --bogus", 2),
+    ("bad-choice", ["k8s", "render", "--hw", "a3", "--image", "x", "--job", "fly"], "'fly' is not one of 'smoke', 'grpo'", 2),
+    ("missing-option", ["k8s", "render", "--image", "x"], "ascendkit: k8s render: missing option '--hw'", 2),
+    ("below-range", ["k8s", "render", "--hw", "a3", "--image", "x", "--nodes", "0"], "invalid value for '--nodes'", 2),
 ]
 
 
@@ -180,6 +183,9 @@ def test_bad_invocation(runner: CliRunner, case: str, argv: list[str], expected:
     assert result.exit_code == code, result.output
     assert expected in result.output
     assert "Traceback" not in result.output
+    if code == 2:  # click's usage errors take our one-line form, as ours do: no usage block, no "Error:"
+        (line,) = result.output.strip().splitlines()
+        assert line.startswith("ascendkit: ") and "Usage:" not in line and "Error:" not in line
 
 
 def test_missing_matrix_file(runner: CliRunner, tmp_path: Path) -> None:
@@ -375,4 +381,34 @@ def test_help_imports_no_command_and_a_command_only_its_own() -> None:
     matrix = _py(LOADED + show, "matrix", "--help")
     assert "LOADED ['matrix_cmd', 'outdated_cmd']" in matrix.stdout and "outdated" in matrix.stdout
     wrong = _py(LOADED, "rendr")
-    assert "No such command 'rendr'. Did you mean 'render'?" in wrong.stderr, "suggested from every command, loaded or not"
+    assert "ascendkit: no such command 'rendr'. Did you mean 'render'? (see `ascendkit --help`)" in wrong.stderr, (
+        "suggested from every command, loaded or not"
+    )
+
+
+def test_the_reference_page_is_the_app_and_every_option_says_what_to_type() -> None:
+    """docs/cli.md is what the app declares (render --check guards the committed page), and no option
+    shows a bare type where the user needs to know what to type."""
+    from buildkit.cli.commands import COMMANDS, SUMMARIES
+    from buildkit.cli.reference import cli_reference
+
+    page = cli_reference()
+    assert page == (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    for name in COMMANDS:
+        assert f"## `ascendkit {name}`" in page and SUMMARIES[name] in page
+    options = re.findall(r"^\| `(-[^`]*)` \|", page, re.M)
+    assert len(options) > 100
+    assert not [o for o in options if re.search(r"<(str|int|float|path|file|dir|list\[[a-zA-Z]+\]|int range|float range)>", o)]
+    assert "--job <smoke\\|grpo\\|sft\\|train\\|preflight\\|prepull>" in page
+    for summary in SUMMARIES.values():
+        assert summary.endswith(".") and len(summary) <= 60, summary
+
+
+def test_piped_tables_are_plain_columns() -> None:
+    """`ascendkit plan --all | cat`: aligned columns with no box drawing, each row on one line."""
+    exe = Path(sys.executable).with_name("ascendkit")
+    proc = subprocess.run([str(exe), "plan", "--all"], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120)
+    lines = proc.stdout.splitlines()
+    assert lines[0].endswith("image(s) of compat_matrix.yaml") and lines[1].split()[:4] == ["stack", "chip", "os", "arch"]
+    assert not any(ch in proc.stdout for ch in "│┃━─┏└")
+    assert all(len(line.split()) >= 8 for line in lines[2:]), "one row per line, never wrapped"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from buildkit.errors import ExitCode
+from buildkit.errors import ExitCode, InputError
 from buildkit.k8s.pod import DRIVER_VOLUMES
 from buildkit.k8s.render import as_documents, render
 from buildkit.k8s.request import K8sRequest
@@ -313,7 +315,10 @@ def test_json_output_is_a_list_kubectl_accepts_and_validate_reads(tmp_path: Path
         (["--hw", "a9", "--image", DIGEST_REF], "a9"),
         (["--hw", "a2", "--image", DIGEST_REF], "names a chip family; pods are sized by the SKU: one of a2-box16, 900-podc"),
         (["--hw", "a3", "--image", DIGEST_REF, "--job", "train"], "--job train needs the command after `--`"),
-        (["--hw", "a3", "--image", DIGEST_REF, "--job", "eval"], "--job 'eval': one of smoke, grpo, sft, train"),
+        (
+            ["--hw", "a3", "--image", DIGEST_REF, "--job", "eval"],
+            "'eval' is not one of 'smoke', 'grpo', 'sft', 'train'",
+        ),
         (["--hw", "a3", "--image", DIGEST_REF, "--job", "sft", "--nodes", "2"], "--job sft runs on one node"),
         (["--hw", "a3", "--image", DIGEST_REF, "--job", "sft", "--", "python3"], "a command after `--` is for --job train"),
         (["--hw", "a3", "--image", DIGEST_REF, "--arch", "riscv64"], "--arch 'riscv64'"),
@@ -328,13 +333,16 @@ def test_json_output_is_a_list_kubectl_accepts_and_validate_reads(tmp_path: Path
         (["--hw", "a3", "--image", DIGEST_REF, "--queue", "rl"], "--queue is for Volcano: add --scheduler volcano"),
         (["--hw", "a3", "--image", DIGEST_REF, "--nodes", "2", "--no-kuberay"], "--no-kuberay renders a Volcano Job: add --scheduler"),
         (["--hw", "a3", "--image", DIGEST_REF, "--scheduler", "volcano", "--no-kuberay"], "one node is a batch/v1 Job either way"),
-        (["--hw", "a3", "--image", DIGEST_REF, "--scheduler", "kube-batch"], "--scheduler 'kube-batch': one of default, volcano"),
+        (
+            ["--hw", "a3", "--image", DIGEST_REF, "--scheduler", "kube-batch"],
+            "'kube-batch' is not one of 'default', 'volcano'",
+        ),
         (["--hw", "a3", "--image", DIGEST_REF, "--scheduler", "volcano", "--queue", "Bad Queue"], "--queue 'Bad Queue' is not a valid"),
         (["--hw", "a3", "--image", DIGEST_REF, "--npu-resource", "Ascend910"], "--npu-resource 'Ascend910' is not an extended resource"),
         (["--hw", "a3", "--image", DIGEST_REF, "--nic", "eth0; rm -rf /"], "--nic 'eth0; rm -rf /': a network interface name"),
         (
             ["--hw", "a3", "--image", DIGEST_REF, "--nodes", "2", "--scheduler", "volcano", "--network-topology", "strict"],
-            "one of hard, soft",
+            "'strict' is not one of 'hard', 'soft'",
         ),
         (["--hw", "a3", "--image", DIGEST_REF, "--scheduler", "volcano", "--network-topology", "hard"], "it needs --nodes 2 or more"),
         (
@@ -462,6 +470,22 @@ def test_an_unreachable_registry_is_one_readable_warning_and_the_job_follows_sta
     assert warning.startswith("ascendkit: warning: the job follows --stack cann8.3 (verl 0.6.1): could not read the image's labels: ")
     assert "registry 127.0.0.1:9: connection refused" in warning and len(warning) < 200, warning
     assert not any(noise in warning for noise in ("Errno", "Pool", "object at 0x", "Caused by"))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"job": "eval"}, "--job 'eval': one of smoke, grpo, sft, train"),
+        ({"scheduler": "kube-batch"}, "--scheduler 'kube-batch': one of default, volcano"),
+    ],
+)
+def test_the_library_refuses_what_the_command_line_offers_no_choice_for(change: dict[str, Any], message: str) -> None:
+    """The command line offers the choices; a caller of the library gets the same refusals from the request."""
+    from buildkit.k8s.request import check_request
+
+    a3 = load_matrix(ROOT / DEFAULT_MATRIX).matrix.skus["a3"]
+    with pytest.raises(InputError, match=re.escape(message)):
+        check_request(dataclasses.replace(_request("a3", a3, 1), **change))
 
 
 def test_an_unreachable_registry_without_stack_exits_4_as_the_readme_promises() -> None:

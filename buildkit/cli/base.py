@@ -6,6 +6,7 @@ User mistakes are printed as messages (never tracebacks) and mapped to the exit 
 
 from __future__ import annotations
 
+import enum
 import functools
 import importlib
 import json
@@ -13,17 +14,23 @@ import math
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 import typer.main
+from typer import Abort
 from typer.core import TyperCommand, TyperGroup
+
+try:  # newer Typers carry their own click
+    from typer._click.exceptions import UsageError
+except ImportError:  # pragma: no cover - an older Typer on click itself
+    from click.exceptions import UsageError  # type: ignore[assignment]
 
 from buildkit import __version__
 from buildkit.cancel import signal_exit_code, stopped_by
-from buildkit.cli.commands import COMMANDS
+from buildkit.cli.commands import COMMANDS, SUMMARIES
 from buildkit.errors import AscendkitError, ExitCode, Finding, MatrixError
 
 if TYPE_CHECKING:
@@ -55,16 +62,125 @@ class LazyGroup(TyperGroup):
                 self.commands.setdefault(name, TyperCommand(name, help=help_text))
         return super().resolve_command(ctx, args)
 
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """Click's own usage errors (a bad value, a missing option, an unknown command) in ascendkit's
+        one-line form, ``ascendkit: COMMAND: what is wrong (see `COMMAND --help`)``, exit 2."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **kwargs)
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **kwargs)
+        except UsageError as exc:
+            if exc.ctx is not None and type(exc).__name__ == "NoArgsIsHelpError":  # `ascendkit k8s`: its help
+                typer.echo(exc.ctx.get_help(), err=True)
+                sys.exit(int(ExitCode.INVALID_INPUT))
+            typer.echo(f"ascendkit: {usage_message(exc)}", err=True)
+            sys.exit(int(ExitCode.INVALID_INPUT))
+        except Abort:  # Ctrl-C or end of input while click itself was reading
+            typer.echo("ascendkit: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         entry = COMMANDS.get(cmd_name)
         if entry is None:
             return super().get_command(ctx, cmd_name)
         modules, help_text = entry
-        if self._listing and not all(m in sys.modules for m in modules):
-            return TyperCommand(cmd_name, help=help_text)  # its line in the listing, nothing imported
+        if self._listing and not all(m in sys.modules for m in modules):  # its line in the listing, nothing imported
+            return TyperCommand(cmd_name, help=help_text, short_help=SUMMARIES[cmd_name])
         for module in modules:
             importlib.import_module(module)  # registers its commands on `app`
-        return typer.main.get_group(app).commands.get(cmd_name)
+        command = typer.main.get_group(app).commands.get(cmd_name)
+        if command is not None:
+            command.short_help = SUMMARIES[cmd_name]
+            with_placeholders(command)
+        return command
+
+
+# What to type, by the option's parameter name, where its type alone would say <str> or <path>.
+PLACEHOLDERS = {
+    "hw": "SKU",
+    "stack": "STACK",
+    "os_name": "OS",
+    "arch": "ARCH",
+    "image": "IMAGE",
+    "images": "IMAGE",
+    "base_image": "IMAGE",
+    "src": "IMAGE",
+    "dst": "HOST/REPO",
+    "repository": "HOST/REPO",
+    "base_registry": "HOST/PATH",
+    "repo": "REPO",
+    "name": "NAME",
+    "namespace": "NAME",
+    "queue": "QUEUE",
+    "pull_secret": "SECRET",
+    "npu_resource": "RESOURCE",
+    "nic": "IFACE",
+    "model_pvc": "PVC",
+    "model_path": "PATH",
+    "override": "KEY=VALUE",
+    "env": "KEY=VALUE",
+    "index": "NAME=URL",
+    "sources": "SOURCE",
+    "metric": "METRIC",
+    "devices": "LIST",
+    "propose": "VERSION",
+    "command": "COMMAND",
+    "output": "FILE",
+    "log": "FILE",
+    "npu_log": "FILE",
+    "baseline": "FILE",
+    "plot": "FILE",
+    "files": "FILE",
+    "tolerance": "X",
+}
+
+
+def with_placeholders(command: Any) -> Any:
+    """Give every option of ``command`` (and of its subcommands) whose help would show only its type
+    (``<str>``, ``<int range>``, ``<list[str]>``) a placeholder saying what to type: ``<URL>``,
+    ``<PATH>``, ``<N>``, or the name of the thing (``--hw <SKU>``). Choices and explicit metavars stay."""
+    for sub in getattr(command, "commands", {}).values():
+        with_placeholders(sub)
+    for param in getattr(command, "params", []):
+        if param.metavar is not None or getattr(param, "is_flag", False):
+            continue
+        annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+        shown = str(annotation)
+        if param.name in PLACEHOLDERS:
+            word = PLACEHOLDERS[param.name]
+        elif "Literal" in shown or (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
+            continue  # its choices are the placeholder
+        elif param.name and param.name.endswith(("_url", "_mirror")):
+            word = "URL"
+        elif "int" in shown:
+            word = "N"
+        elif "float" in shown:
+            word = "SECONDS" if "timeout" in (param.name or "") else "X"
+        elif "Path" in shown:
+            word = "DIR" if param.name in ("manifest_dir", "wheelhouse", "out", "model_path", "data") else "PATH"
+        else:
+            word = (param.name or "value").upper()
+        param.metavar = f"<{word}>"
+    return command
+
+
+def usage_message(exc: UsageError) -> str:
+    """``build: invalid value for '--installer': 'foo' is not one of 'uv', 'pip' (see `ascendkit build --help`)``."""
+    message = " ".join(exc.format_message().split()).removeprefix("Error: ")
+    message = message.replace(": Value error, ", ": ")
+    message = message[:1].lower() + message[1:]
+    command = exc.ctx.command_path if exc.ctx is not None else "ascendkit"
+    where = command.removeprefix("ascendkit").strip()
+    return f"{where + ': ' if where else ''}{message.rstrip('.')} (see `{command} --help`)"
 
 
 app = typer.Typer(
@@ -72,7 +188,7 @@ app = typer.Typer(
     name="ascendkit",
     help="Build, verify and ship verl and OpenRLHF container images for Ascend NPUs from one compatibility matrix.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion: tab completion of commands, options and choices
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     epilog=(
@@ -148,18 +264,48 @@ def finite(value: Any) -> Any:
 
 
 class _Out:
-    """The commands' Rich console, made on first use (Rich stays out of a command that prints no table)."""
+    """The commands' Rich console, made on first use (Rich stays out of a command that prints no table).
+
+    On a terminal, tables are drawn with boxes; piped or redirected, each is plain aligned columns
+    (its title, a header, one line per row, cells never wrapped) that ``grep``, ``cut`` and ``awk``
+    read. Rich honours ``NO_COLOR``; nothing here adds colour of its own."""
 
     def __init__(self) -> None:
         self._console: Console | None = None
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
+        from rich.table import Table
+
+        if not sys.stdout.isatty() and any(isinstance(o, Table) for o in objects):
+            for o in objects:
+                sys.stdout.write(plain_table(o) if isinstance(o, Table) else f"{_plain(o)}\n")
+            return
         if self._console is None:
             from rich.console import Console
 
-            # Piped output is not cut to 80 columns: tables stay readable in logs and CI.
+            # Piped output is not cut to 80 columns: lines stay whole in logs and CI.
             self._console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
         self._console.print(*objects, **kwargs)
+
+
+def _plain(cell: Any) -> str:
+    """A cell's text without markup, on one line."""
+    from rich.text import Text
+
+    text = cell.plain if isinstance(cell, Text) else Text.from_markup(cell).plain if isinstance(cell, str) else str(cell)
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def plain_table(table: Any) -> str:
+    """A Rich table as plain columns: its title, the header (when shown), then the rows, two spaces apart."""
+    columns = [[_plain(c) for c in column.cells] for column in table.columns]
+    rows = [list(row) for row in zip(*columns, strict=True)] if columns else []
+    if table.show_header:
+        rows.insert(0, [_plain(column.header) for column in table.columns])
+    widths = [max((len(row[i]) for row in rows), default=0) for i in range(len(table.columns))]
+    lines = [_plain(table.title)] if table.title else []
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "".join(f"{line}\n" for line in lines)
 
 
 out = _Out()

@@ -9,6 +9,25 @@ the one the fully loaded command prints (``ASCENDKIT_UPDATE_GOLDEN=1`` rewrites 
 
 from __future__ import annotations
 
+# name -> its line in `ascendkit --help`: one whole sentence that fits beside the name in 80 columns
+SUMMARIES: dict[str, str] = {
+    "build": "Build, verify and tag images from the matrix.",
+    "publish": "Push verified images and their indexes to registries.",
+    "mirror": "Copy a published image between registries by digest.",
+    "doctor": "Check that this host or image is ready for its NPUs.",
+    "lock": "Pin every package of an image, with hashes.",
+    "wheelhouse": "Download an image's locked packages for offline builds.",
+    "compare": "Judge an NPU run against a GPU baseline.",
+    "plan": "List the images the matrix builds.",
+    "render": "Render Dockerfiles and every generated file.",
+    "sbom": "List or diff the components of an image.",
+    "smoke": "Run a short training job in an image and judge it.",
+    "matrix": "Inspect and validate the compatibility matrix.",
+    "k8s": "Kubernetes manifests and the node preflight.",
+    "metrics": "Read verl and OpenRLHF console logs.",
+    "baseline": "Make baselines from real GPU runs.",
+}
+
 # name -> (modules that register it, its help text), in the order --help lists them
 COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "build": (

@@ -12,7 +12,7 @@ import typer
 from buildkit.cli.base import MAX_NODES, MAX_SECONDS, MAX_STEPS, JsonFlag, MatrixPath, app, print_json, user_errors
 from buildkit.errors import ExitCode, InputError, PublishFailed, Unavailable
 from buildkit.fsio import STDOUT, check_output_file, write_output
-from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION
+from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION, K8sJob, Scheduler, TopologyMode
 from buildkit.resources import DEFAULT_MATRIX
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def user_of(labels: dict[str, str], default: ImageUser) -> tuple[ImageUser, str 
 
 
 SchedulerOption = Annotated[
-    str,
+    Scheduler,
     typer.Option(
         "--scheduler",
         help="default: the cluster's default scheduler; volcano: gang-scheduled by Volcano (a Volcano queue; MindCluster's job label).",
@@ -101,7 +101,7 @@ SchedulerOption = Annotated[
 ]
 
 
-@k8s_app.command("render")
+@k8s_app.command("render", short_help="Render a job, RayJob, Volcano Job or DaemonSet.")
 @user_errors
 def k8s_render(
     hw: Annotated[str, typer.Option("--hw", help="SKU: a2-box16, 900-podc or a3.")],
@@ -119,7 +119,7 @@ def k8s_render(
         ),
     ] = 1,
     job: Annotated[
-        str,
+        K8sJob,
         typer.Option(
             "--job",
             help=(
@@ -150,7 +150,7 @@ def k8s_render(
         typer.Option("--host-network/--no-host-network", help="Pods on the host network (default: on for several nodes, as RoCE needs)."),
     ] = None,
     network_topology: Annotated[
-        str | None,
+        TopologyMode | None,
         typer.Option("--network-topology", help="Volcano network-topology placement (A3 SuperPoD): hard or soft."),
     ] = None,
     topology_tier: Annotated[
@@ -272,7 +272,7 @@ def k8s_render(
         typer.echo(f"wrote {output}", err=True)
 
 
-@k8s_app.command("preflight")
+@k8s_app.command("preflight", short_help="Judge every node from its preflight report.")
 @user_errors
 def k8s_preflight(
     sources: Annotated[
@@ -312,6 +312,7 @@ def k8s_preflight(
 
 @k8s_app.command(
     "validate",
+    short_help="Check manifests offline against the schemas and CRDs.",
     help=(
         f"Check manifests offline, strictly (unknown fields refused): built-in kinds against the Kubernetes {KUBERNETES_VERSION} "
         f"OpenAPI schemas; RayJobs and Volcano Jobs against the CRDs of KubeRay {KUBERAY_VERSION} and Volcano {VOLCANO_VERSION}, "

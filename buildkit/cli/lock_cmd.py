@@ -154,8 +154,8 @@ def wheelhouse(
     from buildkit.lock.inputs import LockTarget, lock_targets
     from buildkit.lock.relock import index_urls_for
     from buildkit.lock.wheelhouse import make_wheelhouse
-    from buildkit.matrix.load import load_matrix
     from buildkit.matrix.fields import ARCHES
+    from buildkit.matrix.load import load_matrix
 
     if arch not in ARCHES:
         raise InputError(f"--arch {arch!r}: choose one of {', '.join(ARCHES)}")

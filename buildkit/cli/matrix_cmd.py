@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from buildkit.matrix.load import LoadedMatrix
 
 
-@matrix_app.command("validate")
+@matrix_app.command("validate", short_help="Check the structure and every compatibility rule.")
 @user_errors
 def matrix_validate(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = False) -> None:
     """Check the matrix's structure and every compatibility rule; report all problems at once."""
@@ -196,7 +196,7 @@ def index_overrides(loaded: LoadedMatrix, items: list[str]) -> dict[str, str]:
     return overrides
 
 
-@matrix_app.command("verify")
+@matrix_app.command("verify", short_help="Check every pin exists on its index.")
 @user_errors
 def matrix_verify(
     stack: Annotated[str | None, typer.Option("--stack", "-s", help="Only this stack; default: all.")] = None,
@@ -214,8 +214,8 @@ def matrix_verify(
     resolve together (exit 1: missing or conflicting, 8: unverified)."""
     from buildkit.lock.availability import check_matrix, check_together, summarize
     from buildkit.lock.index import IndexClient
-    from buildkit.matrix.load import load_matrix, resolve_stack
     from buildkit.matrix.fields import ARCHES
+    from buildkit.matrix.load import load_matrix, resolve_stack
 
     if fresh and no_resolve:
         raise InputError("--fresh and --no-resolve exclude each other: --fresh re-resolves each stack, --no-resolve skips resolving")
@@ -270,7 +270,7 @@ class TableFormatChoice(str, enum.Enum):
     rst = "rst"
 
 
-@matrix_app.command("table")
+@matrix_app.command("table", short_help="Print the support tables.")
 @user_errors
 def matrix_table(
     fmt: Annotated[TableFormatChoice, typer.Option("--format", "-f", help="Markdown or reStructuredText.")] = TableFormatChoice.md,
@@ -284,7 +284,7 @@ def matrix_table(
     sys.stdout.write(tables.support_tables(loaded.matrix, fmt.value))
 
 
-@matrix_app.command("schema")
+@matrix_app.command("schema", short_help="Print the JSON Schema of the matrix.")
 @user_errors
 def matrix_schema(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,

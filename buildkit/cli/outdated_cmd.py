@@ -14,7 +14,7 @@ from buildkit.resources import DEFAULT_MATRIX
 from buildkit.settings import checked_ca_bundle
 
 
-@matrix_app.command("outdated")
+@matrix_app.command("outdated", short_help="Find newer releases of the pins.")
 @user_errors
 def matrix_outdated(
     stack: Annotated[str | None, typer.Option("--stack", "-s", help="Only this stack; default: all.")] = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,6 +12,9 @@ from buildkit.cli.base import WorkingMatrixPath, app, user_errors
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import STDOUT, check_output_file, write_output
 from buildkit.resources import DEFAULT_MATRIX
+
+if TYPE_CHECKING:
+    from buildkit.image.generate import GeneratedFile
 
 
 @app.command("render")
@@ -21,7 +24,12 @@ def render(
     stack: Annotated[str | None, typer.Option("--stack", "-s", help="Stack id; default: the matrix's default stack.")] = None,
     os_name: Annotated[str | None, typer.Option("--os", help="Base OS; default: the stack's first OS.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    render_all: Annotated[bool, typer.Option("--all", help="Write every generated file (Dockerfiles, schema, README tables).")] = False,
+    render_all: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Write every generated file (Dockerfiles, locks' sections, schema, workflow, docs tables, docs/cli.md)."
+        ),
+    ] = False,
     check: Annotated[
         bool, typer.Option("--check", help="Re-render everything in memory (with or without --all); exit 1 with a diff if a file differs.")
     ] = False,
@@ -40,8 +48,9 @@ def render(
     if output is not None and output != STDOUT:
         check_output_file(output)
     loaded = load_matrix(matrix)
+    extra = reference_page(loaded.root)
     if check:
-        expected = generate.expected_outputs(loaded)
+        expected = generate.expected_outputs(loaded, extra=extra)
         diffs = generate.check(loaded, expected=expected)
         if diffs:
             sys.stdout.write("".join(diffs))
@@ -50,7 +59,7 @@ def render(
         typer.echo(f"ascendkit: {len(expected)} generated files are up to date", err=True)
         return
     if render_all:
-        touched = generate.write_all(loaded)
+        touched = generate.write_all(loaded, extra=extra)
         for path in touched:
             typer.echo(f"wrote {path}", err=True)
         typer.echo(f"ascendkit: {len(all_targets(loaded))} Dockerfiles rendered, {len(touched)} file(s) changed", err=True)
@@ -60,3 +69,11 @@ def render(
     text = render_dockerfile(loaded, plan_image(loaded, target))
     if write_output(output, text):
         typer.echo(f"wrote {output} ({target.stack_id}, chip {target.chip_id}, {target.os_name})", err=True)
+
+
+def reference_page(root: Path) -> tuple[GeneratedFile, ...]:
+    """docs/cli.md, generated from this command line, where the matrix sits in a checkout with docs/."""
+    from buildkit.cli.reference import REFERENCE_FILE, cli_reference
+    from buildkit.image.generate import GeneratedFile
+
+    return (GeneratedFile(REFERENCE_FILE, cli_reference()),) if (root / REFERENCE_FILE).parent.is_dir() else ()

@@ -71,8 +71,10 @@ def lock_section_outputs(loaded: LoadedMatrix) -> list[GeneratedFile]:
     return [GeneratedFile(path, text) for target in lock_targets(loaded) for path, text in section_texts(loaded, target).items()]
 
 
-def expected_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[GeneratedFile]:
-    files = dockerfile_outputs(loaded, templates) + lock_section_outputs(loaded)
+def expected_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR, extra: tuple[GeneratedFile, ...] = ()) -> list[GeneratedFile]:
+    """Every generated file, and ``extra`` ones the caller makes (the CLI's reference page, which only
+    the command line can write)."""
+    files = dockerfile_outputs(loaded, templates) + lock_section_outputs(loaded) + list(extra)
     files.append(GeneratedFile(SCHEMA_FILE, schema_text()))
     files.append(GeneratedFile(WORKFLOW_FILE, render_workflow(loaded)))
     files.append(GeneratedFile(ACTIONLINT_CONFIG, render_actionlint_config(loaded)))
@@ -146,14 +148,14 @@ def _unchanged(path: Path, content: str) -> bool:
         return False
 
 
-def write_all(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) -> list[str]:
+def write_all(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR, extra: tuple[GeneratedFile, ...] = ()) -> list[str]:
     """Write every generated file that changed and remove stale ones; returns the paths touched.
 
     All or nothing: everything is rendered in memory, every output checked, then written to
     temporary files and only then renamed into place; a refusal or a failed write changes no file
     (and leaves no directory it created)."""
     root = loaded.root
-    expected = expected_outputs(loaded, templates)
+    expected = expected_outputs(loaded, templates, extra)
     changed = [(root / gen.path, gen) for gen in expected if not _unchanged(root / gen.path, gen.content)]
     with ExitStack() as directories:
         for parent in sorted({path.parent for path, _ in changed}):

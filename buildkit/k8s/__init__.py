@@ -1,6 +1,17 @@
 """Kubernetes: the smoke job and training runs as manifests (Job, KubeRay RayJob, Volcano Job), and
 their offline validation against the Kubernetes schemas and the vendored upstream CRDs."""
 
+from typing import Literal, get_args
+
+# What `k8s render` renders and how it is placed: the choices the command offers (and completes),
+# checked again by the request for callers of the library.
+K8sJob = Literal["smoke", "grpo", "sft", "train", "preflight", "prepull"]
+Scheduler = Literal["default", "volcano"]
+TopologyMode = Literal["hard", "soft"]
+K8S_JOBS: tuple[str, ...] = get_args(K8sJob)
+SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
+TOPOLOGY_MODES: tuple[str, ...] = get_args(TopologyMode)
+
 KUBERNETES_VERSION = "1.32.0"  # the schemas `k8s validate` checks built-in kinds against
 # The releases whose CRDs are vendored in crds/ (SOURCES.json; tests/test_crd.py keeps these equal).
 KUBERAY_VERSION = "v1.7.0"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from buildkit.errors import InputError
 from buildkit.imageref import IMAGE_REFERENCE, registry_of
-from buildkit.k8s import DEFAULT_MODEL_PATH
+from buildkit.k8s import DEFAULT_MODEL_PATH, K8S_JOBS, SCHEDULERS, TOPOLOGY_MODES
 from buildkit.matrix.model import EXTENDED_RESOURCE, ImageUser, Sku
 from buildkit.run.job import ImageJob, JobFacts
 
@@ -18,11 +18,8 @@ HOST_ARCH = {"aarch64": "huawei-arm", "x86_64": "huawei-x86"}
 RAYJOB_NAME_MAX = 47  # KubeRay adds "-xxxxx" for the RayCluster and up to 10 for its services
 VOLCANO_JOB_NAME_MAX = 50  # pods are <job>-<task>-<index>: "-worker-" and an index must fit in 63
 APP_LABEL = "app.kubernetes.io"
-K8S_JOBS = ("smoke", "grpo", "sft", "train", "preflight", "prepull")
 NODE_JOBS = ("preflight", "prepull")  # a DaemonSet: one pod on every node of the SKU, not a job of N nodes
 PREFLIGHT_NAME_MAX = 57  # DaemonSet pods are <name>-<5 random characters>: within the 63 of a label value
-SCHEDULERS = ("default", "volcano")
-TOPOLOGY_MODES = ("hard", "soft")
 
 # MindCluster's Ascend plugin for Volcano refuses an NPU job without this label (its value per SKU
 # is k8s_ring_controller in the matrix). Ascend/mind-cluster,

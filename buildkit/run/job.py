@@ -18,7 +18,7 @@ import shlex
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from packaging.version import InvalidVersion, Version
 from pydantic import Field, StrictFloat, StrictInt, StrictStr, ValidationError
@@ -29,9 +29,10 @@ from buildkit.matrix.model import Compat, Frozen, Sku
 from buildkit.matrix.yamlsource import YamlSourceError, format_path, load_yaml
 from buildkit.plan import FRAMEWORK_NAMES, SMOKE_JOBS
 from buildkit.resources import SMOKE_DIR
+from buildkit.run import SmokeJob
 
 JOB_FILE = SMOKE_DIR / "grpo_smoke.yaml"  # verl's GRPO job: the default of a verl image
-JOBS = ("grpo", "sft")
+JOBS: tuple[str, ...] = get_args(SmokeJob)
 
 # Where the host's directories appear in the container.
 SMOKE_FILES = "/opt/ascendkit-smoke"  # smoke_tests/, read-only (data generator, reward, argument check)
