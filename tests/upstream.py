@@ -1,19 +1,32 @@
-"""Upstream code to test against: verl's own wheel from PyPI, its Hydra config and its reward code.
+"""Upstream code to test against: verl's own wheels and vllm-ascend's sdists, as PyPI serves them.
 
-Each stack's verl is fetched once (no dependencies, checked against the index's sha256) into
-``$ASCENDKIT_CACHE`` (default ``~/.cache/ascendkit``) and unpacked beside it, so reruns read it
-offline. verl's package initialisers import torch, which these hosts cannot install for x86_64
-(PyPI's x86 torch is the CUDA build); :func:`verl_module` imports one verl module from the wheel
-without running them, which is enough for the pure-Python parts tested here (config, rewards).
+The unit tests read a vendored copy (``tests/fixtures/upstream/pypi/<project>-<version>/``): the
+files of each artifact the tests read (verl's Hydra configs, entry points and reward code; the
+sdists' setup.py and the files the matrix patches), each with its sha256 in ``SOURCE.json`` beside
+the artifact's own sha256 from the index. So the unit job needs no network. The ``network`` test
+``test_the_vendored_upstream_is_pypis_own`` downloads every artifact again (checked against the
+index's sha256) and holds the vendored files to it byte for byte; after a pin moves,
+
+    python -m tests.upstream vendor
+
+fetches what the matrix now needs and rewrites the store (then commit it). verl's package
+initialisers import torch, which these hosts cannot install for x86_64 (PyPI's x86 torch is the
+CUDA build); :func:`verl_importable` imports verl modules without running them, which is enough for
+the pure-Python parts tested here (config, rewards).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import json
 import os
+import re
+import shutil
 import sys
 import tarfile
 import threading
@@ -24,53 +37,159 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from buildkit.lock.index import IndexClient, download
-from buildkit.settings import default_ca_bundle
-
 PYPI = "https://pypi.org/simple"
 # verl's packages whose __init__ imports torch (verl: DataProto; verl.utils: the tokenizer helpers).
 BARE_PACKAGES = ("verl", "verl.utils")
+STORE = Path(__file__).resolve().parent / "fixtures" / "upstream" / "pypi"
 CACHE_ROOT = Path(os.environ.get("ASCENDKIT_CACHE", Path.home() / ".cache" / "ascendkit"))  # kept between runs
 CACHE = CACHE_ROOT / "upstream"
+# What the tests read of each kind of artifact (paths inside the wheel, or below the sdist's top directory).
+WHEEL_MEMBERS = {
+    "verl": (
+        "verl/trainer/*.py",
+        "verl/trainer/config/*",
+        "verl/trainer/config/*/*",
+        "verl/trainer/config/*/*/*",
+        "verl/utils/reward_score/*.py",
+        "verl/utils/reward_score/*/*.py",
+        "verl/workers/reward_manager/naive.py",
+        "verl/utils/dataset/rl_dataset.py",
+        "verl/utils/import_utils.py",
+    ),
+}
+SDIST_MEMBERS = {"vllm-ascend": ("setup.py",)}
+
+
+def _canon(project: str) -> str:
+    return re.sub(r"[-_.]+", "-", project).lower()
+
+
+def vendored(project: str, version: str) -> Path:
+    """The vendored files of ``project`` ``version`` (a directory laid out as the artifact is)."""
+    where = STORE / f"{_canon(project)}-{version}"
+    assert (where / "SOURCE.json").is_file(), (
+        f"{project} {version} is not vendored in {where.relative_to(STORE.parents[2])}: "
+        "run `python -m tests.upstream vendor` (it needs PyPI) and commit what it writes"
+    )
+    return where
 
 
 def verl_wheel(version: str) -> Path:
-    """The unpacked verl ``version`` wheel (its directory holds the ``verl`` package)."""
-    unpacked = CACHE / f"verl-{version}"
-    if (unpacked / ".complete").exists():
-        return unpacked
-    client = IndexClient(ca_bundle=default_ca_bundle())
-    wheels = [f for f in client.project(PYPI, "verl").files if str(f.version) == version and f.kind == "wheel" and not f.yanked]
-    assert wheels, f"PyPI has no verl {version} wheel"
-    wheel = wheels[0]
-    assert wheel.sha256, f"PyPI gave no sha256 for {wheel.filename}"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / wheel.filename
-    if not path.exists():
-        download(client.session, wheel.url, path, frozenset({wheel.sha256}))
-    with zipfile.ZipFile(path) as archive:
-        archive.extractall(unpacked)
-    (unpacked / ".complete").write_text(wheel.sha256 + "\n")
-    return unpacked
+    """The vendored files of the verl ``version`` wheel (the directory holds the ``verl`` package)."""
+    return vendored("verl", version)
 
 
 def sdist_member(project: str, version: str, member: str) -> str:
-    """One file of ``project``'s ``version`` sdist from PyPI (its path below the sdist's top directory),
-    the sdist fetched once, checked against the index's sha256, and kept in the cache."""
+    """One file of ``project``'s ``version`` sdist (its path below the sdist's top directory)."""
+    path = vendored(project, version) / member
+    assert path.is_file(), f"{project} {version}: {member} is not vendored; add it to what `python -m tests.upstream vendor` takes"
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+# ---- the store, and how it is made from PyPI ---------------------------------------------------------
+
+
+def needed() -> dict[tuple[str, str], tuple[str, tuple[str, ...]]]:
+    """(project, version) -> (artifact kind, member patterns) for everything the tests read: every verl
+    of the shipped matrix (and the 0.6.1 whose reward OpenRLHF's is held to), every sdist whose
+    extension or patched file the matrix names."""
+    from buildkit.matrix.load import load_matrix
+    from buildkit.resources import DEFAULT_MATRIX
+
+    matrix = load_matrix(Path(__file__).resolve().parent.parent / DEFAULT_MATRIX).matrix
+    wanted: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {("verl", "0.6.1"): ("wheel", WHEEL_MEMBERS["verl"])}
+
+    def take(project: str, version: str, member: str) -> None:
+        _, taken = wanted.get((project, version), ("sdist", ()))
+        wanted[(project, version)] = ("sdist", tuple(dict.fromkeys([*taken, member])))
+
+    for stack in matrix.stacks.values():
+        if stack.verl is not None:
+            wanted[("verl", stack.verl.version)] = ("wheel", WHEEL_MEMBERS["verl"])
+        pins = {_canon(pin.package or component): pin for component, pin in stack.pins().items()}
+        for project, pin in pins.items():
+            for member in SDIST_MEMBERS.get(project, ()) if pin.extensions else ():
+                take(project, pin.version, member)
+        for patch in stack.patches:
+            take(_canon(patch.package), pins[_canon(patch.package)].version, patch.file)
+    return dict(sorted(wanted.items()))
+
+
+def fetch(project: str, version: str, kind: str) -> tuple[Path, str]:
+    """The artifact from PyPI (no dependencies), checked against the index's sha256 and kept in the
+    cache: its path and that sha256."""
+    from buildkit.lock.index import IndexClient, download
+    from buildkit.settings import default_ca_bundle
+
     client = IndexClient(ca_bundle=default_ca_bundle())
-    sdists = [f for f in client.project(PYPI, project).files if str(f.version) == version and f.kind == "sdist" and not f.yanked]
-    assert sdists, f"PyPI has no {project} {version} sdist"
-    sdist = sdists[0]
-    assert sdist.sha256, f"PyPI gave no sha256 for {sdist.filename}"
+    files = [f for f in client.project(PYPI, project).files if str(f.version) == version and f.kind == kind and not f.yanked]
+    assert files, f"PyPI has no {project} {version} {kind}"
+    artifact = files[0]
+    assert artifact.sha256, f"PyPI gave no sha256 for {artifact.filename}"
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / sdist.filename
+    path = CACHE / artifact.filename
     if not path.exists():
-        download(client.session, sdist.url, path, frozenset({sdist.sha256}))
-    with tarfile.open(path, "r:*") as archive:
-        for entry in archive:
-            if entry.isfile() and entry.name.split("/", 1)[-1] == member and (handle := archive.extractfile(entry)) is not None:
-                return handle.read().decode("utf-8", errors="replace")
-    raise AssertionError(f"{sdist.filename} has no {member}")
+        download(client.session, artifact.url, path, frozenset({artifact.sha256}))
+    return path, artifact.sha256
+
+
+def _matches(name: str, pattern: str) -> bool:
+    """A path against a pattern, segment by segment (``*`` stays inside one directory)."""
+    parts, wanted = name.split("/"), pattern.split("/")
+    return len(parts) == len(wanted) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, wanted, strict=True))
+
+
+def members(artifact: Path, patterns: tuple[str, ...]) -> dict[str, bytes]:
+    """The files of a wheel or sdist whose path matches a pattern (for an sdist, below its top directory)."""
+    found: dict[str, bytes] = {}
+    if artifact.suffix == ".whl":
+        with zipfile.ZipFile(artifact) as archive:
+            for name in archive.namelist():
+                if not name.endswith("/") and any(_matches(name, p) for p in patterns):
+                    found[name] = archive.read(name)
+    else:
+        with tarfile.open(artifact, "r:*") as archive:
+            for entry in archive:
+                inside = entry.name.split("/", 1)[-1]
+                if entry.isfile() and inside in patterns and (handle := archive.extractfile(entry)) is not None:
+                    found[inside] = handle.read()
+    missing = [p for p in patterns if not any(c in p for c in "*?[") and p not in found]  # a file named exactly must be there
+    assert not missing, f"{artifact.name} has no {missing}"
+    return dict(sorted(found.items()))
+
+
+def source_of(project: str, version: str, kind: str, patterns: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """What the store holds for one artifact, fresh from PyPI: its SOURCE.json and its files."""
+    path, sha256 = fetch(project, version, kind)
+    files = members(path, patterns)
+    source = {
+        "project": project,
+        "version": version,
+        "artifact": path.name,
+        "sha256": sha256,
+        "index": PYPI,
+        "files": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
+    }
+    return source, files
+
+
+def vendor() -> list[str]:
+    """Rewrite the store with what :func:`needed` names, fresh from PyPI; returns what it wrote."""
+    wanted = needed()
+    written = []
+    for (project, version), (kind, patterns) in wanted.items():
+        source, files = source_of(project, version, kind, patterns)
+        where = STORE / f"{project}-{version}"
+        shutil.rmtree(where, ignore_errors=True)
+        for name, data in files.items():
+            (where / name).parent.mkdir(parents=True, exist_ok=True)
+            (where / name).write_bytes(data)
+        (where / "SOURCE.json").write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
+        written.append(f"{project}-{version}: {len(files)} files of {source['artifact']}")
+    for stale in sorted(p for p in STORE.iterdir() if p.is_dir() and tuple(p.name.rsplit("-", 1)) not in wanted):
+        shutil.rmtree(stale)
+        written.append(f"{stale.name}: removed (nothing needs it)")
+    return written
 
 
 _HYDRA = threading.Lock()
@@ -155,3 +274,10 @@ class _Bare(importlib.abc.Loader):
 
     def exec_module(self, module: types.ModuleType) -> None:
         pass
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["vendor"]:
+        sys.exit("usage: python -m tests.upstream vendor")
+    for line in vendor():
+        print(line)
