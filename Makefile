@@ -18,7 +18,7 @@ JOB    ?= grpo
 SMOKE_OUT ?= smoke-out/$(HW)/$(JOB)
 SMOKE_ARGS = --hw $(HW) --job $(JOB) --out $(SMOKE_OUT)$(if $(MODEL), --model-path $(MODEL))$(if $(STEPS), --steps $(STEPS))$(if $(BASELINE), --baseline $(BASELINE))$(if $(DEVICES), --devices $(DEVICES))
 SMOKE_IMAGE = $(if $(IMAGE), --image $(IMAGE),$(if $(STACK), --stack $(STACK)))
-.PHONY: help install render check lock build lint unit services services-stop test smoke bench bench-quick clean
+.PHONY: help install render check lock build lint unit network services services-stop test smoke bench bench-quick clean
 
 help: ## List every target with one line each
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -73,8 +73,12 @@ lint: $(STAMP) $(CHECKOV_STAMP) ## ruff, mypy --strict, import contracts, shellc
 	$(BIN)/ascendkit matrix validate
 	$(BIN)/ascendkit render --check
 
-unit: $(STAMP) $(CHECKOV_STAMP) ## Run the tests that need no Docker engine
-	$(BIN)/pytest -m "not docker"
+unit: $(STAMP) $(CHECKOV_STAMP) ## Run the tests that need no Docker engine and no network (proxies dead, as in CI)
+	HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
+	  $(BIN)/pytest -m "not docker and not network"
+
+network: $(STAMP) ## Run the tests that need PyPI (resolving locks, downloading wheels and sdists), no engine
+	$(BIN)/pytest -m "network and not docker"
 
 services: $(STAMP) ## As root: start dockerd, the registry on 127.0.0.1:5000 and the stand-in CANN base (ASCENDKIT_ARM64=1: also the arm64 stand-in and the emulated tests' own engine)
 	$(BIN)/python -m tests.services start $(ARM64_FLAG)

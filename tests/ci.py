@@ -8,7 +8,8 @@ The jobs, and what each waits for::
     job        waits for         runs
     services   -                 python -m tests.services start [--arm64]: engines, registry, stand-ins
     lint       -                 make lint
-    unit       lint              pytest -m "not docker", with no engine (a test that needs one fails)
+    unit       lint              pytest -m "not docker and not network": no engine, every proxy dead, an empty cache
+    network    lint              pytest -m "network and not docker": what truly needs PyPI (resolving, downloading)
     docker     lint, services    pytest -m "docker and not emulated", on the tests' engine
     emulated   services          pytest -m emulated, on the emulated engine (only with --arm64)
     bench      unit, docker      make bench-quick
@@ -90,6 +91,23 @@ def emulated_env() -> dict[str, str]:
     return {**env, "DOCKER_HOST": env[EMULATED_HOST_VAR]}
 
 
+DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, so any request that leaves fails at once
+
+
+def offline_env() -> dict[str, str]:
+    """The unit job's: every proxy a dead port and an empty cache, so a unit test that reaches for the
+    network (or for what an earlier run fetched) fails here, not only on a user's offline machine. The
+    tests' own servers are on the loopback, which the proxies never take (tests/conftest.py)."""
+    cache = Path(tempfile.mkdtemp(prefix="ak-ci-unit-cache-"))
+    proxies = {name: DEAD_PROXY for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")}
+    return {
+        **proxies,
+        "NO_PROXY": "127.0.0.1,127.0.0.0/8,localhost,::1",
+        "no_proxy": "127.0.0.1,127.0.0.0/8,localhost,::1",
+        "ASCENDKIT_CACHE": str(cache),
+    }
+
+
 def pytest_argv(name: str, marks: str) -> list[str]:
     # Each run its own temporary root (concurrent sessions may prune each other's default one), as
     # short as the default: some tests put socket paths in it, which have a length limit.
@@ -103,7 +121,8 @@ def jobs_for(arm64: bool) -> list[Job]:
     jobs = [
         Job("services", services),
         Job("lint", [*make, "lint"]),
-        Job("unit", pytest_argv("unit", "not docker"), needs=("lint",)),
+        Job("unit", pytest_argv("unit", "not docker and not network"), needs=("lint",), env=offline_env),
+        Job("network", pytest_argv("network", "network and not docker"), needs=("lint",)),
         Job("docker", pytest_argv("docker", "docker and not emulated" if arm64 else "docker"), ("lint", "services"), services_env),
         Job("bench", [*make, "bench-quick"], ("unit", "docker"), services_env),
     ]

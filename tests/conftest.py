@@ -33,6 +33,14 @@ MATRIX_TEXT = MATRIX.read_text(encoding="utf-8")
 
 EditMatrix = Callable[..., Path]
 
+# The tests' own servers (registries, indexes, git hosts, fault proxies) listen on the loopback: never
+# behind the proxy a CI machine or a corporate laptop sets for the outside world, which the unit tests
+# must not need (`make unit-offline` points every proxy at a dead port to prove it).
+LOOPBACK = ("127.0.0.1", "127.0.0.0/8", "localhost", "::1")  # urllib matches names, requests also CIDRs
+for _name in ("NO_PROXY", "no_proxy"):
+    _given = [h for h in os.environ.get(_name, "").split(",") if h.strip()]
+    os.environ[_name] = ",".join([*_given, *(h for h in LOOPBACK if h not in _given)])
+
 
 def edit(text: str, old: str, new: str, count: int = 1) -> str:
     """Replace ``old`` (which must occur) the way a user editing the file would."""
@@ -70,7 +78,8 @@ def repo_copy(tmp_path: Path) -> Path:
     """A copy of the files `render --all/--check` reads and writes."""
     dest = tmp_path / "repo"
     dest.mkdir()
-    for name in ("compat_matrix.yaml", "README.md", "Dockerfile.a2", "Dockerfile.a3", "compat_matrix.schema.json"):
+    (dest / "docs").mkdir()
+    for name in ("compat_matrix.yaml", "docs/matrix.md", "docs/cli.md", "Dockerfile.a2", "Dockerfile.a3", "compat_matrix.schema.json"):
         shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(ROOT / "dockerfiles", dest / "dockerfiles")
     shutil.copytree(ROOT / "locks", dest / "locks")

@@ -127,6 +127,7 @@ def test_target_tags_are_the_targets_not_this_machines() -> None:
 # ---- the real PyPI ----------------------------------------------------------------------------
 
 
+@pytest.mark.network
 def test_shipped_matrix_on_real_pypi(runner: CliRunner) -> None:
     """Acceptance: every PyPI-hosted pin is found for both arches; the rest is unverified here."""
     result = runner.invoke(app, ["matrix", "verify", "--json", "--matrix", str(MATRIX)])
@@ -142,6 +143,7 @@ def test_shipped_matrix_on_real_pypi(runner: CliRunner) -> None:
     assert result.exit_code == expected == report["exit_code"]
 
 
+@pytest.mark.network
 def test_nonexistent_pin_names_package_version_arch_and_what_exists(runner: CliRunner, tmp_path: Any) -> None:
     text = MATRIX.read_text().replace(
         "      version: 3.2.0\n    vllm:\n      version: 0.11.0", "      version: 3.2.1\n    vllm:\n      version: 0.11.0", 1
@@ -159,7 +161,7 @@ def test_nonexistent_pin_names_package_version_arch_and_what_exists(runner: CliR
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"), [(["--arch", "s390x"], "--arch 's390x'"), (["--index", "nope=http://x"], "--index 'nope=http://x'")]
+    ("argv", "message"), [(["--arch", "s390x"], "--arch 's390x'"), (["--pip-index-url", "ftp://x"], "expected http(s) URL(s)")]
 )
 def test_bad_verify_options(runner: CliRunner, argv: list[str], message: str) -> None:
     result = runner.invoke(app, ["matrix", "verify", *argv, "--matrix", str(MATRIX)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sys
@@ -102,15 +103,14 @@ def test_every_test_runs_in_exactly_one_job() -> None:
     for arm64 in (True, False):
         jobs = {job.name: job for job in jobs_for(arm64)}
         marks = {name: job.argv[job.argv.index("-m") + 1] for name, job in jobs.items() if job.argv[0].endswith("pytest")}
-        assert set(marks) == ({"unit", "docker", "emulated"} if arm64 else {"unit", "docker"})
-        for docker in (True, False):
-            for emulated in (True, False):
-                if emulated and not docker:
-                    continue  # the emulated tests all need an engine
-                names = {"docker": docker, "emulated": emulated}
-                # pytest's -m grammar (and, or, not over marker names) is a subset of Python's
-                chosen = [name for name, expr in marks.items() if eval(expr, {}, names)]
-                assert len(chosen) == 1, (arm64, names, chosen)
+        assert set(marks) == ({"unit", "network", "docker", "emulated"} if arm64 else {"unit", "network", "docker"})
+        for docker, emulated, network in itertools.product((True, False), repeat=3):
+            if emulated and not docker:
+                continue  # the emulated tests all need an engine
+            names = {"docker": docker, "emulated": emulated, "network": network}
+            # pytest's -m grammar (and, or, not over marker names) is a subset of Python's
+            chosen = [name for name, expr in marks.items() if eval(expr, {}, names)]
+            assert len(chosen) == 1, (arm64, names, chosen)
         assert jobs["emulated" if arm64 else "docker"].needs[-1] == "services"
 
 

@@ -275,6 +275,7 @@ def test_unreachable_index_writes_an_unresolved_lock_and_exits_8(tmp_path: Path,
 # --- against PyPI ---------------------------------------------------------------------------------
 
 
+@pytest.mark.network
 def test_relocking_reproduces_the_committed_test_locks(tmp_path: Path, runner: CliRunner) -> None:
     matrix = _copy_matrix(tmp_path)
     result = runner.invoke(app, ["lock", "--matrix", str(matrix), "--json"])
@@ -288,6 +289,7 @@ def test_relocking_reproduces_the_committed_test_locks(tmp_path: Path, runner: C
         assert (tmp_path / name).read_text() == (TEST_MATRIX.parent / name).read_text(), name
 
 
+@pytest.mark.network
 def test_relocking_reproduces_a_committed_production_lock(tmp_path: Path, runner: CliRunner) -> None:
     """vllm and vllm-ascend metadata from their sdists, the override, the build layer: the committed
     cann8.3 aarch64 lock is what `ascendkit lock` makes today from the matrix."""
@@ -304,6 +306,7 @@ def test_relocking_reproduces_a_committed_production_lock(tmp_path: Path, runner
     assert vllm.hashes == ["sha256:f435a64c24e9c4178d657a76f8edd8548ddc444012f7d06a9f79ac3a6392bfae"]  # the sdist's only
 
 
+@pytest.mark.network
 def test_conflicting_pins_fail_and_leave_the_lock_alone(tmp_path: Path, runner: CliRunner) -> None:
     matrix = _copy_matrix(tmp_path, ('      numpy: "<2.0.0"\n', '      numpy: "<2.0.0"\n      six: "<1.16"\n'))
     before = (tmp_path / "locks" / "teststack-aarch64.txt").read_text()
@@ -314,6 +317,7 @@ def test_conflicting_pins_fail_and_leave_the_lock_alone(tmp_path: Path, runner: 
     assert (tmp_path / "locks" / "teststack-aarch64.txt").read_text() == before
 
 
+@pytest.mark.network
 def test_bumping_verl_changes_only_the_verl_section(tmp_path: Path, runner: CliRunner) -> None:
     """Each pip layer COPYs only its own section, so this is what keeps a verl bump a one-layer rebuild."""
     matrix = _copy_matrix(tmp_path, ('version: "3.7"', 'version: "3.6"'))  # verl's stand-in
@@ -330,6 +334,7 @@ def test_bumping_verl_changes_only_the_verl_section(tmp_path: Path, runner: CliR
     assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "locks" / "teststack").iterdir()) == sorted(after)
 
 
+@pytest.mark.network
 def test_matrix_verify_resolves_each_stack_as_a_whole(tmp_path: Path, runner: CliRunner) -> None:
     ok = runner.invoke(app, ["matrix", "verify", "--matrix", str(TEST_MATRIX), "--arch", "aarch64", "--json"])
     assert ok.exit_code == 0, ok.output
@@ -364,6 +369,7 @@ def standin_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+@pytest.mark.network
 def test_a_checkouts_requirements_are_read_from_its_git_host_once_and_kept(tmp_path: Path, runner: CliRunner, standin_host: str) -> None:
     matrix = _copy_matrix(tmp_path)
     shutil.rmtree(tmp_path / "locks" / "_sources")
@@ -387,6 +393,7 @@ def test_a_checkouts_requirements_are_read_from_its_git_host_once_and_kept(tmp_p
     assert (tmp_path / OPENRLHF_LOCK).read_text() == (TEST_MATRIX.parent / OPENRLHF_LOCK).read_text()
 
 
+@pytest.mark.network
 def test_without_the_file_or_its_git_host_the_lock_is_unresolved_and_says_why(tmp_path: Path, runner: CliRunner) -> None:
     matrix = _copy_matrix(tmp_path)
     shutil.rmtree(tmp_path / "locks" / "_sources")
@@ -398,6 +405,7 @@ def test_without_the_file_or_its_git_host_the_lock_is_unresolved_and_says_why(tm
     assert report["status"] == "unresolved" and "127.0.0.1:9" in report["detail"] and "git fetch failed" in report["detail"]
 
 
+@pytest.mark.network
 def test_a_commit_the_host_does_not_have_fails_the_lock(tmp_path: Path, runner: CliRunner, standin_host: str) -> None:
     missing = "0123456789abcdef0123456789abcdef01234567"
     matrix = _copy_matrix(tmp_path, ("ref: 12e2a08edffda11502c61db53dfa9cc7b647b14f", f"ref: {missing}"))
@@ -408,6 +416,7 @@ def test_a_commit_the_host_does_not_have_fails_the_lock(tmp_path: Path, runner: 
     assert report["status"] == "failed" and f"has no commit {missing}" in report["detail"]
 
 
+@pytest.mark.network
 def test_a_package_the_npu_install_leaves_out_fails_the_lock(tmp_path: Path, runner: CliRunner) -> None:
     matrix = _copy_matrix(tmp_path, ("leaves_out: [flash-attn, bitsandbytes, pynvml]", "leaves_out: [flash-attn, Ray]"))
     result = runner.invoke(app, ["lock", "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--json"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from packaging.version import Version
 from typer.testing import CliRunner
 
@@ -21,6 +22,7 @@ def planted(tmp_path: Path) -> Path:
     return matrix
 
 
+@pytest.mark.network
 def test_a_planted_older_pin_is_found_and_the_newer_one_proposed(runner: CliRunner, tmp_path: Path) -> None:
     matrix = planted(tmp_path)
     result = runner.invoke(app, ["matrix", "outdated", "--stack", "teststack", "--json", "--matrix", str(matrix)])
@@ -49,6 +51,7 @@ def test_a_planted_older_pin_is_found_and_the_newer_one_proposed(runner: CliRunn
     assert proposed.framework_version == verl["accepted"] and not proposed.default
 
 
+@pytest.mark.network
 def test_an_unreachable_index_is_reported_not_guessed(runner: CliRunner, tmp_path: Path) -> None:
     matrix = planted(tmp_path)
     argv = [
@@ -56,8 +59,8 @@ def test_an_unreachable_index_is_reported_not_guessed(runner: CliRunner, tmp_pat
         "outdated",
         "--stack",
         "teststack",
-        "--index",
-        "pypi-again=http://127.0.0.1:9/simple",
+        "--pytorch-index-url",  # the test matrix's pypi-again index, redirected as any mirror is
+        "http://127.0.0.1:9/simple",
         "--json",
         "--matrix",
         str(matrix),

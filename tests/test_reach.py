@@ -141,6 +141,16 @@ def test_a_registry_port_nobody_listens_on() -> None:
     )
 
 
+@pytest.fixture
+def direct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy: these tests are about what a direct connection meets (a name that cannot resolve,
+    a certificate nobody signed), which a proxy in the way would answer instead. Nothing here leaves
+    the machine: `.invalid` never resolves, and the servers are on the loopback."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("direct")
 def test_a_registry_name_that_does_not_resolve() -> None:
     with pytest.raises(Unavailable) as caught:
         Registry("registry.invalid", retries=0, timeout=5).get_manifest("x", "y")
@@ -148,6 +158,7 @@ def test_a_registry_name_that_does_not_resolve() -> None:
     assert message.startswith("registry registry.invalid: name not resolved; check the host name and the proxy settings"), message
 
 
+@pytest.mark.usefixtures("direct")
 def test_a_registry_with_an_untrusted_certificate(self_signed_server: int) -> None:
     host = f"127.0.0.2:{self_signed_server}"
     with pytest.raises(Unavailable) as caught:
@@ -164,6 +175,7 @@ def test_a_registry_that_never_answers(silent_server: int) -> None:
     assert readable(str(caught.value)).startswith(f"registry 127.0.0.1:{silent_server}: timed out;")
 
 
+@pytest.mark.usefixtures("direct")
 def test_an_index_says_which_host_why_and_what_to_do(self_signed_server: int) -> None:
     port = free_port()
     with pytest.raises(IndexUnreachable) as caught:

@@ -33,6 +33,7 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+@pytest.mark.network
 def test_every_locked_package_is_there_with_a_locked_hash(wheelhouse: Path) -> None:
     lock = read_lock(LOCK)
     assert missing_from(wheelhouse, lock) == []
@@ -45,6 +46,7 @@ def test_every_locked_package_is_there_with_a_locked_hash(wheelhouse: Path) -> N
         assert f"sha256:{sha256_of(path)}" in package.hashes
 
 
+@pytest.mark.network
 def test_a_second_run_reuses_what_is_there(wheelhouse: Path, runner: CliRunner) -> None:
     argv = ["wheelhouse", "--stack", "teststack", "--arch", "x86_64", "-o", str(wheelhouse), "--matrix", str(TEST_MATRIX), "--json"]
     result = runner.invoke(app, argv)
@@ -52,6 +54,7 @@ def test_a_second_run_reuses_what_is_there(wheelhouse: Path, runner: CliRunner) 
     assert json.loads(result.stdout)["downloaded"] == []
 
 
+@pytest.mark.network
 def test_missing_and_tampered_files_are_named(wheelhouse: Path, tmp_path: Path) -> None:
     copy = tmp_path / "w"
     shutil.copytree(wheelhouse, copy)
