@@ -22,7 +22,7 @@ def test_repository_is_up_to_date(loaded: LoadedMatrix) -> None:
 
 def test_expected_outputs_cover_everything(loaded: LoadedMatrix) -> None:
     paths = {f.path for f in generate.expected_outputs(loaded)}
-    assert {"Dockerfile.a2", "Dockerfile.a3", "README.md", "compat_matrix.schema.json"} <= paths
+    assert {"Dockerfile.a2", "Dockerfile.a3", "docs/matrix.md", "compat_matrix.schema.json"} <= paths
     assert "dockerfiles/cann9.1/Dockerfile.a3-openeuler24.03" in paths
     assert "dockerfiles/openrlhf-cann8.1/Dockerfile.a2-ubuntu22.04" in paths
     assert len([p for p in paths if p.startswith("dockerfiles/")]) == 14
@@ -50,8 +50,8 @@ def test_matrix_change_without_rerender_fails_check(repo_copy: Path) -> None:
     diffs = generate.check(load_matrix(matrix))
     locks = [d for d in diffs if d.startswith("lock: ")]
     changed = sorted(d.splitlines()[1].removeprefix("+++ b/") for d in diffs if d not in locks)
-    assert changed == ["README.md"] + [
-        f"dockerfiles/cann9.1/Dockerfile.{c}-{o}" for c in ("a2", "a3") for o in ("openeuler24.03", "ubuntu22.04")
+    assert changed == [f"dockerfiles/cann9.1/Dockerfile.{c}-{o}" for c in ("a2", "a3") for o in ("openeuler24.03", "ubuntu22.04")] + [
+        "docs/matrix.md"
     ]
     # ... and both of the stack's locks no longer describe it
     stale = "is stale: the matrix changed since it was made; run `ascendkit lock --stack cann9.1"
@@ -76,15 +76,15 @@ def test_stale_and_missing_files(repo_copy: Path) -> None:
     assert generate.check(loaded) == []
 
 
-def test_readme_table_drift(repo_copy: Path) -> None:
-    readme = repo_copy / "README.md"
+def test_support_table_drift(repo_copy: Path) -> None:
+    readme = repo_copy / "docs" / "matrix.md"
     readme.write_text(readme.read_text().replace("| cann8.3 (default) |", "| cann8.3 |"))
     diffs = generate.check(load_matrix(repo_copy / "compat_matrix.yaml"))
-    assert len(diffs) == 1 and "+++ b/README.md" in diffs[0]
+    assert len(diffs) == 1 and "+++ b/docs/matrix.md" in diffs[0]
 
 
-def test_readme_without_markers_is_an_error(repo_copy: Path) -> None:
-    readme = repo_copy / "README.md"
+def test_a_tables_page_without_markers_is_an_error(repo_copy: Path) -> None:
+    readme = repo_copy / "docs" / "matrix.md"
     readme.write_text("# my fork\n")
     with pytest.raises(InputError, match="generated-table markers are missing"):
         generate.check(load_matrix(repo_copy / "compat_matrix.yaml"))

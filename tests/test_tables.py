@@ -42,7 +42,7 @@ def test_table_command_formats(runner: CliRunner) -> None:
 def test_readme_tables_match(loaded: LoadedMatrix) -> None:
     from tests.conftest import ROOT
 
-    assert support_tables(loaded.matrix, "md") in (ROOT / "README.md").read_text()
+    assert support_tables(loaded.matrix, "md") in (ROOT / "docs" / "matrix.md").read_text()
 
 
 def test_list_json(runner: CliRunner) -> None:

@@ -1,5 +1,5 @@
 """Every file the repository keeps generated from the matrix, and the drift check over them:
-the Dockerfiles, the lock sections, the matrix's JSON schema, the README tables and the CI workflow.
+the Dockerfiles, the lock sections, the matrix's JSON schema, the support tables of docs/matrix.md and the CI workflow.
 
 ``ascendkit render --all`` writes them; ``ascendkit render --check`` re-renders them in memory and
 reports a unified diff for each committed file that differs, is missing, or is left over, and a
@@ -27,7 +27,7 @@ from buildkit.plan import DOCKERFILES_DIR, LOCKS_DIR, RenderTarget, all_targets,
 from buildkit.resources import TEMPLATES_DIR
 
 SCHEMA_FILE = "compat_matrix.schema.json"
-README_FILE = "README.md"
+TABLES_FILE = "docs/matrix.md"  # the page that carries the support tables, between the markers
 TABLE_BEGIN = "<!-- BEGIN generated: support tables (ascendkit render --all; do not edit) -->"
 TABLE_END = "<!-- END generated: support tables -->"
 
@@ -58,7 +58,7 @@ def dockerfile_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR) ->
     return files
 
 
-def readme_with_tables(readme: str, matrix: Matrix, readme_path: Path) -> str:
+def page_with_tables(readme: str, matrix: Matrix, readme_path: Path) -> str:
     start, end = readme.find(TABLE_BEGIN), readme.find(TABLE_END)
     if start < 0 or end < start:
         raise InputError(f"{readme_path}: the generated-table markers are missing; add the lines\n  {TABLE_BEGIN}\n  {TABLE_END}")
@@ -78,9 +78,9 @@ def expected_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR, extr
     files.append(GeneratedFile(SCHEMA_FILE, schema_text()))
     files.append(GeneratedFile(WORKFLOW_FILE, render_workflow(loaded)))
     files.append(GeneratedFile(ACTIONLINT_CONFIG, render_actionlint_config(loaded)))
-    readme = loaded.root / README_FILE
-    if readme.is_file():
-        files.append(GeneratedFile(README_FILE, readme_with_tables(readme.read_text(encoding="utf-8"), loaded.matrix, readme)))
+    page = loaded.root / TABLES_FILE
+    if page.is_file():
+        files.append(GeneratedFile(TABLES_FILE, page_with_tables(page.read_text(encoding="utf-8"), loaded.matrix, page)))
     return sorted(files, key=lambda f: f.path)
 
 
