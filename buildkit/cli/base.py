@@ -100,7 +100,7 @@ class LazyGroup(TyperGroup):
         command = typer.main.get_group(app).commands.get(cmd_name)
         if command is not None:
             command.short_help = SUMMARIES[cmd_name]
-            with_placeholders(command)
+            polish(command)
         return command
 
 
@@ -144,12 +144,41 @@ PLACEHOLDERS = {
 }
 
 
+def polish(command: Any) -> Any:
+    """What every loaded command (and subcommand) gets: placeholders, and its options grouped."""
+    for sub in getattr(command, "commands", {}).values():
+        polish(sub)
+    with_placeholders(command)
+    if any(getattr(p, "rich_help_panel", None) for p in getattr(command, "params", [])):
+        command.format_options = functools.partial(format_options_by_panel, command)
+    return command
+
+
+def format_options_by_panel(command: Any, ctx: Any, formatter: Any) -> None:
+    """``--help`` with the options in their panels (``rich_help_panel``: "Mirrors and indexes",
+    "Publishing"), the rest under "Options" first, as Typer does only when Rich draws the help."""
+    arguments, panels = [], {"Options": []}  # type: ignore[var-annotated]
+    for param in command.get_params(ctx):
+        record = param.get_help_record(ctx)
+        if record is None:
+            continue
+        if param.param_type_name == "argument":
+            arguments.append(record)
+        else:
+            panels.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
+    if arguments:
+        with formatter.section("Arguments"):
+            formatter.write_dl(arguments)
+    for title, records in panels.items():
+        if records:
+            with formatter.section(title):
+                formatter.write_dl(records)
+
+
 def with_placeholders(command: Any) -> Any:
     """Give every option of ``command`` (and of its subcommands) whose help would show only its type
     (``<str>``, ``<int range>``, ``<list[str]>``) a placeholder saying what to type: ``<URL>``,
     ``<PATH>``, ``<N>``, or the name of the thing (``--hw <SKU>``). Choices and explicit metavars stay."""
-    for sub in getattr(command, "commands", {}).values():
-        with_placeholders(sub)
     for param in getattr(command, "params", []):
         if param.metavar is not None or getattr(param, "is_flag", False):
             continue
@@ -235,20 +264,6 @@ WorkingMatrixPath = Annotated[
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 ArchChoice = Annotated[str | None, typer.Option("--arch", help="aarch64 or x86_64 (build default: this machine's).")]
-PipIndexUrl = Annotated[str | None, typer.Option("--pip-index-url", help="PyPI mirror; credentials in a URL stay out of the image.")]
-PipExtraIndexUrl = Annotated[str | None, typer.Option("--pip-extra-index-url", help="Extra index(es), space separated.")]
-PytorchIndexUrl = Annotated[str | None, typer.Option("--pytorch-index-url", help="Mirror of the PyTorch CPU index (x86_64 torch).")]
-AscendIndexUrl = Annotated[str | None, typer.Option("--ascend-index-url", help="Mirror of Ascend's pip index.")]
-GithubUrl = Annotated[str | None, typer.Option("--github-url", help="GitHub mirror for source checkouts.")]
-GitcodeUrl = Annotated[str | None, typer.Option("--gitcode-url", help="gitcode mirror for source checkouts.")]
-CaBundle = Annotated[
-    Path | None, typer.Option("--ca-bundle", help="PEM bundle for pip (default: $PIP_CERT or $SSL_CERT_FILE); never stored in an image.")
-]
-ConfigFile = Annotated[
-    Path | None,
-    typer.Option("--config", help="Mirror settings file (default: $ASCENDKIT_CONFIG, ./ascendkit.toml, ~/.config/ascendkit/config.toml)."),
-]
-
 # Bounds on numbers: far past any real run, near enough that a typo is caught rather than obeyed.
 MAX_STEPS = 100_000
 MAX_NODES = 1024

@@ -12,22 +12,29 @@ from rich.table import Table as RichTable
 
 from buildkit.cli.base import (
     ArchChoice,
-    AscendIndexUrl,
-    CaBundle,
-    ConfigFile,
-    GitcodeUrl,
-    GithubUrl,
     JsonFlag,
-    PipExtraIndexUrl,
-    PipIndexUrl,
-    PytorchIndexUrl,
     WorkingMatrixPath,
     app,
     out,
     print_json,
     user_errors,
 )
+from buildkit.cli.mirror_options import (
+    PANEL,
+    AptMirror,
+    AscendIndexUrl,
+    BaseRegistry,
+    CaBundle,
+    ConfigFile,
+    GitcodeUrl,
+    GithubUrl,
+    PipExtraIndexUrl,
+    PipIndexUrl,
+    PytorchIndexUrl,
+    mirrors_from,
+)
 from buildkit.cli.ship_options import (
+    SHIPPING,
     Compression,
     CompressionOption,
     ManifestDir,
@@ -38,7 +45,6 @@ from buildkit.cli.ship_options import (
 )
 from buildkit.errors import InputError
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.settings import resolve_mirrors
 
 if TYPE_CHECKING:
     from buildkit.image.buildplan import BuildPlan, BuildResult
@@ -100,16 +106,14 @@ def build(
     os_name: Annotated[str | None, typer.Option("--os", help="Base OS; default: the stack's first.")] = None,
     arch: ArchChoice = None,
     base_image: Annotated[str | None, typer.Option("--base-image", help="Build FROM this image instead of the official CANN base.")] = None,
-    base_registry: Annotated[
-        str | None, typer.Option("--base-registry", help="Mirror of the CANN images, HOST/PATH (e.g. quay.nju.edu.cn/ascend).")
-    ] = None,
+    base_registry: BaseRegistry = None,
     ca_bundle: CaBundle = None,
-    no_ca_bundle: Annotated[bool, typer.Option("--no-ca-bundle", help="Do not pass the host's CA bundle.")] = False,
+    no_ca_bundle: Annotated[bool, typer.Option("--no-ca-bundle", help="Do not pass the host's CA bundle.", rich_help_panel=PANEL)] = False,
     pip_index_url: PipIndexUrl = None,
     pip_extra_index_url: PipExtraIndexUrl = None,
     pytorch_index_url: PytorchIndexUrl = None,
     ascend_index_url: AscendIndexUrl = None,
-    apt_mirror: Annotated[str | None, typer.Option("--apt-mirror", help="OS package mirror (serves /ubuntu, /ubuntu-ports, ...).")] = None,
+    apt_mirror: AptMirror = None,
     github_url: GithubUrl = None,
     gitcode_url: GitcodeUrl = None,
     config: ConfigFile = None,
@@ -126,18 +130,30 @@ def build(
         Literal["uv", "pip"],
         typer.Option("--installer", help="What installs the locked packages: uv, or pip (the same hash-locked packages, slower)."),
     ] = "uv",
-    push: Annotated[bool, typer.Option("--push", help="Push the verified image to --registry, by digest, with its SBOM.")] = False,
+    push: Annotated[
+        bool, typer.Option("--push", help="Push the verified image to --registry, by digest, with its SBOM.", rich_help_panel=SHIPPING)
+    ] = False,
     no_index: Annotated[
-        bool, typer.Option("--no-index", help="With --push: leave the multi-arch index to `publish --index-only` (CI's index job).")
+        bool,
+        typer.Option(
+            "--no-index",
+            help="With --push: leave the multi-arch index to `publish --index-only` (CI's index job).",
+            rich_help_panel=SHIPPING,
+        ),
     ] = False,
     registry: RegistriesOption = None,
     media_types: MediaTypesOption = None,
     compression: CompressionOption = Compression.gzip,
     manifest_dir: ManifestDir = Path("manifests"),
     offline: Annotated[
-        bool, typer.Option("--offline", help="Air-gapped: pip installs only from --wheelhouse, with no network in the pip steps.")
+        bool,
+        typer.Option(
+            "--offline", help="Air-gapped: pip installs only from --wheelhouse, with no network in the pip steps.", rich_help_panel=PANEL
+        ),
     ] = False,
-    wheelhouse: Annotated[Path | None, typer.Option("--wheelhouse", help="Directory from `ascendkit wheelhouse` (with --offline).")] = None,
+    wheelhouse: Annotated[
+        Path | None, typer.Option("--wheelhouse", help="Directory from `ascendkit wheelhouse` (with --offline).", rich_help_panel=PANEL)
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; do not build.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Show steps only, not their output.")] = False,
     as_json: JsonFlag = False,
@@ -170,19 +186,17 @@ def build(
     shipping = ship_options(media_types.value if media_types else None, compression.value)
     check_names(repository, base_image)  # options every target shares: refused once, not per target
     loaded = load_matrix(matrix)
-    mirrors = resolve_mirrors(
-        {
-            "pip_index_url": pip_index_url,
-            "pip_extra_index_url": pip_extra_index_url,
-            "pytorch_index_url": pytorch_index_url,
-            "ascend_index_url": ascend_index_url,
-            "apt_mirror": apt_mirror,
-            "github_url": github_url,
-            "gitcode_url": gitcode_url,
-            "base_registry": base_registry,
-            "ca_bundle": str(ca_bundle) if ca_bundle else None,
-        },
-        config=config,
+    mirrors = mirrors_from(
+        config,
+        ca_bundle,
+        pip_index_url=pip_index_url,
+        pip_extra_index_url=pip_extra_index_url,
+        pytorch_index_url=pytorch_index_url,
+        ascend_index_url=ascend_index_url,
+        apt_mirror=apt_mirror,
+        github_url=github_url,
+        gitcode_url=gitcode_url,
+        base_registry=base_registry,
     )
     options: dict[str, Any] = {
         "base_image": base_image,

@@ -10,54 +10,30 @@ import typer
 from rich.table import Table as RichTable
 
 from buildkit.cli.base import (
-    AscendIndexUrl,
-    CaBundle,
-    ConfigFile,
-    GitcodeUrl,
-    GithubUrl,
     JsonFlag,
-    PipIndexUrl,
-    PytorchIndexUrl,
     WorkingMatrixPath,
     app,
     out,
     print_json,
     user_errors,
 )
+from buildkit.cli.mirror_options import (
+    AscendIndexUrl,
+    CaBundle,
+    ConfigFile,
+    GitcodeUrl,
+    GithubUrl,
+    PipIndexUrl,
+    PytorchIndexUrl,
+    ca_bundle_of,
+    mirrors_from,
+)
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import check_output_dir
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.settings import Mirrors, checked_ca_bundle, resolve_mirrors
 
 if TYPE_CHECKING:
     from buildkit.lock.relock import LockOutcome
-
-
-def _mirrors(
-    pip_index_url: str | None,
-    pytorch_index_url: str | None,
-    ascend_index_url: str | None,
-    ca_bundle: Path | None,
-    config: Path | None,
-    github_url: str | None = None,
-    gitcode_url: str | None = None,
-) -> Mirrors:
-    return resolve_mirrors(
-        {
-            "pip_index_url": pip_index_url,
-            "pytorch_index_url": pytorch_index_url,
-            "ascend_index_url": ascend_index_url,
-            "github_url": github_url,
-            "gitcode_url": gitcode_url,
-            "ca_bundle": str(ca_bundle) if ca_bundle else None,
-        },
-        config=config,
-    )
-
-
-def _ca(mirrors: Mirrors) -> Path | None:
-    setting = mirrors.get("ca_bundle")
-    return checked_ca_bundle(Path(setting) if setting else None)
 
 
 @app.command("lock")
@@ -96,7 +72,15 @@ def lock(
         raise InputError("give --stack S or --all, not both")
     loaded = load_matrix(matrix)
     targets = lock_targets(loaded, stack, arch)
-    mirrors = _mirrors(pip_index_url, pytorch_index_url, ascend_index_url, ca_bundle, config, github_url, gitcode_url)
+    mirrors = mirrors_from(
+        config,
+        ca_bundle,
+        pip_index_url=pip_index_url,
+        pytorch_index_url=pytorch_index_url,
+        ascend_index_url=ascend_index_url,
+        github_url=github_url,
+        gitcode_url=gitcode_url,
+    )
     printing = threading.Lock()
 
     def progress(outcome: LockOutcome) -> None:
@@ -107,7 +91,7 @@ def lock(
         loaded,
         targets,
         index_urls=index_urls_for(loaded, mirrors),
-        ca_bundle=_ca(mirrors),
+        ca_bundle=ca_bundle_of(mirrors),
         upgrade=upgrade,
         jobs=jobs,
         on_done=None if as_json else progress,
@@ -162,9 +146,11 @@ def wheelhouse(
     check_output_dir(output, "wheelhouse (-o)")
     loaded = load_matrix(matrix)
     target = lock_targets(loaded, stack, arch)[0]
-    mirrors = _mirrors(pip_index_url, pytorch_index_url, ascend_index_url, ca_bundle, config)
+    mirrors = mirrors_from(
+        config, ca_bundle, pip_index_url=pip_index_url, pytorch_index_url=pytorch_index_url, ascend_index_url=ascend_index_url
+    )
     report = make_wheelhouse(
-        loaded, LockTarget(target.stack_id, target.arch), output, index_urls_for(loaded, mirrors), ca_bundle=_ca(mirrors)
+        loaded, LockTarget(target.stack_id, target.arch), output, index_urls_for(loaded, mirrors), ca_bundle=ca_bundle_of(mirrors)
     )
     if as_json:
         print_json(report.describe())

@@ -20,14 +20,13 @@ from buildkit.cli.base import (
     print_json,
     user_errors,
 )
+from buildkit.cli.mirror_options import AscendIndexUrl, CaBundle, ConfigFile, PipIndexUrl, PytorchIndexUrl, ca_bundle_of, mirrors_from
 from buildkit.errors import ExitCode, InputError, MatrixError
 from buildkit.fsio import write_output
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.settings import checked_ca_bundle
 
 if TYPE_CHECKING:
     from buildkit.lock.availability import PinCheck
-    from buildkit.matrix.load import LoadedMatrix
 
 
 @matrix_app.command("validate", short_help="Check the structure and every compatibility rule.")
@@ -179,30 +178,16 @@ def matrix_show(
     out.print(table)
 
 
-IndexOption = Annotated[
-    list[str] | None, typer.Option("--index", help="NAME=URL: ask this mirror instead of the matrix's index NAME (repeatable).")
-]
-IndexCaBundle = Annotated[Path | None, typer.Option("--ca-bundle", help="PEM bundle for the indexes (default: $PIP_CERT/$SSL_CERT_FILE).")]
-
-
-def index_overrides(loaded: LoadedMatrix, items: list[str]) -> dict[str, str]:
-    """``--index NAME=URL`` options as index name -> URL, each checked against the matrix."""
-    overrides = {}
-    for item in items:
-        name, sep, url = item.partition("=")
-        if not sep or name not in loaded.matrix.indexes or not url.startswith(("http://", "https://")):
-            raise InputError(f"--index {item!r}: expected NAME=URL with NAME one of {', '.join(loaded.matrix.indexes)}")
-        overrides[name] = url.rstrip("/")
-    return overrides
-
-
 @matrix_app.command("verify", short_help="Check every pin exists on its index.")
 @user_errors
 def matrix_verify(
     stack: Annotated[str | None, typer.Option("--stack", "-s", help="Only this stack; default: all.")] = None,
     arch: ArchChoice = None,
-    index: IndexOption = None,
-    ca_bundle: IndexCaBundle = None,
+    pip_index_url: PipIndexUrl = None,
+    pytorch_index_url: PytorchIndexUrl = None,
+    ascend_index_url: AscendIndexUrl = None,
+    ca_bundle: CaBundle = None,
+    config: ConfigFile = None,
     no_resolve: Annotated[bool, typer.Option("--no-resolve", help="Only look the pins up; skip resolving each stack as a whole.")] = False,
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Resolve each stack even when its current lock already shows the pins resolve together.")
@@ -214,6 +199,7 @@ def matrix_verify(
     resolve together (exit 1: missing or conflicting, 8: unverified)."""
     from buildkit.lock.availability import check_matrix, check_together, summarize
     from buildkit.lock.index import IndexClient
+    from buildkit.lock.relock import index_urls_for
     from buildkit.matrix.fields import ARCHES
     from buildkit.matrix.load import load_matrix, resolve_stack
 
@@ -223,13 +209,14 @@ def matrix_verify(
     stacks = [resolve_stack(loaded, stack)[0]] if stack else None
     if arch is not None and arch not in ARCHES:
         raise InputError(f"--arch {arch!r}: choose one of {', '.join(ARCHES)}")
-    overrides = index_overrides(loaded, index or [])
-    ca = checked_ca_bundle(ca_bundle)
+    urls = {"pip_index_url": pip_index_url, "pytorch_index_url": pytorch_index_url, "ascend_index_url": ascend_index_url}
+    mirrors = mirrors_from(config, ca_bundle, **urls)
+    index_urls = index_urls_for(loaded, mirrors)
+    ca = ca_bundle_of(mirrors)
     client = IndexClient(ca_bundle=ca)
-    checks = check_matrix(loaded.matrix, client, stacks=stacks, arches=[arch] if arch else None, index_urls=overrides)
+    checks = check_matrix(loaded.matrix, client, stacks=stacks, arches=[arch] if arch else None, index_urls=index_urls)
     if not no_resolve:
-        urls = {name: overrides.get(name, index.url) for name, index in loaded.matrix.indexes.items()}
-        checks += check_together(loaded, checks, urls, ca_bundle=ca, fresh=fresh)
+        checks += check_together(loaded, checks, index_urls, ca_bundle=ca, fresh=fresh)
     counts = summarize(checks)
     failed = counts["missing"] or counts["conflict"]
     code = ExitCode.CHECK_FAILED if failed else ExitCode.UNVERIFIED if counts["unverified"] else ExitCode.OK

@@ -8,10 +8,9 @@ import typer
 from rich.table import Table as RichTable
 
 from buildkit.cli.base import JsonFlag, WorkingMatrixPath, matrix_app, out, print_json, user_errors
-from buildkit.cli.matrix_cmd import IndexCaBundle, IndexOption, index_overrides
+from buildkit.cli.mirror_options import AscendIndexUrl, CaBundle, ConfigFile, PipIndexUrl, PytorchIndexUrl, ca_bundle_of, mirrors_from
 from buildkit.errors import ExitCode, InputError
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.settings import checked_ca_bundle
 
 
 @matrix_app.command("outdated", short_help="Find newer releases of the pins.")
@@ -21,8 +20,11 @@ def matrix_outdated(
     propose: Annotated[
         str | None, typer.Option("--propose", help="NEW_ID: print a new stack stanza from --stack with the accepted bumps.")
     ] = None,
-    index: IndexOption = None,
-    ca_bundle: IndexCaBundle = None,
+    pip_index_url: PipIndexUrl = None,
+    pytorch_index_url: PytorchIndexUrl = None,
+    ascend_index_url: AscendIndexUrl = None,
+    ca_bundle: CaBundle = None,
+    config: ConfigFile = None,
     as_json: JsonFlag = False,
     matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
@@ -31,6 +33,7 @@ def matrix_outdated(
     from buildkit.lock.index import IndexClient
     from buildkit.lock.outdated import check_new_id, outdated
     from buildkit.lock.outdated import propose as propose_stanza
+    from buildkit.lock.relock import index_urls_for
     from buildkit.matrix.load import load_matrix
 
     if propose is not None and stack is None:
@@ -38,8 +41,10 @@ def matrix_outdated(
     loaded = load_matrix(matrix)
     if propose is not None:
         check_new_id(loaded, propose)
-    urls = {name: idx.url for name, idx in loaded.matrix.indexes.items()} | index_overrides(loaded, index or [])
-    news = outdated(loaded, IndexClient(ca_bundle=checked_ca_bundle(ca_bundle)), urls, stack)
+    given = {"pip_index_url": pip_index_url, "pytorch_index_url": pytorch_index_url, "ascend_index_url": ascend_index_url}
+    mirrors = mirrors_from(config, ca_bundle, **given)
+    client = IndexClient(ca_bundle=ca_bundle_of(mirrors))
+    news = outdated(loaded, client, index_urls_for(loaded, mirrors), stack)
     unreachable = any(p.status == "unreachable" for n in news for p in n.pins)
     if propose is not None:
         (one,) = news

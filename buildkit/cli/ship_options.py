@@ -20,12 +20,15 @@ class Compression(str, enum.Enum):
     zstd = "zstd"
 
 
+SHIPPING = "Publishing"  # the help panel of the options that say where and how images go
+
 RegistriesOption = Annotated[
     list[str] | None,
     typer.Option(
         "--registry",
         metavar="HOST[:PORT]/REPO",
         help="Where to push (repeat for several: the same digests in each), e.g. 127.0.0.1:5000/ascendkit.",
+        rich_help_panel=SHIPPING,
     ),
 ]
 MediaTypesOption = Annotated[
@@ -34,12 +37,17 @@ MediaTypesOption = Annotated[
         "--media-types",
         help="docker: nothing with an OCI media type (registries that refuse them); oci: all OCI. "
         "Default: Docker images and index, the SBOM as an OCI artifact.",
+        rich_help_panel=SHIPPING,
     ),
 ]
 ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where build manifests are written and read.")]
 CompressionOption = Annotated[
     Compression,
-    typer.Option("--compression", help="zstd: also publish each tag as <tag>-zstd, zstd layers (OCI; Docker >= 23, containerd >= 1.5)."),
+    typer.Option(
+        "--compression",
+        help="zstd: also publish each tag as <tag>-zstd, zstd layers (OCI; Docker >= 23, containerd >= 1.5).",
+        rich_help_panel=SHIPPING,
+    ),
 ]
 
 
