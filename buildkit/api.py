@@ -12,11 +12,10 @@ is one user of the modules below; this is another, with the same checks in the s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from buildkit.accuracy.compare import Comparison, compare_runs, load_run
-from buildkit.errors import InputError
 from buildkit.fsio import output_dir
 from buildkit.image.build import run_build
 from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, plan_build
@@ -28,12 +27,12 @@ from buildkit.image.verify import compare as compare_facts
 from buildkit.imageref import RegistryRef
 from buildkit.lock.inputs import lock_targets
 from buildkit.lock.relock import LockOutcome, index_urls_for, lock_all
-from buildkit.matrix.load import LoadedMatrix, load_matrix, resolve_sku
+from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.plan import ImagePlan, hosts_arch, plan_target
 from buildkit.plan import plan_image as _plan_image
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.run.job import JobFacts
-from buildkit.run.smoke import SmokeReport, SmokeRequest, check_request, run_smoke
+from buildkit.run.smoke import SmokeReport, run_smoke
+from buildkit.run.smokerequest import make_request
 from buildkit.settings import Mirrors
 from buildkit.ship.local import load_local_image
 from buildkit.ship.publish import Published, publish_all, ship_options
@@ -139,36 +138,54 @@ def publish(
 
 
 def smoke(
-    image: str,
+    image: str | None,
     matrix: MatrixLike,
     hw: str,
     out: Path,
     *,
+    stack: str | None = None,
+    job: str = "grpo",
     steps: int = 5,
     check_only: bool = False,
+    config_check: bool = True,
     model_path: Path | None = None,
+    data_path: Path | None = None,
+    baseline: Path | None = None,
+    devices: str | None = None,
+    overrides: Sequence[str] = (),
+    env: Sequence[str] = (),
+    timeout: float = 1800.0,
+    stall_timeout: float = 900.0,
+    privileged: bool = False,
+    as_root: bool = False,
     echo: Callable[[str], None] | None = None,
-    job: str = "grpo",
+    progress: Callable[[str], None] | None = None,
 ) -> SmokeReport:
     """The config check, doctor and (on an NPU host) the image's smoke job (``job``: grpo, or verl's
-    sft); writes the report to ``out``."""
-    loaded = load(matrix)
-    sku_id, sku, chip_id = resolve_sku(loaded, hw, "smoke needs the SKU (its NPU count)")
-    if steps < 1:
-        raise InputError(f"steps must be at least 1, not {steps}")
-    request = SmokeRequest(
-        sku_id=sku_id,
-        sku=sku,
-        chip_id=chip_id,
+    sft); writes the report to ``out``. ``image`` None: the local build of ``stack`` for ``hw``. The
+    options are `ascendkit smoke`'s, checked by the same request (:func:`buildkit.run.smokerequest.make_request`)."""
+    request = make_request(
+        load(matrix),
+        hw,
+        out,
         image=image,
-        out=out,
-        steps=steps,
-        model_path=model_path,
-        facts=JobFacts.of(loaded.matrix.compat),
+        stack=stack,
         job=job,
+        steps=steps,
+        timeout=timeout,
+        stall_timeout=stall_timeout,
+        model_path=model_path,
+        data_path=data_path,
+        baseline=baseline,
+        devices=devices,
+        privileged=privileged,
+        as_root=as_root,
+        overrides=overrides,
+        env=env,
         check_only=check_only,
+        config_check=config_check,
+        progress=progress,
     )
-    check_request(request)
     with output_dir(out, "report directory"):
         return run_smoke(connect(), request, echo=echo)
 

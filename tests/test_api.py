@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +42,32 @@ def test_errors_are_the_clis_errors() -> None:
         buildkit.plan_image(MATRIX, "a9")
     with pytest.raises(AttributeError):
         buildkit.nonexistent  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("options", "argv", "message"),
+    [
+        ({"steps": 0}, ["--steps", "0"], "--steps 0: from 1 to 100000"),
+        ({"stack": "cann8.3"}, ["--stack", "cann8.3"], "--image and --stack exclude each other"),
+        ({"check_only": True, "config_check": False}, ["--check", "--no-config-check"], "--check and --no-config-check exclude"),
+        ({"env": ["NOEQUALS"]}, ["--env", "NOEQUALS"], "--env 'NOEQUALS': expected KEY=VALUE"),
+        ({"devices": "99"}, ["--devices", "99"], "--devices"),
+    ],
+)
+def test_the_api_and_the_command_refuse_a_smoke_run_alike(
+    tmp_path: Path, options: dict[str, Any], argv: list[str], message: str
+) -> None:
+    """One front door: `ascendkit smoke` and buildkit.smoke build the request in one place, so the
+    same options meet the same refusal (the command's own ranges may say it first, in its words)."""
+    image = "127.0.0.1:9/ascendkit/verl@sha256:" + "ab" * 32
+    with pytest.raises(InputError, match=re.escape(message)):
+        buildkit.smoke(image, MATRIX, "a3", tmp_path / "out", **options)
+    exe = Path(sys.executable).with_name("ascendkit")
+    cli = [str(exe), "smoke", "--hw", "a3", "--image", image, "--out", str(tmp_path / "out"), *argv, "--matrix", str(MATRIX)]
+    proc = subprocess.run(cli, capture_output=True, text=True, check=False, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent"})
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr or "invalid value for '--steps'" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.docker

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildkit.cli.base import MAX_NODES, MAX_SECONDS, MAX_STEPS, JsonFlag, MatrixPath, app, print_json, user_errors
+from buildkit.cli.base import MAX_NODES, JsonFlag, MatrixPath, app, print_json, user_errors
 from buildkit.errors import ExitCode, InputError, PublishFailed, Unavailable
 from buildkit.fsio import STDOUT, check_output_file, write_output
 from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION, K8sJob, Scheduler, TopologyMode
 from buildkit.resources import DEFAULT_MATRIX
+from buildkit.run import MAX_SECONDS, MAX_STEPS
 
 if TYPE_CHECKING:
     from buildkit.matrix.load import LoadedMatrix

@@ -13,9 +13,10 @@ from typing import Annotated
 import typer
 from rich.table import Table as RichTable
 
-from buildkit.cli.base import MAX_STEPS, JsonFlag, app, finite, out, print_json, user_errors
+from buildkit.cli.base import JsonFlag, app, finite, out, print_json, user_errors
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import STDOUT, check_output_file, output_dir, write_atomic, write_output
+from buildkit.run import MAX_STEPS
 
 metrics_app = typer.Typer(help="Read verl and OpenRLHF console logs.", no_args_is_help=True)
 baseline_app = typer.Typer(help="Baselines from real GPU runs.", no_args_is_help=True)

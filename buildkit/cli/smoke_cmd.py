@@ -8,21 +8,10 @@ from typing import Annotated
 import typer
 
 from buildkit.cancel import interrupted
-from buildkit.cli.base import MAX_SECONDS, MAX_STEPS, JsonFlag, MatrixPath, app, finite, print_json, user_errors
-from buildkit.errors import InputError
+from buildkit.cli.base import JsonFlag, MatrixPath, app, finite, print_json, user_errors
 from buildkit.fsio import output_dir
-from buildkit.resources import DEFAULT_MATRIX, default_repository
-from buildkit.run import SmokeJob
-
-
-def _pairs(items: list[str], option: str) -> dict[str, str]:
-    result = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InputError(f"{option} {item!r}: expected KEY=VALUE")
-        result[key] = value
-    return result
+from buildkit.resources import DEFAULT_MATRIX
+from buildkit.run import MAX_SECONDS, MAX_STEPS, SmokeJob
 
 
 def _progress(line: str) -> None:
@@ -108,54 +97,36 @@ def smoke(
     Exit 0 passed (or --check passed), 1 failed, 9 timed out or stalled, 10 no Ascend devices here
     (config check and preflight only).
     """
-    from buildkit.accuracy.compare import load_run
-    from buildkit.image.buildplan import host_arch
     from buildkit.image.engine import connect
-    from buildkit.matrix.load import load_matrix, resolve_sku
-    from buildkit.plan import plan_image, plan_target
-    from buildkit.run.devices import parse_visible
-    from buildkit.run.job import JobFacts, check_overrides
+    from buildkit.matrix.load import load_matrix
     from buildkit.run.report import stderr_echo
-    from buildkit.run.smoke import SmokeRequest, check_request, run_smoke
+    from buildkit.run.smoke import run_smoke
+    from buildkit.run.smokerequest import make_request
 
-    loaded = load_matrix(matrix)
-    sku_id, sku, chip_id = resolve_sku(loaded, hw, "smoke needs the SKU (its NPU count)")
-    overrides = check_overrides(override or [])
-    if check and not config_check:
-        raise InputError("--check and --no-config-check exclude each other")
-    if image is not None and stack is not None:
-        raise InputError("--image and --stack exclude each other: the image's labels name its stack")
-    if image is None:
-        # what `ascendkit build --hw SKU [--stack S]` tagged on this machine
-        plan = plan_image(loaded, plan_target(loaded, sku_id, stack, None), host_arch())
-        image = f"{default_repository(plan.framework)}:{plan.tags[0]}"
-    request = SmokeRequest(
-        sku_id=sku_id,
-        sku=sku,
-        chip_id=chip_id,
+    request = make_request(  # checked before the engine: a mistake in the options is exit 2, not 4
+        load_matrix(matrix),
+        hw,
+        out,
         image=image,
-        out=out,
+        stack=stack,
+        job=job,
         steps=steps,
         timeout=timeout,
+        stall_timeout=stall_timeout,
         model_path=model_path,
         data_path=data,
-        baseline=load_run(baseline) if baseline else None,
-        baseline_name=baseline.name if baseline else None,
-        visible=parse_visible(devices) if devices is not None else None,
+        baseline=baseline,
+        devices=devices,
         privileged=privileged,
         as_root=as_root,
-        overrides=overrides,
-        env=_pairs(env or [], "--env"),
-        facts=JobFacts.of(loaded.matrix.compat),
-        job=job,
+        overrides=override or [],
+        env=env or [],
         check_only=check,
         config_check=config_check,
-        stall_after=stall_timeout,
         progress=None if as_json else _progress,
     )
-    check_request(request)  # before the engine: a mistake in the options is exit 2, not 4
     client = connect()
-    typer.echo(f"smoke: {image} on --hw {sku_id}; report in {out}/", err=True)
+    typer.echo(f"smoke: {request.image} on --hw {request.sku_id}; report in {out}/", err=True)
     try:
         with output_dir(out, "report directory (--out)"):
             report = run_smoke(client, request, echo=None if quiet or as_json else stderr_echo)
