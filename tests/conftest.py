@@ -129,6 +129,18 @@ class DockerEnv:
         return {c["Id"] for c in self.client.containers(all=True)}
 
 
+def arm64_standin() -> str:
+    """The arm64 stand-in base `make test` makes with ASCENDKIT_ARM64=1 (qemu). Where it was asked
+    for (ASCENDKIT_ARM64=1, as .ci/run sets, or CI) a missing one fails the test; elsewhere the test
+    is skipped with the reason."""
+    standin = os.environ.get("ASCENDKIT_STANDIN_IMAGE_ARM64")
+    if not standin:
+        if os.environ.get("ASCENDKIT_ARM64") == "1" or os.environ.get("CI", "").lower() in ("1", "true"):
+            pytest.fail("no arm64 stand-in although ASCENDKIT_ARM64=1 (or CI) asked for one: `make test` should have made it")
+        pytest.skip("no arm64 stand-in: `make test` makes one when ASCENDKIT_ARM64=1 (qemu emulation)")
+    return standin
+
+
 @pytest.fixture(scope="session")
 def docker_env(tmp_path_factory: pytest.TempPathFactory) -> DockerEnv:
     """The engine, registry and stand-in that `make test` starts. In CI a missing engine fails the

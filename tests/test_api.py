@@ -54,9 +54,7 @@ def test_errors_are_the_clis_errors() -> None:
         ({"devices": "99"}, ["--devices", "99"], "--devices"),
     ],
 )
-def test_the_api_and_the_command_refuse_a_smoke_run_alike(
-    tmp_path: Path, options: dict[str, Any], argv: list[str], message: str
-) -> None:
+def test_the_api_and_the_command_refuse_a_smoke_run_alike(tmp_path: Path, options: dict[str, Any], argv: list[str], message: str) -> None:
     """One front door: `ascendkit smoke` and buildkit.smoke build the request in one place, so the
     same options meet the same refusal (the command's own ranges may say it first, in its words)."""
     image = "127.0.0.1:9/ascendkit/verl@sha256:" + "ab" * 32

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import pytest
 from buildkit.matrix.load import load_matrix
 from buildkit.plan import LABEL_PREFIX
 from buildkit.run.job import ImageJob, JobFacts, build_job, load_job
-from tests.conftest import MATRIX, ROOT, DockerEnv
+from tests.conftest import MATRIX, ROOT, DockerEnv, arm64_standin
 from tests.locked_install import BUILD_ENV, install_script, run_install, write_sections
 from tests.upstream import CACHE_ROOT
 
@@ -92,9 +91,7 @@ print("RESULT " + json.dumps({"configs": results, "versions": {p: version(p) for
 def layers_image(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The arm64 stand-in with the default stack's locked layers installed, labelled like a build
     of it; cached on the engine under a tag derived from everything that goes into it."""
-    base = os.environ.get("ASCENDKIT_STANDIN_IMAGE_ARM64")
-    if not base:
-        pytest.skip("no arm64 stand-in: `make test` makes one when ASCENDKIT_ARM64=1 (qemu emulation)")
+    base = arm64_standin()
     tmp = tmp_path_factory.mktemp("layers")
     sections_dir = tmp / "sections"
     sections_dir.mkdir()

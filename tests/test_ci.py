@@ -121,3 +121,18 @@ def test_a_job_that_cannot_start_fails_and_its_dependents_do_not_run(tmp_path: P
     jobs = [Job("docker", py("print('never')"), env=no_env_file), Job("bench", py("print('never')"), needs=("docker",))]
     assert not run(jobs, tmp_path).ok
     assert [j.result for j in jobs] == [FAILED, NOT_RUN] and "/nowhere/env" in jobs[0].detail
+
+
+def test_a_missing_arm64_stand_in_fails_where_it_was_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.conftest import arm64_standin
+
+    monkeypatch.delenv("ASCENDKIT_STANDIN_IMAGE_ARM64", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("ASCENDKIT_ARM64", "1")
+    with pytest.raises(pytest.fail.Exception, match="no arm64 stand-in although ASCENDKIT_ARM64=1"):
+        arm64_standin()
+    monkeypatch.setenv("ASCENDKIT_ARM64", "0")
+    with pytest.raises(pytest.skip.Exception):
+        arm64_standin()
+    monkeypatch.setenv("ASCENDKIT_STANDIN_IMAGE_ARM64", "ascendkit-standin/cann:arm64")
+    assert arm64_standin() == "ascendkit-standin/cann:arm64"

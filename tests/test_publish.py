@@ -4,7 +4,6 @@ registries at once, zstd, and the media types registries that refuse OCI need; r
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 from buildkit.errors import ExitCode
 from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_MANIFEST, Registry
 from tests import skopeo
-from tests.conftest import TEST_MATRIX, DockerEnv
+from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin
 
 pytestmark = pytest.mark.docker
 
@@ -66,9 +65,7 @@ def test_an_unreachable_registry_is_exit_4_in_one_line_and_nothing_is_published(
 
 
 def test_arm64_build_completes_the_multi_arch_index(docker_env: DockerEnv, built: dict[str, Any]) -> None:
-    standin_arm64 = os.environ.get("ASCENDKIT_STANDIN_IMAGE_ARM64")
-    if not standin_arm64:
-        pytest.skip("no arm64 stand-in: `make test` makes one when ASCENDKIT_ARM64=1 (qemu emulation)")
+    standin_arm64 = arm64_standin()
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "aarch64", "--matrix", str(TEST_MATRIX), "--base-image", standin_arm64,
         "--push", "--registry", f"{docker_env.registry}/{built['repo']}", "--json", "-q",

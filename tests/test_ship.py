@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import uuid
 from pathlib import Path
@@ -19,19 +18,10 @@ from cyclonedx.validation.json import JsonStrictValidator
 from buildkit.errors import ExitCode
 from buildkit.ship.registry import DOCKER_LIST, Registry
 from tests import skopeo
-from tests.conftest import TEST_MATRIX, DockerEnv, edit, run_installed
+from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin, edit, run_installed
 from tests.test_workflow import command_lines
 
 pytestmark = pytest.mark.docker
-
-
-def arm64_standin() -> str:
-    standin = os.environ.get("ASCENDKIT_STANDIN_IMAGE_ARM64")
-    if not standin:
-        if os.environ.get("CI", "").lower() in ("1", "true"):
-            pytest.fail("no arm64 stand-in in CI: .ci/run sets ASCENDKIT_ARM64=1, so `make test` must have made one")
-        pytest.skip("no arm64 stand-in: `make test` makes one when ASCENDKIT_ARM64=1 (qemu emulation)")
-    return standin
 
 
 @pytest.fixture(scope="module")
