@@ -26,7 +26,7 @@ from buildkit.image.verify import Check, collect_facts
 from buildkit.image.verify import compare as compare_facts
 from buildkit.imageref import RegistryRef
 from buildkit.lock.inputs import lock_targets
-from buildkit.lock.relock import LockOutcome, index_urls_for, lock_all
+from buildkit.lock.relock import LockOutcome, check_exclude_newer, index_urls_for, lock_all
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.plan import ImagePlan, hosts_arch, plan_target
 from buildkit.plan import plan_image as _plan_image
@@ -67,11 +67,16 @@ def relock(
     mirrors: Mirrors | None = None,
     ca_bundle: Path | None = None,
     upgrade: bool = False,
+    exclude_newer: str | None = None,
 ) -> list[LockOutcome]:
-    """Re-lock (stack, arch) targets against the package indexes; writes locks/ beside the matrix."""
+    """Re-lock (stack, arch) targets against the package indexes; writes locks/ beside the matrix.
+    ``exclude_newer`` (2026-11-25, or an RFC 3339 time) resolves as the indexes stood then."""
     loaded = load(matrix)
     targets = lock_targets(loaded, stack, arch)
-    return lock_all(loaded, targets, index_urls=index_urls_for(loaded, mirrors or Mirrors()), ca_bundle=ca_bundle, upgrade=upgrade)
+    if exclude_newer is not None:
+        check_exclude_newer(exclude_newer)
+    urls = index_urls_for(loaded, mirrors or Mirrors())
+    return lock_all(loaded, targets, index_urls=urls, ca_bundle=ca_bundle, upgrade=upgrade, exclude_newer=exclude_newer)
 
 
 def build(

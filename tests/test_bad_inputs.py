@@ -133,6 +133,7 @@ CASES = [
     Case("outdated-unknown-stack", ["matrix", "outdated", "--stack", "nope", *M], 2, "nope"),
     Case("outdated-propose-no-stack", ["matrix", "outdated", "--propose", "new", *M], 2, "give --stack"),
     Case("outdated-propose-bad-id", ["matrix", "outdated", "-s", "cann8.3", "--propose", "New Stack", *M], 2, "stack id"),
+    Case("lock-bad-exclude-newer", ["lock", "--exclude-newer", "last tuesday", *M], 2, "--exclude-newer 'last tuesday'"),
     Case("outdated-bad-mirror", ["matrix", "outdated", "--ascend-index-url", "x", *M], 2, "expected http(s) URL"),
     Case("outdated-config-missing", ["matrix", "outdated", "--config", "{d}/nope.toml", *M], 2, "config file not found"),
     Case("schema-to-dev-null", ["matrix", "schema", "-o", "/dev/null"], 3, "not a regular file"),

@@ -274,11 +274,15 @@ def test_unreachable_index_writes_an_unresolved_lock_and_exits_8(tmp_path: Path,
 
 # --- against PyPI ---------------------------------------------------------------------------------
 
+# The re-locks resolve as PyPI stood on this day (uv's --exclude-newer), so a release after it
+# cannot move them: the committed locks were all made before.
+AS_OF = ("--exclude-newer", "2026-11-25T00:00:00Z")
+
 
 @pytest.mark.network
 def test_relocking_reproduces_the_committed_test_locks(tmp_path: Path, runner: CliRunner) -> None:
     matrix = _copy_matrix(tmp_path)
-    result = runner.invoke(app, ["lock", "--matrix", str(matrix), "--json"])
+    result = runner.invoke(app, ["lock", *AS_OF, "--matrix", str(matrix), "--json"])
     assert result.exit_code == 0, result.output
     assert [r["status"] for r in json.loads(result.stdout)["locks"]] == ["resolved", "resolved", "resolved"]
     committed = sorted(p.relative_to(TEST_MATRIX.parent).as_posix() for p in (TEST_MATRIX.parent / "locks").rglob("*.txt"))
@@ -295,7 +299,9 @@ def test_relocking_reproduces_a_committed_production_lock(tmp_path: Path, runner
     cann8.3 aarch64 lock is what `ascendkit lock` makes today from the matrix."""
     shutil.copy2(ROOT / "compat_matrix.yaml", tmp_path / "compat_matrix.yaml")
     shutil.copytree(ROOT / "locks", tmp_path / "locks")
-    result = runner.invoke(app, ["lock", "--matrix", str(tmp_path / "compat_matrix.yaml"), "--stack", "cann8.3", "--arch", "aarch64"])
+    result = runner.invoke(
+        app, ["lock", *AS_OF, "--matrix", str(tmp_path / "compat_matrix.yaml"), "--stack", "cann8.3", "--arch", "aarch64"]
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "locks" / "cann8.3-aarch64.txt").read_text() == (ROOT / "locks" / "cann8.3-aarch64.txt").read_text()
     lock = read_lock(ROOT / "locks" / "cann8.3-aarch64.txt")
@@ -310,7 +316,7 @@ def test_relocking_reproduces_a_committed_production_lock(tmp_path: Path, runner
 def test_conflicting_pins_fail_and_leave_the_lock_alone(tmp_path: Path, runner: CliRunner) -> None:
     matrix = _copy_matrix(tmp_path, ('      numpy: "<2.0.0"\n', '      numpy: "<2.0.0"\n      six: "<1.16"\n'))
     before = (tmp_path / "locks" / "teststack-aarch64.txt").read_text()
-    result = runner.invoke(app, ["lock", "--matrix", str(matrix), "--arch", "aarch64"])
+    result = runner.invoke(app, ["lock", *AS_OF, "--matrix", str(matrix), "--arch", "aarch64"])
     assert result.exit_code == ExitCode.CHECK_FAILED
     assert "teststack-aarch64: the pins do not resolve together for aarch64-manylinux_2_35, Python 3.11" in result.stdout
     assert "six" in result.stdout
@@ -323,7 +329,7 @@ def test_bumping_verl_changes_only_the_verl_section(tmp_path: Path, runner: CliR
     matrix = _copy_matrix(tmp_path, ('version: "3.7"', 'version: "3.6"'))  # verl's stand-in
     loaded = load_matrix(matrix)
     before = {path: text for t in lock_targets(loaded, "teststack") for path, text in section_texts(load_matrix(TEST_MATRIX), t).items()}
-    result = runner.invoke(app, ["lock", "--matrix", str(matrix), "--stack", "teststack"])
+    result = runner.invoke(app, ["lock", *AS_OF, "--matrix", str(matrix), "--stack", "teststack"])
     assert result.exit_code == 0, result.output
     after = {path: text for t in lock_targets(loaded, "teststack") for path, text in section_texts(loaded, t).items()}
     assert sorted(path for path in after if after[path] != before[path]) == [
@@ -332,6 +338,19 @@ def test_bumping_verl_changes_only_the_verl_section(tmp_path: Path, runner: CliR
     ]
     assert "idna==3.6 \\" in after["locks/teststack/verl-x86_64.txt"]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "locks" / "teststack").iterdir()) == sorted(after)
+
+
+@pytest.mark.network
+def test_a_relock_as_of_a_day_before_the_pins_existed_cannot_resolve(tmp_path: Path, runner: CliRunner) -> None:
+    """--exclude-newer reaches uv: as PyPI stood in 2020, the pinned releases were not there yet."""
+    matrix = _copy_matrix(tmp_path)
+    before = (tmp_path / "locks" / "teststack-aarch64.txt").read_text()
+    result = runner.invoke(
+        app, ["lock", "--exclude-newer", "2020-01-01", "--matrix", str(matrix), "--stack", "teststack", "--arch", "aarch64"]
+    )
+    assert result.exit_code == ExitCode.CHECK_FAILED, result.output
+    assert "do not resolve together" in result.stdout
+    assert (tmp_path / "locks" / "teststack-aarch64.txt").read_text() == before
 
 
 @pytest.mark.network

@@ -53,6 +53,14 @@ def lock(
     gitcode_url: GitcodeUrl = None,
     ca_bundle: CaBundle = None,
     config: ConfigFile = None,
+    exclude_newer: Annotated[
+        str | None,
+        typer.Option(
+            "--exclude-newer",
+            metavar="<DATE>",
+            help="Resolve as the indexes stood then (2026-11-25 or 2026-11-25T00:00:00Z): a re-lock that reproduces.",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
     matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
@@ -65,11 +73,13 @@ def lock(
     8: some lock is marked unresolved because its index or git host could not be reached.
     """
     from buildkit.lock.inputs import lock_targets
-    from buildkit.lock.relock import git_hosts_for, index_urls_for, lock_all
+    from buildkit.lock.relock import check_exclude_newer, git_hosts_for, index_urls_for, lock_all
     from buildkit.matrix.load import load_matrix
 
     if stack and all_stacks:
         raise InputError("give --stack S or --all, not both")
+    if exclude_newer is not None:
+        check_exclude_newer(exclude_newer)
     loaded = load_matrix(matrix)
     targets = lock_targets(loaded, stack, arch)
     mirrors = mirrors_from(
@@ -96,6 +106,7 @@ def lock(
         jobs=jobs,
         on_done=None if as_json else progress,
         git_hosts=git_hosts_for(loaded, mirrors),
+        exclude_newer=exclude_newer,
     )
     failed = [o for o in outcomes if o.status == "failed"]
     unresolved = [o for o in outcomes if o.status == "unresolved"]

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from buildkit.errors import InputError
@@ -86,6 +87,7 @@ def lock_one(
     upgrade: bool = False,
     write: bool = True,
     git: GitSourceReader | None = None,
+    exclude_newer: str | None = None,
 ) -> LockOutcome:
     started = time.monotonic()
     inputs = lock_inputs(loaded, target)
@@ -109,6 +111,7 @@ def lock_one(
                 previous=previous,
                 client=client if write else None,
                 checkouts=checkouts,
+                exclude_newer=exclude_newer,
             )
             text, status, count = render_lock(inputs, resolution), "resolved", sum(len(p) for p in resolution.layers.values())
             detail = f"{count} packages"
@@ -143,16 +146,26 @@ def lock_all(
     jobs: int = 4,
     on_done: Callable[[LockOutcome], None] | None = None,
     git_hosts: dict[str, str] | None = None,
+    exclude_newer: str | None = None,
 ) -> list[LockOutcome]:
     """Lock every target, ``jobs`` at a time; outcomes in the order of ``targets``. ``git_hosts``
-    maps a git host's URL in the matrix to the mirror to read checkouts from."""
+    maps a git host's URL in the matrix to the mirror to read checkouts from; ``exclude_newer``
+    resolves as the indexes stood at that time (:func:`check_exclude_newer`)."""
     client = IndexClient(ca_bundle=ca_bundle)
     reader = SdistReader(client)
     git = GitSourceReader(loaded.root, git_hosts)
 
     def one(target: LockTarget) -> LockOutcome:
         outcome = lock_one(
-            loaded, target, client=client, reader=reader, index_urls=index_urls, ca_bundle=ca_bundle, upgrade=upgrade, git=git
+            loaded,
+            target,
+            client=client,
+            reader=reader,
+            index_urls=index_urls,
+            ca_bundle=ca_bundle,
+            upgrade=upgrade,
+            git=git,
+            exclude_newer=exclude_newer,
         )
         if on_done is not None:
             on_done(outcome)
@@ -160,6 +173,16 @@ def lock_all(
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(one, targets))
+
+
+def check_exclude_newer(value: str) -> str:
+    """A point in time for uv's ``--exclude-newer``: a date (2026-11-25) or an RFC 3339 time
+    (2026-11-25T00:00:00Z); anything else is refused before an index is asked."""
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"--exclude-newer {value!r}: a date (2026-11-25) or an RFC 3339 time (2026-11-25T00:00:00Z)") from None
+    return value
 
 
 def git_hosts_for(loaded: LoadedMatrix, mirrors: Mirrors) -> dict[str, str]:

@@ -129,11 +129,14 @@ def resolve(
     previous: str | None = None,
     client: IndexClient | None = None,
     checkouts: tuple[CheckoutRequirements, ...] = (),
+    exclude_newer: str | None = None,
 ) -> Resolution:
     """Run uv for one target and split the result by layer. ``index_urls`` maps each index name to
     the URL to use (a mirror, maybe with credentials); ``previous`` is the current lock's text,
     whose versions uv keeps where they still fit (``ascendkit lock --upgrade`` passes None);
-    ``checkouts`` are the requirements of the layers built from a git checkout (their roots)."""
+    ``checkouts`` are the requirements of the layers built from a git checkout (their roots);
+    ``exclude_newer`` (a date or an RFC 3339 time) resolves as the indexes stood then (uv's
+    ``--exclude-newer``: files uploaded later are not candidates), so a re-lock reproduces."""
     pinned = inputs.pinned
     layer_requirements = {layer: list(pins) for layer, pins in inputs.layers}
     for checkout in checkouts:
@@ -196,6 +199,8 @@ def resolve(
         ]
         for dist, _ in inputs.source_builds:
             command += ["--no-binary", dist]
+        if exclude_newer:
+            command += ["--exclude-newer", exclude_newer]
         try:
             done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=UV_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
