@@ -42,6 +42,22 @@ for _name in ("NO_PROXY", "no_proxy"):
     os.environ[_name] = ",".join([*_given, *(h for h in LOOPBACK if h not in _given)])
 
 
+def default_verl(loaded: LoadedMatrix) -> str:
+    """The default stack's verl pin: what tests about the default image read, never a literal, so
+    moving the pin moves them with it."""
+    verl = loaded.matrix.stacks[loaded.default_stack()].verl
+    assert verl is not None, "the default stack is a verl stack"
+    return verl.version
+
+
+def default_tag(loaded: LoadedMatrix, chip: str = "a3", os_name: str = "ubuntu22.04") -> str:
+    """The full tag of the default stack's image for ``chip`` (as plan.full_tag writes it), spelled
+    out from the matrix's pins so a test compares against the grammar, not against itself."""
+    stack = loaded.matrix.stacks[loaded.default_stack()]
+    cann = stack.cann.lower()
+    return f"verl{default_verl(loaded)}-cann{cann}-torch_npu{stack.torch_npu.version}-{chip}-{os_name}-py{stack.python}"
+
+
 def edit(text: str, old: str, new: str, count: int = 1) -> str:
     """Replace ``old`` (which must occur) the way a user editing the file would."""
     assert old in text, f"test setup: {old!r} not in the matrix"

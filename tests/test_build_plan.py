@@ -17,7 +17,7 @@ from buildkit.image.buildplan import plan_build
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.plan import INSTALLERS
 from buildkit.settings import Mirrors
-from tests.conftest import MATRIX, ROOT, write_unresolved_locks
+from tests.conftest import MATRIX, ROOT, default_tag, write_unresolved_locks
 
 TEST_MATRIX = ROOT / "tests/fixtures/test_matrix.yaml"
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
@@ -28,12 +28,12 @@ def test_plan_for_the_default_stack(loaded: LoadedMatrix) -> None:
     assert plan.base_image == "quay.io/ascend/cann:8.3.rc1-a3-ubuntu22.04-py3.11"
     assert plan.platform == "linux/arm64"
     assert plan.refs == [
-        "ascendkit/verl:verl0.6.1-cann8.3.rc1-torch_npu2.7.1-a3-ubuntu22.04-py3.11-aarch64",
+        f"ascendkit/verl:{default_tag(loaded)}-aarch64",
         "ascendkit/verl:cann8.3-a3-ubuntu22.04-aarch64",
         "ascendkit/verl:cann8.3-a3-aarch64",
         "ascendkit/verl:latest-a3-aarch64",
     ]
-    assert dict(plan.expected.packages)["torch-npu"] == "2.7.1"
+    assert dict(plan.expected.packages)["torch-npu"] == loaded.matrix.stacks[loaded.default_stack()].torch_npu.version
     labels = dict(plan.expected.labels)
     assert labels["org.opencontainers.image.base.name"] == plan.base_image
     assert labels["io.ascendkit.soc-version"] == "ascend910_9391"

@@ -30,7 +30,7 @@ BAD_MATRICES: list[tuple[str, list[tuple[str, str]], str, str | None]] = [
         "atb_cxx_ab:",
     ),
     ("unknown-top-level-key", [("schema_version: 1\n", "schema_version: 1\nstakcs: {}\n")], "unknown key 'stakcs'", "stakcs:"),
-    ("unknown-pin-key", [("      version: 0.6.1  #", "      verison: 0.6.1  #")], "unknown key 'verison'", "verison:"),
+    ("unknown-pin-key", [("    verl:\n      version: ", "    verl:\n      verison: ")], "unknown key 'verison'", "verison:"),
     ("wrong-type-int", [("    npus_per_node: 8\n", "    npus_per_node: eight\n")], "expected an integer", "npus_per_node: eight"),
     ("python-unquoted", [('    python: "3.10"\n', "    python: 3.10\n")], 'quote the value as written: "3.10"', "python: 3.10"),
     (

@@ -13,7 +13,7 @@ from buildkit.errors import ExitCode, InputError
 from buildkit.image import generate
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.matrix.model import Matrix
-from tests.conftest import ROOT
+from tests.conftest import ROOT, default_verl
 
 
 def test_repository_is_up_to_date(loaded: LoadedMatrix) -> None:
@@ -30,11 +30,11 @@ def test_expected_outputs_cover_everything(loaded: LoadedMatrix) -> None:
 
 def test_drift_in_a_dockerfile_is_reported_and_fixed(repo_copy: Path, runner: CliRunner) -> None:
     target = repo_copy / "Dockerfile.a3"
-    target.write_text(target.read_text().replace("verl==0.6.1", "verl==0.6.0"))
+    target.write_text(target.read_text().replace(f"verl=={default_verl(load_matrix(repo_copy / 'compat_matrix.yaml'))}", "verl==0.0.1"))
     result = runner.invoke(app, ["render", "--check", "--matrix", str(repo_copy / "compat_matrix.yaml")])
     assert result.exit_code == ExitCode.CHECK_FAILED
     assert "--- a/Dockerfile.a3" in result.stdout and "+++ b/Dockerfile.a3" in result.stdout
-    assert "-    ascendkit_install verl verl==0.6.0;" in result.stdout
+    assert "-    ascendkit_install verl verl==0.0.1;" in result.stdout
     assert "1 generated file(s) are out of date" in result.stderr
 
     result = runner.invoke(app, ["render", "--all", "--matrix", str(repo_copy / "compat_matrix.yaml")])

@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from buildkit.image.render import context_file, context_paths, render_dockerfile
 from buildkit.matrix.load import LoadedMatrix, parse_matrix
 from buildkit.plan import RenderTarget, all_targets, plan_image, plan_target
-from tests.conftest import MATRIX, MATRIX_TEXT, ROOT, edit
+from tests.conftest import MATRIX, MATRIX_TEXT, ROOT, default_verl, edit
 
 
 def render(loaded: LoadedMatrix, hw: str, stack: str | None = None, os_name: str | None = None) -> str:
@@ -70,15 +71,16 @@ def test_rendering_is_deterministic_across_processes(tmp_path: Path) -> None:
 
 def test_layers_go_from_least_to_most_volatile(loaded: LoadedMatrix) -> None:
     text = render(loaded, "a3")
+    pins = loaded.matrix.stacks[loaded.default_stack()].pins()
     markers = [
         "apt-get install",
-        "torch==2.7.1 torchvision==0.22.1 torch-npu==2.7.1",
-        "triton-ascend==3.2.0;",
+        f"torch=={pins['torch'].version} torchvision=={pins['torchvision'].version} torch-npu=={pins['torch_npu'].version}",
+        f"triton-ascend=={pins['triton_ascend'].version};",
         "VLLM_TARGET_DEVICE=empty",
         "COMPILE_CUSTOM_KERNELS=1",
         "MindSpeed.git",
-        "transformers==4.57.6;",
-        "verl==0.6.1;",
+        f"transformers=={pins['transformers'].version};",
+        f"verl=={pins['verl'].version};",
         "LABEL",
     ]
     positions = [text.index(m) for m in markers]
@@ -86,10 +88,12 @@ def test_layers_go_from_least_to_most_volatile(loaded: LoadedMatrix) -> None:
 
 
 def test_bumping_verl_changes_only_the_last_layer(loaded: LoadedMatrix) -> None:
-    bumped = parse_matrix(edit(MATRIX_TEXT, "      version: 0.6.1  #", "      version: 0.6.2  #"), MATRIX)
+    verl = default_verl(loaded)
+    major, minor, micro = Version(verl).release
+    bumped = parse_matrix(edit(MATRIX_TEXT, f"      version: {verl}  #", f"      version: {major}.{minor}.{micro + 1}  #"), MATRIX)
     before, after = instructions(render(loaded, "a3")), instructions(render(bumped, "a3"))
     changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
-    verl_step = next(i for i, line in enumerate(before) if "verl==0.6.1" in line)
+    verl_step = next(i for i, line in enumerate(before) if f"verl=={verl}" in line)
     label = next(i for i, line in enumerate(before) if line.startswith("LABEL"))
     assert changed == [verl_step, label]
     assert label > verl_step
@@ -147,7 +151,7 @@ def test_pip_layers_install_their_lock_section_with_hashes(loaded: LoadedMatrix)
         copy = f"COPY locks/cann8.3/{layer}-aarch64.txt locks/cann8.3/{layer}-x86_64.txt /etc/ascendkit/locks/\n"
         assert text.count(copy) == 1, layer
     verl_copy = text.index("COPY locks/cann8.3/verl-aarch64.txt")
-    assert text.index("# 13. verl") < verl_copy < text.index("ascendkit_install verl verl==0.6.1")
+    assert text.index("# 13. verl") < verl_copy < text.index(f"ascendkit_install verl verl=={default_verl(loaded)}")
 
 
 @pytest.mark.parametrize(("stack", "abi"), [("cann8.3", 0), ("cann8.5", 1)])

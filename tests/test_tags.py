@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from buildkit.matrix.load import LoadedMatrix
+from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.plan import alias_tags, full_tag
+from tests.conftest import TEST_MATRIX
 
 
-def test_full_tag(loaded: LoadedMatrix) -> None:
-    stack = loaded.matrix.stacks["cann8.3"]
-    assert full_tag(stack, "a3", "ubuntu22.04") == "verl0.6.1-cann8.3.rc1-torch_npu2.7.1-a3-ubuntu22.04-py3.11"
+def test_full_tag() -> None:
+    """The grammar, on the test matrix's stacks (their pins are the fixture's, not the shipped ones)."""
+    stacks = load_matrix(TEST_MATRIX).matrix.stacks
+    assert full_tag(stacks["teststack"], "a3", "debian12") == "verl3.7-cann8.3.rc1-torch_npu2.0.0-a3-debian12-py3.11"
+    assert full_tag(stacks["teststack-openrlhf"], "a2", "debian12") == "openrlhf0.7.5-cann8.3.rc1-torch_npu2.0.0-a2-debian12-py3.11"
 
 
 def test_aliases_for_default_and_other_stacks(loaded: LoadedMatrix) -> None:
