@@ -16,7 +16,10 @@ from buildkit.errors import ExitCode, Interrupted
 
 @pytest.fixture
 def handlers() -> Iterator[None]:
+    """Python's own Ctrl-C handler, as ascendkit has it in a terminal: a test run started in the
+    background (`cmd &`, nohup) inherits SIGINT ignored, and a held SIGINT would then land nowhere."""
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
