@@ -1,4 +1,4 @@
-"""The README fits on a screen and points into docs/; every link between the pages lands."""
+"""The README fits on a screen and points into docs/; every link between the pages lands; the rooms fit."""
 
 from __future__ import annotations
 
@@ -52,3 +52,9 @@ def test_every_docs_page_is_listed_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for page in sorted((ROOT / "docs").glob("*.md")):
         assert f"(docs/{page.name})" in readme, page.name
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """Rooms that fit: a module that grows past this is split by what it does (docs/architecture.md)."""
+    sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text(encoding="utf-8").splitlines()) for p in (ROOT / "buildkit").rglob("*.py")}
+    assert not {name: n for name, n in sizes.items() if n > 400}
