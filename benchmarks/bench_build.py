@@ -35,13 +35,13 @@ from typing import Any
 
 import docker
 
+from buildkit.arch import Arch
 from buildkit.image.build import run_build, write_context
 from buildkit.image.buildplan import BuildPlan, plan_build
 from buildkit.image.engine import connect
 from buildkit.lock.inputs import LockTarget, lock_targets
 from buildkit.lock.relock import index_urls_for, lock_all
 from buildkit.lock.wheelhouse import make_wheelhouse
-from buildkit.matrix.fields import Arch
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.plan import INSTALLERS
 from buildkit.settings import Mirrors, default_ca_bundle

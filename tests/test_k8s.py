@@ -322,7 +322,7 @@ def test_json_output_is_a_list_kubectl_accepts_and_validate_reads(tmp_path: Path
         ),
         (["--hw", "a3", "--image", DIGEST_REF, "--job", "sft", "--nodes", "2"], "--job sft runs on one node"),
         (["--hw", "a3", "--image", DIGEST_REF, "--job", "sft", "--", "python3"], "a command after `--` is for --job train"),
-        (["--hw", "a3", "--image", DIGEST_REF, "--arch", "riscv64"], "--arch 'riscv64'"),
+        (["--hw", "a3", "--image", DIGEST_REF, "--arch", "riscv64"], "'riscv64' is not one of 'aarch64', 'x86_64'"),
         (["--hw", "a3", "--image", DIGEST_REF, "--model-path", "models/q"], "an absolute path on the nodes"),
         (
             ["--hw", "a3", "--image", DIGEST_REF, "--stack", "cann8.1"],

@@ -82,4 +82,4 @@ def test_bad_arch(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(
         app, ["wheelhouse", "--stack", "teststack", "--arch", "riscv64", "-o", str(tmp_path), "--matrix", str(TEST_MATRIX)]
     )
-    assert result.exit_code == ExitCode.INVALID_INPUT and "choose one of aarch64, x86_64" in result.stderr
+    assert result.exit_code == ExitCode.INVALID_INPUT and "'riscv64' is not one of 'aarch64', 'x86_64'" in result.stderr

@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover - an older Typer on click itself
     from click.exceptions import UsageError  # type: ignore[assignment]
 
 from buildkit import __version__
+from buildkit.arch import Arch
 from buildkit.cancel import signal_exit_code, stopped_by
 from buildkit.cli.commands import COMMANDS, SUMMARIES
 from buildkit.cli.style import plain_cell, plain_table, polish, usage_message
@@ -155,7 +156,7 @@ WorkingMatrixPath = Annotated[
     typer.Option("--matrix", "-m", help="Path of the compatibility matrix; its locks/ are beside it.", envvar="ASCENDKIT_MATRIX"),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
-ArchChoice = Annotated[str | None, typer.Option("--arch", help="aarch64 or x86_64 (build default: this machine's).")]
+ArchChoice = Annotated[Arch | None, typer.Option("--arch", help="The image's CPU architecture (build default: this machine's).")]
 # Bounds on numbers, the library's own (the command line offers them as ranges)
 MAX_NODES = 1024
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from buildkit.arch import Arch
 from buildkit.cli.base import MAX_NODES, JsonFlag, MatrixPath, app, print_json, user_errors
 from buildkit.errors import ExitCode, InputError, PublishFailed, Unavailable
 from buildkit.fsio import STDOUT, check_output_file, write_output
@@ -165,7 +166,7 @@ def k8s_render(
     pull_secret: Annotated[str | None, typer.Option("--pull-secret", help="imagePullSecret for a private registry.")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Object name (default <framework>-<job>-<sku>[-<N>n]).")] = None,
     arch: Annotated[
-        str | None, typer.Option("--arch", help="The image's architecture: selects host-arch nodes (default: the SKU's hosts').")
+        Arch | None, typer.Option("--arch", help="The image's architecture: selects host-arch nodes (default: the SKU's hosts').")
     ] = None,
     model_path: Annotated[
         str | None, typer.Option("--model-path", help=f"Model directory on every node (hostPath; default {DEFAULT_MODEL_PATH}).")

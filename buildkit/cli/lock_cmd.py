@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table as RichTable
 
+from buildkit.arch import Arch
 from buildkit.cli.base import (
     JsonFlag,
     WorkingMatrixPath,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 def lock(
     stack: Annotated[str | None, typer.Option("--stack", "-s", help="Only this stack; default: every stack (same as --all).")] = None,
     all_stacks: Annotated[bool, typer.Option("--all", help="Every stack of the matrix (the default).")] = False,
-    arch: Annotated[str | None, typer.Option("--arch", help="aarch64 or x86_64; default: every arch of each stack.")] = None,
+    arch: Annotated[Arch | None, typer.Option("--arch", help="Only this arch; default: every arch of each stack.")] = None,
     upgrade: Annotated[
         bool, typer.Option("--upgrade", help="Resolve afresh instead of keeping the current lock's versions where they fit.")
     ] = False,
@@ -135,7 +136,7 @@ def _print_table(outcomes: list[LockOutcome]) -> None:
 @user_errors
 def wheelhouse(
     stack: Annotated[str, typer.Option("--stack", "-s", help="Stack whose lock to download.")],
-    arch: Annotated[str, typer.Option("--arch", help="aarch64 or x86_64.")],
+    arch: Annotated[Arch, typer.Option("--arch", help="The target's CPU architecture.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory to fill (created if missing; files already there are reused).")],
     pip_index_url: PipIndexUrl = None,
     pytorch_index_url: PytorchIndexUrl = None,
@@ -149,11 +150,8 @@ def wheelhouse(
     from buildkit.lock.inputs import LockTarget, lock_targets
     from buildkit.lock.relock import index_urls_for
     from buildkit.lock.wheelhouse import make_wheelhouse
-    from buildkit.matrix.fields import ARCHES
     from buildkit.matrix.load import load_matrix
 
-    if arch not in ARCHES:
-        raise InputError(f"--arch {arch!r}: choose one of {', '.join(ARCHES)}")
     check_output_dir(output, "wheelhouse (-o)")
     loaded = load_matrix(matrix)
     target = lock_targets(loaded, stack, arch)[0]

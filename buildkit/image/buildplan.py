@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from buildkit.arch import DOCKER_ARCH, Arch, normalize_arch
 from buildkit.errors import InputError
 from buildkit.fsio import check_output_dir
 from buildkit.image.render import build_context, render_context
@@ -18,7 +19,6 @@ from buildkit.imageref import IMAGE_REFERENCE
 from buildkit.lock.inputs import LockTarget, lock_inputs
 from buildkit.lock.lockfile import LockFile, lock_problem, read_lock, section_texts
 from buildkit.lock.wheelhouse import current_lock, missing_from
-from buildkit.matrix.fields import DOCKER_ARCH, Arch, normalize_arch
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.plan import INSTALLER_ARG, INSTALLERS, ImagePlan, hosts_arch, plan_image, plan_target
 from buildkit.resources import default_repository

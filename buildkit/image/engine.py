@@ -11,8 +11,8 @@ import requests
 from docker.errors import DockerException, NotFound
 from docker.utils import kwargs_from_env
 
+from buildkit.arch import normalize_arch
 from buildkit.errors import InputError, Unavailable
-from buildkit.matrix.fields import normalize_arch
 from buildkit.reach import engine_failure
 
 # A build step can be silent for a long time (vllm-ascend compiles its kernels without output);

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import jinja2
 
+from buildkit.arch import ARCHES
 from buildkit.errors import InputError
-from buildkit.matrix.fields import ARCHES
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Matrix, Stack
 from buildkit.plan import (

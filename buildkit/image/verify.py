@@ -16,9 +16,9 @@ import docker
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion
 
+from buildkit.arch import normalize_arch
 from buildkit.errors import VerifyFailed
 from buildkit.image.probe import run_in_image, run_probe
-from buildkit.matrix.fields import normalize_arch
 
 Status = Literal["pass", "fail", "absent"]
 

@@ -22,13 +22,13 @@ from typing import Literal
 
 from packaging.version import Version
 
+from buildkit.arch import ARCHES
 from buildkit.lock.gitsource import GitSourceReader
 from buildkit.lock.index import IndexClient, IndexUnreachable, ProjectMissing, installable, target_tags
 from buildkit.lock.inputs import CheckoutSpec, LockFailed, LockTarget, lock_inputs
 from buildkit.lock.lockfile import lock_problem, read_lock
 from buildkit.lock.relock import lock_one
 from buildkit.lock.sdist import SdistReader
-from buildkit.matrix.fields import ARCHES
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import GitPin, Matrix, PypiPin, Stack
 from buildkit.plan import dist_name

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
 
+from buildkit.arch import ARCHES, Arch
 from buildkit.errors import AscendkitError, ExitCode, InputError
-from buildkit.matrix.fields import ARCHES, Arch
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Stack
 from buildkit.plan import LOCKS_DIR, PRIMARY_INDEX, dist_name, lock_path, stack_layers

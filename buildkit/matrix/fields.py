@@ -1,5 +1,6 @@
 """The scalar types of ``compat_matrix.yaml``: arches, versions, specifiers, names and paths, each a
-constrained string whose error says what a valid one looks like (the models in :mod:`model` use them)."""
+constrained string whose error says what a valid one looks like (the models in :mod:`model` use them).
+The arches are :mod:`buildkit.arch`'s."""
 
 from __future__ import annotations
 
@@ -10,16 +11,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, Field, StrictStr
 
-Arch = Literal["aarch64", "x86_64"]
 # debian12 has no official CANN image; it is the OS of the stand-in base used where CANN cannot be pulled.
 OsName = Literal["ubuntu22.04", "openeuler24.03", "debian12"]
-ARCHES: tuple[Arch, ...] = ("aarch64", "x86_64")
-DOCKER_ARCH: dict[str, str] = {"x86_64": "amd64", "aarch64": "arm64"}  # matrix arch -> OCI/Docker name
-
-
-def normalize_arch(name: str) -> str:
-    """``amd64``/``arm64`` (Docker, OCI) or ``x86_64``/``aarch64`` (uname) -> the matrix's name."""
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(name, name)
 
 
 def _pep440_version(value: str) -> str:

@@ -10,9 +10,9 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from buildkit.arch import Arch
 from buildkit.matrix.fields import (
     COMMIT_ID,
-    Arch,
     ArgName,
     CannVersion,
     HttpUrl,

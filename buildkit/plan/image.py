@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from buildkit.arch import Arch
 from buildkit.errors import InputError
-from buildkit.matrix.fields import Arch
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Chip, ImageUser, Matrix, Stack
 from buildkit.plan.layers import (

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from buildkit.arch import ARCHES, Arch
 from buildkit.errors import InputError
-from buildkit.matrix.fields import ARCHES, Arch
 from buildkit.matrix.load import LoadedMatrix, check_stack_sku, resolve_hw, resolve_stack
 from buildkit.plan.image import ImagePlan, RenderTarget, plan_image, stack_skus_on_chip
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import docker
 
+from buildkit.arch import DOCKER_ARCH
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_bytes
 from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import MEDIA_TYPE, loads, sbom_path
 from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
-from buildkit.matrix.fields import DOCKER_ARCH
 from buildkit.ship.compose import Form, sbom_artifact, sbom_layer, sbom_of_layer
 from buildkit.ship.registry import DOCKER_MANIFEST, Manifest, Registry, digest_of
 

@@ -26,9 +26,9 @@ import tarfile
 import zlib
 from typing import Any, Literal
 
+from buildkit.arch import DOCKER_ARCH
 from buildkit.errors import InputError, PublishFailed
 from buildkit.image.sbom import MEDIA_TYPE as SBOM_MEDIA_TYPE
-from buildkit.matrix.fields import DOCKER_ARCH
 from buildkit.ship.layers import Blob
 from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, IMAGE_MANIFESTS, OCI_INDEX, OCI_MANIFEST, Manifest, digest_of
 

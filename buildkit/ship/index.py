@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from buildkit.arch import DOCKER_ARCH
 from buildkit.errors import InputError, PublishFailed
 from buildkit.fsio import read_input_bytes, read_input_text
 from buildkit.image.sbom import SBOM_SUFFIX, sbom_beside
 from buildkit.imageref import RegistryRef
-from buildkit.matrix.fields import DOCKER_ARCH
 from buildkit.ship.attach import Attached, attach_sbom
 from buildkit.ship.local import index_names
 from buildkit.ship.publish import Published, ShipOptions, Target, publish_index, variants

@@ -11,11 +11,11 @@ from typing import Any
 
 import docker
 
+from buildkit.arch import normalize_arch
 from buildkit.errors import PublishFailed
 from buildkit.fsio import write_atomic
 from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import sbom_beside
-from buildkit.matrix.fields import normalize_arch
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
+from buildkit.arch import DOCKER_ARCH
 from buildkit.errors import InputError, PublishFailed
 from buildkit.imageref import registry_of, split_ref
-from buildkit.matrix.fields import DOCKER_ARCH
 from buildkit.reach import http_failure
 from buildkit.ship.registry import Registry
 
