@@ -161,7 +161,8 @@ def test_nonexistent_pin_names_package_version_arch_and_what_exists(runner: CliR
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"), [(["--arch", "s390x"], "'s390x' is not one of 'aarch64', 'x86_64'"), (["--pip-index-url", "ftp://x"], "expected http(s) URL(s)")]
+    ("argv", "message"),
+    [(["--arch", "s390x"], "'s390x' is not one of 'aarch64', 'x86_64'"), (["--pip-index-url", "ftp://x"], "expected http(s) URL(s)")],
 )
 def test_bad_verify_options(runner: CliRunner, argv: list[str], message: str) -> None:
     result = runner.invoke(app, ["matrix", "verify", *argv, "--matrix", str(MATRIX)])
