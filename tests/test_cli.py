@@ -412,3 +412,21 @@ def test_piped_tables_are_plain_columns() -> None:
     assert lines[0].endswith("image(s) of compat_matrix.yaml") and lines[1].split()[:4] == ["stack", "chip", "os", "arch"]
     assert not any(ch in proc.stdout for ch in "│┃━─┏└")
     assert all(len(line.split()) >= 8 for line in lines[2:]), "one row per line, never wrapped"
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        ("ascendkit bu", ["build"]),
+        ("ascendkit k8s render --job ", ["smoke", "grpo", "sft", "train", "preflight", "prepull"]),
+        ("ascendkit build --arch ", ["aarch64", "x86_64"]),
+        ("ascendkit build --media-types ", ["docker", "oci"]),
+    ],
+)
+def test_tab_completion_offers_commands_and_choices(words: str, expected: list[str]) -> None:
+    """What `ascendkit --install-completion` wires into the shell: commands (loaded or not) and choices."""
+    exe = Path(sys.executable).with_name("ascendkit")
+    cword = len(words.split()) if words.endswith(" ") else len(words.split()) - 1  # the word being completed
+    env = {**os.environ, "_ASCENDKIT_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, env=env, check=False, timeout=60)
+    assert proc.stdout.split() == expected, proc.stderr
