@@ -46,6 +46,7 @@ class LazyGroup(TyperGroup):
     command's modules are imported only when it is looked up to run (or to show its own help)."""
 
     _listing = False
+    _built: tuple[Any, Any] | None = None
 
     def list_commands(self, ctx: Any) -> list[str]:
         return [*COMMANDS, *(name for name in super().list_commands(ctx) if name not in COMMANDS)]
@@ -98,11 +99,23 @@ class LazyGroup(TyperGroup):
             return TyperCommand(cmd_name, help=help_text, short_help=SUMMARIES[cmd_name])
         for module in modules:
             importlib.import_module(module)  # registers its commands on `app`
-        command = typer.main.get_group(app).commands.get(cmd_name)
+        command = self._converted().commands.get(cmd_name)
         if command is not None:
             command.short_help = SUMMARIES[cmd_name]
             polish(command)
         return command
+
+    def _converted(self) -> Any:
+        """The app as click commands, converted once for each set of registered commands (Typer reads
+        every signature to convert them: looking up the fifteen commands one by one, as the reference
+        page and completion do, would otherwise convert the whole app fifteen times)."""
+        key = (
+            len(app.registered_commands),
+            tuple(len(g.typer_instance.registered_commands) for g in app.registered_groups if g.typer_instance),
+        )
+        if self._built is None or self._built[0] != key:
+            self._built = (key, typer.main.get_group(app))
+        return self._built[1]
 
 
 app = typer.Typer(
