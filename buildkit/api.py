@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from buildkit.accuracy.compare import Comparison, compare_runs, load_run
 from buildkit.fsio import output_dir
@@ -25,6 +26,10 @@ from buildkit.image.render import render_dockerfile
 from buildkit.image.verify import Check, collect_facts
 from buildkit.image.verify import compare as compare_facts
 from buildkit.imageref import RegistryRef
+from buildkit.k8s.render import render as render_k8s
+from buildkit.k8s.request import Manifests
+from buildkit.k8s.resolve import make_request as make_k8s_request
+from buildkit.k8s.resolve import resolve as resolve_k8s
 from buildkit.lock.inputs import lock_targets
 from buildkit.lock.relock import LockOutcome, check_exclude_newer, index_urls_for, lock_all
 from buildkit.matrix.load import LoadedMatrix, load_matrix
@@ -39,7 +44,7 @@ from buildkit.ship.publish import Published, publish_all, ship_options
 
 MatrixLike = Path | str | LoadedMatrix
 
-__all__ = ["build", "compare", "load", "plan_image", "publish", "relock", "render", "smoke", "verify"]
+__all__ = ["build", "compare", "k8s_render", "load", "plan_image", "publish", "relock", "render", "smoke", "verify"]
 
 
 def load(matrix: MatrixLike = DEFAULT_MATRIX) -> LoadedMatrix:
@@ -193,6 +198,18 @@ def smoke(
     )
     with output_dir(out, "report directory"):
         return run_smoke(connect(), request, echo=echo)
+
+
+def k8s_render(image: str, matrix: MatrixLike, hw: str, *, stack: str | None = None, **options: Any) -> Manifests:
+    """The Kubernetes manifests `ascendkit k8s render` writes for ``image`` on the SKU ``hw``: the
+    same request (:func:`buildkit.k8s.resolve.make_request`, ``options`` are its keywords: nodes,
+    job, scheduler, namespace...), resolved at the registry the same way (a tag pinned to its
+    digest; the stack, framework and user from the image's labels, else ``stack``). The warnings
+    say what could not be looked up and what was assumed instead."""
+    loaded = load(matrix)
+    resolved = resolve_k8s(loaded, make_k8s_request(loaded, hw, image, stack=stack, **options), stack)
+    manifests = render_k8s(resolved.request)
+    return Manifests(manifests.text, (*resolved.notes, *resolved.warnings, *manifests.warnings))
 
 
 def compare(npu_log: Path, baseline: Path, tolerances: list[tuple[str, float]] | None = None, throughput_steps: int = 4) -> Comparison:

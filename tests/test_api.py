@@ -70,6 +70,21 @@ def test_the_api_and_the_command_refuse_a_smoke_run_alike(tmp_path: Path, option
     assert not (tmp_path / "out").exists()
 
 
+def test_k8s_render_through_the_api_is_the_commands_output(tmp_path: Path) -> None:
+    """One front door: the same request and the same resolution (the registry unreachable, the job
+    follows the stack given, and says so) give byte-identical manifests."""
+    image = "127.0.0.1:9/ascendkit/verl@sha256:" + "ab" * 32
+    manifests = buildkit.k8s_render(image, MATRIX, "a3", stack="cann8.3", nodes=2, namespace="rl")
+    exe = Path(sys.executable).with_name("ascendkit")
+    argv = [str(exe), "k8s", "render", "--hw", "a3", "--image", image, "--stack", "cann8.3", "--nodes", "2", "-n", "rl"]
+    proc = subprocess.run([*argv, "--matrix", str(MATRIX), "-o", str(tmp_path / "m.yaml")], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "m.yaml").read_text() == manifests.text and "kind: RayJob" in manifests.text
+    assert any("the job follows --stack cann8.3" in w for w in manifests.warnings)
+    with pytest.raises(InputError, match="--job sft runs on one node"):  # the request's own refusals, as the command's
+        buildkit.k8s_render(image, MATRIX, "a3", stack="cann8.3", nodes=2, job="sft")
+
+
 @pytest.mark.docker
 def test_build_verify_publish_through_the_api(docker_env: DockerEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", docker_env.env.get("DOCKER_HOST", os.environ.get("DOCKER_HOST", "")))

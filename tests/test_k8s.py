@@ -499,7 +499,7 @@ def test_an_unreachable_registry_without_stack_exits_4_as_the_readme_promises() 
 
 
 def test_pods_run_as_the_images_user_and_the_device_group_the_nodes_give() -> None:
-    from buildkit.cli.k8s_cmd import user_of
+    from buildkit.k8s.resolve import user_of
     from buildkit.matrix.model import ImageUser
 
     default = ImageUser()

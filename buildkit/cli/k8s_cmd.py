@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -11,16 +10,14 @@ import typer
 
 from buildkit.arch import Arch
 from buildkit.cli.base import MAX_NODES, JsonFlag, MatrixPath, app, print_json, user_errors
-from buildkit.errors import ExitCode, InputError, PublishFailed, Unavailable
+from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import STDOUT, check_output_file, write_output
 from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION, K8sJob, Scheduler, TopologyMode
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run import MAX_SECONDS, MAX_STEPS
 
 if TYPE_CHECKING:
-    from buildkit.matrix.load import LoadedMatrix
-    from buildkit.matrix.model import ImageUser
-    from buildkit.run.job import ImageJob
+    pass
 
 k8s_app = typer.Typer(
     help=(
@@ -30,68 +27,6 @@ k8s_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(k8s_app, name="k8s")
-
-
-def check_stack(loaded: LoadedMatrix, stack: str, sku_id: str, what: str = "--stack") -> None:
-    """The stack must be one of the matrix's and support the SKU: the checks `render` and `build` make, named by ``what``."""
-    from buildkit.matrix.load import check_stack_sku, resolve_stack
-
-    try:
-        resolve_stack(loaded, stack)
-        check_stack_sku(loaded, stack, sku_id)
-    except InputError as exc:
-        raise InputError(f"{what}: {exc}") from None
-
-
-def image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) -> tuple[ImageJob, list[str], dict[str, str]]:
-    """Which stack and framework the image carries: its labels as the registry serves them (returned
-    too), else ``--stack``.
-
-    A ``--stack`` that disagrees with the image's own label is refused: the job's arguments
-    (which framework's job; ``trainer.device=npu`` for a verl without NPU auto-detection) follow from it.
-    """
-    from buildkit.plan import LABEL_PREFIX
-    from buildkit.run.job import ImageJob
-    from buildkit.run.smoke import image_job_of
-    from buildkit.ship.remote import image_labels
-
-    unreachable = False
-    try:
-        labels = image_labels(image, arch)
-        problem = f"it has no {LABEL_PREFIX}.stack label"
-    except (InputError, Unavailable, PublishFailed) as exc:
-        labels, problem, unreachable = {}, str(exc), isinstance(exc, Unavailable)
-    found = labels.get(f"{LABEL_PREFIX}.stack")
-    if found is not None:
-        if stack is not None and stack != found:
-            raise InputError(f"--stack {stack}: {image} is built from stack {found!r} (its {LABEL_PREFIX}.stack label)")
-        return image_job_of(labels, found), [], labels
-    if stack is None:  # a registry that cannot be reached is that (exit 4), not a mistake in the command
-        error = Unavailable if unreachable else InputError
-        raise error(f"cannot tell which stack and framework {image} carries ({problem}); pass --stack with the stack it was built from")
-    st = loaded.matrix.stacks[stack]
-    return (
-        ImageJob(stack, st.framework_version, st.framework),
-        [f"the job follows --stack {stack} ({st.framework} {st.framework_version}): could not read the image's labels: {problem}"],
-        {},
-    )
-
-
-def user_of(labels: dict[str, str], default: ImageUser) -> tuple[ImageUser, str | None]:
-    """The user the pods run as: the image's own (its labels), else the matrix's; a warning when
-    the labels say the image has none (built before images had a user)."""
-    from buildkit.plan import USER_LABEL
-    from buildkit.run.devices import image_user
-
-    if not labels:
-        return default, None
-    name, uid, gid = image_user(labels, "")
-    if uid == 0:
-        return default, (
-            f"the image has no {USER_LABEL} label (built before images ran as a user): the pods run as uid {default.uid}, "
-            "which may have no passwd entry in it; rebuild the image"
-        )
-    return default.model_copy(update={"name": name, "uid": uid, "gid": gid}), None
 
 
 SchedulerOption = Annotated[
@@ -190,80 +125,44 @@ def k8s_render(
     """Render the Job (one node), RayJob or Volcano Job (several), or the preflight or prepull DaemonSet, for an SKU and
     an image by digest."""
     from buildkit.k8s.render import as_documents, render
-    from buildkit.k8s.request import NODE_JOBS, K8sRequest, check_request
-    from buildkit.matrix.load import load_matrix, resolve_sku
-    from buildkit.plan import LABEL_PREFIX
-    from buildkit.run.job import JobFacts, check_overrides
+    from buildkit.k8s.resolve import make_request, resolve
+    from buildkit.matrix.load import load_matrix
 
     loaded = load_matrix(matrix)
-    sku_id, sku, _ = resolve_sku(loaded, hw, "pods are sized by the SKU")
-    if stack is not None:
-        check_stack(loaded, stack, sku_id)
-    overrides = check_overrides(override or [])
-    arch = arch or sku.host_arch
-    request = K8sRequest(
-        sku_id=sku_id,
-        sku=sku,
-        image=image,
+    request = make_request(  # every refusal of the options before the registry is asked
+        loaded,
+        hw,
+        image,
+        stack=stack,
+        arch=arch,
+        overrides=override or [],
+        command=command or [],
         nodes=nodes,
         job=job,
-        command=tuple(command or ()),
-        namespace=namespace,
-        name=name,
-        pull_secret=pull_secret,
-        arch=arch,
-        model_path=model_path,
-        model_pvc=model_pvc,
-        steps=steps,
-        deadline_s=deadline,
-        allow_tag=allow_tag,
-        overrides=overrides,
-        facts=JobFacts.of(loaded.matrix.compat),
         scheduler=scheduler,
         queue=queue,
         kuberay=kuberay,
         npu_resource=npu_resource,
         nic=nic,
         host_network=host_network,
-        topology_mode=network_topology,
+        network_topology=network_topology,
         topology_tier=topology_tier,
-        user=loaded.matrix.image_user,
+        namespace=namespace,
         device_gid=device_gid,
+        pull_secret=pull_secret,
+        name=name,
+        model_path=model_path,
+        model_pvc=model_pvc,
+        steps=steps,
+        deadline=deadline,
+        allow_tag=allow_tag,
     )
-    check_request(request, to_pin=True)  # every refusal of the options before the registry is asked
     if output is not None and output != STDOUT:
         check_output_file(output)
-    if "@" not in image and not allow_tag:  # a registry's tag: what it names now, pinned
-        from buildkit.ship.remote import pin_digest
-
-        image = pin_digest(image)
-        typer.echo(
-            f"ascendkit: --image {request.image} is {image.partition('@')[2]} at its registry now; the manifests pin {image}", err=True
-        )
-        request = dataclasses.replace(request, image=image)
-    warnings: list[str] = []
-    if request.smoke_job is not None:
-        found, warnings, labels = image_job(loaded, image, arch, stack)
-        if found.stack is not None and found.stack != stack:
-            check_stack(loaded, found.stack, sku_id, what=f"{image} (its {LABEL_PREFIX}.stack label)")
-        user, problem = user_of(labels, loaded.matrix.image_user)
-        warnings += [problem] if problem else []
-        request = dataclasses.replace(request, image_job=found, user=user)
-    elif request.job in NODE_JOBS:  # the pods run as the image's user: its labels, where the registry answers
-        from buildkit.ship.remote import image_labels
-
-        try:
-            labels = image_labels(image, arch)
-        except (InputError, Unavailable, PublishFailed) as exc:
-            labels, warnings = {}, [f"could not read the image's labels ({exc}): the pods run as the matrix's user"]
-        user, problem = user_of(labels, loaded.matrix.image_user)
-        warnings += [problem] if problem else []
-        request = dataclasses.replace(request, user=user)
-    elif stack is not None:  # your own command: --stack still names the framework (labels, default name)
-        from buildkit.run.job import ImageJob
-
-        chosen = loaded.matrix.stacks[stack]
-        request = dataclasses.replace(request, image_job=ImageJob(stack, chosen.framework_version, chosen.framework))
+    resolved = resolve(loaded, request, stack)
+    for note in resolved.notes:
+        typer.echo(f"ascendkit: {note}", err=True)
+    request, warnings = resolved.request, list(resolved.warnings)
     manifests = render(request)
     for warning in (*warnings, *manifests.warnings):
         typer.echo(f"ascendkit: warning: {warning}", err=True)
