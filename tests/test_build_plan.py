@@ -118,7 +118,7 @@ def test_dry_run_json(runner: CliRunner) -> None:
         (["--push"], "--push needs --registry"),
         (["--registry", "nohost"], "expected HOST[:PORT]/REPO"),
         (["--ca-bundle", "/nonexistent.pem"], "not found"),
-        (["--arch", "ppc64le"], "not built for --arch 'ppc64le'"),
+        (["--arch", "ppc64le"], "'ppc64le' is not one of 'aarch64', 'x86_64'"),
     ],
 )
 def test_bad_build_options(runner: CliRunner, argv: list[str], message: str) -> None:
