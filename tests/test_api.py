@@ -83,6 +83,9 @@ def test_k8s_render_through_the_api_is_the_commands_output(tmp_path: Path) -> No
     assert any("the job follows --stack cann8.3" in w for w in manifests.warnings)
     with pytest.raises(InputError, match="--job sft runs on one node"):  # the request's own refusals, as the command's
         buildkit.k8s_render(image, MATRIX, "a3", stack="cann8.3", nodes=2, job="sft")
+    for option, value in (("nodes", 5000), ("steps", 0), ("deadline", 10**9)):  # the command's ranges hold here too
+        with pytest.raises(InputError, match=f"--{option} {value}: from 1 to"):
+            buildkit.k8s_render(image, MATRIX, "a3", stack="cann8.3", **{option: value})
 
 
 @pytest.mark.docker

@@ -22,16 +22,11 @@ import typer.main
 from typer import Abort
 from typer.core import TyperCommand, TyperGroup
 
-try:  # newer Typers carry their own click
-    from typer._click.exceptions import UsageError
-except ImportError:  # pragma: no cover - an older Typer on click itself
-    from click.exceptions import UsageError  # type: ignore[assignment]
-
 from buildkit import __version__
 from buildkit.arch import Arch
 from buildkit.cancel import signal_exit_code, stopped_by
 from buildkit.cli.commands import COMMANDS, SUMMARIES
-from buildkit.cli.style import plain_cell, plain_table, polish, usage_message
+from buildkit.cli.style import UsageError, plain_cell, plain_table, polish, usage_message
 from buildkit.errors import AscendkitError, ExitCode, Finding, MatrixError
 
 if TYPE_CHECKING:
@@ -170,8 +165,6 @@ WorkingMatrixPath = Annotated[
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 ArchChoice = Annotated[Arch | None, typer.Option("--arch", help="The image's CPU architecture (build default: this machine's).")]
-# Bounds on numbers, the library's own (the command line offers them as ranges)
-MAX_NODES = 1024
 
 
 def finite(value: Any) -> Any:

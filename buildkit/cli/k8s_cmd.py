@@ -9,10 +9,19 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from buildkit.arch import Arch
-from buildkit.cli.base import MAX_NODES, JsonFlag, MatrixPath, app, print_json, user_errors
+from buildkit.cli.base import JsonFlag, MatrixPath, app, print_json, user_errors
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import STDOUT, check_output_file, write_output
-from buildkit.k8s import DEFAULT_MODEL_PATH, KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION, K8sJob, Scheduler, TopologyMode
+from buildkit.k8s import (
+    DEFAULT_MODEL_PATH,
+    KUBERAY_VERSION,
+    KUBERNETES_VERSION,
+    MAX_NODES,
+    VOLCANO_VERSION,
+    K8sJob,
+    Scheduler,
+    TopologyMode,
+)
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run import MAX_SECONDS, MAX_STEPS
 

@@ -12,6 +12,8 @@ try:  # newer Typers carry their own click
 except ImportError:  # pragma: no cover - an older Typer on click itself
     from click.exceptions import UsageError  # type: ignore[assignment]
 
+__all__ = ["PLACEHOLDERS", "UsageError", "plain_cell", "plain_table", "polish", "usage_message", "with_placeholders"]
+
 # What to type, by the option's parameter name, where its type alone would say <str> or <path>.
 PLACEHOLDERS = {
     "hw": "SKU",

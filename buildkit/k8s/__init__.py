@@ -17,3 +17,4 @@ KUBERNETES_VERSION = "1.32.0"  # the schemas `k8s validate` checks built-in kind
 KUBERAY_VERSION = "v1.7.0"
 VOLCANO_VERSION = "v1.15.1"
 DEFAULT_MODEL_PATH = "/data/models/Qwen2.5-0.5B-Instruct"
+MAX_NODES = 1024  # far past any cluster here, near enough that a typo is caught rather than obeyed

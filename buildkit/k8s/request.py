@@ -9,8 +9,9 @@ from pathlib import Path
 
 from buildkit.errors import InputError
 from buildkit.imageref import IMAGE_REFERENCE, registry_of
-from buildkit.k8s import DEFAULT_MODEL_PATH, K8S_JOBS, SCHEDULERS, TOPOLOGY_MODES
+from buildkit.k8s import DEFAULT_MODEL_PATH, K8S_JOBS, MAX_NODES, SCHEDULERS, TOPOLOGY_MODES
 from buildkit.matrix.model import EXTENDED_RESOURCE, ImageUser, Sku
+from buildkit.run import MAX_SECONDS, MAX_STEPS
 from buildkit.run.job import ImageJob, JobFacts
 
 FILES = Path(__file__).resolve().parent / "files"
@@ -181,8 +182,13 @@ def check_scheduling(request: K8sRequest) -> None:
 
 def check_request(request: K8sRequest, *, to_pin: bool = False) -> tuple[str, ...]:
     """Every refusal happens here, before anything is rendered, asked or written; returns the warnings."""
-    if request.nodes < 1:
-        raise InputError(f"--nodes {request.nodes}: at least 1")
+    for value, option, high in (
+        (request.nodes, "--nodes", MAX_NODES),
+        (request.steps, "--steps", MAX_STEPS),
+        (request.deadline_s, "--deadline", MAX_SECONDS),
+    ):
+        if not 1 <= value <= high:
+            raise InputError(f"{option} {value}: from 1 to {high}")
     if request.job not in K8S_JOBS:
         raise InputError(f"--job {request.job!r}: one of {', '.join(K8S_JOBS)} (smoke is the grpo smoke job)")
     if request.job == "train" and not request.command:
