@@ -98,7 +98,9 @@ def offline_env() -> dict[str, str]:
     """The unit job's: every proxy a dead port and an empty cache, so a unit test that reaches for the
     network (or for what an earlier run fetched) fails here, not only on a user's offline machine. The
     tests' own servers are on the loopback, which the proxies never take (tests/conftest.py)."""
-    cache = Path(tempfile.mkdtemp(prefix="ak-ci-unit-cache-"))
+    cache = Path(tempfile.gettempdir()) / "ak-ci-unit-cache"  # emptied at every run, not left behind in new names
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir()
     proxies = {name: DEAD_PROXY for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")}
     return {
         **proxies,
