@@ -400,6 +400,7 @@ def test_the_reference_page_is_the_app_and_every_option_says_what_to_type() -> N
     assert len(options) > 100
     assert not [o for o in options if re.search(r"<(str|int|float|path|file|dir|list\[[a-zA-Z]+\]|int range|float range)>", o)]
     assert "--job <smoke\\|grpo\\|sft\\|train\\|preflight\\|prepull>" in page
+    assert page.count("`--arch <aarch64\\|x86_64>`") == page.count("`--arch ") > 3, "every --arch offers the two choices"
     for summary in SUMMARIES.values():
         assert summary.endswith(".") and len(summary) <= 60, summary
 

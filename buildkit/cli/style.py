@@ -19,7 +19,6 @@ PLACEHOLDERS = {
     "hw": "SKU",
     "stack": "STACK",
     "os_name": "OS",
-    "arch": "ARCH",
     "image": "IMAGE",
     "images": "IMAGE",
     "base_image": "IMAGE",
@@ -94,10 +93,10 @@ def with_placeholders(command: Any) -> Any:
             continue
         annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
         shown = str(annotation)
+        if "Literal" in shown or (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
+            continue  # its choices are the placeholder
         if param.name in PLACEHOLDERS:
             word = PLACEHOLDERS[param.name]
-        elif "Literal" in shown or (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
-            continue  # its choices are the placeholder
         elif param.name and param.name.endswith(("_url", "_mirror")):
             word = "URL"
         elif "int" in shown:
