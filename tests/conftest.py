@@ -97,6 +97,7 @@ def repo_copy(tmp_path: Path) -> Path:
     (dest / "docs").mkdir()
     for name in ("compat_matrix.yaml", "docs/matrix.md", "docs/cli.md", "Dockerfile.a2", "Dockerfile.a3", "compat_matrix.schema.json"):
         shutil.copy2(ROOT / name, dest / name)
+    shutil.copytree(ROOT / "docs" / "repositories", dest / "docs" / "repositories")
     shutil.copytree(ROOT / "dockerfiles", dest / "dockerfiles")
     shutil.copytree(ROOT / "locks", dest / "locks")
     shutil.copytree(ROOT / ".github", dest / ".github")

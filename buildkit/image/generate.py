@@ -1,5 +1,6 @@
 """Every file the repository keeps generated from the matrix, and the drift check over them:
-the Dockerfiles, the lock sections, the matrix's JSON schema, the support tables of docs/matrix.md and the CI workflow.
+the Dockerfiles, the lock sections, the matrix's JSON schema, the support tables of docs/matrix.md, a page per
+image repository (docs/repositories/) and the CI workflow.
 
 ``ascendkit render --all`` writes them; ``ascendkit render --check`` re-renders them in memory and
 reports a unified diff for each committed file that differs, is missing, or is left over, and a
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from buildkit.errors import InputError
 from buildkit.fsio import output_dir, write_all_atomic
+from buildkit.image.overview import OVERVIEW_DIR, overview_pages
 from buildkit.image.render import render_dockerfile
 from buildkit.image.workflow import ACTIONLINT_CONFIG, WORKFLOW_FILE, render_actionlint_config, render_workflow
 from buildkit.lock.inputs import lock_inputs, lock_targets
@@ -78,6 +80,8 @@ def expected_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR, extr
     files.append(GeneratedFile(SCHEMA_FILE, schema_text()))
     files.append(GeneratedFile(WORKFLOW_FILE, render_workflow(loaded)))
     files.append(GeneratedFile(ACTIONLINT_CONFIG, render_actionlint_config(loaded)))
+    if (loaded.root / OVERVIEW_DIR).parent.is_dir():  # a checkout with docs/: a page per image repository
+        files += [GeneratedFile(path, text) for path, text in overview_pages(loaded)]
     page = loaded.root / TABLES_FILE
     if page.is_file():
         files.append(GeneratedFile(TABLES_FILE, page_with_tables(page.read_text(encoding="utf-8"), loaded.matrix, page)))
@@ -85,10 +89,10 @@ def expected_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR, extr
 
 
 def stale_files(root: Path, expected: list[GeneratedFile]) -> list[str]:
-    """Generated Dockerfiles and lock sections on disk that nothing produces any more."""
+    """Generated Dockerfiles, lock sections and repository pages on disk that nothing produces any more."""
     wanted = {f.path for f in expected}
     found = []
-    for base, pattern in ((root / DOCKERFILES_DIR, "**/Dockerfile.*"), (root / LOCKS_DIR, "*/*.txt")):
+    for base, pattern in ((root / DOCKERFILES_DIR, "**/Dockerfile.*"), (root / LOCKS_DIR, "*/*.txt"), (root / OVERVIEW_DIR, "*.md")):
         if base.is_dir():
             found += [p.relative_to(root).as_posix() for p in sorted(base.glob(pattern)) if p.is_file()]
     return [p for p in found if p not in wanted]
