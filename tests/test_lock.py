@@ -274,9 +274,11 @@ def test_unreachable_index_writes_an_unresolved_lock_and_exits_8(tmp_path: Path,
 
 # --- against PyPI ---------------------------------------------------------------------------------
 
-# The re-locks resolve as PyPI stood on this day (uv's --exclude-newer), so a release after it
-# cannot move them: the committed locks were all made before.
-AS_OF = ("--exclude-newer", "2026-11-25T00:00:00Z")
+# The re-locks resolve as PyPI stood at one moment (uv's --exclude-newer), so a release after it
+# cannot move them: after the newest file the committed locks pin (PyYAML 6.0.4, 2026-11-20T23:34Z)
+# and before the releases a from-scratch re-lock would take instead (charset-normalizer 3.5.3 on
+# 2026-11-23, packaging 26.4 the same day): without it, that re-lock changed within hours.
+AS_OF = ("--exclude-newer", "2026-11-21T00:00:00Z")
 
 
 @pytest.mark.network
@@ -393,7 +395,7 @@ def test_a_checkouts_requirements_are_read_from_its_git_host_once_and_kept(tmp_p
     matrix = _copy_matrix(tmp_path)
     shutil.rmtree(tmp_path / "locks" / "_sources")
     (tmp_path / OPENRLHF_LOCK).unlink()
-    argv = ["lock", "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--json"]
+    argv = ["lock", *AS_OF, "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--json"]
     result = runner.invoke(app, [*argv, "--github-url", standin_host])
     assert result.exit_code == 0, result.output
     assert (tmp_path / STORED).read_text() == (TEST_MATRIX.parent / STORED).read_text(), "the file at the commit, kept beside the locks"
@@ -417,7 +419,7 @@ def test_without_the_file_or_its_git_host_the_lock_is_unresolved_and_says_why(tm
     matrix = _copy_matrix(tmp_path)
     shutil.rmtree(tmp_path / "locks" / "_sources")
     assert "was made from locks/_sources/" in (lock_problem(tmp_path, lock_inputs(load_matrix(matrix), OPENRLHF)) or "")
-    argv = ["lock", "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--github-url", "http://127.0.0.1:9", "--json"]
+    argv = ["lock", *AS_OF, "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--github-url", "http://127.0.0.1:9", "--json"]
     result = runner.invoke(app, argv)
     assert result.exit_code == ExitCode.UNVERIFIED, result.output
     [report] = json.loads(result.stdout)["locks"]
@@ -428,7 +430,7 @@ def test_without_the_file_or_its_git_host_the_lock_is_unresolved_and_says_why(tm
 def test_a_commit_the_host_does_not_have_fails_the_lock(tmp_path: Path, runner: CliRunner, standin_host: str) -> None:
     missing = "0123456789abcdef0123456789abcdef01234567"
     matrix = _copy_matrix(tmp_path, ("ref: 12e2a08edffda11502c61db53dfa9cc7b647b14f", f"ref: {missing}"))
-    argv = ["lock", "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--github-url", standin_host, "--json"]
+    argv = ["lock", *AS_OF, "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--github-url", standin_host, "--json"]
     result = runner.invoke(app, argv)
     assert result.exit_code == ExitCode.CHECK_FAILED, result.output
     [report] = json.loads(result.stdout)["locks"]
@@ -438,7 +440,7 @@ def test_a_commit_the_host_does_not_have_fails_the_lock(tmp_path: Path, runner: 
 @pytest.mark.network
 def test_a_package_the_npu_install_leaves_out_fails_the_lock(tmp_path: Path, runner: CliRunner) -> None:
     matrix = _copy_matrix(tmp_path, ("leaves_out: [flash-attn, bitsandbytes, pynvml]", "leaves_out: [flash-attn, Ray]"))
-    result = runner.invoke(app, ["lock", "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--json"])
+    result = runner.invoke(app, ["lock", *AS_OF, "--matrix", str(matrix), "--stack", "teststack-openrlhf", "--json"])
     assert result.exit_code == ExitCode.CHECK_FAILED, result.output
     [report] = json.loads(result.stdout)["locks"]
     assert (
