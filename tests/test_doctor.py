@@ -431,3 +431,23 @@ def test_doctor_reports_the_runtimes_it_is_told(tmp_path: Path) -> None:
     assert code == EXIT_NO_DEVICES, "a runtime that cannot pull zstd is a warning, not a failure: the gzip tags work"
     _, quiet = run_doctor(Environment(image_root(tmp_path / "other"), GOOD_ENV))
     assert not [c for c in quiet["checks"] if c["name"] == "zstd pulls"], "not said, not guessed (a stand-in root is no host)"
+
+
+@pytest.mark.parametrize(
+    ("soc", "status"),
+    [("Ascend950DT_9582", "ok"), ("Ascend950PR_9609", "ok"), ("ascend950dt_9999", "ok"), ("Ascend910_9392", "error")],
+)
+def test_a_950_image_knows_its_family_beyond_the_socs_it_lists(tmp_path: Path, soc: str, status: str) -> None:
+    """No full list of 950 SoCs is published: an image of the a5 chip accepts any Ascend950* SoC (as
+    vllm-ascend maps every ascend950* to A5), and still refuses an A3's."""
+    from buildkit.matrix.load import load_matrix
+    from tests.conftest import MATRIX
+
+    chip = load_matrix(MATRIX).matrix.chips["a5"]
+    assert (chip.soc_family == "Ascend950" and soc not in chip.soc_names) or soc == "Ascend950DT_9582"
+    root = image_root(tmp_path, devices=1, driver="package_version=26.0.rc1\n")
+    info = {**INFO, "chip": "a5", "chip_name": chip.name, "soc_names": list(chip.soc_names), "soc_family": chip.soc_family}
+    (root / "etc/ascendkit/image.json").write_text(json.dumps(info))
+    FakeTorch.npu.soc = soc
+    _, report = run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
+    assert statuses(report)["SoC"] == status

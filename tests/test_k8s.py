@@ -153,7 +153,7 @@ def test_every_manifest_validates_strictly_and_every_pod_takes_the_nodes_npus(
     for pod in pods(workload):
         spec = pod["spec"]
         assert spec["nodeSelector"] == {
-            "accelerator": "huawei-Ascend910",
+            "accelerator": sku.k8s_accelerator,
             "accelerator-type": sku.k8s_accelerator_type,
             "host-arch": "huawei-arm",
         }
@@ -519,3 +519,25 @@ def test_a_bad_device_gid_is_refused_before_anything_is_asked(tmp_path: Path) ->
     proc = ascendkit("k8s", "render", "--hw", "a3", "--image", _ref(DEFAULT_IMAGE), "--stack", "cann8.3", "--device-gid", "0", cwd=ROOT)
     assert proc.returncode == ExitCode.INVALID_INPUT, proc.stderr
     assert "--device-gid 0: the gid that owns the nodes' /dev/davinci*" in proc.stderr
+
+
+def test_a_950_job_asks_the_950_device_plugin_and_mounts_the_ub_topology_on_several_nodes() -> None:
+    """Atlas 950 nodes: resource huawei.com/npu, node label accelerator=huawei-npu, MindCluster's
+    product label; a job of several nodes mounts the hosts' UB topology files read-only, one node none."""
+    sku = SKUS["950-superpod"]
+    assert sku.host_files == ("/lib/route.conf", "/etc/hccl_rootinfo.json", "/etc/hixlep")
+    for nodes, mounted in ((1, False), (2, True)):
+        docs = docs_of(render(_request("950-superpod", sku, nodes)).text)
+        assert validate_documents(docs) == []
+        templates = [t["spec"] for t in pods(docs[-1])]
+        assert templates
+        for spec in templates:
+            assert spec["nodeSelector"]["accelerator"] == "huawei-npu"
+            assert spec["nodeSelector"]["accelerator-type"] == "950-SuperPod-Atlas-8"
+            (main,) = spec["containers"]
+            assert main["resources"]["limits"]["huawei.com/npu"] == "8"
+            paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+            assert set(sku.host_files) <= paths if mounted else not set(sku.host_files) & paths
+            if mounted:
+                ro = {m["mountPath"] for m in main["volumeMounts"] if m.get("readOnly")}
+                assert set(sku.host_files) <= ro

@@ -48,7 +48,7 @@ def daemonset_pod_spec(doc: dict[str, Any], sku_id: str, job: str) -> dict[str, 
     assert doc["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     spec: dict[str, Any] = pod["spec"]
     assert spec["nodeSelector"] == {
-        "accelerator": "huawei-Ascend910",
+        "accelerator": sku.k8s_accelerator,
         "accelerator-type": sku.k8s_accelerator_type,
         "host-arch": "huawei-arm",
     }

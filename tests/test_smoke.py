@@ -102,6 +102,19 @@ def test_a_full_a3_host_gets_every_device_and_the_driver_read_only(tmp_path: Pat
     assert args["binds"]["/models/q"] == {"bind": MODEL_DIR, "mode": "ro"}
 
 
+def test_a_950_host_lends_its_ub_topology_files_where_it_has_them(tmp_path: Path) -> None:
+    """The files several-node 950 jobs need are mounted read-only where the host has them, and named where not."""
+    sku = SKUS["950-superpod"]
+    root = npu_host(tmp_path, sku.npus_per_node)
+    (root / "lib").mkdir(exist_ok=True)
+    (root / "lib" / "route.conf").write_text("route\n")
+    plan = plan_devices("950-superpod", sku, host_root=root)
+    args = host_config_args(plan, {}, privileged=False)
+    assert args["binds"][f"{root}/lib/route.conf"] == {"bind": "/lib/route.conf", "mode": "ro"}
+    assert not any(b["bind"] in ("/etc/hccl_rootinfo.json", "/etc/hixlep") for b in args["binds"].values())
+    assert "/etc/hixlep not on this host: not mounted" in plan.notes
+
+
 def own(path: Path, uid: int, gid: int, mode: int) -> None:
     """Give a stand-in device node an owner and mode, as a host's driver gives its own."""
     try:

@@ -217,6 +217,7 @@ def build_context(loaded: LoadedMatrix, plan: ImagePlan) -> DockerfileContext:
         "chip": target.chip_id,
         "chip_name": plan.chip.name,
         "soc_names": list(plan.chip.soc_names),
+        **({"soc_family": plan.chip.soc_family} if plan.chip.soc_family else {}),  # 950: SoCs the list may not name yet
         "skus": list(plan.skus),
         "os": target.os_name,
         "cann": stack.cann,

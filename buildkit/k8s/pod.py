@@ -135,6 +135,9 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
     ]
     mounts = [*driver_mounts, {"name": "dshm", "mountPath": "/dev/shm"}, *writable_mounts]
     volumes: list[dict[str, Any]] = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in DRIVER_VOLUMES]
+    for name, path in host_file_volumes(request):  # several nodes of a 950: the UB topology files HCCL reads
+        mounts.append({"name": name, "mountPath": path, "readOnly": True})
+        volumes.append({"name": name, "hostPath": {"path": path}})
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE.replace("g", "Gi")}})
     volumes += writable_volumes
     if pod.smoke:
@@ -185,6 +188,14 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
     return {"metadata": metadata, "spec": spec}
 
 
+def host_file_volumes(request: K8sRequest) -> list[tuple[str, str]]:
+    """(volume name, path) of the SKU's host files, for a job of several nodes (one node needs none).
+    No hostPath type: a file or a directory, as the node's installation has it."""
+    if request.nodes < 2:
+        return []
+    return [(f"host-{index}", path) for index, path in enumerate(request.sku.host_files)]
+
+
 def pod_metadata(pod: Pod, role: str) -> dict[str, Any]:
     """The labels (MindCluster's job kind under Volcano) and, for a pod Volcano schedules by itself, its queue."""
     request = pod.request
@@ -204,7 +215,7 @@ def placement(request: K8sRequest) -> dict[str, Any]:
     if request.volcano and request.kind != "RayJob":  # KubeRay sets it on the pods it creates
         spec["schedulerName"] = "volcano"
     spec["nodeSelector"] = {
-        "accelerator": "huawei-Ascend910",
+        "accelerator": request.sku.k8s_accelerator,
         "accelerator-type": request.sku.k8s_accelerator_type,
         "host-arch": HOST_ARCH[request.arch],
     }

@@ -65,6 +65,10 @@ class Chip(Frozen):
     cann_chip: Annotated[StrictStr, Field(pattern=r"^[a-z0-9]+$", description="CANN image tag chip part")]
     soc_version: Annotated[StrictStr, Field(pattern=r"^ascend[0-9a-z_]+$", description="vllm-ascend SOC_VERSION")]
     soc_names: tuple[StrictStr, ...] = Field(min_length=1, description="SoC names torch_npu reports")
+    soc_family: Annotated[StrictStr, Field(pattern=r"^Ascend[0-9A-Za-z]+$")] | None = Field(
+        default=None,
+        description="the prefix every SoC of the family has (Ascend950): doctor accepts an unlisted SoC that starts with it",
+    )
 
 
 # A domain-prefixed extended resource name (huawei.com/Ascend910): what requests/limits accept for devices.
@@ -78,7 +82,10 @@ class Sku(Frozen):
     chip: Identifier = Field(description="key of chips")
     npus_per_node: StrictInt = Field(gt=0, le=64)
     host_arch: Arch = Field(description="CPU architecture of the SKU's hosts: the default --arch of build and k8s render")
-    k8s_accelerator_type: Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")]
+    k8s_accelerator: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$")] = Field(
+        default="huawei-Ascend910", description="the value of the node label `accelerator` the Ascend device plugin sets on these nodes"
+    )
+    k8s_accelerator_type: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$")]
     k8s_cpu_request: StrictInt = Field(gt=0, le=1024, description="CPU cores a training pod requests on one node")
     k8s_memory_gib_request: StrictInt = Field(gt=0, le=16384, description="memory (GiB) a training pod requests on one node")
     k8s_npu_resource: Annotated[StrictStr, Field(pattern=EXTENDED_RESOURCE, max_length=253)] = Field(
@@ -86,6 +93,10 @@ class Sku(Frozen):
     )
     k8s_ring_controller: Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-zA-Z0-9.-]*$")] = Field(
         description="MindCluster's job-kind label value (ring-controller.atlas) for Volcano jobs on these NPUs"
+    )
+    host_files: tuple[Annotated[StrictStr, Field(pattern=r"^/[A-Za-z0-9._/-]+$")], ...] = Field(
+        default=(),
+        description="host files a job of several nodes on these NPUs needs (950: the UB topology), mounted read-only where they exist",
     )
 
 

@@ -97,8 +97,8 @@ def plan_devices(sku_id: str, sku: Sku, visible: list[int] | None = None, host_r
     missing += [f for f in DRIVER_FILES_REQUIRED if not on_host(f)]
     if missing:
         raise InputError(f"this host lacks what --hw {sku_id} needs: {', '.join(missing)} (is the Ascend driver installed?)")
-    optional = [f for f in DRIVER_FILES_OPTIONAL if on_host(f)]
-    notes = tuple(f"{f} not on this host: not mounted" for f in DRIVER_FILES_OPTIONAL if f not in optional)
+    optional = [f for f in DRIVER_FILES_OPTIONAL if on_host(f)] + [f for f in sku.host_files if on_host(f)]
+    notes = tuple(f"{f} not on this host: not mounted" for f in (*DRIVER_FILES_OPTIONAL, *sku.host_files) if f not in optional)
     return DevicePlan(
         npus=tuple(f"/dev/davinci{i}" for i in wanted),
         control=CONTROL_DEVICES,

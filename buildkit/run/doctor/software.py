@@ -100,7 +100,8 @@ def _npu_checks(info: dict[str, Any], torch: Any, torch_npu: Any) -> list[Check]
     checks = [Check("NPUs", "ok", f"{count} visible to torch_npu {getattr(torch_npu, '__version__', '')}".strip())]
     soc = str(torch.npu.get_device_name(0))
     family = [str(s) for s in info.get("soc_names", [])]
-    if family and soc not in family:
+    prefix = str(info.get("soc_family") or "")  # a newer family (Ascend950) whose SoCs the list may not name yet
+    if family and soc not in family and not (prefix and soc.lower().startswith(prefix.lower())):
         built_for = f"{info.get('chip_name', info.get('chip'))} ({', '.join(family)})"
         checks.append(Check("SoC", "error", f"{soc}: this image is built for {built_for}; use the image of this host's chip"))
     else:
