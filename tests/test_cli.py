@@ -157,6 +157,7 @@ def test_validate_json_reports_errors(runner: CliRunner, matrix_copy: EditMatrix
 # (id, argv, text the message must contain, exit code)
 BAD_INVOCATIONS: list[tuple[str, list[str], str, int]] = [
     ("unknown-hw", ["render", "--hw", "a9"], "unknown --hw 'a9'", ExitCode.INVALID_INPUT),
+    ("chip-of-another-stack", ["render", "--hw", "a5"], "(stacks for a5: cann9.1; pass --stack)", ExitCode.INVALID_INPUT),
     ("hw-typo", ["render", "--hw", "a2-box61"], "did you mean 'a2-box16'?", ExitCode.INVALID_INPUT),
     ("unknown-stack", ["render", "--hw", "a3", "--stack", "cann8.4"], "unknown stack 'cann8.4'", ExitCode.INVALID_INPUT),
     (

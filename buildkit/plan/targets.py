@@ -15,7 +15,9 @@ def plan_target(loaded: LoadedMatrix, hw: str, stack_name: str | None, os_name: 
     if target.sku_id is not None:
         check_stack_sku(loaded, stack_id, target.sku_id)
     if not stack_skus_on_chip(loaded, stack, target.chip_id):
-        raise InputError(f"stack {stack_id!r} has no SKU on chip {target.chip_id!r}; it supports: {', '.join(stack.skus)}")
+        others = [s for s, st in loaded.matrix.stacks.items() if stack_skus_on_chip(loaded, st, target.chip_id)]
+        hint = f" (stacks for {target.chip_id}: {', '.join(others)}; pass --stack)" if others else ""
+        raise InputError(f"stack {stack_id!r} has no SKU on chip {target.chip_id!r}; it supports: {', '.join(stack.skus)}{hint}")
     chosen_os = stack.os[0] if os_name is None else os_name
     if chosen_os not in stack.os:
         raise InputError(f"stack {stack_id!r} is not built on --os {chosen_os!r}; choose one of: {', '.join(stack.os)}")
