@@ -42,7 +42,7 @@ $(CHECKOV_STAMP): $(STAMP)
 
 install: $(STAMP) ## Create .venv and install ascendkit with its dev tools (pytest, ruff, mypy, hadolint)
 
-render: $(STAMP) ## Validate the matrix and write every generated file (Dockerfiles, schema, README tables)
+render: $(STAMP) ## Validate the matrix and write every generated file (Dockerfiles, lock sections, schema, workflow, docs/matrix.md tables, docs/cli.md, docs/repositories/)
 	$(BIN)/ascendkit matrix validate
 	$(BIN)/ascendkit render --all
 	@echo "Dockerfile for HW=$(HW)$(if $(STACK), STACK=$(STACK)): $(BIN)/ascendkit render --hw $(HW)$(if $(STACK), --stack $(STACK))"

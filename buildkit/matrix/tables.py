@@ -118,5 +118,5 @@ def format_table(table: Table, fmt: TableFormat) -> str:
 
 
 def support_tables(matrix: Matrix, fmt: TableFormat) -> str:
-    """The tables as they appear in the README: release lines, SKUs, host drivers."""
+    """The tables as they appear in docs/matrix.md: release lines, SKUs, host drivers."""
     return "\n".join(format_table(t(matrix), fmt) for t in (stacks_table, skus_table, drivers_table))
