@@ -179,9 +179,7 @@ def check_request(request: SmokeRequest) -> DevicePlan:
     else:
         devices = plan_devices(request.sku_id, request.sku, request.visible, request.host_root)
     if devices.has_npus and request.model_path is None:
-        raise InputError(
-            "--model-path is required on a host with NPUs (a local Qwen2.5-0.5B-Instruct; docs/smoke.md)"
-        )
+        raise InputError("--model-path is required on a host with NPUs (a local Qwen2.5-0.5B-Instruct; docs/smoke.md)")
     return devices
 
 
