@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -24,9 +24,6 @@ from buildkit.k8s import (
 )
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run import MAX_SECONDS, MAX_STEPS
-
-if TYPE_CHECKING:
-    pass
 
 k8s_app = typer.Typer(
     help=(

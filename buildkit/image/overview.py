@@ -11,7 +11,7 @@ from __future__ import annotations
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Stack
 from buildkit.plan import FRAMEWORK_NAMES, SMOKE_JOBS, RenderTarget, alias_tags, all_targets, full_tag
-from buildkit.plan.image import framework_title
+from buildkit.plan.image import framework_title, stack_skus_on_chip
 from buildkit.resources import default_repository
 
 OVERVIEW_DIR = "docs/repositories"
@@ -25,10 +25,6 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _skus(loaded: LoadedMatrix, stack: Stack, chip_id: str) -> list[str]:
-    return [s for s in stack.skus if loaded.matrix.skus[s].chip == chip_id]
-
-
 def _rollout(stack: Stack) -> str:
     pins = stack.pins()
     if "vllm" in pins and "vllm_ascend" in pins:
@@ -40,7 +36,7 @@ def _row(loaded: LoadedMatrix, target: RenderTarget) -> str:
     stack = loaded.matrix.stacks[target.stack_id]
     tag = full_tag(stack, target.chip_id, target.os_name)
     aliases = ", ".join(f"`{a}`" for a in alias_tags(target.stack_id, stack, target.chip_id, target.os_name))
-    hardware = ", ".join(f"{loaded.matrix.skus[s].product} (`{s}`)" for s in _skus(loaded, stack, target.chip_id))
+    hardware = ", ".join(f"{loaded.matrix.skus[s].product} (`{s}`)" for s in stack_skus_on_chip(loaded, stack, target.chip_id))
     cells = [
         f"`{tag}`",
         aliases,
@@ -76,7 +72,7 @@ def overview_page(loaded: LoadedMatrix, framework: str) -> str:
     stacks = [loaded.matrix.stacks[s] for s in dict.fromkeys(t.stack_id for t in targets)]
     default = next((t for t in targets if loaded.matrix.stacks[t.stack_id].default), targets[0])
     example_stack = loaded.matrix.stacks[default.stack_id]
-    example_sku = _skus(loaded, example_stack, default.chip_id)[0]
+    example_sku = stack_skus_on_chip(loaded, example_stack, default.chip_id)[0]
     example = alias_tags(default.stack_id, example_stack, default.chip_id, example_stack.os[0])[-1]
     jobs = " and ".join(f"`--job {j}`" for j in SMOKE_JOBS[framework])
     lines = [

@@ -69,8 +69,6 @@ def make_request(
     for value, option in ((timeout, "--timeout"), (stall_timeout, "--stall-timeout")):
         if not 1 <= value <= MAX_SECONDS:  # also refuses nan
             raise InputError(f"{option} {value}: from 1 to {MAX_SECONDS} seconds")
-    if check_only and not config_check:
-        raise InputError("--check and --no-config-check exclude each other")
     if image is not None and stack is not None:
         raise InputError("--image and --stack exclude each other: the image's labels name its stack")
     request = SmokeRequest(
