@@ -81,7 +81,7 @@ def write_manifests(directory: Path) -> list[Path]:
     for name, sku_id, stack_id, options in KINDS:
         stack = loaded.matrix.stacks[stack_id]
         image = f"127.0.0.1:5000/ascendkit/{stack.framework}@{DIGEST}"
-        job = ImageJob(stack_id, stack.framework_version, stack.framework)
+        job = ImageJob.of(stack_id, stack)
         request = K8sRequest(
             sku_id,
             loaded.matrix.skus[sku_id],

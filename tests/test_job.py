@@ -146,7 +146,7 @@ def test_the_device_follows_the_images_verl_and_the_users_overrides_come_last() 
 
 def test_every_shipped_stack_with_an_old_verl_gets_the_override_from_the_fact_alone() -> None:
     """No per-stack list: a stack's verl release and compat.verl_npu_autodetect decide."""
-    expected = {"cann8.1": True, "cann8.2": True, "cann8.3": True, "cann8.5": False, "cann9.1": False}
+    expected = {"cann8.1": True, "cann8.2": True, "cann8.3": True, "cann8.5": False, "cann9.1": False, "sglang-cann8.5": False}
     got = {s: needs_device_override(st.framework_version, FIRST) for s, st in MATRIX.matrix.stacks.items() if st.framework == "verl"}
     assert got == expected
     assert needs_device_override("0.6.99", "0.7.0") and not needs_device_override("0.7.0", "0.7.0")
@@ -199,4 +199,32 @@ def test_a_bad_job_file_names_file_line_and_field(tmp_path: Path) -> None:
     assert f"{bad}:5:" in str(err.value) and "tensor_parallel" in str(err.value) and "stacks" in str(err.value)
     bad.write_text("framework: openrlhf\njob: grpo\nmodule: openrlhf.cli.train_ppo_ray\ndata: openrlhf-rl\nprompts_per_npu: 1\n")
     with pytest.raises(InputError, match="give actor_share"):
+        load_job(bad)
+
+
+def test_the_grpo_job_selects_the_images_rollout_engine() -> None:
+    """vLLM for an image without the label or with rollout vllm; SGLang with the Ascend backend and its env."""
+    spec = spec_for(ImageJob("cann8.5", "0.7.1"), "grpo", FACTS)
+    vllm = build_job(spec, SKUS["a3"], ImageJob("cann8.5", "0.7.1"), facts=FACTS, steps=2)
+    assert "actor_rollout_ref.rollout.name=vllm" in vllm.overrides and "HCCL_HOST_SOCKET_PORT_RANGE" not in vllm.env
+    stack = MATRIX.matrix.stacks["sglang-cann8.5"]
+    image = ImageJob.of("sglang-cann8.5", stack)
+    assert image.rollout == "sglang"
+    sglang = build_job(spec, SKUS["a3"], image, facts=FACTS, steps=2, extra=("trainer.test_freq=-1",))
+    assert "actor_rollout_ref.rollout.name=sglang" in sglang.overrides
+    assert "+actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=ascend" in sglang.overrides
+    assert not any(o.endswith("rollout.name=vllm") for o in sglang.overrides)
+    assert sglang.overrides[-1] == "trainer.test_freq=-1", "the user's overrides stay last"
+    assert sglang.env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] == "1" and sglang.env["HYDRA_FULL_ERROR"] == "1"
+    with pytest.raises(InputError, match="no settings for the trtllm rollout"):
+        build_job(spec, SKUS["a3"], ImageJob("x", "0.8.0", rollout="trtllm"), facts=FACTS, steps=2)
+    sft = build_job(spec_for(image, "sft", FACTS), SKUS["a3"], image, facts=FACTS, steps=2)
+    assert not any("rollout.name" in o for o in sft.overrides), "SFT has no rollout"
+
+
+def test_a_placeholder_in_a_rollouts_override_is_checked(tmp_path: Path) -> None:
+    text = (SMOKE_DIR / "grpo_smoke.yaml").read_text().replace("rollout.name=sglang", "rollout.name={engine}")
+    bad = tmp_path / "grpo.yaml"
+    bad.write_text(text)
+    with pytest.raises(InputError, match=r"grpo\.yaml:\d+:\d+: error: rollouts\.sglang\.overrides\[0\]: unknown placeholder \{engine\}"):
         load_job(bad)

@@ -30,6 +30,7 @@ DIGEST_REF = "127.0.0.1:5000/ascendkit/verl@sha256:" + "0123456789abcdef" * 4
 # The goldens show the default stack's image: verl 0.6.1, which needs trainer.device=npu.
 DEFAULT_IMAGE = ImageJob("cann8.3", "0.6.1")
 OPENRLHF_IMAGE = ImageJob("openrlhf-cann8.1", "0.7.5", "openrlhf")
+SGLANG_IMAGE = ImageJob("sglang-cann8.5", "0.8.0", rollout="sglang")
 FACTS = JobFacts.of(load_matrix(ROOT / DEFAULT_MATRIX).matrix.compat)
 UPDATE = os.environ.get("ASCENDKIT_UPDATE_GOLDEN") == "1"  # rewrite the golden files after a deliberate change
 
@@ -71,6 +72,7 @@ VARIANTS: dict[str, tuple[int, dict[str, Any]]] = {
     "rayjob-volcano": (2, {"scheduler": "volcano", "topology_mode": "hard", "topology_tier": 1}),
     "vcjob": (3, {"scheduler": "volcano", "kuberay": False}),
     "sft-job": (1, {"job": "sft"}),
+    "sglang-rayjob": (2, {"image": SGLANG_IMAGE}),
     "openrlhf-job": (1, {"image": OPENRLHF_IMAGE}),
     "openrlhf-rayjob": (2, {"image": OPENRLHF_IMAGE}),
     "openrlhf-vcjob": (2, {"image": OPENRLHF_IMAGE, "scheduler": "volcano", "kuberay": False}),

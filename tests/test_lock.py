@@ -119,6 +119,50 @@ def test_a_bad_requirement_line_names_the_sdist_file_and_line(tmp_path: Path) ->
         read_sdist(sdist, "pkg", "1.0", "0" * 64)
 
 
+NPU_PROJECT = """[build-system]
+requires = ["setuptools>=61.0", "setuptools-scm>=8.0"]
+
+[project]
+name = "sg"
+dependencies = ["aiohttp", "transformers==5.3.0"]
+
+[project.optional-dependencies]
+diffusion = ["diffusers==0.37.0"]
+srt_npu = []
+all_npu = ["sg[diffusion]"]
+"""
+
+
+def test_a_project_file_gives_the_requirements_and_build_of_an_sdist_built_with_it(tmp_path: Path) -> None:
+    """SGLang's way: the sdist's pyproject_npu.toml, with an extra that names another of its own."""
+    files = {"pyproject.toml": '[build-system]\nrequires = ["cuda-only-build"]\n[project]\ndependencies = ["sgl-kernel"]\n'}
+    sdist = _sdist(tmp_path / "sg-1.0.tar.gz", {**files, "pyproject_npu.toml": NPU_PROJECT, "requirements.txt": "cuda-thing\n"})
+    meta = read_sdist(sdist, "sg", "1.0", "0" * 64, ("pyproject_npu.toml", ("all_npu",)))
+    assert meta.requires == ("aiohttp", "transformers==5.3.0", "diffusers==0.37.0")
+    assert meta.requires_from == "pyproject_npu.toml[all_npu]"
+    assert meta.build_requires == ("setuptools>=61.0", "setuptools-scm>=8.0")
+    assert read_sdist(sdist, "sg", "1.0", "0" * 64, ("pyproject_npu.toml", ("srt_npu",))).requires == ("aiohttp", "transformers==5.3.0")
+    with pytest.raises(InputError, match=r"sg-1.0.tar.gz: pyproject_npu.toml: no extra 'gpu' in \[project.optional-dependencies\]"):
+        read_sdist(sdist, "sg", "1.0", "0" * 64, ("pyproject_npu.toml", ("gpu",)))
+    with pytest.raises(LockFailed, match=r"has no pyproject_other\.toml, the project file the matrix builds sg with"):
+        read_sdist(sdist, "sg", "1.0", "0" * 64, ("pyproject_other.toml", ()))
+
+
+def test_a_stack_whose_release_archive_has_no_sha256_is_locked_unresolved_saying_so() -> None:
+    """sglang-cann8.5: nothing is guessed; the lock says which archive and where its sha256 goes."""
+    loaded = load_matrix()
+    inputs = lock_inputs(loaded, LockTarget("sglang-cann8.5", "aarch64"))
+    assert inputs.projects == (("sglang", "pyproject_npu.toml", ("srt_npu",)),)
+    assert [file for file, sha in inputs.archives] == [
+        f"sgl-kernel-npu-2026.02.01-torch2.8.0-py311-cann8.5.0-{chip}-aarch64.zip" for chip in ("910b", "a3")
+    ]
+    assert inputs.unverified_archive is not None and "sgl_kernel_npu.sha256" in inputs.unverified_archive
+    lock = read_lock(ROOT / "locks" / "sglang-cann8.5-aarch64.txt")
+    assert not lock.resolved and lock_problem(ROOT, inputs) is None
+    assert "no sha256 is known for the release archive" in (ROOT / "locks" / "sglang-cann8.5-aarch64.txt").read_text()
+    assert lock_inputs(loaded, LockTarget("cann8.5", "aarch64")).archives == ()
+
+
 @pytest.fixture
 def test_loaded() -> LoadedMatrix:
     return load_matrix(TEST_MATRIX)

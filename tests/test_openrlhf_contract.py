@@ -63,7 +63,7 @@ def parse(standin: Path, flags: list[str]) -> subprocess.CompletedProcess[str]:
 
 def _image(stack_id: str) -> ImageJob:
     st = OPENRLHF_STACKS[stack_id]
-    return ImageJob(stack_id, st.framework_version, st.framework)
+    return ImageJob.of(stack_id, st)
 
 
 def _smoke_job(stack_id: str, sku_id: str, nodes: int = 1, extra: tuple[str, ...] = ()) -> Job:

@@ -46,6 +46,7 @@ def test_every_rule_has_tests_below() -> None:
     tested = {
         "torch-npu-matches-torch",
         "torchvision-matches-torch",
+        "one-rollout",
         "vllm-ascend-pairs-vllm",
         "python-supported-by-torch",
         "python-offered-by-cann-base",
@@ -80,7 +81,8 @@ def test_shipped_matrix_has_no_rule_errors(loaded: LoadedMatrix) -> None:
     # The documented warnings: the quickstart's torch_npu 2.7.1 on CANN 8.3.RC1, and the git refs
     # that are branches or tags (their hosts cannot be reached here to resolve them to commits).
     assert [(r, v.path) for r, v in found if r == "known-issues"] == [("known-issues", ("stacks", "cann8.3", "torch_npu", "version"))]
-    assert len([r for r, _ in found if r == "git-ref-is-commit"]) == 6
+    refs = [v.path for r, v in found if r == "git-ref-is-commit"]
+    assert refs and all(path[-1] == "ref" and path[2] in GIT_COMPONENTS for path in refs)
 
 
 def test_torch_npu_matches_torch(loaded: LoadedMatrix) -> None:
@@ -114,6 +116,33 @@ def test_vllm_ascend_pairs_vllm(loaded: LoadedMatrix) -> None:
     (v,) = run("vllm-ascend-pairs-vllm", bad)
     assert v.path == ("stacks", "cann8.5", "vllm_ascend", "version")
     assert v.hint.startswith("a vllm-ascend 0.12.* release")
+
+
+SGLANG = "sglang-cann8.5"
+
+
+def test_one_rollout(loaded: LoadedMatrix) -> None:
+    """vLLM with vllm-ascend or SGLang with its kernels, whole, never both; kernels for every chip."""
+    assert run("one-rollout", loaded.matrix) == []
+    data = _data(loaded)
+    data["stacks"]["cann8.3"]["sglang"] = data["stacks"][SGLANG]["sglang"]  # both engines
+    del data["stacks"]["cann9.1"]["vllm_ascend"]  # half of one
+    del data["stacks"][SGLANG]["sgl_kernel_npu"]["chips"]["a3"]  # no kernels for a chip it serves
+    data["stacks"][OPENRLHF]["sglang"] = data["stacks"][SGLANG]["sglang"]
+    data["stacks"][OPENRLHF]["sgl_kernel_npu"] = data["stacks"][SGLANG]["sgl_kernel_npu"]
+    del data["stacks"][OPENRLHF]["vllm"], data["stacks"][OPENRLHF]["vllm_ascend"]
+    found = {v.path: v.message for v in run("one-rollout", Matrix.model_validate(data))}
+    whole = "a stack pins one rollout engine, whole: vllm and vllm_ascend, or sglang and sgl_kernel_npu"
+    assert found == {
+        ("stacks", "cann8.3"): whole,
+        ("stacks", "cann9.1"): whole,
+        ("stacks", SGLANG, "sgl_kernel_npu", "chips"): "the stack serves chip a3, for which sgl-kernel-npu names no archive",
+        ("stacks", OPENRLHF, "sglang"): "OpenRLHF's Ascend branch rolls out with vLLM only",
+    }
+    data = _data(loaded)
+    data["stacks"][SGLANG]["sglang"]["build_from_source"] = False
+    (v,) = run("one-rollout", Matrix.model_validate(data))
+    assert v.path == ("stacks", SGLANG, "sglang", "project_file") and v.hint == "build_from_source: true"
 
 
 def test_python_supported_by_torch(loaded: LoadedMatrix) -> None:
@@ -157,6 +186,7 @@ def test_cann_has_driver_range(loaded: LoadedMatrix, tmp_path: Path) -> None:
     assert all(entry.source.strip() for entry in m.compat.cann_drivers.values()), "every range says where it comes from"
     data = m.model_dump(mode="python", exclude_none=True)
     del data["compat"]["cann_drivers"]["8.5.0"]
+    data["stacks"] = {k: st for k, st in data["stacks"].items() if st["cann"] != "8.5.0" or k == "cann8.5"}
     (v,) = run("cann-has-driver-range", Matrix.model_validate(data))
     assert v.path == ("stacks", "cann8.5", "cann") and v.message == "no Ascend HDK (driver) range for CANN 8.5.0 is recorded"
     assert v.hint.startswith('add compat.cann_drivers."8.5.0" (known: 8.1.RC1, 8.2.RC1, 8.3.RC1')

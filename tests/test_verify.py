@@ -168,7 +168,7 @@ def test_every_stack_expects_vllm_ascends_custom_ops(tmp_path: Path) -> None:
     plan = plan_build(load_matrix(MATRIX), "a3", arch="aarch64", use_default_ca=False)
     assert plan.expected.extensions == (("vllm_ascend", EXT),) and plan.expected.modules == (EXT,)
     loaded = load_matrix(MATRIX)
-    assert all(stack.vllm_ascend.extensions == (EXT,) for stack in loaded.matrix.stacks.values())
+    assert all(stack.vllm_ascend.extensions == (EXT,) for stack in loaded.matrix.stacks.values() if stack.vllm_ascend is not None)
 
 
 def test_an_extension_whose_libraries_resolve_passes_and_the_drivers_are_allowed() -> None:

@@ -41,7 +41,7 @@ def _facts(loaded: LoadedMatrix) -> JobFacts:
 
 
 def _smoke_job(loaded: LoadedMatrix, stack_id: str, sku_id: str, *, extra: tuple[str, ...] = (), job: str = "grpo") -> Job:
-    image = ImageJob(stack_id, loaded.matrix.stacks[stack_id].framework_version)
+    image = ImageJob.of(stack_id, loaded.matrix.stacks[stack_id])
     return build_job(spec_for(image, job, _facts(loaded)), loaded.matrix.skus[sku_id], image, facts=_facts(loaded), steps=5, extra=extra)
 
 
@@ -55,7 +55,7 @@ def _k8s_argv(loaded: LoadedMatrix, stack_id: str, sku_id: str, nodes: int, kind
         image=DIGEST,
         nodes=nodes,
         job=job,
-        image_job=ImageJob(stack_id, st.framework_version, st.framework),
+        image_job=ImageJob.of(stack_id, st),
         facts=_facts(loaded),
         scheduler="volcano" if kind == "volcano" else "default",
         kuberay=kind != "volcano",

@@ -70,7 +70,7 @@ def matrix_list(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = False) 
             "cann": s.cann,
             "python": s.python,
             "torch_npu": s.torch_npu.version,
-            "vllm_ascend": s.vllm_ascend.version,
+            "rollout": s.rollout_title,
             "framework": s.framework,
             "framework_version": s.framework_version,
             "os": list(s.os),
@@ -83,7 +83,7 @@ def matrix_list(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = False) 
         print_json(rows)
         return
     table = RichTable(title=f"Stacks in {matrix}")
-    for column in ("stack", "CANN", "Python", "torch_npu", "vllm-ascend", "framework", "OS", "arches", "SKUs"):
+    for column in ("stack", "CANN", "Python", "torch_npu", "rollout", "framework", "OS", "arches", "SKUs"):
         table.add_column(column)
     for r in rows:
         table.add_row(
@@ -91,7 +91,7 @@ def matrix_list(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = False) 
             str(r["cann"]),
             str(r["python"]),
             str(r["torch_npu"]),
-            str(r["vllm_ascend"]),
+            str(r["rollout"]),
             f"{r['framework']} {r['framework_version']}",
             ", ".join(r["os"]),  # type: ignore[arg-type]
             ", ".join(r["arches"]),  # type: ignore[arg-type]

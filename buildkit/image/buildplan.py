@@ -213,6 +213,7 @@ def plan_build(
         patches=image.expected_sources.patches,
         user=(image.user.name, image.user.uid, image.user.gid),
         extensions=tuple((component, module) for component, pin in image.stack.pins().items() for module in pin.extensions),
+        archive_wheels=image.stack.sgl_kernel_npu.wheels if image.stack.sgl_kernel_npu is not None else (),
     )
     return BuildPlan(
         image=image,

@@ -25,13 +25,6 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _rollout(stack: Stack) -> str:
-    pins = stack.pins()
-    if "vllm" in pins and "vllm_ascend" in pins:
-        return f"vLLM {pins['vllm'].version}, vllm-ascend {pins['vllm_ascend'].version}"
-    return "none"
-
-
 def _row(loaded: LoadedMatrix, target: RenderTarget) -> str:
     stack = loaded.matrix.stacks[target.stack_id]
     tag = full_tag(stack, target.chip_id, target.os_name)
@@ -45,7 +38,7 @@ def _row(loaded: LoadedMatrix, target: RenderTarget) -> str:
         ", ".join(stack.arches),
         stack.cann,
         f"{stack.torch.version} / {stack.torch_npu.version}",
-        _rollout(stack),
+        stack.rollout_pins,
         stack.transformers.version,
         stack.framework_version,
     ]

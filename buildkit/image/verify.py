@@ -45,10 +45,11 @@ class Expected:
     patches: tuple[tuple[str, str, str], ...] = ()  # (distribution, file, line commented out)
     user: tuple[str, int, int] | None = None  # (name, uid, gid) the image runs as; None: not checked
     extensions: tuple[tuple[str, str], ...] = ()  # (component, compiled extension module its build must produce)
+    archive_wheels: tuple[str, ...] = ()  # distributions from a release archive (sgl-kernel-npu): installed, at its version
 
     @property
     def distributions(self) -> tuple[str, ...]:
-        return tuple(dist for dist, _ in self.packages)
+        return (*(dist for dist, _ in self.packages), *self.archive_wheels)
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -193,6 +194,9 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
     for dist, version in expected.packages:
         got = facts.packages.get(normalize(dist))
         checks.append(check(f"package {dist}", version, got, _version_matches(got, version)))
+    for dist in expected.archive_wheels:  # the archive fixes the version; the sha256 of the archive pins it
+        got = facts.packages.get(normalize(dist))
+        checks.append(check(f"package {dist}", "installed from its release archive", got, got is not None))
     if expected.lock:
         wrong = [
             f"{name} {facts.packages.get(normalize(name), 'missing')}"

@@ -124,7 +124,7 @@ def resolve(loaded: LoadedMatrix, request: K8sRequest, stack: str | None = None)
         request = dataclasses.replace(request, user=user)
     elif stack is not None:  # your own command: --stack still names the framework (labels, default name)
         chosen = loaded.matrix.stacks[stack]
-        request = dataclasses.replace(request, image_job=ImageJob(stack, chosen.framework_version, chosen.framework))
+        request = dataclasses.replace(request, image_job=ImageJob.of(stack, chosen))
     return Resolved(request, tuple(notes), tuple(warnings))
 
 
@@ -163,7 +163,7 @@ def _image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) -
         raise error(f"cannot tell which stack and framework {image} carries ({problem}); pass --stack with the stack it was built from")
     st = loaded.matrix.stacks[stack]
     return (
-        ImageJob(stack, st.framework_version, st.framework),
+        ImageJob.of(stack, st),
         [f"the job follows --stack {stack} ({st.framework} {st.framework_version}): could not read the image's labels: {problem}"],
         {},
     )

@@ -95,6 +95,20 @@ class LockInputs:
     order: tuple[str, ...] = ()  # every pip layer of the image in build order, the pinless build layer included
     checkouts: tuple[CheckoutSpec, ...] = ()  # frameworks built from a checkout: their requirements file is read at lock time
     leaves_out: tuple[str, ...] = ()  # canonical names no package of the lock may be (the framework's NPU install drops them)
+    projects: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # (dist, project file, extras): sdists built with another pyproject
+    archives: tuple[tuple[str, str], ...] = ()  # (archive file, sha256 or ""): wheels from release archives, for this arch
+
+    def project_of(self, dist: str) -> tuple[str, tuple[str, ...]] | None:
+        """The project file and extras a source build reads its requirements from, when not its own pyproject."""
+        return next(((file, extras) for d, file, extras in self.projects if canon(d) == canon(dist)), None)
+
+    @property
+    def unverified_archive(self) -> str | None:
+        """Why this target cannot be resolved: a release archive it installs has no known sha256."""
+        missing = [file for file, sha in self.archives if not sha]
+        if not missing:
+            return None
+        return f"no sha256 is known for the release archive {', '.join(missing)} (compat_matrix.yaml sgl_kernel_npu.sha256)"
 
     @property
     def platform(self) -> str:
@@ -121,6 +135,10 @@ class LockInputs:
             ]
         if self.leaves_out:
             data["leaves_out"] = list(self.leaves_out)
+        if self.projects:
+            data["projects"] = [[d, f, list(e)] for d, f, e in self.projects]
+        if self.archives:
+            data["archives"] = [list(a) for a in self.archives]
         return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     @property
@@ -192,7 +210,20 @@ def lock_inputs(loaded: LoadedMatrix, target: LockTarget) -> LockInputs:
         order=planned.names,
         checkouts=checkouts,
         leaves_out=tuple(sorted(canon(n) for n in stack.openrlhf.leaves_out)) if stack.openrlhf else (),
+        projects=tuple(
+            (_pin_dist(stack, c), pin.project_file, pin.extras) for c, pin in stack.pins().items() if pin.project_file is not None
+        ),
+        archives=_archives(loaded, stack, target.arch),
     )
+
+
+def _archives(loaded: LoadedMatrix, stack: Stack, arch: str) -> tuple[tuple[str, str], ...]:
+    """Every release archive the stack's images install on ``arch`` (one per chip), with its sha256."""
+    archive = stack.sgl_kernel_npu
+    if archive is None:
+        return ()
+    chips = sorted({loaded.matrix.skus[s].chip for s in stack.skus})
+    return tuple((name, archive.sha256.get(name, "")) for name in (archive.filename(chip, arch) for chip in chips))
 
 
 def _pin_dist(stack: Stack, component: str) -> str:

@@ -95,11 +95,14 @@ def lock_one(
     path = loaded.root / target.path
     old = path.read_text(encoding="utf-8") if path.is_file() else None
     try:
-        reason = _unreachable(client, inputs, index_urls)
+        reason = inputs.unverified_archive or _unreachable(client, inputs, index_urls)
         if reason is not None:
             text, status, detail, count = render_unresolved(inputs, reason), "unresolved", reason, 0
         else:
-            sources = [reader.metadata(index_urls[_index_of(inputs, dist)], dist, version) for dist, version in inputs.source_builds]
+            sources = [
+                reader.metadata(index_urls[_index_of(inputs, dist)], dist, version, inputs.project_of(dist))
+                for dist, version in inputs.source_builds
+            ]
             checkouts = tuple(git.requirements(spec) for spec in inputs.checkouts)
             previous = old if (old and not upgrade and "# status: resolved" in old) else None
             # narrowing hashes to the target's files costs an index query per package: only for a lock kept

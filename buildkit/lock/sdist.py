@@ -45,7 +45,7 @@ class _Archive:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.members: dict[str, bytes] = {}
-        wanted = re.compile(r"^[^/]+/(requirements[^/]*\.txt|requirements/[^/]+\.txt|pyproject\.toml|PKG-INFO)$")
+        wanted = re.compile(r"^[^/]+/(requirements[^/]*\.txt|requirements/[^/]+\.txt|pyproject[^/]*\.toml|PKG-INFO)$")
         if path.name.endswith(".zip"):
             with zipfile.ZipFile(path) as archive:
                 for name in archive.namelist():
@@ -102,10 +102,46 @@ def requirement_lines(
     return result
 
 
-def read_sdist(path: Path, dist: str, version: str, sha256: str) -> SourceMetadata:
+def project_requirements(text: str, where: str, dist: str, extras: tuple[str, ...]) -> list[str]:
+    """[project] dependencies of a pyproject file plus those of ``extras``, following the project's
+    references to its own extras (``sglang[diffusion]``)."""
+    try:
+        project = tomllib.loads(text).get("project", {})
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    optional = project.get("optional-dependencies", {})
+    result = [str(r) for r in project.get("dependencies", [])]
+    todo, seen = list(extras), set()
+    while todo:
+        extra = todo.pop(0)
+        if extra in seen:
+            continue
+        seen.add(extra)
+        if extra not in optional:
+            raise InputError(f"{where}: no extra {extra!r} in [project.optional-dependencies] (it has {', '.join(sorted(optional))})")
+        for line in optional[extra]:
+            requirement = Requirement(str(line))
+            if canon(requirement.name) == canon(dist):
+                todo += sorted(requirement.extras)
+            else:
+                result.append(str(line))
+    return result
+
+
+def read_sdist(path: Path, dist: str, version: str, sha256: str, project: tuple[str, tuple[str, ...]] | None = None) -> SourceMetadata:
+    """What the sdist at ``path`` needs; ``project`` (file, extras): read both from that file of the
+    sdist instead, the pyproject.toml its build uses (SGLang's pyproject_npu.toml)."""
     archive = _Archive(path)
     requires_from = next((name for name in REQUIREMENT_FILES if name in archive.members), "")
-    if requires_from:
+    if project is not None:
+        file, extras = project
+        text = archive.text(file)
+        if text is None:
+            raise LockFailed(f"{path.name}: has no {file}, the project file the matrix builds {dist} with")
+        requires = project_requirements(text, f"{path.name}: {file}", dist, extras)
+        requires_from = file + (f"[{','.join(extras)}]" if extras else "")
+        archive.members["pyproject.toml"] = archive.members[file]  # its build system too
+    elif requires_from:
         requires = _requirement_lines(archive, requires_from)
     else:
         info = email.parser.Parser().parsestr(archive.text("PKG-INFO") or "")
@@ -140,18 +176,18 @@ class SdistReader:
     def __init__(self, client: IndexClient, cache: Path | None = None) -> None:
         self.client = client
         self.cache = cache or cache_dir()
-        self._done: dict[tuple[str, str, str], SourceMetadata | AscendkitError | IndexUnreachable] = {}
+        self._done: dict[tuple[str, str, str, str], SourceMetadata | AscendkitError | IndexUnreachable] = {}
         self._lock = threading.Lock()
-        self._fetching: dict[tuple[str, str, str], threading.Lock] = {}
+        self._fetching: dict[tuple[str, str, str, str], threading.Lock] = {}
 
-    def metadata(self, index_url: str, dist: str, version: str) -> SourceMetadata:
-        key = (index_url, canon(dist), version)
+    def metadata(self, index_url: str, dist: str, version: str, project: tuple[str, tuple[str, ...]] | None = None) -> SourceMetadata:
+        key = (index_url, canon(dist), version, repr(project))
         with self._lock:
             gate = self._fetching.setdefault(key, threading.Lock())
         with gate:
             if key not in self._done:
                 try:
-                    self._done[key] = self._fetch(index_url, dist, version)
+                    self._done[key] = self._fetch(index_url, dist, version, project)
                 except (AscendkitError, IndexUnreachable) as exc:
                     self._done[key] = exc
         result = self._done[key]
@@ -159,7 +195,7 @@ class SdistReader:
             raise result
         return result
 
-    def _fetch(self, index_url: str, dist: str, version: str) -> SourceMetadata:
+    def _fetch(self, index_url: str, dist: str, version: str, build_with: tuple[str, tuple[str, ...]] | None) -> SourceMetadata:
         try:
             project = self.client.project(index_url, dist)
         except ProjectMissing:
@@ -177,7 +213,7 @@ class SdistReader:
                 download(self.client.session, sdist.url, path, frozenset({sdist.sha256}))
             except HashMismatch as exc:
                 raise LockFailed(f"{public_url(index_url)}: {exc}") from None
-        return read_sdist(path, dist, version, sdist.sha256)
+        return read_sdist(path, dist, version, sdist.sha256, build_with)
 
 
 def public_url(url: str) -> str:

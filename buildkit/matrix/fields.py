@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import AfterValidator, Field, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
 # debian12 has no official CANN image; it is the OS of the stand-in base used where CANN cannot be pulled.
 OsName = Literal["ubuntu22.04", "openeuler24.03", "debian12"]
@@ -69,3 +69,7 @@ def _relative_path(value: str) -> str:
 
 # A path inside a repository or a distribution: what a patch or a requirements file names.
 RelativePath = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9._/-]+$"), AfterValidator(_relative_path)]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")

@@ -12,9 +12,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, S
 
 from buildkit.arch import Arch
 from buildkit.matrix.fields import (
-    COMMIT_ID,
     ArgName,
     CannVersion,
+    Frozen,
     HttpUrl,
     Identifier,
     ModuleName,
@@ -26,10 +26,9 @@ from buildkit.matrix.fields import (
     VersionSpecifier,
     tag_template,
 )
+from buildkit.matrix.sources import FrameworkSource, SourcePatch, WheelArchive
 
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+__all__ = ["FrameworkSource", "Frozen", "SourcePatch", "WheelArchive"]  # re-exported: the matrix's models live here
 
 
 class PackageIndex(Frozen):
@@ -55,7 +54,7 @@ class BaseImage(Frozen):
     registry: Annotated[StrictStr, Field(pattern=r"^[a-z0-9.:-]+(/[a-z0-9._-]+)*$")]
     repository: Annotated[StrictStr, Field(pattern=r"^[a-z0-9._/-]+$")]
     tag: Annotated[StrictStr, AfterValidator(tag_template)]
-    mirrors: dict[Identifier, Annotated[StrictStr, Field(pattern=r"^[a-z0-9.:-]+(/[a-z0-9._-]+)*$")]] = {}
+    mirrors: dict[Identifier, Annotated[StrictStr, Field(pattern=r"^[a-z0-9.:-]+(/[a-z0-9._-]+)*$")]] = Field(default={})
 
 
 class Chip(Frozen):
@@ -115,6 +114,14 @@ class PypiPin(Frozen):
             "the component, when one is missing or its shared libraries resolve neither in the image nor to the driver"
         ),
     )
+    project_file: RelativePath | None = Field(
+        default=None,
+        description=(
+            "a file of the sdist that is its pyproject.toml for this build (SGLang's NPU project, pyproject_npu.toml): "
+            "the lock reads the requirements from it and the image builds the sdist with it in place"
+        ),
+    )
+    extras: tuple[Identifier, ...] = Field(default=(), description="extras of the project file installed with it (SGLang: srt_npu)")
 
     def index_for(self, arch: Arch) -> str:
         return self.index_by_arch.get(arch, self.index)
@@ -128,33 +135,6 @@ class GitPin(Frozen):
     install: Literal["pip", "pythonpath"] = Field(
         default="pip", description="pip-install the checkout, or keep it under /opt on PYTHONPATH"
     )
-
-
-class FrameworkSource(Frozen):
-    """An RL framework installed from a git checkout at one commit (its NPU port lives in a fork, not
-    on PyPI): the checkout is built with ``install_env``, its requirements file is locked like every
-    other layer, and the image is checked to hold exactly that commit and ``version``."""
-
-    repo: Identifier = Field(description="key of repos")
-    ref: Annotated[StrictStr, Field(pattern=COMMIT_ID)] = Field(description="the full commit id (40 hex digits): a source pin cannot move")
-    version: PackageVersion = Field(description="the version the checkout installs as (its own version file): verified in the image")
-    requirements: RelativePath = Field(description="the requirements file its setup.py installs with install_env (what the lock resolves)")
-    install_env: dict[Annotated[StrictStr, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], StrictStr] = Field(
-        default={}, description="environment of the checkout's install, e.g. TARGET_DEVICE: NPU"
-    )
-    leaves_out: tuple[PackageName, ...] = Field(
-        default=(), description="packages the NPU install drops (CUDA-only): the lock fails when anything pulls one in"
-    )
-
-
-class SourcePatch(Frozen):
-    """One line of an installed distribution commented out after it is installed, in the open: the
-    build fails when the line is not there exactly once, and verification checks it stayed out."""
-
-    package: PackageName = Field(description="the installed distribution (a pin of the stack) whose file is changed")
-    file: RelativePath = Field(description="the file, relative to the distribution's root in site-packages")
-    comment_out: StrictStr = Field(min_length=1, description="the line as it stands in the file (surrounding whitespace ignored)")
-    reason: StrictStr = Field(min_length=1, description="why, with its source: shown in the Dockerfile and the SBOM")
 
 
 class OpenRlhfLine(Frozen):
@@ -268,8 +248,11 @@ class Stack(Frozen):
     torch_npu: PypiPin
     torchvision: PypiPin
     triton_ascend: PypiPin | None = None
-    vllm: PypiPin
-    vllm_ascend: PypiPin
+    # The rollout engine: vLLM with vllm-ascend, or SGLang with sgl-kernel-npu (rule one-rollout).
+    vllm: PypiPin | None = None
+    vllm_ascend: PypiPin | None = None
+    sglang: PypiPin | None = None
+    sgl_kernel_npu: WheelArchive | None = None
     mbridge: PypiPin | None = None
     transformers: PypiPin
     mindspeed: GitPin | None = None
@@ -280,8 +263,8 @@ class Stack(Frozen):
     verl: PypiPin | None = None
     openrlhf: FrameworkSource | None = None
     patches: tuple[SourcePatch, ...] = Field(default=(), description="lines commented out of installed distributions, each with its reason")
-    constraints: dict[PackageName, VersionSpecifier] = {}
-    constraints_by_arch: dict[Arch, dict[PackageName, VersionSpecifier]] = {}
+    constraints: dict[PackageName, VersionSpecifier] = Field(default={})
+    constraints_by_arch: dict[Arch, dict[PackageName, VersionSpecifier]] = Field(default={})
     overrides: dict[PackageName, VersionSpecifier] = Field(
         default={},
         description=(
@@ -289,7 +272,7 @@ class Stack(Frozen):
             "(the layered install lets a later pin win; say why next to each one)"
         ),
     )
-    env: dict[Annotated[StrictStr, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], StrictStr] = {}
+    env: dict[Annotated[StrictStr, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], StrictStr] = Field(default={})
 
     def pins(self) -> dict[str, PypiPin]:
         """The PyPI-style pins by component name, in install order, absent ones left out."""
@@ -299,6 +282,27 @@ class Stack(Frozen):
     def framework(self) -> str:
         """``verl`` or ``openrlhf``: what the image is for (names its tags, labels and smoke jobs)."""
         return "openrlhf" if self.openrlhf is not None else "verl"
+
+    @property
+    def rollout(self) -> str:
+        """``vllm`` or ``sglang``: the engine verl's rollout (and its smoke job) uses in this image."""
+        return "sglang" if self.sglang is not None else "vllm"
+
+    @property
+    def rollout_title(self) -> str:
+        """``vllm-ascend 0.13.0`` or ``SGLang 0.5.10``: the engine as people name it, with its release."""
+        if self.sglang is not None:
+            return f"SGLang {self.sglang.version}"
+        return f"vllm-ascend {self.vllm_ascend.version}" if self.vllm_ascend is not None else "no rollout engine"
+
+    @property
+    def rollout_pins(self) -> str:
+        """The rollout engine's pins as the tables and overview pages show them."""
+        if self.sglang is not None and self.sgl_kernel_npu is not None:
+            return f"SGLang {self.sglang.version}, sgl-kernel-npu {self.sgl_kernel_npu.release}"
+        if self.vllm is not None and self.vllm_ascend is not None:
+            return f"vLLM {self.vllm.version}, vllm-ascend {self.vllm_ascend.version}"
+        return "none"
 
     @property
     def framework_version(self) -> str:
@@ -352,8 +356,8 @@ class Matrix(Frozen):
 
     schema_version: Literal[1]
     indexes: dict[Identifier, PackageIndex]
-    git_hosts: dict[Identifier, GitHost] = {}
-    repos: dict[Identifier, GitRepo] = {}
+    git_hosts: dict[Identifier, GitHost] = Field(default={})
+    repos: dict[Identifier, GitRepo] = Field(default={})
     base_image: BaseImage
     chips: dict[Identifier, Chip] = Field(min_length=1)
     skus: dict[Identifier, Sku] = Field(min_length=1)

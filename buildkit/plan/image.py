@@ -14,11 +14,13 @@ from buildkit.plan.layers import (
     OPENRLHF_LAYER,
     USER_LABEL,
     StackLayers,
+    archive_fetch,
     dist_name,
     expected_packages,
     lock_path,
     section_path,
     stack_layers,
+    with_archive,
 )
 
 
@@ -71,8 +73,9 @@ def base_image_ref(matrix: Matrix, stack: Stack, chip_id: str, os_name: str, reg
 
 def full_tag(stack: Stack, chip_id: str, os_name: str) -> str:
     """Named for the framework the image carries first: verl0.6.1-..., openrlhf0.7.5-..."""
+    rollout = f"-sglang{stack.sglang.version}" if stack.sglang is not None else ""  # vLLM, the usual engine, goes unnamed
     return (
-        f"{stack.framework}{stack.framework_version}-cann{stack.cann.lower()}-torch_npu{stack.torch_npu.version}"
+        f"{stack.framework}{stack.framework_version}{rollout}-cann{stack.cann.lower()}-torch_npu{stack.torch_npu.version}"
         f"-{chip_id}-{os_name}-py{stack.python}"
     )
 
@@ -114,13 +117,14 @@ def _labels(target: RenderTarget, stack: Stack, chip: Chip, skus: tuple[str, ...
         (
             "org.opencontainers.image.description",
             f"{framework_title(stack)} for {chip.name}: CANN {stack.cann}, torch_npu {stack.torch_npu.version}, "
-            f"vllm-ascend {stack.vllm_ascend.version}, Python {stack.python}",
+            f"{stack.rollout_title}, Python {stack.python}",
         ),
         ("org.opencontainers.image.vendor", "ascendkit"),
         ("org.opencontainers.image.version", full_tag(stack, target.chip_id, target.os_name)),
         ("org.opencontainers.image.base.name", "${BASE_IMAGE}"),
         (f"{LABEL_PREFIX}.stack", target.stack_id),
         (f"{LABEL_PREFIX}.framework", stack.framework),
+        (f"{LABEL_PREFIX}.rollout", stack.rollout),  # the engine smoke and k8s render configure verl's rollout for
         (f"{LABEL_PREFIX}.chip", target.chip_id),
         (f"{LABEL_PREFIX}.skus", ",".join(skus)),
         (f"{LABEL_PREFIX}.os", target.os_name),
@@ -254,6 +258,10 @@ def plan_image(loaded: LoadedMatrix, target: RenderTarget, arch: str | None = No
         _checkout(matrix, dist_name(component), git.repo, git.ref, git.install) for component, git in stack.git_pins().items()
     )
     source = stack.openrlhf
+    layers = stack_layers(stack, matrix.installer)
+    if stack.sgl_kernel_npu is not None:
+        repo = matrix.repos[stack.sgl_kernel_npu.repo]
+        layers = with_archive(layers, archive_fetch(stack, target.chip_id, matrix.git_hosts[repo.host].arg, repo.path))
     return ImagePlan(
         target=target,
         arch=chosen,  # narrowed to Arch by the membership check above
@@ -264,7 +272,7 @@ def plan_image(loaded: LoadedMatrix, target: RenderTarget, arch: str | None = No
         base_repository=matrix.base_image.repository,
         base_image_tag=base_image_tag(matrix, stack, target.chip_id, target.os_name),
         base_mirrors=tuple(f"{m}/{matrix.base_image.repository}" for m in matrix.base_image.mirrors.values()),
-        layers=stack_layers(stack, matrix.installer),
+        layers=layers,
         git_checkouts=checkouts,
         source_checkout=None if source is None else _checkout(matrix, OPENRLHF_LAYER, source.repo, source.ref, "pip"),
         labels=_labels(target, stack, chip, skus, matrix.image_user),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from buildkit.matrix.model import Installer, PypiPin, SourcePatch, Stack
+from buildkit.matrix.model import Installer, PypiPin, SourcePatch, Stack, WheelArchive
 
 LABEL_PREFIX = "io.ascendkit"
 USER_LABEL = f"{LABEL_PREFIX}.user"  # "NAME UID:GID": the user the image runs as (smoke and k8s render read it)
@@ -56,6 +56,28 @@ class FrameworkCheckout:
 
 
 @dataclass(frozen=True)
+class ProjectBuild:
+    """A pin built from its sdist with another of the sdist's files as its pyproject.toml (SGLang's
+    NPU project): the lock resolved that file's requirements, so the build installs with no deps."""
+
+    dist: str
+    version: str
+    project_file: str
+    extras: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ArchiveFetch:
+    """Wheels from a release archive on a git host (sgl-kernel-npu): its URL per arch, through the
+    host's ARG, and the sha256 each archive must have ("" where none is known)."""
+
+    url_arg: str
+    base_path: str  # <repo path>/releases/download/<release>
+    files: tuple[tuple[str, str, str], ...]  # (arch, file name, sha256 or "")
+    wheels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Layer:
     """One pip layer of the image: its lock section, the pins it installs, and how pip is called."""
 
@@ -65,10 +87,12 @@ class Layer:
     env: tuple[tuple[str, str], ...] = ()  # variables for the pip call only
     before: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
-    soc_arg: bool = False  # declare the SOC_VERSION build ARG right before this layer
+    soc_arg: str = ""  # declare the SOC_VERSION build ARG right before this layer, with this comment
     launcher: str = ""  # command that runs pip (the entrypoint, when CANN's environment is needed)
     patches: tuple[SourcePatch, ...] = ()  # applied right after this layer installs their packages
     source: FrameworkCheckout | None = None  # the framework built from a git checkout in this layer
+    project: ProjectBuild | None = None  # its one pin built from the sdist with another project file
+    archive: ArchiveFetch | None = None  # wheels from a release archive, after the section installs
 
     @property
     def no_binary(self) -> str:
@@ -177,26 +201,10 @@ def stack_layers(stack: Stack, installer: Installer) -> StackLayers:
                 "#    they build without isolation against the torch installed above",
             )
         )
-    head.append(
-        Layer(
-            "vllm",
-            "vllm from source with no device target: vllm-ascend supplies the NPU platform",
-            (pin_of(stack, "vllm"),),
-            env=(("VLLM_TARGET_DEVICE", "empty"),),
-            after=after_vllm,
-        )
-    )
-    head.append(
-        Layer(
-            "vllm-ascend",
-            "vllm-ascend with its custom kernels compiled against CANN for ${SOC_VERSION}",
-            (pin_of(stack, "vllm_ascend"),),
-            env=(("COMPILE_CUSTOM_KERNELS", "1"), ("SOC_VERSION", '"${SOC_VERSION}"')),
-            # Through the entrypoint: the same sourcing of set_env.sh (with the ATB ABI) as at run time.
-            launcher=ENTRYPOINT,
-            soc_arg=True,
-        )
-    )
+    if stack.sglang is not None:
+        head += _sglang_layers(stack)
+    else:
+        head += _vllm_layers(stack, after_vllm)
     git = None
     tail = []
     if stack.git_pins():
@@ -224,6 +232,69 @@ def stack_layers(stack: Stack, installer: Installer) -> StackLayers:
         tuple(_patched(stack, layer) for layer in tail),
         _patched(stack, framework_layer(stack)),
     )
+
+
+def _vllm_layers(stack: Stack, after_vllm: tuple[str, ...]) -> list[Layer]:
+    return [
+        Layer(
+            "vllm",
+            "vllm from source with no device target: vllm-ascend supplies the NPU platform",
+            (pin_of(stack, "vllm"),),
+            env=(("VLLM_TARGET_DEVICE", "empty"),),
+            after=after_vllm,
+        ),
+        Layer(
+            "vllm-ascend",
+            "vllm-ascend with its custom kernels compiled against CANN for ${SOC_VERSION}",
+            (pin_of(stack, "vllm_ascend"),),
+            env=(("COMPILE_CUSTOM_KERNELS", "1"), ("SOC_VERSION", '"${SOC_VERSION}"')),
+            # Through the entrypoint: the same sourcing of set_env.sh (with the ATB ABI) as at run time.
+            launcher=ENTRYPOINT,
+            soc_arg="vllm-ascend compiles its kernels for one SoC; override for another member of the chip family.",
+        ),
+    ]
+
+
+SGLANG_LAYER = "sglang"
+SGL_KERNEL_LAYER = "sgl-kernel-npu"
+
+
+def _sglang_layers(stack: Stack) -> list[Layer]:
+    """SGLang from its sdist with the NPU project file in place, then sgl-kernel-npu's wheels (the
+    archive of the chip is chosen where the plan knows the chip: :func:`archive_fetch`)."""
+    pin = stack.sglang
+    assert pin is not None and stack.sgl_kernel_npu is not None, "rule one-rollout"
+    sglang = pin_of(stack, "sglang")
+    extras = f"[{','.join(pin.extras)}]" if pin.extras else ""
+    project = ProjectBuild(sglang.dist, sglang.version, pin.project_file, pin.extras) if pin.project_file else None
+    title = f"SGLang {sglang.version} from its sdist" + (f", built as {pin.project_file}{extras} says (the NPU build)" if project else "")
+    archive = stack.sgl_kernel_npu
+    return [
+        Layer(SGLANG_LAYER, title, (sglang,), project=project),
+        Layer(
+            SGL_KERNEL_LAYER,
+            f"sgl-kernel-npu {archive.release}: {', '.join(archive.wheels)}, from the release archive built for this chip",
+            soc_arg="the kernels of the archive are built for the chip; the label records the SoC asked for.",
+        ),
+    ]
+
+
+def with_archive(layers: StackLayers, fetch: ArchiveFetch) -> StackLayers:
+    """``layers`` with the archive layer's download for one chip filled in."""
+    head = tuple(replace(layer, archive=fetch) if layer.name == SGL_KERNEL_LAYER else layer for layer in layers.head)
+    return replace(layers, head=head)
+
+
+def archive_fetch(stack: Stack, chip: str, host_arg: str, repo_path: str) -> ArchiveFetch:
+    """The archive layer's download for one chip: each arch's file and its known sha256."""
+    archive: WheelArchive | None = stack.sgl_kernel_npu
+    assert archive is not None
+    files = []
+    for arch in stack.arches:
+        name = archive.filename(chip, arch)
+        files.append((arch, name, archive.sha256.get(name, "")))
+    base = f"{repo_path.removesuffix('.git')}/releases/download/{archive.release}"
+    return ArchiveFetch(host_arg, base, tuple(files), archive.wheels)
 
 
 def lock_path(stack_id: str, arch: str) -> str:

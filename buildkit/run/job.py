@@ -25,7 +25,7 @@ from pydantic import Field, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from buildkit.errors import Finding, InputError
 from buildkit.fsio import read_input_text
-from buildkit.matrix.model import Compat, Frozen, Sku
+from buildkit.matrix.model import Compat, Frozen, Sku, Stack
 from buildkit.matrix.yamlsource import YamlSourceError, format_path, load_yaml
 from buildkit.plan import FRAMEWORK_NAMES, SMOKE_JOBS
 from buildkit.resources import SMOKE_DIR
@@ -49,6 +49,16 @@ DEVICE_OVERRIDE = "trainer.device=npu"
 MIN_TRAIN_ROWS = 256  # what the generator writes by default; more when the steps need them
 
 
+class RolloutSpec(Frozen):
+    """What a job adds for the image's rollout engine (its io.ascendkit.rollout label)."""
+
+    overrides: tuple[StrictStr, ...] = Field(min_length=1)
+    env: dict[StrictStr, StrictStr] = Field(default={})
+
+
+RolloutEngine = Literal["vllm", "sglang"]
+
+
 class JobSpec(Frozen):
     """A job file of ``smoke_tests/``: the job, with placeholders the SKU and the options fill in."""
 
@@ -65,6 +75,9 @@ class JobSpec(Frozen):
     actor_share: StrictFloat | None = Field(default=None, gt=0, lt=1, description="OpenRLHF: the share of each node's NPUs for the actor")
     env: dict[StrictStr, StrictStr] = Field(default={})
     overrides: tuple[StrictStr, ...] = ()
+    rollouts: dict[RolloutEngine, RolloutSpec] = Field(
+        default={}, description="per rollout engine: the overrides and environment that select and configure it"
+    )
 
 
 PLACEHOLDERS = (
@@ -99,11 +112,13 @@ def load_job(path: Path = JOB_FILE) -> JobSpec:
             loc = tuple(p for p in err["loc"] if p != "[key]")
             findings.append(Finding(source.locate(loc), format_path(loc), err["msg"]))
         raise InputError("\n".join(f.format() for f in findings)) from None
-    for field_name, items in (("overrides", job.overrides), ("launcher", job.launcher)):
+    fields = [(("overrides",), job.overrides), (("launcher",), job.launcher)]
+    fields += [(("rollouts", engine, "overrides"), spec.overrides) for engine, spec in job.rollouts.items()]
+    for field_path, items in fields:
         for index, item in enumerate(items):
             for _, name, _, _ in string.Formatter().parse(item):
                 if name is not None and name not in PLACEHOLDERS:
-                    loc = (field_name, index)
+                    loc = (*field_path, index)
                     findings.append(
                         Finding(source.locate(loc), format_path(loc), f"unknown placeholder {{{name}}}", hint=", ".join(PLACEHOLDERS))
                     )
@@ -149,6 +164,12 @@ class ImageJob:
     stack: str | None
     version: str | None  # the framework's release installed in the image; None when not known
     framework: str = "verl"
+    rollout: str = "vllm"  # the engine verl rolls out with (images without the label carry vLLM)
+
+    @classmethod
+    def of(cls, stack_id: str, stack: Stack) -> ImageJob:
+        """What an image of this stack of the matrix carries."""
+        return cls(stack_id, stack.framework_version, stack.framework, stack.rollout)
 
     @property
     def verl(self) -> str | None:
@@ -314,7 +335,14 @@ def build_job(
     if spec.framework == "verl":
         first = facts.verl_npu_autodetect if spec.job == "grpo" else facts.verl_sft_trainer
         device = _older(image.version, first)
+    env = dict(spec.env)
     overrides = [o.format_map(fill) for o in spec.overrides]
+    if spec.rollouts:
+        engine = spec.rollouts.get(image.rollout)  # type: ignore[call-overload]
+        if engine is None:
+            raise InputError(f"the {spec.framework} {spec.job} job has no settings for the {image.rollout} rollout of this image")
+        overrides += [o.format_map(fill) for o in engine.overrides]
+        env.update(engine.env)
     if device:
         overrides.append(DEVICE_OVERRIDE)
     return Job(
@@ -323,7 +351,7 @@ def build_job(
         launcher=tuple(item.format_map(fill) for item in spec.launcher),
         module=spec.module,
         overrides=(*overrides, *extra),
-        env={**spec.env, **(extra_env or {})},
+        env={**env, **(extra_env or {})},
         batch=batch,
         steps=steps,
         # One epoch of train rows must hold every step's batch (the trainers drop a last partial batch).

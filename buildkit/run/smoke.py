@@ -126,7 +126,8 @@ def image_job_of(labels: dict[str, str], stack: str | None) -> ImageJob:
     """The framework and release an image carries, from its labels (images built before the
     framework label carry verl: their only framework then)."""
     framework = labels.get(f"{LABEL_PREFIX}.framework", "verl")
-    return ImageJob(stack, labels.get(f"{LABEL_PREFIX}.version.{framework}"), framework)
+    rollout = labels.get(f"{LABEL_PREFIX}.rollout", "vllm")  # images built before the label roll out with vLLM
+    return ImageJob(stack, labels.get(f"{LABEL_PREFIX}.version.{framework}"), framework, rollout)
 
 
 PARQUET_MAGIC = b"PAR1"

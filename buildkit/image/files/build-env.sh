@@ -71,7 +71,7 @@ ascendkit_install() {
   shift
   if [ -n "${ASCENDKIT_LAUNCHER:-}" ]; then launcher=("${ASCENDKIT_LAUNCHER}"); fi
   arch="$(uname -m)"
-  section="/etc/ascendkit/locks/${layer}-${arch}.txt"
+  section="${ASCENDKIT_SECTION:-/etc/ascendkit/locks/${layer}-${arch}.txt}"
   if [ -n "${ASCENDKIT_NO_BINARY:-}" ]; then flags+=(--no-binary "${ASCENDKIT_NO_BINARY}"); fi
   local compile=(--compile-bytecode) no_compile=()
   if [ "${ASCENDKIT_COMPILE_BYTECODE:-1}" = 0 ]; then compile=() no_compile=(--no-compile); fi
@@ -122,6 +122,94 @@ ascendkit_install_checkout() {
     echo "ascendkit: WARNING: the $(uname -m) lock is unresolved; ${dir}'s requirements are resolved by pip, hashes NOT enforced" >&2
     ascendkit_run python3 -m pip install --no-cache-dir -c /etc/ascendkit/constraints.txt "${dir}"
   fi
+  case "${trace}" in *x*) set -x ;; esac
+}
+
+# ascendkit_install_project LAYER DIST==VERSION FILE [EXTRAS]: a pin built from its sdist with the
+# sdist's FILE as its pyproject.toml (SGLang's NPU project, pyproject_npu.toml). With this arch's lock
+# resolved, the layer's section less the pin installs first (what the lock resolved from FILE and
+# EXTRAS), the sdist comes by the lock's hash, and it builds with no deps and no build isolation; with
+# the lock unresolved, pip resolves FILE's requirements (with EXTRAS) under the constraints file.
+ascendkit_install_project() {
+  { local trace="$-"; set +x; } 2>/dev/null
+  local layer="$1" pin="$2" file="$3" extras="${4:-}" section work tree
+  section="/etc/ascendkit/locks/${layer}-$(uname -m).txt"
+  work="$(mktemp -d)"
+  if grep -qx "# status: resolved" "${section}"; then
+    awk -v pin="${pin%%==*}==" -v one="${work}/pin.txt" -v rest="${work}/rest.txt" '
+      /^[A-Za-z0-9]/ { mine = (index(tolower($0), pin) == 1) }
+      { print > (mine ? one : rest) }' "${section}"
+    ASCENDKIT_SECTION="${work}/rest.txt" ascendkit_install "${layer}"
+    ascendkit_run python3 -m pip download --no-cache-dir --no-deps --no-build-isolation --no-binary :all: \
+      --require-hashes -d "${work}/src" -r "${work}/pin.txt"
+  else
+    echo "ascendkit: WARNING: the $(uname -m) lock is unresolved; ${pin} and ${file}'s requirements come unhashed" >&2
+    ascendkit_run python3 -m pip download --no-cache-dir --no-deps --no-binary :all: -d "${work}/src" "${pin}"
+  fi
+  tar -xzf "${work}/src/"*.tar.gz -C "${work}/src"
+  tree="$(find "${work}/src" -mindepth 1 -maxdepth 1 -type d)"
+  test -f "${tree}/${file}" || { echo "ascendkit: ${pin}'s sdist has no ${file}" >&2; return 1; }
+  mv "${tree}/${file}" "${tree}/pyproject.toml"
+  if grep -qx "# status: resolved" "${section}"; then
+    ascendkit_run python3 -m pip install --no-cache-dir --no-deps --no-build-isolation "${tree}"
+  else
+    ascendkit_run python3 -m pip install --no-cache-dir -c /etc/ascendkit/constraints.txt "${tree}${extras:+[${extras}]}"
+  fi
+  rm -rf "${work}"
+  case "${trace}" in *x*) set -x ;; esac
+}
+
+# ascendkit_install_archive LAYER URL ARCH=FILE=SHA256... -- WHEEL...: wheels published only inside a
+# release archive (sgl-kernel-npu's zips, one per chip and arch). This arch's archive is fetched from
+# URL/FILE (URL starts with the git host's ARG: a mirror), checked against its sha256 when the matrix
+# knows it (the lock is unresolved when it does not), unpacked, and the wheels installed in order:
+# with no deps when the lock is resolved (the archive's own requirements are not in it; pip check
+# in verification says if one is missing), else under the constraints file.
+ascendkit_install_archive() {
+  { local trace="$-"; set +x; } 2>/dev/null
+  local layer="$1" url="$2" arch entry file="" sum="" work wheel found flags=() wheels=()
+  shift 2
+  arch="$(uname -m)"
+  while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do
+    entry="$1"
+    shift
+    if [ "${entry%%=*}" = "${arch}" ]; then file="${entry#*=}" sum="${file#*=}" file="${file%%=*}"; fi
+  done
+  shift
+  test -n "${file}" || { echo "ascendkit: no ${layer} archive for ${arch}" >&2; return 1; }
+  work="$(mktemp -d)"
+  echo "+ fetch ${url}/${file}" >&2
+  python3 - "${url}/${file}" "${work}/${file}" <<'PY'
+import sys
+import time
+import urllib.request
+
+for attempt in range(1, 6):
+    try:
+        with urllib.request.urlopen(sys.argv[1], timeout=120) as answer, open(sys.argv[2], "wb") as out:
+            while chunk := answer.read(1 << 20):
+                out.write(chunk)
+        break
+    except OSError as exc:
+        print(f"ascendkit: fetching {sys.argv[1]} failed ({exc}); attempt {attempt} of 5", file=sys.stderr)
+        if attempt == 5:
+            sys.exit(1)
+        time.sleep(2 * attempt)
+PY
+  if [ -n "${sum}" ]; then
+    echo "${sum}  ${work}/${file}" | sha256sum -c - >&2
+  else
+    echo "ascendkit: WARNING: no sha256 is known for ${file}; installed as fetched, NOT verified" >&2
+  fi
+  python3 -m zipfile -e "${work}/${file}" "${work}/wheels"
+  for wheel in "$@"; do
+    found="$(find "${work}/wheels" -name "${wheel//-/_}-*.whl" | sort | tail -n 1)"
+    test -n "${found}" || { echo "ascendkit: ${file} holds no ${wheel} wheel" >&2; return 1; }
+    wheels+=("${found}")
+  done
+  if grep -qx "# status: resolved" "/etc/ascendkit/locks/${layer}-${arch}.txt"; then flags=(--no-deps); else flags=(-c /etc/ascendkit/constraints.txt); fi
+  ascendkit_run python3 -m pip install --no-cache-dir "${flags[@]}" "${wheels[@]}"
+  rm -rf "${work}"
   case "${trace}" in *x*) set -x ;; esac
 }
 
