@@ -112,7 +112,7 @@ def load_job(path: Path = JOB_FILE) -> JobSpec:
             loc = tuple(p for p in err["loc"] if p != "[key]")
             findings.append(Finding(source.locate(loc), format_path(loc), err["msg"]))
         raise InputError("\n".join(f.format() for f in findings)) from None
-    fields = [(("overrides",), job.overrides), (("launcher",), job.launcher)]
+    fields: list[tuple[tuple[str, ...], tuple[str, ...]]] = [(("overrides",), job.overrides), (("launcher",), job.launcher)]
     fields += [(("rollouts", engine, "overrides"), spec.overrides) for engine, spec in job.rollouts.items()]
     for field_path, items in fields:
         for index, item in enumerate(items):
