@@ -121,7 +121,7 @@ def verify(
     """Check an existing local image against what the matrix says it holds (every check, passed or not)."""
     expected = _build_plan(matrix, hw, stack, os, arch, base_image, None, None, Path("manifests"), None).expected
     client = connect()
-    return compare_facts(collect_facts(client, image, expected.distributions, expected.modules), expected)
+    return compare_facts(collect_facts(client, image, expected.distributions, expected.modules, expected.import_modules), expected)
 
 
 def publish(

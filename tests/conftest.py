@@ -210,18 +210,23 @@ OPENRLHF_STANDIN_COMMIT = "12e2a08edffda11502c61db53dfa9cc7b647b14f"  # tests/fi
 
 @pytest.fixture(scope="session")
 def standin_git(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The stand-in OpenRLHF repository on a git host the build's containers reach: the engine's
-    bridge gateway (an address of this host every container on the default bridge can route to)."""
+    """The stand-in OpenRLHF repository on a git host the build's containers reach (the bridge gateway)."""
+    root = tmp_path_factory.mktemp("git")
+    assert standin_repository(root) == OPENRLHF_STANDIN_COMMIT, "tests/fixtures/test_matrix.yaml pins the stand-in's commit"
+    with serve(root, host=bridge_gateway(docker_env)) as url:
+        yield url
+
+
+def bridge_gateway(docker_env: DockerEnv) -> str:
+    """The engine's bridge gateway: an address of this host every container on the default bridge
+    (every build step) can route to, where the tests serve what a user's mirror would."""
     network = docker_env.client.inspect_network("bridge")
-    gateway = network["IPAM"]["Config"][0].get("Gateway")
+    gateway: str | None = network["IPAM"]["Config"][0].get("Gateway")
     if not gateway:  # the default bridge does not always say: its interface on this host holds the address
         interface = network["Options"]["com.docker.network.bridge.name"]
         shown = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", interface], capture_output=True, text=True, check=True)
         gateway = shown.stdout.split(" inet ", 1)[1].split("/", 1)[0]
-    root = tmp_path_factory.mktemp("git")
-    assert standin_repository(root) == OPENRLHF_STANDIN_COMMIT, "tests/fixtures/test_matrix.yaml pins the stand-in's commit"
-    with serve(root, host=gateway) as url:
-        yield url
+    return gateway
 
 
 @pytest.fixture(scope="session")

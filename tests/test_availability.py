@@ -7,6 +7,7 @@ import json
 import threading
 import typing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -95,7 +96,11 @@ def test_every_outcome_against_a_fake_index(index_url: str) -> None:
     assert by[("x86_64", "transformers")].status == "missing"  # requires-python excludes 3.11
     assert by[("x86_64", "verl")].detail == f"no project idna on {index_url}"
     assert by[("x86_64", "triton_ascend")].status == "found"  # 0.2.13 fine; the yanked 0.2.14 is not offered
-    assert summarize([c for c in checks if c.stack == "teststack"]) == {"found": 9, "missing": 7, "unverified": 0, "conflict": 0}
+    # the tools stand-in (mccabe) is not on the fake index either: two more missing
+    assert summarize([c for c in checks if c.stack == "teststack"]) == {"found": 9, "missing": 9, "unverified": 0, "conflict": 0}
+    archives = [c for c in checks if c.stack == "teststack-sglang" and c.component == "sgl_kernel_npu"]
+    assert [c.package for c in archives] == ["sgl-kernel-npu-standin-910b-x86_64.zip", "sgl-kernel-npu-standin-a3-x86_64.zip"]
+    assert all(c.status == "unverified" for c in archives), "its git host (github.com) is not reachable here"
     openrlhf = {c.component: c for c in checks if c.stack == "teststack-openrlhf"}
     assert openrlhf["deepspeed"].status == "found", "docopt, sdist-only, is built from source as DeepSpeed is"
     assert openrlhf["ring_attn_ascend"].detail == f"no project colorama on {index_url}"
@@ -167,3 +172,22 @@ def test_nonexistent_pin_names_package_version_arch_and_what_exists(runner: CliR
 def test_bad_verify_options(runner: CliRunner, argv: list[str], message: str) -> None:
     result = runner.invoke(app, ["matrix", "verify", *argv, "--matrix", str(MATRIX)])
     assert result.exit_code == ExitCode.INVALID_INPUT and message in result.stderr
+
+
+def test_a_release_archive_is_found_or_missing_where_its_host_serves_it(tmp_path: Path) -> None:
+    """sgl-kernel-npu's archives, asked of the stand-in host: found (and whether a sha256 is recorded), or missing."""
+    from buildkit.lock.availability import _check_archive
+    from buildkit.matrix.load import load_matrix as load
+    from tests import sglang_standin
+
+    archive = load(TEST_MATRIX).matrix.stacks["teststack-sglang"].sgl_kernel_npu
+    assert archive is not None
+    with sglang_standin.serve(sglang_standin.populate(tmp_path)) as url:
+        base = f"{url}/{sglang_standin.RELEASE_DIR}"
+        client = IndexClient(retries=0, timeout=5)
+        found = _check_archive(client, f"{base}/sgl-kernel-npu-standin-a3-x86_64.zip", "s", "x86_64", archive, "ab" * 32)
+        unhashed = _check_archive(client, f"{base}/sgl-kernel-npu-standin-a3-x86_64.zip", "s", "x86_64", archive, "")
+        missing = _check_archive(client, f"{base}/sgl-kernel-npu-standin-a9-x86_64.zip", "s", "x86_64", archive, "ab" * 32)
+    assert (found.status, found.detail) == ("found", "")
+    assert unhashed.status == "found" and unhashed.detail.startswith("no sha256 recorded")
+    assert missing.status == "missing" and missing.detail.startswith("no release asset sgl-kernel-npu-standin-a9-x86_64.zip")

@@ -95,6 +95,7 @@ def test_test_stack_plan() -> None:
         "iniconfig": "2.0.0",
         "markdown-it-py": "2.0.0",
         "markupsafe": "2.0.1",
+        "mccabe": "0.7.0",
         "six": "1.16.0",
         "tomli": "2.0.0",
         "wcwidth": "0.2.13",
@@ -128,9 +129,9 @@ def test_bad_build_options(runner: CliRunner, argv: list[str], message: str) -> 
 
 
 def test_only_declared_args_are_passed() -> None:
-    mirrors = Mirrors({"ascend_index_url": "https://ascend.example.com/pypi", "apt_mirror": "http://mirrors.example.com"})
+    mirrors = Mirrors({"gitcode_url": "https://gitcode.example.com", "apt_mirror": "http://mirrors.example.com"})
     plan = plan_build(load_matrix(TEST_MATRIX), "a3", arch="x86_64", mirrors=mirrors, use_default_ca=False)
-    assert "ASCEND_INDEX_URL" not in dict(plan.buildargs)  # the test stack's Dockerfile has no such ARG
+    assert "GITCODE_URL" not in dict(plan.buildargs)  # the test stack's Dockerfile has no such ARG
     assert dict(plan.buildargs)["APT_MIRROR"] == "http://mirrors.example.com"
 
 
@@ -143,7 +144,7 @@ def test_credentials_in_extra_index_urls(loaded: LoadedMatrix) -> None:
 
 def test_plan_carries_both_locks_and_checks_every_locked_package() -> None:
     plan = plan_build(load_matrix(TEST_MATRIX), "a3", arch="x86_64", use_default_ca=False)
-    layers = ["uv", "torch", "triton-ascend", "build", "vllm", "vllm-ascend", "transformers", "verl"]
+    layers = ["uv", "torch", "triton-ascend", "build", "vllm", "vllm-ascend", "transformers", "ascend-tools", "verl"]
     assert [relative for relative, _ in plan.lock_files] == [
         f"locks/teststack/{layer}-{arch}.txt" for arch in ("x86_64", "aarch64") for layer in layers
     ]

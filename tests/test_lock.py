@@ -22,6 +22,7 @@ from buildkit.lock.lockfile import LockedPackage, Resolution, lock_problem, read
 from buildkit.lock.resolve import _check, assign_layers, parse_uv_output
 from buildkit.lock.sdist import SourceMetadata, read_sdist
 from buildkit.matrix.load import LoadedMatrix, load_matrix
+from tests import sglang_standin
 from tests.conftest import ROOT, TEST_MATRIX
 from tests.gitserver import serve
 from tests.openrlhf_standin import REPO_PATH, standin_repository
@@ -182,7 +183,16 @@ def _copy_matrix(tmp_path: Path, replace: tuple[str, str] | None = None) -> Path
 
 def test_inputs_follow_the_image_layers(test_loaded: LoadedMatrix) -> None:
     inputs = lock_inputs(test_loaded, LockTarget("teststack", "x86_64"))
-    assert [layer for layer, _ in inputs.layers] == ["uv", "torch", "triton-ascend", "vllm", "vllm-ascend", "transformers", "verl"]
+    assert [layer for layer, _ in inputs.layers] == [
+        "uv",
+        "torch",
+        "triton-ascend",
+        "vllm",
+        "vllm-ascend",
+        "transformers",
+        "ascend-tools",
+        "verl",
+    ]
     assert dict(inputs.layers)["torch"] == ("tomli==2.0.0", "h11==0.15.0", "markdown-it-py==2.0.0")
     assert inputs.source_builds == (("markupsafe", "2.0.1"), ("iniconfig", "2.0.0"))
     assert ("tomli", "pypi-again") in inputs.assigned  # torch's stand-in: its own index on x86_64
@@ -285,7 +295,12 @@ def test_resolution_rules(test_loaded: LoadedMatrix) -> None:
 
 
 def test_every_stack_and_arch_has_a_target(test_loaded: LoadedMatrix) -> None:
-    assert [t.name for t in lock_targets(test_loaded)] == ["teststack-x86_64", "teststack-aarch64", "teststack-openrlhf-x86_64"]
+    assert [t.name for t in lock_targets(test_loaded)] == [
+        "teststack-x86_64",
+        "teststack-aarch64",
+        "teststack-sglang-x86_64",
+        "teststack-openrlhf-x86_64",
+    ]
     with pytest.raises(InputError, match="unknown --stack 'nope'"):
         lock_targets(test_loaded, "nope")
 
@@ -328,13 +343,15 @@ AS_OF = ("--exclude-newer", "2026-11-21T00:00:00Z")
 @pytest.mark.network
 def test_relocking_reproduces_the_committed_test_locks(tmp_path: Path, runner: CliRunner) -> None:
     matrix = _copy_matrix(tmp_path)
-    result = runner.invoke(app, ["lock", *AS_OF, "--matrix", str(matrix), "--json"])
+    with sglang_standin.serve(sglang_standin.populate(tmp_path / "standin")) as mirror:  # teststack-sglang's index
+        result = runner.invoke(app, ["lock", *AS_OF, "--matrix", str(matrix), "--ascend-index-url", f"{mirror}/simple", "--json"])
     assert result.exit_code == 0, result.output
-    assert [r["status"] for r in json.loads(result.stdout)["locks"]] == ["resolved", "resolved", "resolved"]
+    assert [r["status"] for r in json.loads(result.stdout)["locks"]] == ["resolved"] * 4
     committed = sorted(p.relative_to(TEST_MATRIX.parent).as_posix() for p in (TEST_MATRIX.parent / "locks").rglob("*.txt"))
-    # three locks; the per-layer sections of teststack's two arches and teststack-openrlhf's one; the
-    # OpenRLHF source's requirements file, kept from the lock that read it (no git host was asked now)
-    assert len(committed) == 3 + 2 * 8 + 9 + 1
+    # four locks; the per-layer sections of teststack's two arches and of teststack-openrlhf's and
+    # teststack-sglang's one; the OpenRLHF source's requirements file, kept from the lock that read it
+    # (no git host was asked now)
+    assert len(committed) == 4 + 2 * 9 + 9 + 7 + 1
     for name in committed:
         assert (tmp_path / name).read_text() == (TEST_MATRIX.parent / name).read_text(), name
 

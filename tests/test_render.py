@@ -104,7 +104,7 @@ def test_every_pip_layer_sources_the_build_env(loaded: LoadedMatrix) -> None:
     assert "ARG PYTORCH_INDEX_URL=https://download.pytorch.org/whl/cpu\n" in text
     # Every pip layer sources the same helper, so sdist builds resolve torch the way the torch layer did.
     pip_layers = [i for i in instructions(text) if i.startswith("RUN") and "ascendkit_install " in i]
-    assert len(pip_layers) == 9  # uv, torch, triton-ascend, build, vllm, vllm-ascend, git, transformers, verl
+    assert len(pip_layers) == 10  # uv, torch, triton-ascend, build, vllm, vllm-ascend, git, transformers, ascend-tools, verl
     assert all(". /usr/local/lib/ascendkit/build-env.sh;" in layer for layer in pip_layers)
     # uv comes first, installed by pip from its hash-locked section; every later layer uses the
     # installer the ASCENDKIT_INSTALLER build ARG names (uv unless told otherwise)
@@ -147,11 +147,11 @@ def test_vllm_and_vllm_ascend_built_from_source(loaded: LoadedMatrix) -> None:
 def test_pip_layers_install_their_lock_section_with_hashes(loaded: LoadedMatrix) -> None:
     text = render(loaded, "a3")
     # each pip layer COPYs its own section of both arches' locks right before it runs
-    for layer in ("uv", "torch", "triton-ascend", "build", "vllm", "vllm-ascend", "git", "transformers", "verl"):
+    for layer in ("uv", "torch", "triton-ascend", "build", "vllm", "vllm-ascend", "git", "transformers", "ascend-tools", "verl"):
         copy = f"COPY locks/cann8.3/{layer}-aarch64.txt locks/cann8.3/{layer}-x86_64.txt /etc/ascendkit/locks/\n"
         assert text.count(copy) == 1, layer
     verl_copy = text.index("COPY locks/cann8.3/verl-aarch64.txt")
-    assert text.index("# 13. verl") < verl_copy < text.index(f"ascendkit_install verl verl=={default_verl(loaded)}")
+    assert text.index("# 14. verl") < verl_copy < text.index(f"ascendkit_install verl verl=={default_verl(loaded)}")
 
 
 @pytest.mark.parametrize(("stack", "abi"), [("cann8.3", 0), ("cann8.5", 1)])
@@ -256,7 +256,7 @@ def test_every_pin_is_held_for_later_layers(loaded: LoadedMatrix) -> None:
     text = render(loaded, "a3", "cann9.1")
     appended = " ".join(re.findall(r"printf '%s\\n' ([^>]+) >> /etc/ascendkit/constraints.txt", text))
     for component, pin in loaded.matrix.stacks["cann9.1"].pins().items():
-        assert f"{component.replace('_', '-')}=={pin.version}" in appended
+        assert f"{pin.package or component.replace('_', '-')}=={pin.version}" in appended
 
 
 def test_target_filenames(loaded: LoadedMatrix) -> None:
@@ -311,3 +311,27 @@ def test_dockerignore_sends_every_file_the_committed_dockerfiles_copy() -> None:
                     else:
                         assert source in included, f"{dockerfile.name}: {source} is excluded by .dockerignore"
     assert "compat_matrix.yaml" not in included and "tests/test_render.py" not in included
+
+
+def test_the_sglang_image_builds_sglang_with_its_npu_project_and_fetches_the_chips_kernels(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a3", "sglang-cann8.5")
+    assert "ascendkit_install_project sglang sglang==0.5.10 pyproject_npu.toml srt_npu;" in text
+    assert "vllm" not in text.replace("vllm-ascend", "").lower().replace("sglang", ""), "no vLLM in an SGLang image"
+    fetch = next(line for line in text.splitlines() if "ascendkit_install_archive" in line)
+    assert '"${GITHUB_URL}/sgl-project/sgl-kernel-npu/releases/download/2026.02.01"' in fetch
+    assert "aarch64=sgl-kernel-npu-2026.02.01-torch2.8.0-py311-cann8.5.0-a3-aarch64.zip= " in fetch, (
+        "no sha256 known: empty, and the build says so"
+    )
+    assert fetch.endswith("-- torch_memory_saver sgl_kernel_npu deep_ep")
+    assert "-910b-" in render(loaded, "a2", "sglang-cann8.5").split("ascendkit_install_archive", 1)[1].split("\n", 1)[0]
+    assert 'io.ascendkit.rollout="sglang"' in text
+
+
+def test_the_tools_layer_comes_after_transformers_and_the_switch_leaves_it_out(loaded: LoadedMatrix) -> None:
+    text = render(loaded, "a3")
+    tools = text.index("ascendkit_install ascend-tools mindstudio-probe==26.2.0 msprof-analyze==26.2.0 ais-bench-benchmark==3.1.20260630")
+    assert text.index("ascendkit_install transformers ") < tools < text.index("ascendkit_install verl ")
+    assert 'io.ascendkit.version.msprobe="26.2.0"' in text and 'io.ascendkit.version.ais-bench="3.1.20260630"' in text
+    off = parse_matrix(edit(MATRIX_TEXT, "    cann: 8.3.RC1\n", "    cann: 8.3.RC1\n    ascend_tools: false\n"), MATRIX)
+    without = render(off, "a3")
+    assert "ascend-tools" not in without and "msprobe" not in without

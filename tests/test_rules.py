@@ -47,6 +47,7 @@ def test_every_rule_has_tests_below() -> None:
         "torch-npu-matches-torch",
         "torchvision-matches-torch",
         "one-rollout",
+        "tool-fits-stack",
         "vllm-ascend-pairs-vllm",
         "python-supported-by-torch",
         "python-offered-by-cann-base",
@@ -143,6 +144,32 @@ def test_one_rollout(loaded: LoadedMatrix) -> None:
     data["stacks"][SGLANG]["sglang"]["build_from_source"] = False
     (v,) = run("one-rollout", Matrix.model_validate(data))
     assert v.path == ("stacks", SGLANG, "sglang", "project_file") and v.hint == "build_from_source: true"
+
+
+def test_tool_fits_stack(loaded: LoadedMatrix) -> None:
+    """ais-bench-benchmark's numpy<2 keeps it off the NumPy 2 line; its Python floor and exact pins count too."""
+    assert run("tool-fits-stack", loaded.matrix) == []
+    data = _data(loaded)
+    data["stacks"]["cann9.1"]["ais_bench"] = data["stacks"]["cann8.3"]["ais_bench"]  # numpy>=2.0.0 there
+    data["stacks"]["cann8.3"]["python"] = "3.9"
+    data["stacks"]["cann8.5"]["transformers"]["package"] = "tree-sitter"  # a pin the tool pins otherwise
+    data["stacks"]["cann8.2"]["msprobe"]["version"] = "26.1.0"  # no row for it
+    found = {v.path: v for v in run("tool-fits-stack", Matrix.model_validate(data))}
+    nine = found[("stacks", "cann9.1", "ais_bench", "version")]
+    assert nine.message == (
+        "ais-bench-benchmark 3.1.20260630 requires numpy<2.0.0,>=1.23.4, which the stack's the constraint numpy>=2.0.0 rules out"
+    )
+    assert nine.hint == "leave ais_bench out of this stack, with the reason"
+    assert "requires python>=3.10.0, which the stack's Python 3.9 rules out" in found[("stacks", "cann8.3", "ais_bench", "version")].message
+    assert (
+        "tree-sitter==0.21.3, which the stack's tree-sitter 4.57.6 rules out"
+        in found[("stacks", "cann8.5", "ais_bench", "version")].message
+    )
+    assert found[("stacks", "cann8.2", "msprobe", "version")].message == "no requirements of mindstudio-probe 26.1.0 is recorded"
+    data = _data(loaded)
+    data["stacks"]["cann9.1"]["ais_bench"] = data["stacks"]["cann8.3"]["ais_bench"]
+    data["stacks"]["cann9.1"]["ascend_tools"] = False  # left out of the images: nothing to refuse
+    assert run("tool-fits-stack", Matrix.model_validate(data)) == []
 
 
 def test_python_supported_by_torch(loaded: LoadedMatrix) -> None:

@@ -75,6 +75,7 @@ def test_show_json(runner: CliRunner) -> None:
         "build_from_source": False,
         "extensions": [],
         "extras": [],
+        "imports": [],
     }
     assert data["vllm_ascend"]["extensions"] == ["vllm_ascend.vllm_ascend_C"]
     assert data["drivers"]["hdk"] == ["25.2.X", "25.3.X", "25.5.X", "25.7.RC1", "26.0.RC1", "26.1.0"]

@@ -182,3 +182,24 @@ def test_a_build_without_its_extension_or_with_unresolved_libraries_fails_naming
     assert _extension(None)[0] == "fail", "not probed is not passed"
     status, actual = _extension({"file": SO, "needed": ["libascendcl.so", "libopapi.so"], "unresolved": ["libopapi.so"]})
     assert (status, actual) == ("fail", f"{SO}: libopapi.so not found in the image (nor the driver's)")
+
+
+def test_a_tool_that_does_not_import_fails_verification_naming_the_component() -> None:
+    """Ascend's tools are imported for real in the image (`imports` of their pins), not only found."""
+    expected = replace(_expected(), imports=(("msprobe", "msprobe"), ("ais_bench", "ais_bench")))
+    facts = _facts(imported={"msprobe": "", "ais_bench": "ModuleNotFoundError: No module named 'pyext'"})
+    checks = {c.name: c for c in compare(facts, expected) if c.name.startswith("import ")}
+    assert (checks["import msprobe"].status, checks["import msprobe"].actual) == ("pass", "imported")
+    assert checks["import ais_bench"].status == "fail" and checks["import ais_bench"].expected == "ais-bench imports"
+    assert checks["import ais_bench"].actual == "ModuleNotFoundError: No module named 'pyext'"
+    missing = {c.name: c for c in compare(_facts(), expected) if c.name.startswith("import ")}
+    assert missing["import msprobe"].status == "fail" and missing["import msprobe"].actual == "not probed"
+
+
+def test_the_shipped_tools_are_imported_where_a_stack_carries_them() -> None:
+    loaded = load_matrix(MATRIX)
+    plan = plan_build(loaded, "a3", arch="aarch64", use_default_ca=False)
+    assert plan.expected.imports == (("msprobe", "msprobe"), ("msprof_analyze", "msprof_analyze"), ("ais_bench", "ais_bench"))
+    assert plan.expected.import_modules == ("msprobe", "msprof_analyze", "ais_bench")
+    nine = plan_build(loaded, "a3", stack="cann9.1", arch="aarch64", use_default_ca=False)
+    assert [m for _, m in nine.expected.imports] == ["msprobe", "msprof_analyze"], "ais-bench is left out of the NumPy 2 line"

@@ -148,7 +148,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
         return _result(plan, image_id, started, progress, checks, manifest, sbom, "reused")
     try:
         facts = collect_facts(
-            client, image_id, plan.expected.distributions, plan.expected.modules
+            client, image_id, plan.expected.distributions, plan.expected.modules, plan.expected.import_modules
         )  # its container is removed however it ends
     except KeyboardInterrupt as exc:
         raise interrupted(exc, f"image {image_id[:19]} was built but not verified; nothing was tagged and no manifest written") from None

@@ -214,6 +214,7 @@ def plan_build(
         user=(image.user.name, image.user.uid, image.user.gid),
         extensions=tuple((component, module) for component, pin in image.stack.pins().items() for module in pin.extensions),
         archive_wheels=image.stack.sgl_kernel_npu.wheels if image.stack.sgl_kernel_npu is not None else (),
+        imports=tuple((component, module) for component, pin in image.stack.pins().items() for module in pin.imports),
     )
     return BuildPlan(
         image=image,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Stack
+from buildkit.matrix.tables import tools_cell
 from buildkit.plan import FRAMEWORK_NAMES, SMOKE_JOBS, RenderTarget, alias_tags, all_targets, full_tag
 from buildkit.plan.image import framework_title, stack_skus_on_chip
 from buildkit.resources import default_repository
@@ -40,6 +41,7 @@ def _row(loaded: LoadedMatrix, target: RenderTarget) -> str:
         f"{stack.torch.version} / {stack.torch_npu.version}",
         stack.rollout_pins,
         stack.transformers.version,
+        tools_cell(stack),
         stack.framework_version,
     ]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
@@ -81,8 +83,8 @@ def overview_page(loaded: LoadedMatrix, framework: str) -> str:
         "also exists per arch (`-aarch64`, `-x86_64`), and, where it was published with `--compression zstd`, as",
         "`<tag>-zstd` (containerd >= 1.5 or Docker >= 23.0 pulls it faster).",
         "",
-        "| tag | aliases | hardware | OS | arches | CANN | torch / torch_npu | rollout | transformers | " + name + " |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| tag | aliases | hardware | OS | arches | CANN | torch / torch_npu | rollout | transformers | Ascend tools | " + name + " |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *(_row(loaded, t) for t in targets),
         "",
         "The stacks, their pins' sources and their known issues: `ascendkit matrix show STACK`.",
@@ -106,6 +108,11 @@ def overview_page(loaded: LoadedMatrix, framework: str) -> str:
         "```",
         "",
         f"Smoke jobs of these images: {jobs} (`smoke_tests/`), judged by the seeds' accuracy and throughput gate.",
+        "",
+        "Ascend's accuracy and profiling tools, where the table lists them, are installed, hash-locked and imported",
+        "when the image is verified: `msprobe` (mindstudio-probe; verl's `global_profiler.tool=precision_debugger`),",
+        "`msprof-analyze` and `ais_bench` (AISBench). A line whose pins a tool's own requirements rule out leaves it",
+        "out and says why in `compat_matrix.yaml`.",
         "",
         "## Host driver",
         "",

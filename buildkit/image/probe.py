@@ -163,6 +163,14 @@ def extension(name):
     unresolved = [lib for lib in needed if not any(os.path.exists(os.path.join(d, lib)) for d in search)]
     return {"file": files[0], "needed": needed, "unresolved": unresolved}
 extensions = {a[4:]: extension(a[4:]) for a in sys.argv[1:] if a.startswith("ext:")}
+def imported(name):
+    # a module the matrix says must import (a tool's own): imported for real, whatever it raises reported
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:  # SystemExit too: a module that exits on import does not import
+        return "%s: %s" % (type(exc).__name__, exc)
+    return ""
+imports = {a[4:]: imported(a[4:]) for a in sys.argv[1:] if a.startswith("imp:")}
 uid = os.getuid()
 try:
     entry = pwd.getpwuid(uid)
@@ -175,7 +183,8 @@ user = {
     "uid": uid, "gid": os.getgid(), **account,
     "writable": {p: os.access(p, os.W_OK | os.X_OK) for p in filter(None, [account["home"], os.getcwd()])},
     "unreadable": unreadable(roots),
-    "imports": {d: {n: importable(n) for n in top_levels(d)} for d in sys.argv[1:] if not d.startswith("ext:")},
+    "imports": {d: {n: importable(n) for n in top_levels(d)} for d in sys.argv[1:] if not d.startswith(("ext:", "imp:"))},
+    "imported": imports,
 }
 patterns = ["/usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info",
             "/usr/local/Ascend/ascend-toolkit/latest/version.cfg"]
@@ -216,11 +225,16 @@ def run_in_image(client: docker.APIClient, image_id: str, command: list[str], ti
 
 
 def run_probe(
-    client: docker.APIClient, image_id: str, distributions: tuple[str, ...] = (), extensions: tuple[str, ...] = ()
+    client: docker.APIClient,
+    image_id: str,
+    distributions: tuple[str, ...] = (),
+    extensions: tuple[str, ...] = (),
+    imports: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """The probe, run as the image's own user; it also finds the top-level modules of ``distributions``
-    and, for each compiled extension module of ``extensions``, its file and the shared libraries it needs."""
-    argv = ["python3", "-c", PROBE, *distributions, *(f"ext:{name}" for name in extensions)]
+    """The probe, run as the image's own user; it also finds the top-level modules of ``distributions``,
+    for each compiled extension module of ``extensions`` its file and the shared libraries it needs,
+    and imports each module of ``imports`` for real."""
+    argv = ["python3", "-c", PROBE, *distributions, *(f"ext:{name}" for name in extensions), *(f"imp:{name}" for name in imports)]
     code, stdout, stderr = run_in_image(client, image_id, argv)
     if code != 0:
         raise VerifyFailed(f"the verification probe exited with {code}:\n{stderr[-2000:]}")

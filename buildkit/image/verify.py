@@ -46,6 +46,7 @@ class Expected:
     user: tuple[str, int, int] | None = None  # (name, uid, gid) the image runs as; None: not checked
     extensions: tuple[tuple[str, str], ...] = ()  # (component, compiled extension module its build must produce)
     archive_wheels: tuple[str, ...] = ()  # distributions from a release archive (sgl-kernel-npu): installed, at its version
+    imports: tuple[tuple[str, str], ...] = ()  # (component, module the image must import): Ascend's tools
 
     @property
     def distributions(self) -> tuple[str, ...]:
@@ -55,6 +56,11 @@ class Expected:
     def modules(self) -> tuple[str, ...]:
         """The compiled extension modules to look for."""
         return tuple(module for _, module in self.extensions)
+
+    @property
+    def import_modules(self) -> tuple[str, ...]:
+        """The modules to import for real."""
+        return tuple(module for _, module in self.imports)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ class ImageFacts:
     config_user: str = ""  # the image config's User ("" is root)
     user: dict[str, Any] = field(default_factory=dict)  # the probe's view of the user it ran as (see PROBE)
     extensions: dict[str, dict[str, Any]] = field(default_factory=dict)  # module -> its file, needed and unresolved libraries
+    imported: dict[str, str] = field(default_factory=dict)  # module imported for real -> "" or why it did not import
 
 
 def normalize(name: str) -> str:
@@ -114,10 +121,14 @@ def parse_cann_version(files: dict[str, str | None]) -> tuple[str | None, str | 
 
 
 def collect_facts(
-    client: docker.APIClient, image_id: str, distributions: tuple[str, ...] = (), extensions: tuple[str, ...] = ()
+    client: docker.APIClient,
+    image_id: str,
+    distributions: tuple[str, ...] = (),
+    extensions: tuple[str, ...] = (),
+    imports: tuple[str, ...] = (),
 ) -> ImageFacts:
     inspect = client.inspect_image(image_id)
-    probe = run_probe(client, image_id, distributions, extensions)
+    probe = run_probe(client, image_id, distributions, extensions, imports)
     if probe.get("pip_list") is None:
         raise VerifyFailed(f"`pip list` failed in the image: {probe.get('pip_error', '')}")
     version, source = parse_cann_version(probe.get("cann_files") or {})
@@ -148,6 +159,7 @@ def collect_facts(
         config_user=str((inspect.get("Config") or {}).get("User") or ""),
         user=dict(probe.get("user") or {}),
         extensions={str(k): dict(v) for k, v in (probe.get("extensions") or {}).items() if isinstance(v, dict)},
+        imported={str(k): str(v) for k, v in (probe.get("imported") or {}).items()},
     )
 
 
@@ -194,6 +206,9 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
     for dist, version in expected.packages:
         got = facts.packages.get(normalize(dist))
         checks.append(check(f"package {dist}", version, got, _version_matches(got, version)))
+    for component, module in expected.imports:
+        error = facts.imported.get(module, "not probed")
+        checks.append(check(f"import {module}", f"{component.replace('_', '-')} imports", error or "imported", not error))
     for dist in expected.archive_wheels:  # the archive fixes the version; the sha256 of the archive pins it
         got = facts.packages.get(normalize(dist))
         checks.append(check(f"package {dist}", "installed from its release archive", got, got is not None))

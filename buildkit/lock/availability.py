@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import requests
 from packaging.version import Version
 
 from buildkit.arch import ARCHES
@@ -30,7 +31,7 @@ from buildkit.lock.lockfile import lock_problem, read_lock
 from buildkit.lock.relock import lock_one
 from buildkit.lock.sdist import SdistReader
 from buildkit.matrix.load import LoadedMatrix
-from buildkit.matrix.model import GitPin, Matrix, PypiPin, Stack
+from buildkit.matrix.model import GitPin, Matrix, PypiPin, Stack, WheelArchive
 from buildkit.plan import dist_name
 
 Status = Literal["found", "missing", "unverified", "conflict"]
@@ -124,6 +125,20 @@ def _check_source(spec: CheckoutSpec, stack_id: str, arch: str, version: str, ti
     return base
 
 
+def _check_archive(client: IndexClient, url: str, stack_id: str, arch: str, archive: WheelArchive, sha256: str) -> PinCheck:
+    """A release archive (sgl-kernel-npu): asked for with HEAD; whether its sha256 is recorded is said too."""
+    base = PinCheck(stack_id, arch, "sgl_kernel_npu", url.rsplit("/", 1)[-1], archive.release, url, "found")
+    try:
+        answer = client.session.head(url, allow_redirects=True, timeout=client.timeout)
+    except requests.RequestException as exc:
+        return _with(base, "unverified", f"host unreachable: {exc.__class__.__name__}")
+    if answer.status_code == 404:
+        return _with(base, "missing", f"no release asset {base.package} at {url}")
+    if answer.status_code >= 400:
+        return _with(base, "unverified", f"the host answered HTTP {answer.status_code}")
+    return base if sha256 else _with(base, "found", "no sha256 recorded: the stack's locks stay unresolved until it is")
+
+
 def _check_git(url: str, stack_id: str, arch: str, component: str, pin: GitPin, timeout: float) -> PinCheck:
     base = PinCheck(stack_id, arch, component, component.replace("_", "-"), pin.ref, url, "found")
     status, detail = _ls_remote(url, pin.ref, timeout)
@@ -144,7 +159,7 @@ def check_matrix(
     urls = {name: (index_urls or {}).get(name, index.url) for name, index in matrix.indexes.items()}
     chosen = list(stacks) if stacks is not None else list(matrix.stacks)
     wanted_arches = list(arches) if arches is not None else list(ARCHES)
-    jobs: list[tuple[str, str, Stack, str, str, PypiPin | GitPin | CheckoutSpec]] = []
+    jobs: list[tuple[str, str, Stack, str, str, PypiPin | GitPin | CheckoutSpec | str]] = []
     for stack_id in chosen:
         stack = matrix.stacks[stack_id]
         for arch in (a for a in wanted_arches if a in stack.arches):
@@ -157,9 +172,20 @@ def check_matrix(
                 repo = matrix.repos[source.repo]
                 spec = CheckoutSpec("openrlhf", source.repo, repo.path, matrix.git_hosts[repo.host].url, source.ref, source.requirements)
                 jobs.append(("source", stack_id, stack, arch, "openrlhf", spec))
+            if stack.sgl_kernel_npu is not None:
+                archive = stack.sgl_kernel_npu
+                repo = matrix.repos[archive.repo]
+                base = f"{matrix.git_hosts[repo.host].url}/{repo.path.removesuffix('.git')}/releases/download/{archive.release}"
+                for chip in sorted({matrix.skus[s].chip for s in stack.skus}):
+                    jobs.append(("archive", stack_id, stack, arch, chip, f"{base}/{archive.filename(chip, arch)}"))
 
-    def run(job: tuple[str, str, Stack, str, str, PypiPin | GitPin | CheckoutSpec]) -> PinCheck:
+    def run(job: tuple[str, str, Stack, str, str, PypiPin | GitPin | CheckoutSpec | str]) -> PinCheck:
         kind, stack_id, stack, arch, component, pin = job
+        if kind == "archive":
+            assert isinstance(pin, str) and stack.sgl_kernel_npu is not None
+            return _check_archive(
+                client, pin, stack_id, arch, stack.sgl_kernel_npu, stack.sgl_kernel_npu.sha256.get(pin.rsplit("/", 1)[-1], "")
+            )
         if kind == "source":
             assert isinstance(pin, CheckoutSpec)
             return _check_source(pin, stack_id, arch, stack.framework_version, git_timeout)

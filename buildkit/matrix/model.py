@@ -122,6 +122,10 @@ class PypiPin(Frozen):
         ),
     )
     extras: tuple[Identifier, ...] = Field(default=(), description="extras of the project file installed with it (SGLang: srt_npu)")
+    imports: tuple[Annotated[StrictStr, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")], ...] = Field(
+        default=(),
+        description="modules verification imports in the image (a tool's own): it fails, naming the component, when one does not",
+    )
 
     def index_for(self, arch: Arch) -> str:
         return self.index_by_arch.get(arch, self.index)
@@ -197,6 +201,13 @@ class Compat(Frozen):
     openrlhf_ascend: dict[PackageVersion, OpenRlhfLine] = Field(
         default={}, description="OpenRLHF release -> the pins its Ascend branch was validated with"
     )
+    tool_requirements: dict[PackageName, dict[PackageVersion, dict[PackageName, VersionSpecifier]]] = Field(
+        default={},
+        description=(
+            "Ascend tool -> release -> what its wheel requires that a stack may not allow (python: its Requires-Python); "
+            "rule tool-fits-stack refuses a stack that pins the tool against them"
+        ),
+    )
 
 
 class ImageUser(Frozen):
@@ -259,6 +270,11 @@ class Stack(Frozen):
     megatron_lm: GitPin | None = None
     deepspeed: PypiPin | None = None
     ring_attn_ascend: PypiPin | None = None
+    # Ascend's accuracy and profiling tools, in one layer after transformers; `ascend_tools: false`
+    # leaves them out of the stack's images (their pins stay, for the record).
+    msprobe: PypiPin | None = None
+    msprof_analyze: PypiPin | None = None
+    ais_bench: PypiPin | None = None
     # The framework the image carries: exactly one of these (rule one-framework).
     verl: PypiPin | None = None
     openrlhf: FrameworkSource | None = None
@@ -273,10 +289,18 @@ class Stack(Frozen):
         ),
     )
     env: dict[Annotated[StrictStr, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], StrictStr] = Field(default={})
+    ascend_tools: StrictBool = Field(
+        default=True, description="install the tool pins (msprobe, msprof_analyze, ais_bench); false leaves them out"
+    )
 
     def pins(self) -> dict[str, PypiPin]:
-        """The PyPI-style pins by component name, in install order, absent ones left out."""
-        return {name: pin for name in PYPI_COMPONENTS if isinstance(pin := getattr(self, name), PypiPin)}
+        """The PyPI-style pins by component name, in install order, absent ones left out (and the
+        tools, when ``ascend_tools`` is off)."""
+        return {
+            name: pin
+            for name in PYPI_COMPONENTS
+            if isinstance(pin := getattr(self, name), PypiPin) and (self.ascend_tools or name not in TOOL_COMPONENTS)
+        }
 
     @property
     def framework(self) -> str:
@@ -322,6 +346,7 @@ def _components(kind: type[BaseModel]) -> tuple[str, ...]:
 
 
 PYPI_COMPONENTS = _components(PypiPin)
+TOOL_COMPONENTS = ("msprobe", "msprof_analyze", "ais_bench")  # Ascend's tools: one layer, one switch
 GIT_COMPONENTS = _components(GitPin)
 # The pins an OpenRLHF Ascend branch names, each a component of the stack (a test holds them to it).
 OPENRLHF_CHECKED = tuple(name for name in OpenRlhfLine.model_fields if name != "cann")

@@ -96,35 +96,6 @@ def torchvision_matches_torch(matrix: Matrix) -> Iterator[Violation]:
             )
 
 
-@rule("one-rollout")
-def one_rollout(matrix: Matrix) -> Iterator[Violation]:
-    """One rollout engine with its Ascend half: vLLM and vllm-ascend, or SGLang (built from its
-    NPU project file) and sgl-kernel-npu's kernels for every chip of the stack; OpenRLHF's is vLLM."""
-    for name, stack in _stacks(matrix):
-        vllm = (stack.vllm, stack.vllm_ascend)
-        sglang = (stack.sglang, stack.sgl_kernel_npu)
-        if any(vllm) == any(sglang) or None in (vllm if any(vllm) else sglang):
-            yield Violation(
-                ("stacks", name),
-                "a stack pins one rollout engine, whole: vllm and vllm_ascend, or sglang and sgl_kernel_npu",
-                hint="vllm + vllm_ascend, or sglang + sgl_kernel_npu",
-            )
-        elif stack.openrlhf is not None and stack.sglang is not None:
-            yield Violation(("stacks", name, "sglang"), "OpenRLHF's Ascend branch rolls out with vLLM only", hint="vllm + vllm_ascend")
-        if stack.sglang is not None and stack.sglang.project_file is not None and not stack.sglang.build_from_source:
-            yield Violation(
-                ("stacks", name, "sglang", "project_file"), "a project file is used by a source build", hint="build_from_source: true"
-            )
-        archive = stack.sgl_kernel_npu
-        chips = {matrix.skus[s].chip for s in stack.skus if s in matrix.skus}
-        for chip in sorted(chips - set(archive.chips) if archive else ()):
-            yield Violation(
-                ("stacks", name, "sgl_kernel_npu", "chips"),
-                f"the stack serves chip {chip}, for which sgl-kernel-npu names no archive",
-                hint=f"an entry for {chip}, or drop its SKUs from the stack",
-            )
-
-
 @rule("vllm-ascend-pairs-vllm")
 def vllm_ascend_pairs_vllm(matrix: Matrix) -> Iterator[Violation]:
     for name, stack in _stacks(matrix):
@@ -388,3 +359,7 @@ RESERVED_ARGS = frozenset({"BASE_REGISTRY", "BASE_IMAGE", "APT_MIRROR", "PIP_EXT
 def check(matrix: Matrix) -> list[tuple[str, Violation]]:
     """Run every rule; returns ``(rule_id, violation)`` pairs in rule order."""
     return [(rule_id, v) for rule_id, fn in RULES.items() for v in fn(matrix)]
+
+
+# The frontier lines' rules register themselves in RULES when their module loads: after every rule above.
+from buildkit.matrix import pinrules  # noqa: E402, F401

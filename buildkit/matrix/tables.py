@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from buildkit.matrix.model import Matrix, Stack
+from buildkit.matrix.model import TOOL_COMPONENTS, Matrix, Stack
 
 TableFormat = Literal["md", "rst"]
 Table = tuple[list[str], list[list[str]]]
@@ -13,6 +13,12 @@ Table = tuple[list[str], list[list[str]]]
 def _git(stack: Stack) -> str:
     parts = [p.ref for p in (stack.mindspeed, stack.megatron_lm) if p is not None]
     return " / ".join(parts) if parts else "-"
+
+
+def tools_cell(stack: Stack) -> str:
+    """Ascend's tools the stack's images carry (``-`` for none; ``ascend_tools: false`` carries none)."""
+    tools = [f"{pin.package or c.replace('_', '-')} {pin.version}" for c, pin in stack.pins().items() if c in TOOL_COMPONENTS]
+    return ", ".join(tools) or "-"
 
 
 def framework_cell(stack: Stack) -> str:
@@ -35,6 +41,7 @@ def stacks_table(matrix: Matrix) -> Table:
         "MindSpeed / Megatron-LM",
         "mbridge",
         "DeepSpeed",
+        "Ascend tools",
         "framework",
         "OS",
         "SKUs",
@@ -54,6 +61,7 @@ def stacks_table(matrix: Matrix) -> Table:
                 _git(s),
                 s.mbridge.version if s.mbridge else "-",
                 s.deepspeed.version if s.deepspeed else "-",
+                tools_cell(s),
                 framework_cell(s),
                 ", ".join(s.os),
                 ", ".join(s.skus),

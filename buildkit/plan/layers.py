@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from buildkit.matrix.model import Installer, PypiPin, SourcePatch, Stack, WheelArchive
+from buildkit.matrix.model import TOOL_COMPONENTS, Installer, PypiPin, SourcePatch, Stack, WheelArchive
 
 LABEL_PREFIX = "io.ascendkit"
 USER_LABEL = f"{LABEL_PREFIX}.user"  # "NAME UID:GID": the user the image runs as (smoke and k8s render read it)
@@ -17,6 +17,7 @@ BUILD_LAYER = "build"  # lock section of the source builds' build requirements
 GIT_LAYER = "git"  # lock section of the PyPI pins installed with the git checkouts
 VERL_LAYER = "verl"
 OPENRLHF_LAYER = "openrlhf"
+TOOLS_LAYER = "ascend-tools"
 DOCKERFILES_DIR = "dockerfiles"  # every rendered Dockerfile, relative to the matrix's directory
 LOCKS_DIR = "locks"  # relative to the matrix's directory, and to the build context
 # Where things live in the image (the Dockerfile, its scripts and doctor agree on these).
@@ -225,6 +226,15 @@ def stack_layers(stack: Stack, installer: Installer) -> StackLayers:
     if stack.ring_attn_ascend is not None:
         tail.append(
             Layer("ring-attn-ascend", "ring-attn-ascend: Ring Attention on the NPU's fused attention", (pin_of(stack, "ring_attn_ascend"),))
+        )
+    tools = tuple(pin_of(stack, c) for c in TOOL_COMPONENTS if c in stack.pins())
+    if tools:
+        tail.append(
+            Layer(
+                TOOLS_LAYER,
+                "Ascend's accuracy and profiling tools: " + ", ".join(p.dist for p in tools) + " (ascend_tools: false leaves them out)",
+                tools,
+            )
         )
     return StackLayers(
         tuple(_patched(stack, layer) for layer in head),

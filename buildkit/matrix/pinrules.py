@@ -1,0 +1,94 @@
+"""The rules of the frontier lines' pins: one rollout engine (vLLM or SGLang, whole), and Ascend's
+tools only where their own requirements hold. Registered in :data:`rules.RULES` with the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from buildkit.matrix.model import TOOL_COMPONENTS, Matrix
+from buildkit.matrix.rules import Violation, _no_fact, _stacks, canonical, rule
+
+
+@rule("one-rollout")
+def one_rollout(matrix: Matrix) -> Iterator[Violation]:
+    """One rollout engine with its Ascend half: vLLM and vllm-ascend, or SGLang (built from its
+    NPU project file) and sgl-kernel-npu's kernels for every chip of the stack; OpenRLHF's is vLLM."""
+    for name, stack in _stacks(matrix):
+        vllm = (stack.vllm, stack.vllm_ascend)
+        sglang = (stack.sglang, stack.sgl_kernel_npu)
+        if any(vllm) == any(sglang) or None in (vllm if any(vllm) else sglang):
+            yield Violation(
+                ("stacks", name),
+                "a stack pins one rollout engine, whole: vllm and vllm_ascend, or sglang and sgl_kernel_npu",
+                hint="vllm + vllm_ascend, or sglang + sgl_kernel_npu",
+            )
+        elif stack.openrlhf is not None and stack.sglang is not None:
+            yield Violation(("stacks", name, "sglang"), "OpenRLHF's Ascend branch rolls out with vLLM only", hint="vllm + vllm_ascend")
+        if stack.sglang is not None and stack.sglang.project_file is not None and not stack.sglang.build_from_source:
+            yield Violation(
+                ("stacks", name, "sglang", "project_file"), "a project file is used by a source build", hint="build_from_source: true"
+            )
+        archive = stack.sgl_kernel_npu
+        chips = {matrix.skus[s].chip for s in stack.skus if s in matrix.skus}
+        for chip in sorted(chips - set(archive.chips) if archive else ()):
+            yield Violation(
+                ("stacks", name, "sgl_kernel_npu", "chips"),
+                f"the stack serves chip {chip}, for which sgl-kernel-npu names no archive",
+                hint=f"an entry for {chip}, or drop its SKUs from the stack",
+            )
+
+
+@rule("tool-fits-stack")
+def tool_fits_stack(matrix: Matrix) -> Iterator[Violation]:
+    """An Ascend tool goes only where its own requirements hold: the stack's Python, its pins and
+    constraints (ais-bench-benchmark's numpy<2 rules out a stack on NumPy 2). Such a stack leaves
+    the tool out and says why next to its pins."""
+    table = matrix.compat.tool_requirements
+    for name, stack in _stacks(matrix):
+        pins = {canonical(pin.package or c.replace("_", "-")): pin.version for c, pin in stack.pins().items()}
+        for component in TOOL_COMPONENTS:
+            pin = stack.pins().get(component)
+            if pin is None:
+                continue
+            dist = pin.package or component.replace("_", "-")
+            path = ("stacks", name, component, "version")
+            needs = table.get(dist, {}).get(pin.version)
+            if needs is None:
+                yield _no_fact(
+                    path, f"requirements of {dist} {pin.version}", "tool_requirements", f"{dist}.{pin.version}", table.get(dist, {})
+                )
+                continue
+            constraints = {canonical(k): v for k, v in {**stack.constraints, **stack.constraints_by_arch.get("aarch64", {})}.items()}
+            for package, spec in needs.items():
+                key = canonical(package)
+                if key == "python":
+                    clash = None if SpecifierSet(spec).contains(stack.python) else f"Python {stack.python}"
+                elif key in pins:
+                    clash = None if SpecifierSet(spec).contains(pins[key], prereleases=True) else f"{package} {pins[key]}"
+                elif key in constraints:
+                    clash = None if _overlap(spec, constraints[key]) else f"the constraint {package}{constraints[key]}"
+                else:
+                    continue
+                if clash:
+                    yield Violation(
+                        path,
+                        f"{dist} {pin.version} requires {package}{spec}, which the stack's {clash} rules out",
+                        hint=f"leave {component} out of this stack, with the reason",
+                    )
+
+
+def _overlap(first: str, second: str) -> bool:
+    """Whether two specifiers admit a common version: tried on each version they name, just below and just above it."""
+    a, b = SpecifierSet(first), SpecifierSet(second)
+    candidates = {"0", "99999"}
+    for spec in (*a, *b):
+        release = list(Version(spec.version.rstrip(".*")).release)
+        candidates |= {spec.version.rstrip(".*"), ".".join(map(str, [*release, 1]))}
+        nonzero = [i for i, part in enumerate(release) if part]
+        if nonzero:
+            below = [*release[: nonzero[-1]], release[nonzero[-1]] - 1, 9999]
+            candidates.add(".".join(map(str, below)))
+    return any(a.contains(c, prereleases=True) and b.contains(c, prereleases=True) for c in candidates)
