@@ -184,7 +184,6 @@ user = {
     "writable": {p: os.access(p, os.W_OK | os.X_OK) for p in filter(None, [account["home"], os.getcwd()])},
     "unreadable": unreadable(roots),
     "imports": {d: {n: importable(n) for n in top_levels(d)} for d in sys.argv[1:] if not d.startswith(("ext:", "imp:"))},
-    "imported": imports,
 }
 patterns = ["/usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info",
             "/usr/local/Ascend/ascend-toolkit/latest/version.cfg"]
@@ -204,6 +203,7 @@ print(json.dumps({
     "requires": requires,
     "user": user,
     "extensions": extensions,
+    "imported": imports,
 }))
 """
 

@@ -48,6 +48,18 @@ if [ -n "${ascendkit_urls}" ]; then
   export PIP_EXTRA_INDEX_URL="${ascendkit_urls}${PIP_EXTRA_INDEX_URL:+ ${PIP_EXTRA_INDEX_URL}}"
 fi
 
+# pip ignores an index on plain http (an internal mirror) unless its host is trusted; a mirror the
+# build was pointed at is. uv takes it as it is. Credentials never reach the list.
+for ascendkit_url in ${PIP_INDEX_URL:-} ${PIP_EXTRA_INDEX_URL:-}; do
+  case "${ascendkit_url}" in
+    http://*)
+      ascendkit_host="${ascendkit_url#http://}"
+      ascendkit_host="${ascendkit_host%%/*}"
+      export PIP_TRUSTED_HOST="${PIP_TRUSTED_HOST:+${PIP_TRUSTED_HOST} }${ascendkit_host##*@}"
+      ;;
+  esac
+done
+
 # uv reads its own variables, not pip's: the same indexes (credentials included, set here where
 # xtrace is off so no command line shows them) and an offline build's wheelhouse (pip separates
 # find-links with spaces, uv with commas). A served CA bundle reaches uv as SSL_CERT_FILE (above).
