@@ -159,7 +159,7 @@ def test_each_planted_defect_is_caught(tmp_path: Path, defect: str, old: str, ne
 # ---- every ascendkit command line of the workflow exists -----------------------------------------
 
 SAMPLE_ENV = {
-    "ASCENDKIT_REGISTRY": "registry.example.com/ml/verl",
+    "ASCENDKIT_REGISTRY": "registry.example.com/ml",
     "IMAGE": "registry.example.com/ml/verl@sha256:" + "a" * 64,
     "ASCENDKIT_SMOKE_MODEL": str(ROOT / "smoke_tests"),  # smoke checks the directory exists; the weights are on the NPU host
 }
@@ -173,7 +173,7 @@ def command_lines() -> list[list[str]]:
         for line in script.splitlines():
             if line.strip().startswith("ascendkit "):
                 words = shlex.split(line.split(">", 1)[0])
-                commands.append([re.sub(r"^\$(\w+)$", lambda m: SAMPLE_ENV[m[1]], w) for w in words[1:]])
+                commands.append([re.sub(r"\$(\w+)", lambda m: SAMPLE_ENV[m[1]], w) for w in words[1:]])
     return commands
 
 
@@ -189,7 +189,7 @@ def parse(argv: list[str]) -> Any:
 def test_every_command_line_parses() -> None:
     commands = command_lines()
     kinds = {argv[0] for argv in commands}
-    assert kinds == {"build", "publish", "smoke"}
+    assert kinds == {"build", "publish", "smoke", "describe"}
     for argv in commands:
         parse(argv)  # an unknown flag or a bad value raises here
 
@@ -203,9 +203,24 @@ def test_build_command_lines_run_as_a_dry_run(runner: CliRunner) -> None:
 
 
 def test_publish_command_line_reads_the_manifest_dir(runner: CliRunner, tmp_path: Path) -> None:
-    (publish,) = {tuple(argv) for argv in command_lines() if argv[0] == "publish"}
+    publishes = {tuple(argv) for argv in command_lines() if argv[0] == "publish"}
+    registries = {argv[argv.index("--registry") + 1] for argv in publishes}
+    assert registries == {"registry.example.com/ml/verl", "registry.example.com/ml/openrlhf"}, "a repository per framework"
     empty = tmp_path / "manifests"
     empty.mkdir()
-    argv = [str(empty) if word == "manifests" else word for word in publish]
-    result = runner.invoke(app, [*argv, "--dry-run"])
-    assert result.exit_code == 2 and "no build manifests" in result.stderr  # it got past parsing, to its input
+    for publish in publishes:
+        argv = [str(empty) if word == "manifests" else word for word in publish]
+        result = runner.invoke(app, [*argv, "--dry-run"])
+        assert result.exit_code == 2 and "no build manifests" in result.stderr  # it got past parsing, to its input
+
+
+def test_each_framework_repository_gets_its_overview_page_as_description() -> None:
+    """After the index jobs of its framework: the page render --all writes, where the registry keeps one."""
+    jobs = workflow()["jobs"]
+    for framework in ("verl", "openrlhf"):
+        job = jobs[f"describe-{framework}"]
+        assert set(job["needs"]) == {j for j in jobs if j.startswith("index-") and framework in jobs[j]["steps"][-1]["run"]}
+        (command,) = [c for c in command_lines() if c[0] == "describe" and c[1].endswith(f"/{framework}")]
+        page = command[command.index("--page") + 1]
+        assert page == f"docs/repositories/{framework}.md" and (ROOT / page).is_file() and "--if-supported" in command
+        assert "secrets.REGISTRY_API_TOKEN" in job["steps"][-1]["env"]["ASCENDKIT_REGISTRY_TOKEN"], "secrets reach it through env only"

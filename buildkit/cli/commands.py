@@ -14,6 +14,7 @@ SUMMARIES: dict[str, str] = {
     "build": "Build, verify and tag images from the matrix.",
     "publish": "Push verified images and their indexes to registries.",
     "mirror": "Copy a published image between registries by digest.",
+    "describe": "Set a repository's description to its overview page.",
     "doctor": "Check that this host or image is ready for its NPUs.",
     "lock": "Pin every package of an image, with hashes.",
     "wheelhouse": "Download an image's locked packages for offline builds.",
@@ -49,6 +50,13 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         (
             "Copy a published image (an index with every member, the SBOM and every other attachment) from one registry "
             "to another by digest, byte for byte, with no engine; what the destination has is not sent again."
+        ),
+    ),
+    "describe": (
+        ("buildkit.cli.publish_cmd",),
+        (
+            "Set a repository's description on quay.io, Harbor or Docker Hub to an overview page; credentials from "
+            "$ASCENDKIT_REGISTRY_TOKEN (quay) or $ASCENDKIT_REGISTRY_USERNAME / _PASSWORD, never an argument."
         ),
     ),
     "doctor": (

@@ -125,3 +125,43 @@ def mirror(
         typer.echo(f"ascendkit: warning: not copied: {dropped}", err=True)
     if as_json:
         print_json(outcome.describe())
+
+
+@app.command("describe")
+@user_errors
+def describe(
+    repository: Annotated[str, typer.Argument(metavar="REPOSITORY", help="HOST/REPO, e.g. quay.io/ascendkit/verl.")],
+    page: Annotated[
+        Path,
+        typer.Option(
+            "--page", help="The Markdown to set (render --all writes docs/repositories/<framework>.md).", exists=True, dir_okay=False
+        ),
+    ],
+    flavor: Annotated[
+        str | None, typer.Option("--flavor", help="quay, harbor or dockerhub (default: told by the host).", metavar="KIND")
+    ] = None,
+    if_supported: Annotated[
+        bool, typer.Option("--if-supported", help="A registry with no description to set (or no credentials for it) is a note, exit 0.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Set a repository's description on quay.io, Harbor or Docker Hub to an overview page; credentials
+    from $ASCENDKIT_REGISTRY_TOKEN (quay) or $ASCENDKIT_REGISTRY_USERNAME / _PASSWORD, never an argument."""
+    from buildkit.ship.describe import FLAVORS, NoDescriptionApi
+    from buildkit.ship.describe import describe as set_description
+
+    if flavor is not None and flavor not in FLAVORS:
+        raise InputError(f"--flavor {flavor!r}: one of {', '.join(FLAVORS)}")
+    text = page.read_text(encoding="utf-8")
+    try:
+        done = set_description(repository, text, flavor=flavor)
+    except NoDescriptionApi as exc:
+        if not if_supported:
+            raise
+        typer.echo(f"ascendkit: note: {repository}: nothing set: {exc}", err=True)
+        if as_json:
+            print_json({"repository": repository, "set": False, "reason": str(exc)})
+        return
+    typer.echo(f"{done.repository}: description set from {page} ({done.characters} characters, {done.flavor} API)", err=True)
+    if as_json:
+        print_json({"repository": done.repository, "set": True, "flavor": done.flavor, "url": done.url, "characters": done.characters})

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from buildkit.image.overview import overview_path
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.plan import SMOKE_JOBS, ImagePlan, plan_fleet
 
@@ -39,9 +40,12 @@ HEADER = """\
 # Ships every image of the matrix: a build job per (stack, chip, OS, arch) on a native runner,
 # pushed by digest with its SBOM; an index job per (stack, chip, OS) joining the arches in the
 # registry; a smoke job per SKU on a self-hosted Ascend runner when asked.
-# Repository settings it reads: vars.ASCENDKIT_REGISTRY (HOST/REPO to push to), and in the
-# `registry` environment secrets.REGISTRY_USERNAME / REGISTRY_PASSWORD (default: the GitHub token, for ghcr.io),
-# vars.ASCENDKIT_SMOKE_MODEL (Qwen2.5-0.5B-Instruct's directory on the Ascend runners).
+# Repository settings it reads: vars.ASCENDKIT_REGISTRY (HOST/NAMESPACE: each framework's images go to
+# <it>/verl and <it>/openrlhf), and in the `registry` environment secrets.REGISTRY_USERNAME /
+# REGISTRY_PASSWORD (default: the GitHub token, for ghcr.io) and, for quay.io's description API,
+# secrets.REGISTRY_API_TOKEN; vars.ASCENDKIT_SMOKE_MODEL (Qwen2.5-0.5B-Instruct's directory on the Ascend runners).
+# After the indexes, each framework repository's description is set to its page in docs/repositories/
+# where the registry keeps one (quay.io, Harbor, Docker Hub).
 """
 
 
@@ -103,7 +107,7 @@ def _build_job(plan: ImagePlan, runners: tuple[str, ...], group: str) -> dict[st
             {
                 "name": "Build, verify, push by digest with the SBOM",
                 "if": "inputs.push",
-                "run": command + ' --push --no-index --registry "$ASCENDKIT_REGISTRY"\n',
+                "run": command + f' --push --no-index --registry "$ASCENDKIT_REGISTRY/{plan.framework}"\n',
             },
             {
                 "name": "Keep the build manifest and SBOM",
@@ -135,8 +139,36 @@ def _index_job(group: str, first: ImagePlan, needs: list[str], runners: tuple[st
             {
                 "name": "Check the members in the registry, attach their SBOMs, publish the multi-arch index",
                 "id": "index",
-                "run": 'ascendkit publish --index-only --manifest-dir manifests --registry "$ASCENDKIT_REGISTRY" --json > published.json\n'
+                "run": "ascendkit publish --index-only --manifest-dir manifests "
+                f'--registry "$ASCENDKIT_REGISTRY/{first.framework}" --json > published.json\n'
                 "printf 'image=%s\\n' \"$(jq -r '.[0].index[0].ref' published.json)\" >> \"$GITHUB_OUTPUT\"\n",
+            },
+        ],
+    }
+
+
+def _describe_job(framework: str, needs: list[str], runners: tuple[str, ...]) -> dict[str, Any]:
+    """The framework repository's description set to its overview page, where the registry keeps one."""
+    page = overview_path(framework)
+    return {
+        "name": f"describe {framework}",
+        "needs": needs,
+        # after every index job of the framework that ran (a stack left out skips its own), none failed
+        "if": "${{ inputs.push && !cancelled() && !contains(needs.*.result, 'failure') }}",
+        "environment": REGISTRY_ENVIRONMENT,
+        "runs-on": list(runners),
+        "permissions": {"contents": "read"},
+        "timeout-minutes": 10,
+        "steps": [
+            *_setup(hosted=True),
+            {
+                "name": f"Set the repository's description to {page} (quay.io, Harbor, Docker Hub)",
+                "env": {
+                    "ASCENDKIT_REGISTRY_TOKEN": "${{ secrets.REGISTRY_API_TOKEN }}",
+                    "ASCENDKIT_REGISTRY_USERNAME": "${{ secrets.REGISTRY_USERNAME }}",
+                    "ASCENDKIT_REGISTRY_PASSWORD": "${{ secrets.REGISTRY_PASSWORD }}",
+                },
+                "run": f'ascendkit describe "$ASCENDKIT_REGISTRY/{framework}" --page {page} --if-supported\n',
             },
         ],
     }
@@ -199,6 +231,9 @@ def workflow_data(loaded: LoadedMatrix) -> dict[str, Any]:
         for sku_id in plans[0].skus:
             smoke = SMOKE_JOBS[plans[0].framework]
             jobs[job_id("smoke", group, sku_id)] = _smoke_job(sku_id, index_id, smoke_runners(loaded, sku_id), smoke)
+    for framework in sorted({plans[0].framework for plans in groups.values()}):
+        needs = [f"index-{group}" for group, plans in groups.items() if plans[0].framework == framework]
+        jobs[f"describe-{framework}"] = _describe_job(framework, needs, fallback_runner)
     return {
         "name": "images",
         "on": {
