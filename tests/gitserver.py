@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -74,7 +74,13 @@ class _Handler(BaseHTTPRequestHandler):
 @contextmanager
 def serve(root: Path, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Serve the repositories under ``root``; yields the base URL (``http://HOST:PORT``)."""
-    handler = type("Handler", (_Handler,), {"root": root})
+    with serving(type("Handler", (_Handler,), {"root": root}), host, port) as url:
+        yield url
+
+
+@contextmanager
+def serving(handler: Callable[..., BaseHTTPRequestHandler], host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """An HTTP server of ``handler`` on a thread for the length of the block; yields its base URL."""
     server = ThreadingHTTPServer((host, port), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -28,9 +28,10 @@ import os
 import tarfile
 import threading
 import zipfile
-from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
+
+from tests.gitserver import serving
 
 SDIST = "ak_sglang_standin-0.5.10.tar.gz"
 DIST = "ak-sglang-standin"
@@ -164,17 +165,9 @@ class _Quiet(SimpleHTTPRequestHandler):
         pass
 
 
-@contextlib.contextmanager
-def serve(root: Path, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
-    """Serve ``root`` (after :func:`populate`); yields the base URL."""
-    server = ThreadingHTTPServer((host, port), functools.partial(_Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{host}:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def serve(root: Path, host: str = "127.0.0.1", port: int = 0) -> contextlib.AbstractContextManager[str]:
+    """Serve ``root`` (after :func:`populate`); the context yields the base URL."""
+    return serving(functools.partial(_Quiet, directory=str(root)), host, port)
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -309,17 +310,19 @@ def test_unresolved_lock_builds_by_pins_and_says_so(docker_env: DockerEnv, tmp_p
 
 
 def _with_broken_stack(tmp_path: Path) -> Path:
-    """The test matrix plus 'broken', a copy of teststack (planted: a triton-ascend pin that does
-    not exist, so pip fails in its second layer) that builds first."""
+    """The test matrix (less its SGLang-shaped stack) plus 'broken', a copy of teststack (planted: a
+    triton-ascend pin that does not exist, so pip fails in its second layer) that builds first."""
     text = TEST_MATRIX.read_text()
     start = text.index("  teststack:\n")
-    stanza = text[start : text.index("\n  teststack-openrlhf:\n", start) + 1]
+    stanza = text[start : re.search(r"\n  [a-z]", text[start + 1 :]).start() + start + 2]  # up to the next stack
     broken = (
         stanza.replace("  teststack:\n", "  broken:\n")
         .replace("default: true", "default: false")
         .replace('version: "3.7"', 'version: "3.6"')  # its own full tag
         .replace("version: 0.2.13", "version: 0.0.0")  # the planted failure
     )
+    sglang = text.index("  teststack-sglang:\n")  # served by its own stand-in index: not one of these two
+    text = text[:sglang] + text[re.search(r"\n  [a-z]", text[sglang + 1 :]).start() + sglang + 2 :]
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(text + broken)
     shutil.copytree(TEST_MATRIX.parent / "locks", tmp_path / "locks")

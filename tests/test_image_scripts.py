@@ -26,6 +26,8 @@ from buildkit.image.secrets import BuildSecrets, SecretServer
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.plan import CONSTRAINTS_FILE, ENTRYPOINT, IMAGE_LOCKS_DIR, plan_image, plan_target
 from tests.conftest import ROOT
+from tests.gitserver import serving
+from tests.sglang_standin import wheel_bytes
 
 BUILD_ENV_SH = context_file("build_env")
 CA = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
@@ -197,54 +199,28 @@ def test_patch_refuses_a_line_twice_a_missing_file_or_distribution(tmp_path: Pat
     assert proc.returncode == 2 and "usage: patch.py DIST FILE LINE REASON" in proc.stderr
 
 
-def _wheel(directory: Path, dist: str) -> Path:
-    """A minimal pure wheel of ``dist`` 1.0 (one module), as a release archive would hold."""
-    import base64
-    import zipfile
-
-    path = directory / f"{dist}-1.0-py3-none-any.whl"
-    files = {
-        f"{dist}/__init__.py": b"VALUE = 1\n",
-        f"{dist}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n".encode(),
-    }
-    files[f"{dist}-1.0.dist-info/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}" for n, d in files.items()]
-    files[f"{dist}-1.0.dist-info/RECORD"] = ("\n".join([*record, f"{dist}-1.0.dist-info/RECORD,,"]) + "\n").encode()
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return path
-
-
 @pytest.mark.parametrize("verified", [True, False])
 def test_an_archives_wheels_install_in_order_only_when_its_sha256_matches(tmp_path: Path, verified: bool) -> None:
     """ascendkit_install_archive, run for real: this arch's archive fetched over HTTP, checked, its wheels installed."""
     import functools
     import http.server
-    import threading
     import zipfile
 
     served = tmp_path / "srv" / "releases" / "download" / "r1"
     served.mkdir(parents=True)
-    wheels = tmp_path / "wheels"
-    wheels.mkdir()
     name = "kernels-r1-x86_64.zip"
     with zipfile.ZipFile(served / name, "w") as archive:
         for dist in ("ak_first", "ak_second"):
-            archive.write(_wheel(wheels, dist), f"dist/{dist}-1.0-py3-none-any.whl")
+            archive.writestr(f"dist/{dist}-1.0-py3-none-any.whl", wheel_bytes(dist))
     digest = hashlib.sha256((served / name).read_bytes()).hexdigest() if verified else "0" * 64
     locks = tmp_path / "etc" / "locks"
     locks.mkdir(parents=True)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "srv"))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     target = tmp_path / "site"
     script = BUILD_ENV_SH.read_text().replace("/etc/ascendkit/locks", str(locks)).replace("/etc/ascendkit/constraints.txt", os.devnull)
     (tmp_path / "build-env.sh").write_text(script)
     (locks / "kernels-x86_64.txt").write_text("# status: resolved\n")
-    url = f"http://127.0.0.1:{server.server_port}/releases/download/r1"
     probe = (
-        f"PIP_TARGET={shlex.quote(str(target))} ascendkit_install_archive kernels {url} "
+        f"PIP_TARGET={shlex.quote(str(target))} ascendkit_install_archive kernels URL/releases/download/r1 "
         f"aarch64=kernels-r1-aarch64.zip= x86_64={name}={digest} -- ak_second ak_first"
     )
     fake = tmp_path / "bin"
@@ -253,16 +229,14 @@ def test_an_archives_wheels_install_in_order_only_when_its_sha256_matches(tmp_pa
     (fake / "uname").chmod(0o755)
     (fake / "python3").symlink_to(sys.executable)
     env = {"PATH": f"{fake}:{os.environ['PATH']}", "HOME": str(tmp_path), "ASCENDKIT_ARCHES": "x86_64", "PIP_NO_INDEX": "1"}
-    try:
+    with serving(functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "srv"))) as url:
         proc = subprocess.run(
-            ["bash", "-o", "pipefail", "-c", f"set -eu; . {tmp_path / 'build-env.sh'}; {probe}"],
+            ["bash", "-o", "pipefail", "-c", f"set -eu; . {tmp_path / 'build-env.sh'}; {probe.replace('URL/', url + '/')}"],
             env=env,
             capture_output=True,
             text=True,
             timeout=120,
         )
-    finally:
-        server.shutdown()
     if verified:
         assert proc.returncode == 0, proc.stderr
         assert (target / "ak_first" / "__init__.py").is_file() and (target / "ak_second" / "__init__.py").is_file()

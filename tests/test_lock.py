@@ -422,7 +422,7 @@ def test_matrix_verify_resolves_each_stack_as_a_whole(tmp_path: Path, runner: Cl
     assert ok.exit_code == 0, ok.output
     [together] = [r for r in json.loads(ok.stdout)["results"] if r["component"] == "co-resolution"]
     assert together["status"] == "found"
-    assert together["detail"] == "locks/teststack-aarch64.txt is current: 22 packages resolved from these pins"
+    assert together["detail"] == "locks/teststack-aarch64.txt is current: 23 packages resolved from these pins"
 
     # every pin exists, but they cannot be installed together: a conflict, exit 1, the old lock untouched
     matrix = _copy_matrix(tmp_path, ('      numpy: "<2.0.0"\n', '      numpy: "<2.0.0"\n      six: "<1.16"\n'))

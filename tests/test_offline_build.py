@@ -42,7 +42,7 @@ def test_offline_build_installs_only_from_the_wheelhouse(docker_env: DockerEnv, 
     # uv every later layer, with nothing but the wheelhouse
     assert proc.stderr.count("Looking in links: http://127.0.0.1:") == 1
     uv_runs = [line for line in proc.stderr.splitlines() if " python3 -m uv pip install " in line]  # some through the entrypoint
-    assert len(uv_runs) == 7 and all(" --no-index " in line for line in uv_runs)
+    assert len(uv_runs) == 8 and all(" --no-index " in line for line in uv_runs)
     step_output = [line for line in proc.stderr.splitlines() if line.lstrip().startswith("| ")]
     assert not [line for line in step_output if "Looking in indexes" in line or "pypi.org" in line]
     assert "+ markupsafe==2.0.1" in proc.stderr  # the source build, from the wheelhouse's sdist
