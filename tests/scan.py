@@ -46,6 +46,8 @@ KINDS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("rayjob", "a3", "cann8.3", {"nodes": 2}),
     ("rayjob-volcano", "a3", "cann8.3", {"nodes": 2, "scheduler": "volcano"}),
     ("vcjob", "a3", "cann8.3", {"nodes": 3, "scheduler": "volcano", "kuberay": False}),
+    ("a5-rayjob", "950-superpod", "cann9.1", {"nodes": 2}),  # huawei.com/npu, the UB topology files from the hosts
+    ("sglang-rayjob", "a3", "sglang-cann8.5", {"nodes": 2}),
     ("openrlhf-job", "a2-box16", "openrlhf-cann8.1", {}),
     ("openrlhf-rayjob", "a2-box16", "openrlhf-cann8.1", {"nodes": 2}),
     ("openrlhf-vcjob", "a2-box16", "openrlhf-cann8.1", {"nodes": 2, "scheduler": "volcano", "kuberay": False}),

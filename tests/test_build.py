@@ -309,12 +309,19 @@ def test_unresolved_lock_builds_by_pins_and_says_so(docker_env: DockerEnv, tmp_p
     }
 
 
+def _next_stack(text: str, start: int) -> int:
+    """Where the stack that begins at ``start`` of the matrix's text ends: the next key at its indent."""
+    found = re.compile(r"^  [a-z]", re.M).search(text, start + 1)
+    assert found is not None, "the test matrix ends with its OpenRLHF stack"
+    return found.start()
+
+
 def _with_broken_stack(tmp_path: Path) -> Path:
     """The test matrix (less its SGLang-shaped stack) plus 'broken', a copy of teststack (planted: a
     triton-ascend pin that does not exist, so pip fails in its second layer) that builds first."""
     text = TEST_MATRIX.read_text()
     start = text.index("  teststack:\n")
-    stanza = text[start : re.search(r"\n  [a-z]", text[start + 1 :]).start() + start + 2]  # up to the next stack
+    stanza = text[start : _next_stack(text, start)]
     broken = (
         stanza.replace("  teststack:\n", "  broken:\n")
         .replace("default: true", "default: false")
@@ -322,7 +329,7 @@ def _with_broken_stack(tmp_path: Path) -> Path:
         .replace("version: 0.2.13", "version: 0.0.0")  # the planted failure
     )
     sglang = text.index("  teststack-sglang:\n")  # served by its own stand-in index: not one of these two
-    text = text[:sglang] + text[re.search(r"\n  [a-z]", text[sglang + 1 :]).start() + sglang + 2 :]
+    text = text[:sglang] + text[_next_stack(text, sglang) :]
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(text + broken)
     shutil.copytree(TEST_MATRIX.parent / "locks", tmp_path / "locks")
