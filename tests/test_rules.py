@@ -167,6 +167,10 @@ def test_tool_fits_stack(loaded: LoadedMatrix) -> None:
     )
     assert found[("stacks", "cann8.2", "msprobe", "version")].message == "no requirements of mindstudio-probe 26.1.0 is recorded"
     data = _data(loaded)
+    data["stacks"]["cann8.3"]["constraints_by_arch"] = {"x86_64": {"numpy": ">=2.1"}}  # one arch's constraint counts too
+    (v,) = run("tool-fits-stack", Matrix.model_validate(data))
+    assert v.path == ("stacks", "cann8.3", "ais_bench", "version") and "the constraint numpy>=2.1 rules out" in v.message
+    data = _data(loaded)
     data["stacks"]["cann9.1"]["ais_bench"] = data["stacks"]["cann8.3"]["ais_bench"]
     data["stacks"]["cann9.1"]["ascend_tools"] = False  # left out of the images: nothing to refuse
     assert run("tool-fits-stack", Matrix.model_validate(data)) == []

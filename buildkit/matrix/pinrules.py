@@ -61,23 +61,26 @@ def tool_fits_stack(matrix: Matrix) -> Iterator[Violation]:
                     path, f"requirements of {dist} {pin.version}", "tool_requirements", f"{dist}.{pin.version}", table.get(dist, {})
                 )
                 continue
-            constraints = {canonical(k): v for k, v in {**stack.constraints, **stack.constraints_by_arch.get("aarch64", {})}.items()}
-            for package, spec in needs.items():
-                key = canonical(package)
-                if key == "python":
-                    clash = None if SpecifierSet(spec).contains(stack.python) else f"Python {stack.python}"
-                elif key in pins:
-                    clash = None if SpecifierSet(spec).contains(pins[key], prereleases=True) else f"{package} {pins[key]}"
-                elif key in constraints:
-                    clash = None if _overlap(spec, constraints[key]) else f"the constraint {package}{constraints[key]}"
-                else:
-                    continue
-                if clash:
-                    yield Violation(
-                        path,
-                        f"{dist} {pin.version} requires {package}{spec}, which the stack's {clash} rules out",
-                        hint=f"leave {component} out of this stack, with the reason",
-                    )
+            clashes: dict[str, None] = {}  # each once, in the order found: the same on every arch is said once
+            for arch in stack.arches:  # an arch's constraints replace the stack's for that package (as the lock reads them)
+                constraints = {canonical(k): v for k, v in {**stack.constraints, **stack.constraints_by_arch.get(arch, {})}.items()}
+                for package, spec in needs.items():
+                    clash = _clash(canonical(package), spec, stack.python, pins, constraints)
+                    if clash:
+                        clashes[f"{dist} {pin.version} requires {package}{spec}, which the stack's {clash} rules out"] = None
+            for message in clashes:
+                yield Violation(path, message, hint=f"leave {component} out of this stack, with the reason")
+
+
+def _clash(key: str, spec: str, python: str, pins: dict[str, str], constraints: dict[str, str]) -> str | None:
+    """What of the stack rules out the tool's requirement ``key`` ``spec``, if anything."""
+    if key == "python":
+        return None if SpecifierSet(spec).contains(python) else f"Python {python}"
+    if key in pins:
+        return None if SpecifierSet(spec).contains(pins[key], prereleases=True) else f"{key} {pins[key]}"
+    if key in constraints:
+        return None if _overlap(spec, constraints[key]) else f"the constraint {key}{constraints[key]}"
+    return None
 
 
 def _overlap(first: str, second: str) -> bool:
