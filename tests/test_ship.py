@@ -61,7 +61,7 @@ def test_build_jobs_push_by_digest_and_leave_the_index(shipped: dict[str, Any]) 
 
 def _index_only(docker_env: DockerEnv, manifests: Path, repo: str, *extra: str) -> Any:
     """The index job's own command line from the generated workflow, pointed at this run."""
-    (line,) = {tuple(argv) for argv in command_lines() if argv[0] == "publish"}
+    (line,) = {tuple(argv) for argv in command_lines() if argv[0] == "publish" and "registry.example.com/ml/verl" in argv}
     argv = [str(manifests) if w == "manifests" else repo if w == "registry.example.com/ml/verl" else w for w in line]
     assert "--index-only" in argv and str(manifests) in argv and repo in argv
     return docker_env.ascendkit(*argv, *extra, cwd=manifests.parent)
@@ -159,7 +159,7 @@ def test_sbom_diff_lists_exactly_the_changed_pin(docker_env: DockerEnv, shipped:
     shutil.copytree(TEST_MATRIX.parent, tmp_path / "fixtures")
     matrix = tmp_path / "fixtures" / TEST_MATRIX.name
     matrix.write_text(edit(matrix.read_text(), 'version: "3.7"\n      package: idna', 'version: "3.6"\n      package: idna'))
-    docker_env.ascendkit("lock", "--matrix", str(matrix), cwd=tmp_path, check=True)  # against PyPI: only the changed pin moves
+    docker_env.ascendkit("lock", "--matrix", str(matrix), "--stack", "teststack", cwd=tmp_path, check=True)  # only the changed pin moves
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(matrix), "--base-image", docker_env.standin,
         "--repo", "ascendkit-diff/verl",  # its own local tags: the other tests' images keep theirs
