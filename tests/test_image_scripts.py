@@ -220,7 +220,7 @@ def test_an_archives_wheels_install_in_order_only_when_its_sha256_matches(tmp_pa
     (tmp_path / "build-env.sh").write_text(script)
     (locks / "kernels-x86_64.txt").write_text("# status: resolved\n")
     probe = (
-        f"PIP_TARGET={shlex.quote(str(target))} ascendkit_install_archive kernels URL/releases/download/r1 "
+        f"PIP_TARGET={shlex.quote(str(target))} ascendkit_install_archive kernels MIRROR_URL releases/download/r1 "
         f"aarch64=kernels-r1-aarch64.zip= x86_64={name}={digest} -- ak_second ak_first"
     )
     fake = tmp_path / "bin"
@@ -230,13 +230,16 @@ def test_an_archives_wheels_install_in_order_only_when_its_sha256_matches(tmp_pa
     (fake / "python3").symlink_to(sys.executable)
     env = {"PATH": f"{fake}:{os.environ['PATH']}", "HOME": str(tmp_path), "ASCENDKIT_ARCHES": "x86_64", "PIP_NO_INDEX": "1"}
     with serving(functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "srv"))) as url:
+        mirror = url.replace("http://", "http://ak-bot:s3cr3t-mirror@")  # credentials a served env would hold
         proc = subprocess.run(
-            ["bash", "-o", "pipefail", "-c", f"set -eu; . {tmp_path / 'build-env.sh'}; {probe.replace('URL/', url + '/')}"],
-            env=env,
+            ["bash", "-o", "pipefail", "-c", f"set -eux; . {tmp_path / 'build-env.sh'}; {probe}"],
+            env={**env, "MIRROR_URL": mirror},
             capture_output=True,
             text=True,
             timeout=120,
         )
+    assert "s3cr3t-mirror" not in proc.stdout + proc.stderr, "the mirror's credentials are never printed, xtrace on or not"
+    assert f"+ fetch {url}/releases/download/r1/{name}" in proc.stderr
     if verified:
         assert proc.returncode == 0, proc.stderr
         assert (target / "ak_first" / "__init__.py").is_file() and (target / "ak_second" / "__init__.py").is_file()
@@ -244,3 +247,22 @@ def test_an_archives_wheels_install_in_order_only_when_its_sha256_matches(tmp_pa
     else:
         assert proc.returncode != 0 and "FAILED" in proc.stderr, proc.stderr
         assert not target.exists(), "nothing of an archive whose sha256 differs is installed"
+
+
+def test_a_checkout_from_a_mirror_with_credentials_never_prints_them(tmp_path: Path) -> None:
+    """ascendkit_git_clone, run for real under xtrace: the served credentials reach git, not the log."""
+    from tests.gitserver import make_repository, serve
+
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "README").write_text("stand-in\n")
+    commit = make_repository(files, tmp_path / "srv" / "org" / "repo.git", "one commit")
+    (tmp_path / "bin").mkdir()
+    with serve(tmp_path / "srv") as url:
+        mirror = url.replace("http://", "http://ak-bot:s3cr3t-git@")
+        probe = f"ascendkit_git_clone MIRROR_URL org/repo.git {tmp_path / 'checkout'}; git -C {tmp_path / 'checkout'} rev-parse HEAD"
+        proc = source_build_env(tmp_path, "x86_64", {"ASCENDKIT_ARCHES": "x86_64", "MIRROR_URL": mirror}, probe)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == commit
+    assert "s3cr3t-git" not in proc.stdout + proc.stderr
+    assert f"+ git clone {url}/org/repo.git" in proc.stderr

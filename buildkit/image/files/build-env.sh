@@ -149,6 +149,7 @@ ascendkit_install_project() {
   work="$(mktemp -d)"
   if grep -qx "# status: resolved" "${section}"; then
     awk -v pin="${pin%%==*}==" -v one="${work}/pin.txt" -v rest="${work}/rest.txt" '
+      BEGIN { pin = tolower(pin); gsub(/[_.]+/, "-", pin) }  # the lock spells names canonically
       /^[A-Za-z0-9]/ { mine = (index(tolower($0), pin) == 1) }
       { print > (mine ? one : rest) }' "${section}"
     ASCENDKIT_SECTION="${work}/rest.txt" ascendkit_install "${layer}"
@@ -171,16 +172,33 @@ ascendkit_install_project() {
   case "${trace}" in *x*) set -x ;; esac
 }
 
-# ascendkit_install_archive LAYER URL ARCH=FILE=SHA256... -- WHEEL...: wheels published only inside a
-# release archive (sgl-kernel-npu's zips, one per chip and arch). This arch's archive is fetched from
-# URL/FILE (URL starts with the git host's ARG: a mirror), checked against its sha256 when the matrix
-# knows it (the lock is unresolved when it does not), unpacked, and the wheels installed in order:
-# with no deps when the lock is resolved (the archive's own requirements are not in it; pip check
-# in verification says if one is missing), else under the constraints file.
+# ascendkit_public URL: the URL without any user:password@ (what a log may show).
+ascendkit_public() {
+  printf '%s' "$1" | sed -E 's#://[^/@]*@#://#'
+}
+
+# ascendkit_git_clone ARG PATH DIR: clone PATH from the git host the build ARG named ARG holds (a
+# mirror, perhaps with credentials served for this build) with xtrace off: the log shows the URL
+# without them. The checkout's .git, which keeps the URL, never reaches a layer.
+ascendkit_git_clone() {
+  { local trace="$-"; set +x; } 2>/dev/null
+  local url="${!1}/$2"
+  echo "+ git clone $(ascendkit_public "${url}") $3" >&2
+  git clone --quiet --filter=blob:none --no-checkout "${url}" "$3"
+  case "${trace}" in *x*) set -x ;; esac
+}
+
+# ascendkit_install_archive LAYER ARG PATH ARCH=FILE=SHA256... -- WHEEL...: wheels published only
+# inside a release archive (sgl-kernel-npu's zips, one per chip and arch). This arch's archive is
+# fetched from PATH/FILE on the git host the build ARG named ARG holds (a mirror; credentials it
+# carries are never shown), checked against its sha256 when the matrix knows it (the lock is
+# unresolved when it does not), unpacked, and the wheels installed in order: with no deps when the
+# lock is resolved (the archive's own requirements are not in the lock; verification checks each
+# wheel is installed and its modules are found), else under the constraints file.
 ascendkit_install_archive() {
   { local trace="$-"; set +x; } 2>/dev/null
-  local layer="$1" url="$2" arch entry file="" sum="" work wheel found flags=() wheels=()
-  shift 2
+  local layer="$1" url="${!2}/$3" arch entry file="" sum="" work wheel found flags=() wheels=()
+  shift 3
   arch="$(uname -m)"
   while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do
     entry="$1"
@@ -190,20 +208,30 @@ ascendkit_install_archive() {
   shift
   test -n "${file}" || { echo "ascendkit: no ${layer} archive for ${arch}" >&2; return 1; }
   work="$(mktemp -d)"
-  echo "+ fetch ${url}/${file}" >&2
-  python3 - "${url}/${file}" "${work}/${file}" <<'PY'
+  echo "+ fetch $(ascendkit_public "${url}/${file}")" >&2
+  python3 - "${url}/${file}" "${work}/${file}" "$(ascendkit_public "${url}/${file}")" <<'PY'
+import base64
 import sys
 import time
+import urllib.parse
 import urllib.request
 
+# a mirror's user:password@ becomes basic auth (urllib would take it for part of the host)
+parts = urllib.parse.urlsplit(sys.argv[1])
+headers = {}
+if parts.username is not None:
+    pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+    headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+    parts = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1])
+request = urllib.request.Request(urllib.parse.urlunsplit(parts), headers=headers)
 for attempt in range(1, 6):
     try:
-        with urllib.request.urlopen(sys.argv[1], timeout=120) as answer, open(sys.argv[2], "wb") as out:
+        with urllib.request.urlopen(request, timeout=120) as answer, open(sys.argv[2], "wb") as out:
             while chunk := answer.read(1 << 20):
                 out.write(chunk)
         break
     except OSError as exc:
-        print(f"ascendkit: fetching {sys.argv[1]} failed ({exc}); attempt {attempt} of 5", file=sys.stderr)
+        print(f"ascendkit: fetching {sys.argv[3]} failed ({exc.__class__.__name__}); attempt {attempt} of 5", file=sys.stderr)
         if attempt == 5:
             sys.exit(1)
         time.sleep(2 * attempt)
