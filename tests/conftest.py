@@ -189,17 +189,20 @@ def docker_env(tmp_path_factory: pytest.TempPathFactory) -> DockerEnv:
 @pytest.fixture(scope="session")
 def built(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The test stack built for a3/x86_64 and pushed to the local registry, as `ascendkit build` does it."""
-    workdir = tmp_path_factory.mktemp("build")
-    repo = f"it-{uuid.uuid4().hex[:8]}"  # the registry outlives test runs: each run gets its own repository
+    return build_and_push(docker_env, tmp_path_factory.mktemp("build"), f"it-{uuid.uuid4().hex[:8]}", "--hw", "a3")
+
+
+def build_and_push(docker_env: DockerEnv, workdir: Path, repo: str, *args: str) -> dict[str, Any]:
+    """`ascendkit build` of the test matrix for x86_64 on the stand-in base, pushed to ``repo`` of the
+    local registry (the registry outlives test runs: each run gives its own repository); its JSON
+    result with the workdir, the repository and the build's stderr."""
     proc = docker_env.ascendkit(
-        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
-        "--push", "--registry", f"{docker_env.registry}/{repo}", "--json", "--quiet",
+        "build", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
+        "--push", "--registry", f"{docker_env.registry}/{repo}", "--json", "--quiet", *args,
         cwd=workdir, check=True,
     )  # fmt: skip
     result: dict[str, Any] = json.loads(proc.stdout)
-    result["workdir"] = workdir
-    result["repo"] = repo
-    result["stderr"] = proc.stderr
+    result.update(workdir=workdir, repo=repo, stderr=proc.stderr)
     return result
 
 
@@ -233,17 +236,8 @@ def bridge_gateway(docker_env: DockerEnv) -> str:
 def openrlhf_built(  # the OpenRLHF-shaped test image (with the real Ray), built and pushed once per session
     docker_env: DockerEnv, standin_git: str, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
-    workdir = tmp_path_factory.mktemp("openrlhf-build")
-    repo = f"it-openrlhf-{uuid.uuid4().hex[:8]}"
-    proc = docker_env.ascendkit(
-        "build", "--hw", "a2", "--stack", "teststack-openrlhf", "--arch", "x86_64", "--matrix", str(TEST_MATRIX),
-        "--base-image", docker_env.standin, "--github-url", standin_git,
-        "--push", "--registry", f"{docker_env.registry}/{repo}", "--json", "--quiet",
-        cwd=workdir, check=True,
-    )  # fmt: skip
-    result: dict[str, Any] = json.loads(proc.stdout)
-    result.update(workdir=workdir, repo=repo, stderr=proc.stderr)
-    return result
+    workdir, repo = tmp_path_factory.mktemp("openrlhf-build"), f"it-openrlhf-{uuid.uuid4().hex[:8]}"
+    return build_and_push(docker_env, workdir, repo, "--hw", "a2", "--stack", "teststack-openrlhf", "--github-url", standin_git)
 
 
 # ---- `pip install .` of the checkout (tests/test_packaging.py, tests/test_ship.py) ---------------------------

@@ -119,6 +119,7 @@ def test_docker_hub_logs_in_then_patches_the_full_description(fake: Fake, monkey
 
 def test_503_and_429_are_tried_again_and_a_registry_that_stays_down_is_unavailable(fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASCENDKIT_REGISTRY_TOKEN", "t")
+    monkeypatch.setenv("ASCENDKIT_REGISTRY_RETRIES", "3")  # the bound every registry call keeps: 4 attempts here
     waits: list[float] = []
     fake.faults = [503, 429]
     describe(f"{fake.host}/ascendkit/verl", PAGE, flavor="quay", sleep=waits.append)

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from buildkit.image.probe import run_in_image
-from tests.conftest import TEST_MATRIX, DockerEnv, bridge_gateway
+from tests.conftest import TEST_MATRIX, DockerEnv, bridge_gateway, build_and_push
 from tests.sglang_standin import DIST, populate, serve
 
 pytestmark = pytest.mark.docker
@@ -33,22 +33,11 @@ def mirror(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> I
         yield url
 
 
-def _build(env: DockerEnv, workdir: Path, repo: str, *args: str) -> dict[str, Any]:
-    proc = env.ascendkit(
-        "build", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", env.standin,
-        "--push", "--registry", f"{env.registry}/{repo}", "--json", "--quiet", *args,
-        cwd=workdir, check=True,
-    )  # fmt: skip
-    result: dict[str, Any] = json.loads(proc.stdout)
-    result.update(workdir=workdir, repo=repo, stderr=proc.stderr)
-    return result
-
-
 @pytest.fixture(scope="module")
 def sglang_built(docker_env: DockerEnv, mirror: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     workdir = tmp_path_factory.mktemp("sglang-build")
     repo = f"it-sglang-{uuid.uuid4().hex[:8]}"
-    return _build(
+    return build_and_push(
         docker_env,
         workdir,
         repo,
@@ -119,7 +108,7 @@ def test_k8s_render_gives_the_sglang_image_sglangs_rollout_from_its_labels(docke
 
 def test_an_ascend_950_image_is_built_verified_and_published(docker_env: DockerEnv, tmp_path: Path) -> None:
     """The test stack for the Atlas 350 SKU: its own image of chip a5, on the 950 base tag, with the 950 SoC."""
-    built = _build(docker_env, tmp_path, f"it-a5-{uuid.uuid4().hex[:8]}", "--hw", "350")
+    built = build_and_push(docker_env, tmp_path, f"it-a5-{uuid.uuid4().hex[:8]}", "--hw", "350")
     assert built["tags"][0].endswith("-a5-debian12-py3.11-x86_64") and "ascendkit/verl:teststack-a5-x86_64" in built["tags"]
     manifest = _manifest(built)
     assert manifest["passed"]

@@ -32,7 +32,6 @@ from buildkit.lock.relock import lock_one
 from buildkit.lock.sdist import SdistReader
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import GitPin, Matrix, PypiPin, Stack, WheelArchive
-from buildkit.plan import dist_name
 
 Status = Literal["found", "missing", "unverified", "conflict"]
 COMPONENT_SET = "co-resolution"  # the row of a (stack, arch) that checks every pin resolves together
@@ -56,7 +55,7 @@ class PinCheck:
 
 
 def _check_pypi(client: IndexClient, index_url: str, stack_id: str, stack: Stack, arch: str, component: str, pin: PypiPin) -> PinCheck:
-    package = pin.package or dist_name(component)
+    package = pin.dist(component)
     base = PinCheck(stack_id, arch, component, package, pin.version, index_url, "found")
     try:
         project = client.project(index_url, package)
@@ -175,8 +174,8 @@ def check_matrix(
             if stack.sgl_kernel_npu is not None:
                 archive = stack.sgl_kernel_npu
                 repo = matrix.repos[archive.repo]
-                base = f"{matrix.git_hosts[repo.host].url}/{repo.path.removesuffix('.git')}/releases/download/{archive.release}"
-                for chip in sorted({matrix.skus[s].chip for s in stack.skus}):
+                base = f"{matrix.git_hosts[repo.host].url}/{archive.release_path(repo.path)}"
+                for chip in matrix.stack_chips(stack):
                     jobs.append(("archive", stack_id, stack, arch, chip, f"{base}/{archive.filename(chip, arch)}"))
 
     def run(job: tuple[str, str, Stack, str, str, PypiPin | GitPin | CheckoutSpec | str]) -> PinCheck:

@@ -12,7 +12,7 @@ from buildkit.arch import ARCHES, Arch
 from buildkit.errors import AscendkitError, ExitCode, InputError
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Stack
-from buildkit.plan import LOCKS_DIR, PRIMARY_INDEX, dist_name, lock_path, stack_layers
+from buildkit.plan import LOCKS_DIR, PRIMARY_INDEX, lock_path, stack_layers
 
 LOCK_FORMAT = 1
 # The oldest glibc among the base OSes (Ubuntu 22.04: 2.35), so no locked wheel needs a newer one.
@@ -222,10 +222,10 @@ def _archives(loaded: LoadedMatrix, stack: Stack, arch: str) -> tuple[tuple[str,
     archive = stack.sgl_kernel_npu
     if archive is None:
         return ()
-    chips = sorted({loaded.matrix.skus[s].chip for s in stack.skus})
-    return tuple((name, archive.sha256.get(name, "")) for name in (archive.filename(chip, arch) for chip in chips))
+    names = (archive.filename(chip, arch) for chip in loaded.matrix.stack_chips(stack))
+    return tuple((name, archive.sha256.get(name, "")) for name in names)
 
 
 def _pin_dist(stack: Stack, component: str) -> str:
     pin = stack.pins().get(component)
-    return "" if pin is None else canon(pin.package or dist_name(component))
+    return "" if pin is None else canon(pin.dist(component))

@@ -21,7 +21,6 @@ from buildkit.lock.index import IndexClient, IndexUnreachable, ProjectMissing, i
 from buildkit.matrix import rules
 from buildkit.matrix.load import LoadedMatrix, read_matrix_text, resolve_stack
 from buildkit.matrix.model import Matrix, Stack
-from buildkit.plan import dist_name
 
 _IDENTIFIER = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
@@ -84,7 +83,7 @@ def _pin_news(loaded: LoadedMatrix, client: IndexClient, index_urls: dict[str, s
     stack = loaded.matrix.stacks[stack_id]
     news = []
     for component, pin in stack.pins().items():
-        package = pin.package or dist_name(component)
+        package = pin.dist(component)
         base = PinNews(stack_id, component, package, pin.version, "current")
         urls = tuple(index_urls[pin.index_for(arch)] for arch in stack.arches)
         common: set[Version] | None = None

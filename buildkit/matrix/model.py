@@ -130,6 +130,10 @@ class PypiPin(Frozen):
     def index_for(self, arch: Arch) -> str:
         return self.index_by_arch.get(arch, self.index)
 
+    def dist(self, component: str) -> str:
+        """The distribution this pin installs: its ``package``, else the component's name as pip spells it."""
+        return self.package or component.replace("_", "-")
+
 
 class GitPin(Frozen):
     """A component installed from a git repository at a tag, branch or commit."""
@@ -289,9 +293,7 @@ class Stack(Frozen):
         ),
     )
     env: dict[Annotated[StrictStr, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], StrictStr] = Field(default={})
-    ascend_tools: StrictBool = Field(
-        default=True, description="install the tool pins (msprobe, msprof_analyze, ais_bench); false leaves them out"
-    )
+    ascend_tools: StrictBool = Field(default=True, description="false leaves the tools (msprobe, msprof_analyze, ais_bench) out")
 
     def pins(self) -> dict[str, PypiPin]:
         """The PyPI-style pins by component name, in install order, absent ones left out (and the
@@ -391,3 +393,7 @@ class Matrix(Frozen):
     image_user: ImageUser = ImageUser()
     stacks: dict[Identifier, Stack] = Field(min_length=1)
     ci: Ci = Ci()
+
+    def stack_chips(self, stack: Stack) -> list[str]:
+        """The chips of the stack's SKUs (one image each), sorted; SKUs the matrix does not define are skipped."""
+        return sorted({self.skus[s].chip for s in stack.skus if s in self.skus})

@@ -32,8 +32,7 @@ def one_rollout(matrix: Matrix) -> Iterator[Violation]:
                 ("stacks", name, "sglang", "project_file"), "a project file is used by a source build", hint="build_from_source: true"
             )
         archive = stack.sgl_kernel_npu
-        chips = {matrix.skus[s].chip for s in stack.skus if s in matrix.skus}
-        for chip in sorted(chips - set(archive.chips) if archive else ()):
+        for chip in [c for c in matrix.stack_chips(stack) if c not in archive.chips] if archive else ():
             yield Violation(
                 ("stacks", name, "sgl_kernel_npu", "chips"),
                 f"the stack serves chip {chip}, for which sgl-kernel-npu names no archive",
@@ -48,12 +47,13 @@ def tool_fits_stack(matrix: Matrix) -> Iterator[Violation]:
     the tool out and says why next to its pins."""
     table = matrix.compat.tool_requirements
     for name, stack in _stacks(matrix):
-        pins = {canonical(pin.package or c.replace("_", "-")): pin.version for c, pin in stack.pins().items()}
+        stack_pins = stack.pins()
+        pins = {canonical(pin.dist(c)): pin.version for c, pin in stack_pins.items()}
         for component in TOOL_COMPONENTS:
-            pin = stack.pins().get(component)
+            pin = stack_pins.get(component)
             if pin is None:
                 continue
-            dist = pin.package or component.replace("_", "-")
+            dist = pin.dist(component)
             path = ("stacks", name, component, "version")
             needs = table.get(dist, {}).get(pin.version)
             if needs is None:

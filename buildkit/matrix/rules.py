@@ -244,7 +244,7 @@ def patches_name_pins(matrix: Matrix) -> Iterator[Violation]:
     """A patch changes a distribution the stack installs at a pinned version (the line it removes is
     only known to be there in that version)."""
     for name, stack in _stacks(matrix):
-        dists = {canonical(pin.package or component.replace("_", "-")): component for component, pin in stack.pins().items()}
+        dists = {canonical(pin.dist(component)): component for component, pin in stack.pins().items()}
         for i, patch in enumerate(stack.patches):
             if canonical(patch.package) not in dists:
                 yield Violation(

@@ -35,6 +35,10 @@ class WheelArchive(Frozen):
     def filename(self, chip: str, arch: str) -> str:
         return self.file.format(chip=self.chips[chip], arch=arch)
 
+    def release_path(self, repo_path: str) -> str:
+        """Where the release's assets are on the git host, below its URL: <owner>/<name>/releases/download/<release>."""
+        return f"{repo_path.removesuffix('.git')}/releases/download/{self.release}"
+
 
 class FrameworkSource(Frozen):
     """An RL framework installed from a git checkout at one commit (its NPU port lives in a fork, not

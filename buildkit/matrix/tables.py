@@ -17,7 +17,7 @@ def _git(stack: Stack) -> str:
 
 def tools_cell(stack: Stack) -> str:
     """Ascend's tools the stack's images carry (``-`` for none; ``ascend_tools: false`` carries none)."""
-    tools = [f"{pin.package or c.replace('_', '-')} {pin.version}" for c, pin in stack.pins().items() if c in TOOL_COMPONENTS]
+    tools = [f"{pin.dist(c)} {pin.version}" for c, pin in stack.pins().items() if c in TOOL_COMPONENTS]
     return ", ".join(tools) or "-"
 
 

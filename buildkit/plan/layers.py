@@ -125,7 +125,7 @@ def dist_name(component: str) -> str:
 def pin_of(stack: Stack, component: str) -> Pin:
     pin: PypiPin | None = stack.pins().get(component)
     assert pin is not None, component
-    return Pin(pin.package or dist_name(component), pin.version, pin.build_from_source)
+    return Pin(pin.dist(component), pin.version, pin.build_from_source)
 
 
 def expected_packages(stack: Stack) -> dict[str, str]:
@@ -227,7 +227,8 @@ def stack_layers(stack: Stack, installer: Installer) -> StackLayers:
         tail.append(
             Layer("ring-attn-ascend", "ring-attn-ascend: Ring Attention on the NPU's fused attention", (pin_of(stack, "ring_attn_ascend"),))
         )
-    tools = tuple(pin_of(stack, c) for c in TOOL_COMPONENTS if c in stack.pins())
+    pinned = stack.pins()
+    tools = tuple(pin_of(stack, c) for c in TOOL_COMPONENTS if c in pinned)
     if tools:
         tail.append(
             Layer(
@@ -303,8 +304,7 @@ def archive_fetch(stack: Stack, chip: str, host_arg: str, repo_path: str) -> Arc
     for arch in stack.arches:
         name = archive.filename(chip, arch)
         files.append((arch, name, archive.sha256.get(name, "")))
-    base = f"{repo_path.removesuffix('.git')}/releases/download/{archive.release}"
-    return ArchiveFetch(host_arg, base, tuple(files), archive.wheels)
+    return ArchiveFetch(host_arg, archive.release_path(repo_path), tuple(files), archive.wheels)
 
 
 def lock_path(stack_id: str, arch: str) -> str:

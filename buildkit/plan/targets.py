@@ -35,8 +35,7 @@ def hosts_arch(loaded: LoadedMatrix, hw: str) -> Arch:
 def all_targets(loaded: LoadedMatrix) -> list[RenderTarget]:
     targets = []
     for stack_id, stack in loaded.matrix.stacks.items():
-        chips = sorted({loaded.matrix.skus[s].chip for s in stack.skus})
-        targets += [RenderTarget(stack_id, chip, os_name) for chip in chips for os_name in stack.os]
+        targets += [RenderTarget(stack_id, chip, os_name) for chip in loaded.matrix.stack_chips(stack) for os_name in stack.os]
     return targets
 
 

@@ -30,6 +30,7 @@ import requests
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.imageref import RegistryRef
+from buildkit.ship.registry import MAX_WAIT, RETRIED_STATUS, default_retries, host_url, retry_after
 
 Flavor = Literal["quay", "harbor", "dockerhub"]
 FLAVORS: tuple[Flavor, ...] = ("quay", "harbor", "dockerhub")
@@ -38,8 +39,6 @@ DOCKER_HUB_API = "https://hub.docker.com"
 TOKEN_ENV = "ASCENDKIT_REGISTRY_TOKEN"
 USERNAME_ENV = "ASCENDKIT_REGISTRY_USERNAME"
 PASSWORD_ENV = "ASCENDKIT_REGISTRY_PASSWORD"
-ATTEMPTS = 4
-RETRIED = frozenset({429, 500, 502, 503, 504})
 
 
 class NoDescriptionApi(Unavailable):
@@ -54,11 +53,6 @@ class Described:
     characters: int
 
 
-def _base(host: str) -> str:
-    loopback = host.split(":")[0] in ("127.0.0.1", "localhost", "[::1]")
-    return f"{'http' if loopback else 'https'}://{host}"
-
-
 def detect(session: requests.Session, ref: RegistryRef, timeout: float = 15.0) -> Flavor | None:
     """Which description API the registry speaks, if any."""
     host = ref.host.lower()
@@ -67,7 +61,7 @@ def detect(session: requests.Session, ref: RegistryRef, timeout: float = 15.0) -
     if host in DOCKER_HUB_HOSTS:
         return "dockerhub"
     try:
-        answer = session.get(f"{_base(ref.host)}/api/v2.0/systeminfo", timeout=timeout)
+        answer = session.get(f"{host_url(ref.host)}/api/v2.0/systeminfo", timeout=timeout)
     except requests.RequestException as exc:
         raise Unavailable(f"{ref.host} could not be reached: {exc.__class__.__name__}") from None
     if answer.status_code == 200 and "harbor_version" in answer.text:
@@ -76,23 +70,24 @@ def detect(session: requests.Session, ref: RegistryRef, timeout: float = 15.0) -
 
 
 def _call(session: requests.Session, method: str, url: str, sleep: Callable[[float], None], **kwargs: Any) -> requests.Response:
-    """One API call, tried again on 429, 5xx and dropped connections (Retry-After honoured, capped)."""
-    for attempt in range(1, ATTEMPTS + 1):
+    """One API call, tried again as every registry call is: on a lost connection and the statuses the
+    distribution client retries, waiting as Retry-After asks (capped), as many times as
+    $ASCENDKIT_REGISTRY_RETRIES allows."""
+    attempts = default_retries() + 1
+    for attempt in range(1, attempts + 1):
         try:
             answer = session.request(method, url, timeout=60, **kwargs)
         except requests.RequestException as exc:
-            if attempt == ATTEMPTS:
-                raise Unavailable(f"{url} could not be reached after {ATTEMPTS} attempts: {exc.__class__.__name__}") from None
-        else:
-            if answer.status_code not in RETRIED:
-                return answer
-            if attempt == ATTEMPTS:
-                raise Unavailable(f"{url} answered HTTP {answer.status_code} {ATTEMPTS} times")
-            wait = answer.headers.get("Retry-After", "")
-            if wait.isdigit():
-                sleep(min(float(wait), 30.0))
-                continue
-        sleep(0.5 * 2 ** (attempt - 1))
+            if attempt == attempts:
+                raise Unavailable(f"{url} could not be reached after {attempts} attempts: {exc.__class__.__name__}") from None
+            sleep(0.5 * 2 ** (attempt - 1))
+            continue
+        if answer.status_code not in RETRIED_STATUS:
+            return answer
+        if attempt == attempts:
+            raise Unavailable(f"{url} answered HTTP {answer.status_code} {attempts} times")
+        asked = retry_after(answer)
+        sleep(min(asked, MAX_WAIT) if asked is not None else 0.5 * 2 ** (attempt - 1))
     raise AssertionError("unreachable")
 
 
@@ -120,7 +115,7 @@ def describe(
         raise NoDescriptionApi(f"{ref.host} keeps no repository description ascendkit can set (quay.io, Harbor and Docker Hub do)")
     body: dict[str, str]
     if chosen == "quay":
-        url = f"{_base(ref.host)}/api/v1/repository/{ref.repository}"
+        url = f"{host_url(ref.host)}/api/v1/repository/{ref.repository}"
         headers = {"Authorization": f"Bearer {_need(TOKEN_ENV, chosen)}"}
         answer = _call(session, "PUT", url, sleep, json={"description": text}, headers=headers)
     elif chosen == "harbor":
@@ -129,7 +124,7 @@ def describe(
             raise InputError(f"REPOSITORY {repository!r}: a Harbor repository is PROJECT/NAME")
         # Harbor's API takes a repository name with slashes escaped twice (%252F)
         name = urllib.parse.quote(urllib.parse.quote(rest, safe=""), safe="")
-        url = f"{_base(ref.host)}/api/v2.0/projects/{project}/repositories/{name}"
+        url = f"{host_url(ref.host)}/api/v2.0/projects/{project}/repositories/{name}"
         auth = (_need(USERNAME_ENV, chosen), _need(PASSWORD_ENV, chosen))
         answer = _call(session, "PUT", url, sleep, json={"description": text}, auth=auth)
     else:

@@ -39,6 +39,7 @@ IMAGE_MANIFESTS = (DOCKER_MANIFEST, OCI_MANIFEST)
 INDEXES = (DOCKER_LIST, OCI_INDEX)
 ACCEPT = ", ".join((DOCKER_MANIFEST, DOCKER_LIST, OCI_MANIFEST, OCI_INDEX))
 RETRIED_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+MAX_WAIT = 30.0  # seconds: the longest wait between two tries, whatever Retry-After asks
 _REPOSITORY_OF_PATH = re.compile(r"^/(?P<repo>.+?)/(?:manifests|blobs|tags|referrers)/")
 
 
@@ -107,6 +108,12 @@ class Sized:
             yield chunk
 
 
+def host_url(host: str) -> str:
+    """``https://HOST``; plain http on loopback only (the test registries, a local mirror)."""
+    loopback = host.split(":")[0] in ("127.0.0.1", "localhost", "[::1]")
+    return f"{'http' if loopback else 'https'}://{host}"
+
+
 def default_retries() -> int:
     """How many times a call is tried again: ``$ASCENDKIT_REGISTRY_RETRIES``, default 6 (about 45 s
     of a registry that stays down before the run ends)."""
@@ -127,13 +134,12 @@ class Registry:
         *,
         retries: int | None = None,
         backoff: float = 0.5,
-        max_wait: float = 30.0,
+        max_wait: float = MAX_WAIT,
         timeout: float = 60.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.host = host
-        loopback = host.split(":")[0] in ("127.0.0.1", "localhost", "[::1]")
-        self.base = f"{'http' if loopback else 'https'}://{host}/v2"
+        self.base = f"{host_url(host)}/v2"
         self.retries = default_retries() if retries is None else retries
         self.backoff = backoff
         self.max_wait = max_wait
