@@ -41,7 +41,8 @@ from buildkit.imageref import RegistryRef
 from buildkit.matrix.load import load_matrix
 from buildkit.ship.layers import GZIP, Compression
 from buildkit.ship.local import LocalImage
-from buildkit.ship.publish import ShipOptions, Target, push_image
+from buildkit.ship.options import ShipOptions, Target
+from buildkit.ship.publish import push_image
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

@@ -12,6 +12,7 @@ is one user of the modules below; this is another, with the same checks in the s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,9 @@ from buildkit.run.smoke import SmokeReport, run_smoke
 from buildkit.run.smokerequest import make_request
 from buildkit.settings import Mirrors
 from buildkit.ship.local import load_local_image
-from buildkit.ship.publish import Published, publish_all, ship_options
+from buildkit.ship.options import Published, ship_options
+from buildkit.ship.publish import publish_all
+from buildkit.trust.keys import PASSWORD_ENV, load_signer
 
 MatrixLike = Path | str | LoadedMatrix
 
@@ -132,12 +135,19 @@ def publish(
     index: bool = True,
     media_types: str | None = None,
     compression: str = "gzip",
+    sign_key: str | None = None,
+    passphrase: bytes | None = None,
 ) -> list[Published]:
     """Push verified local images by digest to each registry (``HOST[:PORT]/REPO``, one or a list),
     then (``index``) their multi-arch index, refused while an arch is missing. ``media_types``:
-    None (Docker images, OCI SBOM), "docker" or "oci"; ``compression="zstd"`` also publishes ``<tag>-zstd``."""
+    None (Docker images, OCI SBOM), "docker" or "oci"; ``compression="zstd"`` also publishes ``<tag>-zstd``.
+    ``sign_key`` (a cosign key file or ``env://VAR``) signs every image and index and their provenance;
+    its ``passphrase`` defaults to $COSIGN_PASSWORD."""
     targets = [RegistryRef.parse(r) for r in ([registry] if isinstance(registry, str) else registry)]
-    options = ship_options(media_types, compression)
+    signer = None
+    if sign_key is not None:
+        signer = load_signer(sign_key, passphrase if passphrase is not None else os.environ.get(PASSWORD_ENV, "").encode())
+    options = ship_options(media_types, compression, signer)
     client = connect()
     local = [load_local_image(client, ref, manifest_dir) for ref in images]
     published: list[Published] = []

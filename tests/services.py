@@ -19,7 +19,8 @@
 The env file (``$ASCENDKIT_SERVICES_DIR/env``, default /tmp/ascendkit-services/env) holds
 DOCKER_HOST, ASCENDKIT_REGISTRY, ASCENDKIT_REGISTRY2, ASCENDKIT_STANDIN_IMAGE[_ARM64],
 ASCENDKIT_CONTAINERD (the socket of the engine's containerd, for `ctr` in the zstd tests and the
-benchmark) and, with --arm64, ASCENDKIT_EMULATED_DOCKER_HOST for the tests.
+benchmark), ASCENDKIT_SKOPEO_SIGSTORE (a skopeo with sigstore, tests/sigstore_skopeo.py) and,
+with --arm64, ASCENDKIT_EMULATED_DOCKER_HOST for the tests.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import docker
 from docker.errors import NotFound
 
 from buildkit.fsio import sha256_of
+from tests.sigstore_skopeo import skopeo_sigstore
 
 STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
 ENV_FILE = STATE / "env"
@@ -351,6 +353,7 @@ def start(arm64: bool) -> None:
             "ASCENDKIT_REGISTRY2": f"127.0.0.1:{REGISTRY2_PORT}",
             "ASCENDKIT_CONTAINERD": str(containerd_socket()),
             "ASCENDKIT_STANDIN_IMAGE": standins["amd64"].result(),
+            "ASCENDKIT_SKOPEO_SIGSTORE": str(skopeo_sigstore(STATE)),  # bookworm's skopeo has sigstore cut out
         }
         if arm64:
             env["ASCENDKIT_STANDIN_IMAGE_ARM64"] = standins["arm64"].result()

@@ -16,7 +16,8 @@ from buildkit.errors import ExitCode, Unavailable
 from buildkit.imageref import RegistryRef
 from buildkit.ship.attach import fallback_tag
 from buildkit.ship.local import LocalImage
-from buildkit.ship.publish import ShipOptions, Target, push_image
+from buildkit.ship.options import ShipOptions, Target
+from buildkit.ship.publish import push_image
 from buildkit.ship.registry import Registry
 from tests import skopeo
 from tests.conftest import DockerEnv

@@ -40,6 +40,8 @@ from buildkit.cli.ship_options import (
     ManifestDir,
     MediaTypesOption,
     RegistriesOption,
+    SignKeyOption,
+    load_sign_key,
     print_summary,
     to_stderr,
 )
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
     from buildkit.imageref import RegistryRef
     from buildkit.matrix.load import LoadedMatrix
     from buildkit.ship.local import LocalImage
-    from buildkit.ship.publish import ShipOptions
+    from buildkit.ship.options import ShipOptions
 
 
 class StepPrinter:
@@ -143,6 +145,7 @@ def build(
     ] = False,
     registry: RegistriesOption = None,
     media_types: MediaTypesOption = None,
+    sign_key: SignKeyOption = None,
     compression: CompressionOption = Compression.gzip,
     manifest_dir: ManifestDir = Path("manifests"),
     offline: Annotated[
@@ -166,7 +169,7 @@ def build(
     from buildkit.image.engine import connect
     from buildkit.imageref import RegistryRef
     from buildkit.matrix.load import load_matrix
-    from buildkit.ship.publish import ship_options
+    from buildkit.ship.options import ship_options
 
     if hw is None and not every:
         raise InputError("give --hw (e.g. --hw a3), or --all (narrowed by --stack/--hw/--os/--arch)")
@@ -181,9 +184,9 @@ def build(
         raise InputError("--registry is where --push sends the image: give --push too, or drop --registry")
     if no_index and not push:
         raise InputError("--no-index only changes what --push does: give --push too")
-    if (media_types or compression != Compression.gzip) and not push:
-        raise InputError("--media-types and --compression change what --push does: give --push too")
-    shipping = ship_options(media_types.value if media_types else None, compression.value)
+    if (media_types or compression != Compression.gzip or sign_key) and not push:
+        raise InputError("--media-types, --compression and --sign-key change what --push does: give --push too")
+    shipping = ship_options(media_types.value if media_types else None, compression.value, load_sign_key(sign_key))
     check_names(repository, base_image)  # options every target shares: refused once, not per target
     loaded = load_matrix(matrix)
     mirrors = mirrors_from(

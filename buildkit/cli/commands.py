@@ -15,6 +15,9 @@ SUMMARIES: dict[str, str] = {
     "publish": "Push verified images and their indexes to registries.",
     "mirror": "Copy a published image between registries by digest.",
     "describe": "Set a repository's description to its overview page.",
+    "keygen": "Write a cosign key pair for signing images.",
+    "sign": "Sign an image in a registry with a cosign key.",
+    "verify": "Check an image's signatures and provenance offline.",
     "doctor": "Check that this host or image is ready for its NPUs.",
     "lock": "Pin every package of an image, with hashes.",
     "wheelhouse": "Download an image's locked packages for offline builds.",
@@ -57,6 +60,25 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         (
             "Set a repository's description on quay.io, Harbor or Docker Hub to an overview page; credentials from "
             "$ASCENDKIT_REGISTRY_TOKEN (quay) or $ASCENDKIT_REGISTRY_USERNAME / _PASSWORD, never an argument."
+        ),
+    ),
+    "keygen": (
+        ("buildkit.cli.trust_cmd",),
+        "Write a new key pair: cosign.key (encrypted with $COSIGN_PASSWORD, else a passphrase asked twice) and cosign.pub.",
+    ),
+    "sign": (
+        ("buildkit.cli.trust_cmd",),
+        (
+            "Sign an image in a registry (an index and every member) with a cosign key, as cosign does: a signature at "
+            "sha256-<hex>.sig beside each digest, for this repository. No network beyond the registry."
+        ),
+    ),
+    "verify": (
+        ("buildkit.cli.trust_cmd",),
+        (
+            "Check an image with no engine: the signature of the index and of each member, each member's provenance "
+            "(signature, subject), and that its pins match the SBOM and the matrix stack its labels name. Exit 0 when "
+            "every check passes, 1 naming each that failed."
         ),
     ),
     "doctor": (

@@ -15,6 +15,8 @@ from buildkit.cli.ship_options import (
     ManifestDir,
     MediaTypesOption,
     RegistriesOption,
+    SignKeyOption,
+    load_sign_key,
     print_summary,
     to_stderr,
 )
@@ -38,13 +40,14 @@ def publish(
     media_types: MediaTypesOption = None,
     compression: CompressionOption = Compression.gzip,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="With --index-only: check everything in the registry, push nothing.")] = False,
+    sign_key: SignKeyOption = None,
     manifest_dir: ManifestDir = Path("manifests"),
     as_json: JsonFlag = False,
 ) -> None:
     """Push verified images by digest with their SBOMs to each registry, then the multi-arch index
     (refused if an arch is missing); or, with --index-only, only the indexes of images already pushed."""
     from buildkit.imageref import IMAGE_REFERENCE, RegistryRef
-    from buildkit.ship.publish import ship_options
+    from buildkit.ship.options import ship_options
 
     if not registry:
         raise InputError("give --registry HOST[:PORT]/REPO (repeat it to publish to several registries)")
@@ -57,7 +60,7 @@ def publish(
     targets = [RegistryRef.parse(r) for r in registry]
     if len({t.name for t in targets}) != len(targets):
         raise InputError(f"--registry names the same repository twice: {', '.join(sorted(t.name for t in targets))}")
-    options = ship_options(media_types.value if media_types else None, compression.value)
+    options = ship_options(media_types.value if media_types else None, compression.value, load_sign_key(sign_key))
     for ref in images or []:
         if not IMAGE_REFERENCE.match(ref):
             raise InputError(f"{ref!r} is not an image reference: give local images as NAME[:TAG], as `ascendkit build` tagged them")
@@ -103,13 +106,15 @@ def mirror(
     dst: Annotated[str, typer.Argument(metavar="DST", help="HOST[:PORT]/REPO[:TAG] (default: the source's tag).")],
     media_types: MediaTypesOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Look everything up and say what would be sent; write nothing.")] = False,
+    sign_key: SignKeyOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Copy a published image (an index with every member, the SBOM and every other attachment) from
     one registry to another by digest, byte for byte, with no engine; what the destination has is not sent again."""
     from buildkit.ship.mirror import mirror as copy_image
 
-    outcome = copy_image(src, dst, form=media_types.value if media_types else None, dry_run=dry_run, say=to_stderr)
+    signer = load_sign_key(sign_key)
+    outcome = copy_image(src, dst, form=media_types.value if media_types else None, dry_run=dry_run, signer=signer, say=to_stderr)
     sent = sum(size for _, size in outcome.sent)
     verb = "would send" if dry_run else "sent"
     tags = ", ".join(f"{outcome.destination}:{t}" for t in outcome.tags) or f"{outcome.destination}@{outcome.copied_digest}"
@@ -121,6 +126,8 @@ def mirror(
         + ("" if outcome.copied_digest == outcome.digest else f" (the source's was {outcome.digest}: media types changed)"),
         err=True,
     )
+    if outcome.signed:
+        typer.echo(f"  {'would sign' if dry_run else 'signed'} {len(outcome.signed)} manifest(s) for {outcome.destination}", err=True)
     for dropped in outcome.dropped:
         typer.echo(f"ascendkit: warning: not copied: {dropped}", err=True)
     if as_json:

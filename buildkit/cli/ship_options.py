@@ -51,6 +51,43 @@ CompressionOption = Annotated[
 ]
 
 
+SignKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--sign-key",
+        metavar="KEY",
+        help="Sign every image and index, and their provenance, with this cosign key (a file, or env://VAR holding the PEM); "
+        "the passphrase from $COSIGN_PASSWORD, else a prompt.",
+        rich_help_panel=SHIPPING,
+    ),
+]
+
+
+def load_sign_key(source: str | None) -> Any:
+    """The signer of ``--sign-key`` (None without one), its passphrase from $COSIGN_PASSWORD or, on a terminal, a prompt."""
+    if source is None:
+        return None
+    from buildkit.trust.keys import load_signer
+
+    return load_signer(source, passphrase(f"Passphrase of {source}"))
+
+
+def passphrase(prompt: str, *, confirm: bool = False) -> bytes:
+    """$COSIGN_PASSWORD (set and empty means no passphrase, as cosign reads it), else asked on the terminal."""
+    import os
+    import sys
+
+    from buildkit.errors import InputError
+    from buildkit.trust.keys import PASSWORD_ENV
+
+    if PASSWORD_ENV in os.environ:
+        return os.environ[PASSWORD_ENV].encode()
+    if not sys.stdin.isatty():
+        raise InputError(f"no passphrase: set ${PASSWORD_ENV} (no terminal to ask on)")
+    text: str = typer.prompt(prompt, hide_input=True, confirmation_prompt=confirm, default="", show_default=False)
+    return text.encode()
+
+
 def to_stderr(line: str) -> None:
     typer.echo(line, err=True)
 

@@ -25,6 +25,7 @@ from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, host
 from buildkit.image.engine import connect, remove_containers
 from buildkit.image.manifest import manifest_data, verified_before, write_manifest
 from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
+from buildkit.image.record import build_record
 from buildkit.image.render import SECRETS_ARG, context_paths
 from buildkit.image.sbom import BaseImage, dumps, sbom_document, sbom_path
 from buildkit.image.secrets import SecretServer
@@ -144,6 +145,10 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
         with deferred():
             _tag(client, image_id, plan.refs)
         checks = [Check(**check) for check in before["checks"]]
+        record = build_record(plan, base_of(client, plan.base_image))
+        if before.get("build") != record:  # provenance says what this build ran from (this commit, these build args)
+            with deferred():
+                write_manifest(plan.manifest_dir, plan.manifest_name, {**before, "build": record})
         manifest = (plan.manifest_dir / f"{plan.manifest_name}.json", plan.manifest_dir / f"{plan.manifest_name}.md")
         return _result(plan, image_id, started, progress, checks, manifest, sbom, "reused")
     try:
@@ -153,12 +158,13 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     except KeyboardInterrupt as exc:
         raise interrupted(exc, f"image {image_id[:19]} was built but not verified; nothing was tagged and no manifest written") from None
     checks = compare(facts, plan.expected)
-    data = manifest_data(facts, plan.expected, checks, plan.refs)
+    base = base_of(client, plan.base_image)
+    data = {**manifest_data(facts, plan.expected, checks, plan.refs), "build": build_record(plan, base)}
     bad = failures(checks)
     with deferred():  # the manifest, the SBOM and every tag, or (stopped before this) none of them
         manifest_json, manifest_md = write_manifest(plan.manifest_dir, plan.manifest_name, data)
         if not bad:
-            write_atomic(sbom, dumps(sbom_document(facts, plan.image, base_of(client, plan.base_image), plan.repository)))
+            write_atomic(sbom, dumps(sbom_document(facts, plan.image, base, plan.repository)))
             _tag(client, image_id, plan.refs)
     if bad:
         lines = "\n".join(f"    {c.name}: expected {c.expected}, found {c.actual}" for c in bad)

@@ -163,7 +163,7 @@ def collect_facts(
     )
 
 
-def _version_matches(installed: str | None, pinned: str) -> bool:
+def version_matches(installed: str | None, pinned: str) -> bool:
     if installed is None:
         return False
     try:
@@ -205,7 +205,7 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
     checks.append(check("ascendkit doctor (preflight)", "exit 0 or 10", found, doctor_ok))
     for dist, version in expected.packages:
         got = facts.packages.get(normalize(dist))
-        checks.append(check(f"package {dist}", version, got, _version_matches(got, version)))
+        checks.append(check(f"package {dist}", version, got, version_matches(got, version)))
     for component, module in expected.imports:
         error = facts.imported.get(module, "not probed")
         checks.append(check(f"import {module}", f"{component.replace('_', '-')} imports", error or "imported", not error))
@@ -216,7 +216,7 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
         wrong = [
             f"{name} {facts.packages.get(normalize(name), 'missing')}"
             for name, version in expected.locked
-            if not _version_matches(facts.packages.get(normalize(name)), version)
+            if not version_matches(facts.packages.get(normalize(name)), version)
         ]
         want = f"{len(expected.locked)} packages of {expected.lock}"
         got_text = "all at their locked versions" if not wrong else "not as locked: " + ", ".join(wrong[:10])

@@ -23,8 +23,10 @@ from buildkit.image.sbom import SBOM_SUFFIX, sbom_beside
 from buildkit.imageref import RegistryRef
 from buildkit.ship.attach import Attached, attach_sbom
 from buildkit.ship.local import index_names
-from buildkit.ship.publish import Published, ShipOptions, Target, publish_index, variants
+from buildkit.ship.options import Published, ShipOptions, Target, variants
+from buildkit.ship.publish import publish_index
 from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest
+from buildkit.ship.trust import attest_image
 
 
 @dataclass(frozen=True)
@@ -221,11 +223,13 @@ def publish_indexes(
                 for arch in sorted(members):
                     sbom = read_input_bytes(group.members[arch].sbom, "SBOM")
                     sboms.append(attach_sbom(target.registry, target.ref.repository, members[arch], sbom, form))
+                    build = json.loads(read_input_bytes(group.members[arch].path, "build manifest"))
+                    attest_image(target.registry, target.ref.repository, members[arch].digest, build, options.signer, form)
         for target in registries:
             for kind in kinds:
                 suffix = "" if kind == "gzip" else f"-{kind}"
                 names = tuple(f"{name}{suffix}" for name in group.names)
-                index = tuple(publish_index(target, names, found[(target.name, kind)], options.form, kind))
+                index = tuple(publish_index(target, names, found[(target.name, kind)], options.form, kind, options.signer))
                 indexes[target.name] = indexes.get(target.name, ()) + index
                 for p in index:
                     tell(f"published index {p.ref}")

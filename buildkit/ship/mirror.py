@@ -8,7 +8,8 @@ interrupted copy leaves no tag pointing at something missing, and running it aga
 
 With ``form`` (``--media-types docker|oci``) manifests whose media types differ are rewritten
 (same blobs, new digests); the SBOM is attached again in that form to each new digest, and
-attachments that sign or name the old digests cannot follow, which is said.
+attachments that sign or name the old digests cannot follow, which is said. With ``signer``
+(``--sign-key``) the copy is signed for the destination repository, the index and every member.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from buildkit.imageref import IMAGE_REFERENCE, RegistryRef, registry_of, split_r
 from buildkit.ship.attach import attach_sbom, fallback_tag
 from buildkit.ship.compose import OCI_TYPES, convert, dump, sbom_layer, sbom_of_layer
 from buildkit.ship.registry import DOCKER_MANIFEST, IMAGE_MANIFESTS, INDEXES, OCI_INDEX, Manifest, Registry, digest_of
+from buildkit.ship.trust import sign_tree
+from buildkit.trust.keys import Signer
 
 Say = Callable[[str], None]
 MAX_ATTACHMENT_DEPTH = 3  # an SBOM's signature's signature: deeper than anything that is pushed
@@ -85,6 +88,7 @@ class MirrorOutcome:
     manifests: list[str] = field(default_factory=list)
     attachments: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
+    signed: list[str] = field(default_factory=list)  # --sign-key: the digests signed for the destination repository
     dry_run: bool = False
 
     def describe(self) -> dict[str, Any]:
@@ -104,6 +108,7 @@ class MirrorOutcome:
             "manifests": self.manifests,
             "attachments": self.attachments,
             "dropped": self.dropped,
+            "signed": self.signed,
         }
 
 
@@ -185,6 +190,7 @@ def mirror(
     *,
     form: Literal["docker", "oci"] | None = None,
     dry_run: bool = False,
+    signer: Signer | None = None,
     say: Say | None = None,
 ) -> MirrorOutcome:
     tell = say or (lambda _: None)
@@ -282,6 +288,13 @@ def mirror(
         for tag, body in referrers.items():
             destination.put_manifest(target.repository, tag, body, OCI_INDEX)
             outcome.attachments.append(tag)
+    # Signed for the destination repository (its name is what a signature claims), before its tag moves.
+    if signer is not None:
+        final = renamed[root.digest]
+        if dry_run:
+            outcome.signed = [n.digest for n in nodes.values() if n.kind != "attachment"]
+        else:
+            outcome.signed = sign_tree(destination, target.repository, final, signer, form, tell)
     tag = dst_tag or source.tag
     if tag:
         outcome.tags.append(tag)

@@ -12,6 +12,7 @@ registry serves. Every registry gets everything by digest before any gets a tag.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,67 +23,21 @@ import docker
 import requests
 from docker.errors import DockerException
 
-from buildkit.errors import InputError, PublishFailed, Unavailable
+from buildkit.errors import PublishFailed, Unavailable
 from buildkit.fsio import read_input_bytes
 from buildkit.imageref import RegistryRef
 from buildkit.reach import engine_said
 from buildkit.ship.attach import Attached, attach_sbom
-from buildkit.ship.compose import Form, image_form, image_manifest, index_manifest
+from buildkit.ship.compose import Form, image_manifest, index_manifest
 from buildkit.ship.layers import GZIP, ZSTD, Blob, Compression, CompressionCache, export
 from buildkit.ship.local import LocalImage, record_published
-from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, Registry, digest_of
+from buildkit.ship.options import Published, ShipOptions, Target, variants
+from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, digest_of
+from buildkit.ship.sign import sign_digest
+from buildkit.ship.trust import attest_image
+from buildkit.trust.keys import Signer
 
 Say = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One way an image is published: gzip under its tags, or zstd under ``<tag>-zstd``."""
-
-    compression: Compression
-
-    @property
-    def suffix(self) -> str:
-        return "" if self.compression.name == "gzip" else f"-{self.compression.name}"
-
-
-def variants(zstd: bool) -> tuple[Variant, ...]:
-    return (Variant(GZIP), Variant(ZSTD)) if zstd else (Variant(GZIP),)
-
-
-@dataclass(frozen=True)
-class ShipOptions:
-    form: Form = None  # --media-types: None (the default), docker or oci
-    zstd: bool = False  # --compression zstd: also <tag>-zstd
-
-    def __post_init__(self) -> None:
-        if self.zstd:
-            image_form(self.form, "zstd")  # refuses docker + zstd before anything is contacted
-
-
-@dataclass(frozen=True)
-class Target:
-    ref: RegistryRef
-    registry: Registry
-
-    @classmethod
-    def of(cls, ref: RegistryRef) -> Target:
-        return cls(ref, Registry(ref.host))
-
-    @property
-    def name(self) -> str:
-        return self.ref.name
-
-
-@dataclass(frozen=True)
-class Published:
-    ref: str
-    digest: str
-    arch: str | None  # None for the multi-arch index
-    compression: str = "gzip"
-
-    def describe(self) -> dict[str, Any]:
-        return {"ref": self.ref, "digest": self.digest, "arch": self.arch or "index", "compression": self.compression}
 
 
 # ---- blobs ------------------------------------------------------------------------------------------
@@ -183,6 +138,7 @@ class PublishOutcome:
     registries: dict[str, list[Published]] = field(default_factory=dict)  # target name -> per-arch tags
     indexes: dict[str, list[Published]] = field(default_factory=dict)  # target name -> index tags
     sboms: dict[str, list[Attached]] = field(default_factory=dict)
+    trust: dict[str, list[dict[str, str | None]]] = field(default_factory=dict)  # target name -> each digest's signature and provenance
     index_missing: tuple[str, ...] = ()
 
     @property
@@ -207,6 +163,8 @@ class PublishOutcome:
                     "pushed": [p.describe() for p in pushed],
                     "index": [p.describe() for p in self.indexes.get(name, [])],
                     "sboms": [a.describe() for a in self.sboms.get(name, [])],
+                    "signed": [t for t in self.trust.get(name, []) if t.get("signature")],
+                    "provenance": [t for t in self.trust.get(name, []) if t.get("provenance")],
                 }
                 for name, pushed in self.registries.items()
             ],
@@ -221,6 +179,7 @@ def push_image(
     cache = CompressionCache.load()
     sbom = read_input_bytes(image.sbom, "SBOM") if image.sbom is not None and image.sbom.is_file() else None
     outcome = PublishOutcome()
+    build = json.loads(read_input_bytes(image.manifest, "build manifest")) if image.manifest is not None else {}
     with tempfile.TemporaryDirectory(prefix="ascendkit-ship-") as tmp:
         try:
             blobs = _gather(client, image, targets, options, cache, Path(tmp), tell)
@@ -240,6 +199,9 @@ def push_image(
                         attached = attach_sbom(target.registry, target.ref.repository, subject, sbom, form)
                         outcome.sboms.setdefault(target.name, []).append(attached)
                         tell(f"{target.name}: attached the SBOM to {subject.digest[:19]} ({attached.how})")
+                    form = options.form if variant.compression.name == "gzip" else None
+                    trusted = attest_image(target.registry, target.ref.repository, subject.digest, build, options.signer, form)
+                    outcome.trust.setdefault(target.name, []).append(trusted)
         finally:
             cache.save()
     for target in targets:
@@ -302,10 +264,18 @@ def index_members(target: Target, image: LocalImage, suffix: str) -> tuple[dict[
 
 
 def publish_index(
-    target: Target, names: tuple[str, ...], members: dict[str, Manifest], form: Form, compression: str = "gzip"
+    target: Target,
+    names: tuple[str, ...],
+    members: dict[str, Manifest],
+    form: Form,
+    compression: str = "gzip",
+    signer: Signer | None = None,
 ) -> list[Published]:
     """Publish the multi-arch index over ``members`` (every arch present) under ``names``."""
     body, media_type = index_manifest(members, form if compression == "gzip" else "oci", f"{target.name}:{names[0]}")
+    if signer is not None:  # by digest, signed, then tagged: no tag names an unsigned index
+        digest = target.registry.put_manifest(target.ref.repository, digest_of(body), body, media_type)
+        sign_digest(target.registry, target.ref.repository, digest, signer, form if compression == "gzip" else None)
     published = []
     for name in names:
         digest = _put_tag(target, name, body, media_type)
@@ -354,7 +324,7 @@ def publish_image(
         return outcome
     for target, variant, members in found:
         names = tuple(f"{name}{variant.suffix}" for name in image.index_names)
-        index = publish_index(target, names, members, options.form, variant.compression.name)
+        index = publish_index(target, names, members, options.form, variant.compression.name, options.signer)
         outcome.indexes.setdefault(target.name, []).extend(index)
         for p in index:
             tell(f"published index {p.ref}")
@@ -386,13 +356,3 @@ def publish_all(
             publish_image(client, image, targets, want_index=index and last_of_group, require_index=True, options=options, say=say)
         )
     return outcomes
-
-
-def ship_options(media_types: str | None, compression: str) -> ShipOptions:
-    """The options as the command line and the API spell them, checked before anything is contacted."""
-    if media_types not in (None, "default", "docker", "oci"):
-        raise InputError(f"media types {media_types!r}: give docker or oci (or leave it out for the default)")
-    if compression not in ("gzip", "zstd"):
-        raise InputError(f"compression {compression!r}: give gzip or zstd")
-    form: Form = None if media_types in (None, "default") else media_types  # type: ignore[assignment]
-    return ShipOptions(form=form, zstd=compression == "zstd")

@@ -1,0 +1,75 @@
+"""What publishing is asked to do (the options the command line and the API share) and what it
+reports: where an image goes, in which forms, signed with which key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from buildkit.errors import InputError
+from buildkit.imageref import RegistryRef
+from buildkit.ship.compose import Form, image_form
+from buildkit.ship.layers import GZIP, ZSTD, Compression
+from buildkit.ship.registry import Registry
+from buildkit.trust.keys import Signer
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way an image is published: gzip under its tags, or zstd under ``<tag>-zstd``."""
+
+    compression: Compression
+
+    @property
+    def suffix(self) -> str:
+        return "" if self.compression.name == "gzip" else f"-{self.compression.name}"
+
+
+def variants(zstd: bool) -> tuple[Variant, ...]:
+    return (Variant(GZIP), Variant(ZSTD)) if zstd else (Variant(GZIP),)
+
+
+@dataclass(frozen=True)
+class ShipOptions:
+    form: Form = None  # --media-types: None (the default), docker or oci
+    zstd: bool = False  # --compression zstd: also <tag>-zstd
+    signer: Signer | None = None  # --sign-key: sign every image and index, and the provenance
+
+    def __post_init__(self) -> None:
+        if self.zstd:
+            image_form(self.form, "zstd")  # refuses docker + zstd before anything is contacted
+
+
+@dataclass(frozen=True)
+class Target:
+    ref: RegistryRef
+    registry: Registry
+
+    @classmethod
+    def of(cls, ref: RegistryRef) -> Target:
+        return cls(ref, Registry(ref.host))
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
+
+
+@dataclass(frozen=True)
+class Published:
+    ref: str
+    digest: str
+    arch: str | None  # None for the multi-arch index
+    compression: str = "gzip"
+
+    def describe(self) -> dict[str, Any]:
+        return {"ref": self.ref, "digest": self.digest, "arch": self.arch or "index", "compression": self.compression}
+
+
+def ship_options(media_types: str | None, compression: str, signer: Signer | None = None) -> ShipOptions:
+    """The options as the command line and the API spell them, checked before anything is contacted."""
+    if media_types not in (None, "default", "docker", "oci"):
+        raise InputError(f"media types {media_types!r}: give docker or oci (or leave it out for the default)")
+    if compression not in ("gzip", "zstd"):
+        raise InputError(f"compression {compression!r}: give gzip or zstd")
+    form: Form = None if media_types in (None, "default") else media_types  # type: ignore[assignment]
+    return ShipOptions(form=form, zstd=compression == "zstd", signer=signer)

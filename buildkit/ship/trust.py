@@ -1,0 +1,205 @@
+"""Sign what is in a registry, attach provenance, and check both with no engine: ``ascendkit sign``,
+the ``--sign-key`` of publishing and mirroring, and ``ascendkit verify``.
+
+What ``verify`` checks, each a named line that passes or fails:
+
+- ``signature <digest>``: for the index and every member, a signature by the key naming this
+  repository and that digest (cosign's, skopeo's, or ours);
+- ``provenance <digest>``: for every image, an SLSA v1 statement in a DSSE envelope the key signed,
+  whose subject is that digest;
+- ``sbom <digest>``: the SBOM attached to it holds every pin the provenance records, at that version;
+- ``matrix <digest>``: the stack the image's labels name is in the matrix, with the same pins.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from buildkit.errors import InputError
+from buildkit.image.sbom import loads
+from buildkit.image.verify import normalize, version_matches
+from buildkit.imageref import registry_of, split_ref
+from buildkit.ship.attach import fetch_sbom
+from buildkit.ship.compose import Form
+from buildkit.ship.registry import Manifest, Registry
+from buildkit.ship.sign import attached, attest_digest, members_of, sign_digest
+from buildkit.trust.envelope import DSSE_ENVELOPE, SIGNATURE_ANNOTATION, SIMPLE_SIGNING, dsse_envelope, open_envelope, read_simple_signing
+from buildkit.trust.keys import PublicKey, Signer
+from buildkit.trust.provenance import SLSA_PROVENANCE, STATEMENT_TYPE, pins_of, statement
+
+Say = Callable[[str], None]
+StackPins = Callable[[str], dict[str, str] | None]  # stack id -> its pins (distribution -> version), None when unknown
+
+
+@dataclass(frozen=True)
+class TrustCheck:
+    name: str
+    ok: bool
+    detail: str
+
+    def describe(self) -> dict[str, Any]:
+        return {"check": self.name, "ok": self.ok, "detail": self.detail}
+
+
+def attach_provenance(
+    registry: Registry, repository: str, digest: str, manifest: dict[str, Any], signer: Signer | None, form: Form = None
+) -> str:
+    """The provenance of image ``digest`` (built as build manifest ``manifest`` says), attached; unsigned without a key."""
+    envelope = dsse_envelope(statement(f"{registry.host}/{repository}", digest, manifest), signer)
+    return attest_digest(registry, repository, digest, envelope, SLSA_PROVENANCE, form)
+
+
+def attest_image(
+    registry: Registry, repository: str, digest: str, build: dict[str, Any], signer: Signer | None, form: Form = None
+) -> dict[str, str | None]:
+    """Image ``digest``'s provenance (signed with a key) and, with a key, its signature: what publishing
+    attaches before any tag names the image."""
+    provenance = attach_provenance(registry, repository, digest, build, signer, form)
+    signature = None if signer is None else sign_digest(registry, repository, digest, signer, form)
+    return {"subject": digest, "signature": signature, "provenance": provenance}
+
+
+def sign_tree(
+    registry: Registry, repository: str, manifest: Manifest, signer: Signer, form: Form = None, say: Say | None = None
+) -> list[str]:
+    """Sign every member of ``manifest`` and then it; the digests signed."""
+    signed = members_of(registry, repository, manifest)
+    for digest in signed:
+        sign_digest(registry, repository, digest, signer, form)
+        if say is not None:
+            say(f"{registry.host}/{repository}: signed {digest[:19]}")
+    return signed
+
+
+def resolve(ref: str) -> tuple[Registry, str, Manifest]:
+    where = registry_of(ref)
+    if where is None:
+        raise InputError(f"{ref}: give a registry image, HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:<hex>")
+    host, repository = where
+    _, tag, digest = split_ref(ref)
+    registry = Registry(host, timeout=20.0)
+    manifest = registry.get_manifest(repository, digest or tag or "latest")
+    if manifest is None:
+        raise InputError(f"{host}/{repository}@{digest or tag or 'latest'}: the registry has no such image")
+    return registry, repository, manifest
+
+
+def _signature(registry: Registry, repository: str, digest: str, key: PublicKey) -> TrustCheck:
+    name = f"signature {digest}"
+    found = attached(registry, repository, digest, "sig", SIMPLE_SIGNING)
+    if not found:
+        return TrustCheck(name, False, "no signature attached")
+    why = []
+    for payload, notes in found:
+        claim = read_simple_signing(payload)
+        try:
+            signature = base64.b64decode(notes.get(SIGNATURE_ANNOTATION, ""), validate=True)
+        except ValueError:
+            signature = b""
+        if not key.verifies(payload, signature):
+            why.append(f"not by {key.where}")
+        elif isinstance(claim, str):
+            why.append(claim)
+        elif claim.digest != digest:
+            why.append(f"signed for {claim.digest}")
+        elif claim.repository != f"{registry.host}/{repository}":
+            why.append(f"signed for repository {claim.repository}")
+        else:
+            return TrustCheck(name, True, f"signed by {key.where} (key {key.keyid[:12]}) for {claim.repository}")
+    return TrustCheck(name, False, f"{len(found)} signature(s), none valid: {'; '.join(sorted(set(why)))}")
+
+
+def _provenance(registry: Registry, repository: str, digest: str, key: PublicKey) -> tuple[TrustCheck, dict[str, Any] | None]:
+    name = f"provenance {digest}"
+    found = [
+        data
+        for data, notes in attached(registry, repository, digest, "att", DSSE_ENVELOPE)
+        if notes.get("predicateType") == SLSA_PROVENANCE
+    ]
+    if not found:
+        return TrustCheck(name, False, "no SLSA provenance attached"), None
+    why = []
+    for data in found:
+        opened, reason = open_envelope(data, key)
+        if opened is None:
+            why.append(reason)
+            continue
+        subjects = [s.get("digest", {}).get("sha256") for s in opened.get("subject", []) if isinstance(s, dict)]
+        if opened.get("_type") != STATEMENT_TYPE or opened.get("predicateType") != SLSA_PROVENANCE:
+            why.append(f"a {opened.get('predicateType')} statement, not SLSA v1 provenance")
+        elif digest.removeprefix("sha256:") not in subjects:
+            why.append(f"its subject is {', '.join(str(s) for s in subjects)}, not this image")
+        else:
+            return TrustCheck(name, True, f"SLSA v1, signed by {key.where}, {len(pins_of(opened))} pins"), opened
+    return TrustCheck(name, False, "; ".join(why)), None
+
+
+def _labels(registry: Registry, repository: str, manifest: Manifest) -> dict[str, str]:
+    config = registry.get_blob(repository, str((manifest.json().get("config") or {}).get("digest")))
+    try:
+        return dict((json.loads(config or b"{}").get("config") or {}).get("Labels") or {})
+    except ValueError:
+        return {}
+
+
+def _materials(
+    registry: Registry, repository: str, manifest: Manifest, provenance: dict[str, Any], stack_pins: StackPins
+) -> list[TrustCheck]:
+    digest = manifest.digest
+    pins = pins_of(provenance)
+    checks = []
+    sbom_data = fetch_sbom(registry, repository, digest)
+    if sbom_data is None:
+        checks.append(TrustCheck(f"sbom {digest}", False, "no SBOM attached"))
+    else:
+        document = loads(sbom_data, f"{registry.host}/{repository}@{digest} SBOM")
+        versions = {normalize(str(c.get("name"))): str(c.get("version")) for c in document["components"] if isinstance(c, dict)}
+        wrong = [
+            f"{n} {v} (SBOM: {versions.get(normalize(n), 'absent')})"
+            for n, v in sorted(pins.items())
+            if not version_matches(versions.get(normalize(n)), v)
+        ]
+        detail = f"all {len(pins)} pins at their versions" if not wrong else "differs: " + ", ".join(wrong[:8])
+        checks.append(TrustCheck(f"sbom {digest}", bool(pins) and not wrong, detail if pins else "the provenance records no pins"))
+    stack = _labels(registry, repository, manifest).get("io.ascendkit.stack", "")
+    said = provenance.get("predicate", {}).get("buildDefinition", {}).get("externalParameters", {}).get("stack")
+    expected = stack_pins(stack) if stack else None
+    if not stack:
+        checks.append(TrustCheck(f"matrix {digest}", False, "the image's labels name no matrix stack (io.ascendkit.stack)"))
+    elif said != stack:
+        checks.append(TrustCheck(f"matrix {digest}", False, f"the labels name stack {stack}, the provenance {said}"))
+    elif expected is None:
+        checks.append(TrustCheck(f"matrix {digest}", False, f"stack {stack} is not in the matrix"))
+    else:
+        want = {normalize(n): v for n, v in expected.items()}
+        got = {normalize(n): v for n, v in pins.items()}
+        wrong = sorted(
+            f"{n} {got.get(n, 'absent')} (matrix: {want.get(n, 'absent')})" for n in set(want) | set(got) if want.get(n) != got.get(n)
+        )
+        detail = (
+            f"stack {stack}: the provenance's {len(got)} pins are the matrix's"
+            if not wrong
+            else f"stack {stack} differs: " + ", ".join(wrong[:8])
+        )
+        checks.append(TrustCheck(f"matrix {digest}", not wrong, detail))
+    return checks
+
+
+def verify_image(ref: str, key: PublicKey, stack_pins: StackPins) -> tuple[str, list[TrustCheck]]:
+    """Every check of image ``ref`` (an index: it and each member), with no engine."""
+    registry, repository, top = resolve(ref)
+    checks = []
+    for digest in reversed(members_of(registry, repository, top)):  # the index first, then its members
+        checks.append(_signature(registry, repository, digest, key))
+        manifest = top if digest == top.digest else registry.get_manifest(repository, digest)
+        if manifest is None or manifest.is_index:
+            continue
+        check, provenance = _provenance(registry, repository, digest, key)
+        checks.append(check)
+        if provenance is not None:
+            checks += _materials(registry, repository, manifest, provenance, stack_pins)
+    return f"{registry.host}/{repository}@{top.digest}", checks
