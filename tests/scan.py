@@ -24,12 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cryptography.hazmat.primitives.asymmetric import ec
 
-from buildkit.k8s.render import as_documents, render
+from buildkit.k8s.policy import POLICY_KINDS, render_policy
+from buildkit.k8s.render import as_documents, dump, render
 from buildkit.k8s.request import K8sRequest
 from buildkit.k8s.validate import pod_templates
 from buildkit.matrix.load import load_matrix
 from buildkit.run.job import ImageJob, JobFacts
+from buildkit.trust.keys import Signer
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / ".checkov.yaml"
@@ -103,6 +106,11 @@ def write_manifests(directory: Path) -> list[Path]:
         pod_path = directory / f"{name}-pods.yaml"
         pod_path.write_text(yaml.safe_dump_all(pods, sort_keys=False))
         written.append(pod_path)
+    public = Signer(ec.generate_private_key(ec.SECP256R1()), "scan").public.pem().decode()
+    for kind in POLICY_KINDS:  # the admission policies `k8s render --policy` makes (no pods in them)
+        path = directory / f"policy-{kind}.yaml"
+        path.write_text(dump(render_policy(kind, f"127.0.0.1:5000/ascendkit/verl@{DIGEST}", public), []))
+        written.append(path)
     return written
 
 

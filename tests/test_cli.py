@@ -173,7 +173,7 @@ BAD_INVOCATIONS: list[tuple[str, list[str], str, int]] = [
     ("bad-table-format", ["matrix", "table", "--format", "html"], "invalid value for '--format'", 2),
     ("unknown-option", ["render", "--bogus"], "ascendkit: render: no such option: --bogus", 2),
     ("bad-choice", ["k8s", "render", "--hw", "a3", "--image", "x", "--job", "fly"], "'fly' is not one of 'smoke', 'grpo'", 2),
-    ("missing-option", ["k8s", "render", "--image", "x"], "ascendkit: k8s render: missing option '--hw'", 2),
+    ("missing-option", ["verify", "127.0.0.1:5000/x:y"], "ascendkit: verify: missing option '--key'", 2),
     ("below-range", ["k8s", "render", "--hw", "a3", "--image", "x", "--nodes", "0"], "invalid value for '--nodes'", 2),
 ]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from buildkit.k8s import KUBERAY_VERSION, VOLCANO_VERSION
+from buildkit.k8s import KUBERAY_VERSION, KYVERNO_VERSION, POLICY_CONTROLLER_VERSION, VOLCANO_VERSION
 from buildkit.k8s.crd import crd_for, crds, sha256_of, sources, unchecked_rules, validate
 
 
@@ -21,7 +21,12 @@ def test_each_vendored_crd_is_the_recorded_upstream_file(entry: dict[str, str]) 
 
 def test_the_versions_named_in_the_cli_are_the_vendored_tags() -> None:
     tags = {e["kind"] + "@" + e["group"]: e["tag"] for e in sources()}
-    assert tags == {"RayJob@ray.io": KUBERAY_VERSION, "Job@batch.volcano.sh": VOLCANO_VERSION}
+    assert tags == {
+        "RayJob@ray.io": KUBERAY_VERSION,
+        "Job@batch.volcano.sh": VOLCANO_VERSION,
+        "ClusterPolicy@kyverno.io": KYVERNO_VERSION,
+        "ClusterImagePolicy@policy.sigstore.dev": POLICY_CONTROLLER_VERSION,
+    }
 
 
 def test_crd_for_finds_served_versions_only() -> None:

@@ -46,7 +46,12 @@ HEADER = """\
 # secrets.REGISTRY_API_TOKEN; vars.ASCENDKIT_SMOKE_MODEL (Qwen2.5-0.5B-Instruct's directory on the Ascend runners).
 # After the indexes, each framework repository's description is set to its page in docs/repositories/
 # where the registry keeps one (quay.io, Harbor, Docker Hub).
+# Everything pushed is signed, with its provenance: the `registry` environment's secrets.COSIGN_PRIVATE_KEY
+# (cosign.key from `ascendkit keygen`, its PEM) and secrets.COSIGN_PASSWORD reach ascendkit only as
+# environment variables (--sign-key env://COSIGN_PRIVATE_KEY): never an argument, a file or a build layer.
 """
+SIGNING_ENV = {"COSIGN_PRIVATE_KEY": "${{ secrets.COSIGN_PRIVATE_KEY }}", "COSIGN_PASSWORD": "${{ secrets.COSIGN_PASSWORD }}"}
+SIGN = " --sign-key env://COSIGN_PRIVATE_KEY"
 
 
 def job_id(*parts: str) -> str:
@@ -105,9 +110,10 @@ def _build_job(plan: ImagePlan, runners: tuple[str, ...], group: str) -> dict[st
             _login("inputs.push"),
             {"name": "Build and verify", "if": "${{ !inputs.push }}", "run": command + "\n"},
             {
-                "name": "Build, verify, push by digest with the SBOM",
+                "name": "Build, verify, push by digest with the SBOM, signed with its provenance",
                 "if": "inputs.push",
-                "run": command + f' --push --no-index --registry "$ASCENDKIT_REGISTRY/{plan.framework}"\n',
+                "env": SIGNING_ENV,
+                "run": command + f' --push --no-index --registry "$ASCENDKIT_REGISTRY/{plan.framework}"{SIGN}\n',
             },
             {
                 "name": "Keep the build manifest and SBOM",
@@ -137,10 +143,11 @@ def _index_job(group: str, first: ImagePlan, needs: list[str], runners: tuple[st
             },
             _login(None),
             {
-                "name": "Check the members in the registry, attach their SBOMs, publish the multi-arch index",
+                "name": "Check the members in the registry, attach their SBOMs, publish the signed multi-arch index",
                 "id": "index",
+                "env": SIGNING_ENV,
                 "run": "ascendkit publish --index-only --manifest-dir manifests "
-                f'--registry "$ASCENDKIT_REGISTRY/{first.framework}" --json > published.json\n'
+                f'--registry "$ASCENDKIT_REGISTRY/{first.framework}"{SIGN} --json > published.json\n'
                 "printf 'image=%s\\n' \"$(jq -r '.[0].index[0].ref' published.json)\" >> \"$GITHUB_OUTPUT\"\n",
             },
         ],

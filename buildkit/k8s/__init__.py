@@ -16,5 +16,7 @@ KUBERNETES_VERSION = "1.32.0"  # the schemas `k8s validate` checks built-in kind
 # The releases whose CRDs are vendored in crds/ (SOURCES.json; tests/test_crd.py keeps these equal).
 KUBERAY_VERSION = "v1.7.0"
 VOLCANO_VERSION = "v1.15.1"
+KYVERNO_VERSION = "v1.19.0"
+POLICY_CONTROLLER_VERSION = "v0.15.1"
 DEFAULT_MODEL_PATH = "/data/models/Qwen2.5-0.5B-Instruct"
 MAX_NODES = 1024  # far past any cluster here, near enough that a typo is caught rather than obeyed
