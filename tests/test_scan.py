@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from buildkit.k8s.policy import POLICY_KINDS
 from tests.scan import CHECKOV, CONFIG, KINDS, ROOT, pods_of, write_manifests
 
 
@@ -41,7 +42,10 @@ def test_the_scan_covers_every_kind_and_every_pod(tmp_path: Path) -> None:
     workloads = [
         d for p in written if not p.name.endswith("-pods.yaml") for d in yaml.safe_load_all(p.read_text()) if d["kind"] != "ConfigMap"
     ]
-    assert len(pods) == sum(len(pods_of(d)) for d in workloads) and len(workloads) == len(KINDS)
+    assert len(pods) == sum(len(pods_of(d)) for d in workloads) and len(workloads) == len(KINDS) + len(POLICY_KINDS)
+    assert {("kyverno.io/v1", "ClusterPolicy"), ("policy.sigstore.dev/v1beta1", "ClusterImagePolicy")} <= kinds, (
+        "the admission policies too"
+    )
 
 
 def scan(*paths: Path) -> subprocess.CompletedProcess[str]:

@@ -224,3 +224,16 @@ def test_each_framework_repository_gets_its_overview_page_as_description() -> No
         page = command[command.index("--page") + 1]
         assert page == f"docs/repositories/{framework}.md" and (ROOT / page).is_file() and "--if-supported" in command
         assert "secrets.REGISTRY_API_TOKEN" in job["steps"][-1]["env"]["ASCENDKIT_REGISTRY_TOKEN"], "secrets reach it through env only"
+
+
+def test_everything_pushed_is_signed_with_a_key_that_reaches_ascendkit_through_env_only() -> None:
+    jobs = workflow()["jobs"]
+    pushing = [(name, step) for name, step in run_scripts({"jobs": jobs}) if "--push" in step["run"] or "--index-only" in step["run"]]
+    assert pushing and len(pushing) == len([j for j in jobs if j.startswith(("build-", "index-"))])
+    for name, step in pushing:
+        assert "--sign-key env://COSIGN_PRIVATE_KEY" in step["run"], name
+        assert step["env"] == {
+            "COSIGN_PRIVATE_KEY": "${{ secrets.COSIGN_PRIVATE_KEY }}",
+            "COSIGN_PASSWORD": "${{ secrets.COSIGN_PASSWORD }}",
+        }
+        assert jobs[name]["environment"] == "registry", f"{name}: the key is the registry environment's secret"

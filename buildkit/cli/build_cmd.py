@@ -186,7 +186,7 @@ def build(
         raise InputError("--no-index only changes what --push does: give --push too")
     if (media_types or compression != Compression.gzip or sign_key) and not push:
         raise InputError("--media-types, --compression and --sign-key change what --push does: give --push too")
-    shipping = ship_options(media_types.value if media_types else None, compression.value, load_sign_key(sign_key))
+    shipping = ship_options(media_types.value if media_types else None, compression.value, None if dry_run else load_sign_key(sign_key))
     check_names(repository, base_image)  # options every target shares: refused once, not per target
     loaded = load_matrix(matrix)
     mirrors = mirrors_from(

@@ -60,7 +60,7 @@ def publish(
     targets = [RegistryRef.parse(r) for r in registry]
     if len({t.name for t in targets}) != len(targets):
         raise InputError(f"--registry names the same repository twice: {', '.join(sorted(t.name for t in targets))}")
-    options = ship_options(media_types.value if media_types else None, compression.value, load_sign_key(sign_key))
+    options = ship_options(media_types.value if media_types else None, compression.value, None if dry_run else load_sign_key(sign_key))
     for ref in images or []:
         if not IMAGE_REFERENCE.match(ref):
             raise InputError(f"{ref!r} is not an image reference: give local images as NAME[:TAG], as `ascendkit build` tagged them")
@@ -113,7 +113,7 @@ def mirror(
     one registry to another by digest, byte for byte, with no engine; what the destination has is not sent again."""
     from buildkit.ship.mirror import mirror as copy_image
 
-    signer = load_sign_key(sign_key)
+    signer = load_sign_key(sign_key)  # a dry run opens it too: it says what it would sign
     outcome = copy_image(src, dst, form=media_types.value if media_types else None, dry_run=dry_run, signer=signer, say=to_stderr)
     sent = sum(size for _, size in outcome.sent)
     verb = "would send" if dry_run else "sent"

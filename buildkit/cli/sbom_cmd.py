@@ -46,6 +46,13 @@ def sbom(
     manifest_dir: Annotated[Path, typer.Option("--manifest-dir", help="Where the builds of local images wrote their SBOMs.")] = Path(
         "manifests"
     ),
+    provenance: Annotated[
+        bool,
+        typer.Option(
+            "--provenance",
+            help="Show the image's SLSA provenance instead (from its registry; not checked here: `ascendkit verify` checks it).",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """The components of an image (Python packages, OS packages, CANN, git checkouts, base image) from
@@ -59,6 +66,11 @@ def sbom(
         raise InputError("give one IMAGE, or `diff` and two images: ascendkit sbom IMAGE | ascendkit sbom diff A B")
     for ref in refs:
         check_sbom_ref(ref)
+    if provenance:
+        if is_diff:
+            raise InputError("--provenance shows one image's provenance: give one IMAGE, not diff")
+        _show_provenance(refs[0], arch, as_json)
+        return
     documents = [_read(ref, arch, manifest_dir) for ref in refs]
     if is_diff:
         (before, a_where), (after, b_where) = documents
@@ -90,3 +102,29 @@ def sbom(
     for entry in found:
         table.add_row(*_row(entry))
     out.print(table)
+
+
+def _show_provenance(ref: str, arch: str | None, as_json: bool) -> None:
+    from buildkit.ship.trust import registry_provenance
+
+    document, where = registry_provenance(ref, arch)
+    if as_json:
+        print_json(document)
+        return
+    definition = document.get("predicate", {}).get("buildDefinition", {})
+    params = definition.get("externalParameters", {})
+    source = params.get("source") or {}
+    title = f"{where}: SLSA provenance (unverified; `ascendkit verify --key cosign.pub` checks it)"
+    table = RichTable(title=title)
+    for column in ("dependency", "uri", "digest"):
+        table.add_column(column)
+    for dep in definition.get("resolvedDependencies", []):
+        digest = ", ".join(f"{k}:{v}" for k, v in (dep.get("digest") or {}).items())
+        table.add_row(str(dep.get("name", "")), str(dep.get("uri", "")), digest)
+    out.print(table)
+    builder = document.get("predicate", {}).get("runDetails", {}).get("builder", {})
+    made_by = f"{builder.get('id')} {builder.get('version', {}).get('ascendkit', '')}"
+    typer.echo(
+        f"stack {params.get('stack')} ({params.get('chip')}, {params.get('arch')}); "
+        f"source {source.get('repository')}@{source.get('commit')}; builder {made_by}"
+    )

@@ -57,7 +57,7 @@ SignKeyOption = Annotated[
         "--sign-key",
         metavar="KEY",
         help="Sign every image and index, and their provenance, with this cosign key (a file, or env://VAR holding the PEM); "
-        "the passphrase from $COSIGN_PASSWORD, else a prompt.",
+        "the passphrase from $COSIGN_PASSWORD, else a prompt (a build's or --index-only's dry run does not open it).",
         rich_help_panel=SHIPPING,
     ),
 ]

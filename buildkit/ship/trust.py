@@ -23,10 +23,10 @@ from buildkit.errors import InputError
 from buildkit.image.sbom import loads
 from buildkit.image.verify import normalize, version_matches
 from buildkit.imageref import registry_of, split_ref
-from buildkit.ship.attach import fetch_sbom
+from buildkit.ship.attach import fetch_sbom, image_digest
 from buildkit.ship.compose import Form
 from buildkit.ship.registry import Manifest, Registry
-from buildkit.ship.sign import attached, attest_digest, members_of, sign_digest
+from buildkit.ship.sign import PREDICATE_ANNOTATION, attached, attest_digest, members_of, sign_digest
 from buildkit.trust.envelope import DSSE_ENVELOPE, SIGNATURE_ANNOTATION, SIMPLE_SIGNING, dsse_envelope, open_envelope, read_simple_signing
 from buildkit.trust.keys import PublicKey, Signer
 from buildkit.trust.provenance import SLSA_PROVENANCE, STATEMENT_TYPE, pins_of, statement
@@ -118,7 +118,7 @@ def _provenance(registry: Registry, repository: str, digest: str, key: PublicKey
     found = [
         data
         for data, notes in attached(registry, repository, digest, "att", DSSE_ENVELOPE)
-        if notes.get("predicateType") == SLSA_PROVENANCE
+        if notes.get(PREDICATE_ANNOTATION) == SLSA_PROVENANCE
     ]
     if not found:
         return TrustCheck(name, False, "no SLSA provenance attached"), None
@@ -187,6 +187,22 @@ def _materials(
         )
         checks.append(TrustCheck(f"matrix {digest}", not wrong, detail))
     return checks
+
+
+def registry_provenance(ref: str, arch: str | None) -> tuple[dict[str, Any], str]:
+    """The provenance statement attached to ``ref`` (for an index, to its ``arch`` member), unverified, and where it was found."""
+    registry, repository, manifest = resolve(ref)
+    digest = image_digest(registry, repository, manifest.digest, arch)
+    where = f"{registry.host}/{repository}@{digest}"
+    for data, notes in attached(registry, repository, digest, "att", DSSE_ENVELOPE):
+        if notes.get(PREDICATE_ANNOTATION) == SLSA_PROVENANCE:
+            try:
+                document = json.loads(base64.b64decode(json.loads(data)["payload"]))
+            except (ValueError, KeyError, TypeError):
+                raise InputError(f"{where}: its provenance is not a DSSE envelope of a statement") from None
+            if isinstance(document, dict):
+                return document, where
+    raise InputError(f"{where}: no SLSA provenance is attached (`ascendkit publish` attaches it)")
 
 
 def verify_image(ref: str, key: PublicKey, stack_pins: StackPins) -> tuple[str, list[TrustCheck]]:
