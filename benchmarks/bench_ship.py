@@ -11,7 +11,9 @@ JSON (default benchmarks/results/ship.json); asserts nothing.
 * one publish through each mode of the fault proxy (tests/faultproxy.py: 503, 429 with
   Retry-After, a write in four cut off, slow answers, all at once) beside a clean one, each into a
   repository of its own on the second registry: wall time, retries, faults injected. The test image
-  without --quick (its layers compressed and sent whole each time), a small image with it.
+  without --quick (its layers compressed and sent whole each time), a small image with it;
+* signing: the same publish unsigned, with --sign-key, and with --sign-key through every fault at
+  once; then `verify`'s signature and provenance checks of each, timed.
 
 Needs DOCKER_HOST, ASCENDKIT_STANDIN_IMAGE, ASCENDKIT_REGISTRY2 and ASCENDKIT_CONTAINERD.
 """
@@ -43,6 +45,8 @@ from buildkit.ship.layers import GZIP, Compression
 from buildkit.ship.local import LocalImage
 from buildkit.ship.options import ShipOptions, Target
 from buildkit.ship.publish import push_image
+from buildkit.ship.trust import verify_image
+from buildkit.trust.keys import decrypt_private_key, generate
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -163,6 +167,27 @@ def fault_modes(client: docker.APIClient, image: LocalImage, registry: str) -> l
     return rows
 
 
+def signing(client: docker.APIClient, image: LocalImage, registry: str) -> list[dict[str, Any]]:
+    """The same publish unsigned and with --sign-key (clean, and through every fault at once), then `verify`'s signature checks."""
+    signer = decrypt_private_key(generate(b"bench")[0], b"bench", "bench.key")
+    rows = []
+    for label, mode, key in (("unsigned", "clean", None), ("signed", "clean", signer), ("signed, mixed faults", "mixed", signer)):
+        repository = f"bench-sign-{uuid.uuid4().hex[:8]}"
+        with fault_proxy(registry, MODES[mode]) as proxy:
+            target = Target.of(RegistryRef(proxy.host, repository))
+            started = time.perf_counter()
+            outcome = push_image(client, image, [target], ShipOptions(signer=key))
+            seconds = time.perf_counter() - started
+        digest = outcome.pushed[0].digest
+        started = time.perf_counter()
+        _, checks = verify_image(f"{registry}/{repository}@{digest}", signer.public, lambda _: None)
+        verify_seconds = time.perf_counter() - started
+        signed = [c.ok for c in checks if c.name.startswith(("signature", "provenance"))]
+        rows.append({"label": label, "seconds": seconds, "requests": proxy.counts["requests"], "verify_seconds": verify_seconds,
+                     "verified": all(signed) and bool(signed), "digest": digest})  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ship.json")
@@ -184,6 +209,7 @@ def main() -> None:
         side_by_side = gzip_vs_zstd(client, image, env["ASCENDKIT_REGISTRY2"], env["ASCENDKIT_CONTAINERD"], runs)
         small = build_small_image(client, Path(tmp) / "small") if args.quick else None
         faults = fault_modes(client, small or image, env["ASCENDKIT_REGISTRY2"])
+        signed = signing(client, small or image, env["ASCENDKIT_REGISTRY2"])
         if small is not None:
             client.remove_image(small.image_id, force=True)
 
@@ -209,8 +235,15 @@ def main() -> None:
         )
     digests = {row["digest"] for row in faults}
     print(f"  every mode published the same digest: {'yes' if len(digests) == 1 else 'NO: ' + ', '.join(sorted(digests))}")
+    print("signing: the same publish without and with --sign-key, then `verify` (signature and provenance checks):")
+    for row in signed:
+        print(
+            f"  {row['label']:<21} {row['seconds']:6.2f} s  {row['seconds'] / signed[0]['seconds']:5.2f}x unsigned  "
+            f"{row['requests']:4d} requests; verify {row['verify_seconds']:5.2f} s: {'verified' if row['verified'] else 'NOT verified'}"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"levels": level_rows, "gzip_vs_zstd": side_by_side, "faults": faults, "quick": args.quick}, indent=2))
+    results = {"levels": level_rows, "gzip_vs_zstd": side_by_side, "faults": faults, "signing": signed, "quick": args.quick}
+    args.out.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from buildkit.trust.keys import generate
 from tests.conftest import MATRIX, ROOT
 
 ASCENDKIT = [sys.executable, "-m", "buildkit"]
@@ -100,6 +101,9 @@ def render_all_tree(d: Path) -> None:
 
 
 M = ["--matrix", str(MATRIX)]
+PUBLISH = ["publish", "a:1", "--registry", "127.0.0.1:5000/x"]
+_KEY, _PUB = generate(b"bad-inputs")
+KEYS = files(**{"c.key": _KEY, "c.pub": _PUB, "cosign.key": _KEY, "cosign.pub": _PUB})
 SMOKE = ["smoke", "--hw", "a3", "--image", "ascendkit/verl:x", "--out", "{d}/out", *M]
 K8S = ["k8s", "render", "--hw", "a3", "--image", DIGEST, "--job", "train", *M]
 TRAIN = ["--", "python3", "-c", "pass"]
@@ -283,6 +287,44 @@ CASES = [
         "records no push",
         build_manifest('{"passed": true, "arch": "x86_64"}'),
     ),
+    # --- keys, signing, verifying ------------------------------------------------------------------
+    Case("publish-sign-key-missing", [*PUBLISH, "--sign-key", "{d}/none.key"], 2, "cannot read"),
+    Case(
+        "publish-sign-key-no-passphrase",
+        [*PUBLISH, "--sign-key", "{d}/c.key"],
+        2,
+        "COSIGN_PASSWORD",
+        KEYS,
+    ),
+    Case(
+        "publish-sign-key-is-public",
+        [*PUBLISH, "--sign-key", "{d}/c.pub"],
+        2,
+        "not an encrypted",
+        KEYS,
+    ),
+    Case("build-sign-key-without-push", ["build", "--hw", "a3", "--sign-key", "{d}/c.key", *M], 2, "give --push", KEYS),
+    Case(
+        "mirror-sign-key-env-unset",
+        ["mirror", "127.0.0.1:5000/a:t", "127.0.0.1:5001/b", "--sign-key", "env://NO_SUCH_KEY_VAR"],
+        2,
+        "not set",
+    ),
+    Case("keygen-over-a-key", ["keygen", "-o", "{d}"], 2, "already exist", KEYS),
+    Case("sign-not-a-registry-image", ["sign", "ascendkit/verl:1", "--key", "{d}/c.key"], 2, "give a registry image", KEYS),
+    Case("sign-with-a-public-key", ["sign", "127.0.0.1:5000/x:1", "--key", "{d}/c.pub"], 2, "not an encrypted", KEYS),
+    Case("verify-with-a-private-key", ["verify", "127.0.0.1:5000/x:1", "--key", "{d}/c.key", *M], 2, "takes the public key", KEYS),
+    Case("verify-not-a-registry-image", ["verify", "Bad Ref!", "--key", "{d}/c.pub", *M], 2, "give a registry image", KEYS),
+    Case("verify-key-not-pem", ["verify", "127.0.0.1:5000/x:1", "--key", "{d}/junk", *M], 2, "not a PEM block", files(junk="x")),
+    Case("k8s-policy-without-key", ["k8s", "render", "--image", DIGEST, "--policy", "kyverno", *M], 2, "go together"),
+    Case(
+        "k8s-policy-unknown",
+        ["k8s", "render", "--image", DIGEST, "--policy", "opa", "--key", "{d}/c.pub", *M],
+        2,
+        "kyverno or sigstore",
+        KEYS,
+    ),
+    Case("k8s-render-without-hw", ["k8s", "render", "--image", DIGEST, *M], 2, "give --hw"),
     # --- sbom -------------------------------------------------------------------------------------
     Case("sbom-bad-ref", ["sbom", "Bad Image!!"], 2, "not an image reference"),
     Case("sbom-short-digest", ["sbom", "127.0.0.1:5000/x@sha256:short"], 2, "not an image reference"),
@@ -543,6 +585,9 @@ def test_there_are_enough_cases_and_each_command_is_tried() -> None:
         "metrics parse",
         "compare",
         "baseline import",
+        "keygen",
+        "sign",
+        "verify",
     ):
         assert any(c.startswith(command) for c in commands), command
 

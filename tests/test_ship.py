@@ -17,6 +17,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from buildkit.errors import ExitCode
 from buildkit.ship.registry import DOCKER_LIST, Registry
+from buildkit.trust.keys import generate
 from tests import skopeo
 from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin, edit, run_installed
 from tests.test_workflow import command_lines
@@ -59,12 +60,17 @@ def test_build_jobs_push_by_digest_and_leave_the_index(shipped: dict[str, Any]) 
     assert registry.get_manifest(repository, index_name(shipped)) is None
 
 
+SIGNING_PASSWORD = "index job"
+SIGNING_KEY, SIGNING_PUB = generate(SIGNING_PASSWORD.encode())  # the registry environment's secrets, as the workflow passes them
+
+
 def _index_only(docker_env: DockerEnv, manifests: Path, repo: str, *extra: str) -> Any:
-    """The index job's own command line from the generated workflow, pointed at this run."""
+    """The index job's own command line from the generated workflow, pointed at this run, with its signing key in env."""
     (line,) = {tuple(argv) for argv in command_lines() if argv[0] == "publish" and "registry.example.com/ml/verl" in argv}
     argv = [str(manifests) if w == "manifests" else repo if w == "registry.example.com/ml/verl" else w for w in line]
-    assert "--index-only" in argv and str(manifests) in argv and repo in argv
-    return docker_env.ascendkit(*argv, *extra, cwd=manifests.parent)
+    assert "--index-only" in argv and str(manifests) in argv and repo in argv and "env://COSIGN_PRIVATE_KEY" in argv
+    env = {**docker_env.env, "COSIGN_PRIVATE_KEY": SIGNING_KEY.decode(), "COSIGN_PASSWORD": SIGNING_PASSWORD}
+    return dataclasses.replace(docker_env, env=env).ascendkit(*argv, *extra, cwd=manifests.parent)
 
 
 def test_index_only_refuses_a_missing_arch_or_a_wrong_digest(docker_env: DockerEnv, shipped: dict[str, Any], tmp_path: Path) -> None:
@@ -120,6 +126,15 @@ def test_index_only_with_the_images_gone_from_the_engine(docker_env: DockerEnv, 
         assert index is not None and index.media_type == DOCKER_LIST
         platforms = {m["platform"]["architecture"]: m["digest"] for m in index.json()["manifests"]}
         assert platforms == {"amd64": results["x86_64"]["digest"], "arm64": results["aarch64"]["digest"]}
+        assert SIGNING_KEY.decode() not in proc.stdout + proc.stderr and SIGNING_PASSWORD not in proc.stdout + proc.stderr
+        # the index job signed the index and both members and attached their provenance: verify with no engine
+        pub = shipped["workdir"] / "index-job.pub"
+        pub.write_bytes(SIGNING_PUB)
+        ref = f"{shipped['repo']}:{index_name(shipped)}"
+        checked = docker_env.ascendkit("verify", ref, "--key", str(pub), "--matrix", str(TEST_MATRIX), "--json", cwd=shipped["workdir"])
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        names = [c["check"].split()[0] for c in json.loads(checked.stdout)["checks"]]
+        assert names.count("signature") == 3 and names.count("provenance") == names.count("matrix") == names.count("sbom") == 2
     finally:  # the other tests keep using these images: pull them back with all their tags
         for result in results.values():
             name = shipped["repo"]

@@ -22,7 +22,7 @@ from typing import Any
 from buildkit.errors import InputError
 from buildkit.image.sbom import loads
 from buildkit.image.verify import normalize, version_matches
-from buildkit.imageref import registry_of, split_ref
+from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
 from buildkit.ship.attach import fetch_sbom, image_digest
 from buildkit.ship.compose import Form
 from buildkit.ship.registry import Manifest, Registry
@@ -75,11 +75,16 @@ def sign_tree(
     return signed
 
 
-def resolve(ref: str) -> tuple[Registry, str, Manifest]:
-    where = registry_of(ref)
+def check_registry_ref(ref: str) -> tuple[str, str]:
+    """(host, repository) of a registry image reference; refused, with no contact, when it names none."""
+    where = registry_of(ref) if IMAGE_REFERENCE.match(ref) else None
     if where is None:
-        raise InputError(f"{ref}: give a registry image, HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:<hex>")
-    host, repository = where
+        raise InputError(f"{ref!r}: give a registry image, HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:<hex>")
+    return where
+
+
+def resolve(ref: str) -> tuple[Registry, str, Manifest]:
+    host, repository = check_registry_ref(ref)
     _, tag, digest = split_ref(ref)
     registry = Registry(host, timeout=20.0)
     manifest = registry.get_manifest(repository, digest or tag or "latest")

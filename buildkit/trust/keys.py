@@ -156,8 +156,18 @@ def read_key_source(source: str) -> tuple[bytes, str]:
         raise InputError(f"{path}: cannot read the key ({exc.strerror})") from None
 
 
-def load_signer(source: str, password: bytes) -> Signer:
+def read_private_key(source: str) -> tuple[bytes, str]:
+    """The bytes of a private key source, refused at once when they are not an encrypted cosign key
+    (so no passphrase is asked for a public key or a stray file)."""
     text, where = read_key_source(source)
+    kind, _ = _unpem(text, where)
+    if kind not in PRIVATE_PEM_TYPES:
+        raise InputError(f"{where}: a {kind} PEM block, not an encrypted cosign private key ({' or '.join(PRIVATE_PEM_TYPES)})")
+    return text, where
+
+
+def load_signer(source: str, password: bytes) -> Signer:
+    text, where = read_private_key(source)
     return decrypt_private_key(text, password, where)
 
 
