@@ -165,11 +165,16 @@ def test_docker_media_types_leave_nothing_oci_in_the_repository(docker_env: Dock
     target = f"{docker_env.registry2}/docker-{uuid.uuid4().hex[:8]}"
     outcome = _publish(docker_env, built, "--registry", target, "--media-types", "docker")
     tags = skopeo.tags(target)
-    assert len(tags) == len(built["tags"]) + 1, tags  # the image's tags and its SBOM's
+    assert len(tags) == len(built["tags"]) + 2, tags  # the image's tags, its SBOM's and its provenance's (unsigned: no key)
     for tag in tags:
         text = skopeo.raw(f"{target}:{tag}").decode()
         assert "application/vnd.oci" not in text, f"{tag} carries an OCI media type"
+        if tag.endswith(".att"):  # cosign's Docker form of an attestation: a DSSE layer, which skopeo copies from OCI manifests only
+            assert json.loads(text)["layers"][0]["mediaType"] == "application/vnd.dsse.envelope.v1+json"
+            continue
         assert skopeo.copy_whole(f"{target}:{tag}", tmp_path / tag).returncode == 0, f"skopeo reads {tag} whole"
+    shown = docker_env.ascendkit("sbom", f"{target}@{outcome['pushed'][0]['digest']}", "--provenance", "--json", cwd=built["workdir"])
+    assert json.loads(shown.stdout)["subject"][0]["digest"]["sha256"] == outcome["pushed"][0]["digest"].removeprefix("sha256:")
     (sbom_tag,) = [t for t in tags if t.endswith(".sbom")]
     config = json.loads((tmp_path / sbom_tag / skopeo.manifest(f"{target}:{sbom_tag}")["config"]["digest"].split(":")[1]).read_bytes())
     assert config["config"]["Labels"]["io.ascendkit.sbom.subject"] == outcome["pushed"][0]["digest"]
