@@ -19,6 +19,8 @@ from buildkit.ship.local import LocalImage
 from buildkit.ship.options import ShipOptions, Target
 from buildkit.ship.publish import push_image
 from buildkit.ship.registry import Registry
+from buildkit.ship.trust import verify_image
+from buildkit.trust.keys import decrypt_private_key, generate
 from tests import skopeo
 from tests.conftest import DockerEnv
 from tests.faultproxy import MODES, Faults, fault_proxy
@@ -56,6 +58,21 @@ def test_a_publish_survives_the_fault(docker_env: DockerEnv, small_image: LocalI
     for tag in small_image.tag_names:
         assert skopeo.digest(f"{behind}:{tag}") == clean_digest
     assert fallback_tag(clean_digest) in skopeo.tags(behind), "the SBOM landed with the image"
+
+
+def test_a_signed_publish_through_every_fault_verifies_behind_the_proxy(docker_env: DockerEnv, small_image: LocalImage) -> None:
+    """Signatures and provenance are written through the same retries: each lands whole, once."""
+    signer = decrypt_private_key(generate(b"faults")[0], b"faults", "faults.key")
+    repository = f"fault-signed-{uuid.uuid4().hex[:8]}"
+    with fault_proxy(docker_env.registry2, MODES["mixed"]) as proxy:
+        outcome = push_image(docker_env.client, small_image, [Target.of(RegistryRef(proxy.host, repository))], ShipOptions(signer=signer))
+    assert proxy.counts["dropped"] and proxy.counts["503"] and proxy.counts["429"], proxy.counts
+    digest = outcome.pushed[0].digest
+    _, checks = verify_image(f"{docker_env.registry2}/{repository}@{digest}", signer.public, lambda _: None)
+    by_name = {c.name: c for c in checks}
+    assert by_name[f"signature {digest}"].ok and by_name[f"provenance {digest}"].ok, checks
+    sig = Registry(docker_env.registry2).get_manifest(repository, fallback_tag(digest, "sig"))
+    assert sig is not None and len(sig.json()["layers"]) == 1, "a retried write added no second signature"
 
 
 def _publish_argv(built: dict[str, Any], registry: str) -> list[str]:

@@ -174,6 +174,27 @@ def test_skopeo_signs_with_a_keygen_key_and_verify_accepts_that_signature_alone(
     assert report["checks"][0]["check"] == f"signature {signed.member}" and report["checks"][0]["ok"]
 
 
+def test_a_key_skopeo_generated_signs_with_ascendkit_and_skopeo_admits_it(signed: Signed) -> None:
+    """A cosign-format key nobody here wrote (containers/image's generator, Go's scrypt and secretbox) works as it is."""
+    where = signed.workdir / "skopeo-key"
+    where.mkdir()
+    (where / "passphrase").write_text("their passphrase")
+    proc = subprocess.run(
+        [_skopeo(), "generate-sigstore-key", "--output-prefix", str(where / "theirs"), "--passphrase-file", str(where / "passphrase")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    env = dataclasses.replace(signed.env, env={**signed.env.env, "COSIGN_PASSWORD": "their passphrase"})
+    env.ascendkit("sign", f"{signed.repo}:idx", "--key", str(where / "theirs.private"), cwd=signed.workdir, check=True)
+    code, report, _ = _verify(signed, f"{signed.repo}:idx", where / "theirs.pub")
+    signatures = [c for c in report["checks"] if c["check"].startswith("signature")]
+    assert len(signatures) == 2 and all(c["ok"] for c in signatures), report
+    provenance = next(c for c in report["checks"] if c["check"].startswith("provenance"))
+    assert code == 1 and not provenance["ok"], "keygen's key signed the provenance, not theirs"
+    admitted = _skopeo_admits(signed, f"{signed.repo}:idx", where / "theirs.pub")
+    assert admitted.returncode == 0, admitted.stderr
+
+
 def test_the_provenance_envelope_and_statement_pass_in_totos_own_libraries(signed: Signed) -> None:
     host, repo = signed.repo.split("/", 1)
     registry = Registry(host)
@@ -213,5 +234,9 @@ def test_a_mirror_carries_signatures_and_provenance_and_sign_key_signs_it_for_it
     assert set(json.loads(proc.stdout)["signed"]) == {signed.index, signed.member}
     code, report, stderr = _verify(signed, copied, signed.keys / "cosign.pub")
     assert code == 0, stderr
+    source = Registry(signed.repo.split("/", 1)[0]).get_manifest(repo, fallback_tag(signed.member, "sig"))
     sig = Registry(registry2).get_manifest(repo, fallback_tag(signed.member, "sig"))
-    assert sig is not None and [layer["mediaType"] for layer in sig.json()["layers"]] == [SIMPLE_SIGNING, SIMPLE_SIGNING]
+    assert source is not None and sig is not None
+    kept = source.json()["layers"]
+    assert sig.json()["layers"][: len(kept)] == kept, "the copied signatures stay"
+    assert [layer["mediaType"] for layer in sig.json()["layers"]] == [SIMPLE_SIGNING] * (len(kept) + 1), "and one for the new home"

@@ -15,6 +15,7 @@ from buildkit.errors import ExitCode, InputError
 from buildkit.resources import DEFAULT_MATRIX
 
 KEY_FILE, PUB_FILE = "cosign.key", "cosign.pub"
+RegistryImage = Annotated[str, typer.Argument(metavar="IMAGE", help="HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:<hex>.")]
 
 
 @app.command("keygen")
@@ -42,7 +43,7 @@ def keygen(
 @app.command("sign")
 @user_errors
 def sign(
-    image: Annotated[str, typer.Argument(metavar="IMAGE", help="HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:<hex>.")],
+    image: RegistryImage,
     key: Annotated[str, typer.Option("--key", metavar="KEY", help="cosign.key (a file, or env://VAR holding the PEM).")],
     media_types: MediaTypesOption = None,
     as_json: JsonFlag = False,
@@ -64,7 +65,7 @@ def sign(
 @app.command("verify")
 @user_errors
 def verify(
-    image: Annotated[str, typer.Argument(metavar="IMAGE", help="HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:<hex>.")],
+    image: RegistryImage,
     key: Annotated[str, typer.Option("--key", metavar="KEY", help="cosign.pub (a file, or env://VAR holding the PEM).")],
     matrix: MatrixPath = DEFAULT_MATRIX,
     as_json: JsonFlag = False,
