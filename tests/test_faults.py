@@ -66,11 +66,13 @@ def test_a_signed_publish_through_every_fault_verifies_behind_the_proxy(docker_e
     repository = f"fault-signed-{uuid.uuid4().hex[:8]}"
     with fault_proxy(docker_env.registry2, MODES["mixed"]) as proxy:
         outcome = push_image(docker_env.client, small_image, [Target.of(RegistryRef(proxy.host, repository))], ShipOptions(signer=signer))
+        digest = outcome.pushed[0].digest
+        _, checks = verify_image(f"{proxy.host}/{repository}@{digest}", signer.public, lambda _: None)  # the name it was signed for
     assert proxy.counts["dropped"] and proxy.counts["503"] and proxy.counts["429"], proxy.counts
-    digest = outcome.pushed[0].digest
-    _, checks = verify_image(f"{docker_env.registry2}/{repository}@{digest}", signer.public, lambda _: None)
     by_name = {c.name: c for c in checks}
     assert by_name[f"signature {digest}"].ok and by_name[f"provenance {digest}"].ok, checks
+    _, behind = verify_image(f"{docker_env.registry2}/{repository}@{digest}", signer.public, lambda _: None)
+    assert f"signed for repository {proxy.host}/{repository}" in behind[0].detail, "a signature names the repository it was made for"
     sig = Registry(docker_env.registry2).get_manifest(repository, fallback_tag(digest, "sig"))
     assert sig is not None and len(sig.json()["layers"]) == 1, "a retried write added no second signature"
 

@@ -103,9 +103,14 @@ def print_summary(outcomes: list[dict[str, Any]]) -> None:
                 rows.setdefault(entry["registry"], []).append((tag, published["digest"]))
     if not rows:
         return
+    signed: dict[str, int] = {}
+    for outcome in outcomes:
+        for entry in outcome.get("registries", []):
+            signed[entry["registry"]] = signed.get(entry["registry"], 0) + len(entry.get("signed", []))
     typer.echo(f"published to {len(rows)} registr{'y' if len(rows) == 1 else 'ies'}:", err=True)
     for registry, tags in rows.items():
-        typer.echo(f"  {registry}", err=True)
+        count = signed.get(registry, 0)
+        typer.echo(f"  {registry}" + (f"  ({count} image(s) signed, with provenance)" if count else ""), err=True)
         width = max(len(tag) for tag, _ in tags)
         for tag, digest in tags:
             typer.echo(f"    {tag:<{width}}  {digest}", err=True)
