@@ -23,12 +23,13 @@ from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]
 from typer.testing import CliRunner
 
 from buildkit.cli import app
-from buildkit.errors import InputError
+from buildkit.errors import InputError, PublishFailed
 from buildkit.image.record import source_of
 from buildkit.k8s.crd import crd_for, validate
 from buildkit.k8s.policy import policy_name, render_policy
-from buildkit.ship.registry import Registry
+from buildkit.ship.registry import OCI_INDEX, OCI_MANIFEST, Registry
 from buildkit.ship.sign import attached, attest_digest, sign_digest
+from buildkit.ship.trust import sign_tree, verify_image
 from buildkit.trust import keys
 from buildkit.trust.envelope import (
     DSSE_ENVELOPE,
@@ -300,3 +301,18 @@ def test_policy_names_are_dns_labels_and_the_cli_wants_both_options(tmp_path: Pa
     assert done.exit_code == 0, done.output
     checked = runner.invoke(app, ["k8s", "validate", str(out)])
     assert checked.exit_code == 0 and "1 document(s) valid" in checked.output
+
+
+def test_an_index_member_the_registry_lacks_is_a_failed_check_and_is_not_signed(signer: keys.Signer) -> None:
+    missing = "sha256:" + "ef" * 32
+    index = json.dumps(
+        {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [{"mediaType": OCI_MANIFEST, "digest": missing, "size": 10}]}
+    ).encode()
+    with fake_registry(referrers=False) as (host, _):
+        registry = Registry(host, retries=1)
+        digest = registry.put_manifest("verl", "idx", index, OCI_INDEX)
+        sign_digest(registry, "verl", digest, signer)
+        _, checks = verify_image(f"{host}/verl:idx", signer.public, lambda _: None)
+        assert [(c.name, c.ok) for c in checks] == [(f"signature {digest}", True), (f"member {missing}", False)]
+        with pytest.raises(PublishFailed, match="which the registry does not serve"):
+            sign_tree(registry, "verl", registry.get_manifest("verl", "idx"), signer)  # type: ignore[arg-type]

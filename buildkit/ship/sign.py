@@ -16,6 +16,7 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
+from buildkit.errors import PublishFailed
 from buildkit.ship.attach import fallback_tag
 from buildkit.ship.compose import DOCKER_CONFIG, OCI_CONFIG, Form, descriptor, dump
 from buildkit.ship.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, Registry, digest_of
@@ -100,13 +101,24 @@ def attached(registry: Registry, repository: str, subject: str, kind: str, media
     return found
 
 
-def members_of(registry: Registry, repository: str, manifest: Manifest) -> list[str]:
-    """The digests to sign for ``manifest``: each member of an index (nested ones too), then itself."""
+def walk(registry: Registry, repository: str, manifest: Manifest) -> list[tuple[str, Manifest | None]]:
+    """Each member of an index (nested ones too) and then the index itself, by digest; a member the
+    registry does not serve comes with None."""
     if not manifest.is_index:
-        return [manifest.digest]
-    found: list[str] = []
+        return [(manifest.digest, manifest)]
+    found: dict[str, Manifest | None] = {}
     for entry in manifest.json().get("manifests", []):
-        member = registry.get_manifest(repository, str(entry.get("digest")))
-        if member is not None:
-            found += [d for d in members_of(registry, repository, member) if d not in found]
-    return [*found, manifest.digest]
+        digest = str(entry.get("digest"))
+        member = registry.get_manifest(repository, digest)
+        for sub, sub_manifest in [(digest, None)] if member is None else walk(registry, repository, member):
+            found.setdefault(sub, sub_manifest)
+    return [*found.items(), (manifest.digest, manifest)]
+
+
+def members_of(registry: Registry, repository: str, manifest: Manifest) -> list[str]:
+    """The digests to sign for ``manifest``: each member of an index, then itself; refused when a member is missing."""
+    walked = walk(registry, repository, manifest)
+    missing = [digest for digest, found in walked if found is None]
+    if missing:
+        raise PublishFailed(f"{registry.host}/{repository}@{manifest.digest} lists {', '.join(missing)}, which the registry does not serve")
+    return [digest for digest, _ in walked]

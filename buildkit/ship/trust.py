@@ -26,7 +26,7 @@ from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
 from buildkit.ship.attach import fetch_sbom, image_digest
 from buildkit.ship.compose import Form
 from buildkit.ship.registry import Manifest, Registry
-from buildkit.ship.sign import PREDICATE_ANNOTATION, attached, attest_digest, members_of, sign_digest
+from buildkit.ship.sign import PREDICATE_ANNOTATION, attached, attest_digest, members_of, sign_digest, walk
 from buildkit.trust.envelope import DSSE_ENVELOPE, SIGNATURE_ANNOTATION, SIMPLE_SIGNING, dsse_envelope, open_envelope, read_simple_signing
 from buildkit.trust.keys import PublicKey, Signer
 from buildkit.trust.provenance import SLSA_PROVENANCE, STATEMENT_TYPE, pins_of, statement
@@ -162,7 +162,11 @@ def _materials(
         checks.append(TrustCheck(f"sbom {digest}", False, "no SBOM attached"))
     else:
         document = loads(sbom_data, f"{registry.host}/{repository}@{digest} SBOM")
-        versions = {normalize(str(c.get("name"))): str(c.get("version")) for c in document["components"] if isinstance(c, dict)}
+        versions = {  # the Python distributions only: an OS package may share a name
+            normalize(str(c.get("name"))): str(c.get("version"))
+            for c in document["components"]
+            if isinstance(c, dict) and str(c.get("bom-ref", "")).startswith("pypi:")
+        }
         wrong = [
             f"{n} {v} (SBOM: {versions.get(normalize(n), 'absent')})"
             for n, v in sorted(pins.items())
@@ -214,10 +218,12 @@ def verify_image(ref: str, key: PublicKey, stack_pins: StackPins) -> tuple[str, 
     """Every check of image ``ref`` (an index: it and each member), with no engine."""
     registry, repository, top = resolve(ref)
     checks = []
-    for digest in reversed(members_of(registry, repository, top)):  # the index first, then its members
+    for digest, manifest in reversed(walk(registry, repository, top)):  # the index first, then its members
+        if manifest is None:
+            checks.append(TrustCheck(f"member {digest}", False, "the index lists it; the registry does not serve it"))
+            continue
         checks.append(_signature(registry, repository, digest, key))
-        manifest = top if digest == top.digest else registry.get_manifest(repository, digest)
-        if manifest is None or manifest.is_index:
+        if manifest.is_index:
             continue
         check, provenance = _provenance(registry, repository, digest, key)
         checks.append(check)
