@@ -46,6 +46,7 @@ class BuildPlan:
     lock_status: str = "resolved"  # of this arch's lock: "resolved" (hashes enforced) or "unresolved"
     warnings: tuple[str, ...] = ()
     reverify: bool = False  # verify even an image whose passed verification is on record
+    matrix_root: Path | None = None  # the directory of the matrix and its locks: the source provenance names
 
     @property
     def stack_id(self) -> str:
@@ -230,6 +231,7 @@ def plan_build(
         lock_status=lock_status,
         warnings=warnings,
         reverify=reverify,
+        matrix_root=loaded.root,
     )
 
 

@@ -1,5 +1,5 @@
-"""What a build was made from, as the build manifest keeps it for provenance: the checkout of
-ascendkit's repository it ran in, the matrix stack and its pins, the digests of the lock sections
+"""What a build was made from, as the build manifest keeps it for provenance: the checkout the
+matrix is in, the matrix stack and its pins, the digests of the lock sections
 and of the base image, and the build arguments (never a credential: those never are build
 arguments, and a URL's ``user:password@`` is cut out all the same).
 
@@ -32,7 +32,8 @@ def _git(root: Path, *argv: str) -> str:
 
 def source_of(root: Path = PACKAGE_DIR.parent) -> dict[str, Any] | None:
     """The repository and commit the build ran from: GitHub Actions' own variables in a workflow, else
-    the git checkout ascendkit runs from (``dirty`` when it has changes); None outside a checkout."""
+    the git checkout ``root`` is in (the matrix's: it holds the matrix, the locks and, in ascendkit's
+    own repository, the templates; ``dirty`` when it has changes); None outside a checkout."""
     if os.environ.get("GITHUB_ACTIONS") == "true" and os.environ.get("GITHUB_SHA"):
         server = os.environ.get("GITHUB_SERVER_URL", "https://github.com")
         return {"repository": f"{server}/{os.environ.get('GITHUB_REPOSITORY', '')}", "commit": os.environ["GITHUB_SHA"], "dirty": False}
@@ -46,7 +47,7 @@ def source_of(root: Path = PACKAGE_DIR.parent) -> dict[str, Any] | None:
 
 def build_record(plan: BuildPlan, base: BaseImage) -> dict[str, Any]:
     return {
-        "source": source_of(),
+        "source": source_of(plan.matrix_root or PACKAGE_DIR.parent),
         "stack": plan.stack_id,
         "framework": plan.image.framework,
         "chip": plan.chip_id,
