@@ -67,10 +67,9 @@ def load_sign_key(source: str | None) -> Any:
     """The signer of ``--sign-key`` (None without one), its passphrase from $COSIGN_PASSWORD or, on a terminal, a prompt."""
     if source is None:
         return None
-    from buildkit.trust.keys import decrypt_private_key, read_private_key
+    from buildkit.trust.keys import load_signer
 
-    text, where = read_private_key(source)
-    return decrypt_private_key(text, passphrase(f"Passphrase of {where}"), where)
+    return load_signer(source, lambda where: passphrase(f"Passphrase of {where}"))
 
 
 def passphrase(prompt: str, *, confirm: bool = False) -> bytes:

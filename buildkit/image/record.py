@@ -18,8 +18,12 @@ from typing import Any
 from buildkit.image.buildplan import BuildPlan
 from buildkit.image.sbom import BaseImage
 from buildkit.resources import PACKAGE_DIR
+from buildkit.settings import split_credentials
 
-_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+def _public(value: str) -> str:
+    """``value`` with any URL in it (space-separated, as the extra index variables hold several) stripped of ``user:password@``."""
+    return " ".join(split_credentials(word)[0] for word in value.split(" "))
 
 
 def _git(root: Path, *argv: str) -> str:
@@ -40,7 +44,7 @@ def source_of(root: Path = PACKAGE_DIR.parent) -> dict[str, Any] | None:
     commit = _git(root, "rev-parse", "HEAD")
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
         return None
-    url = _USERINFO.sub("", _git(root, "config", "--get", "remote.origin.url")) or root.as_uri()
+    url = _public(_git(root, "config", "--get", "remote.origin.url")) or root.as_uri()
     dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
     return {"repository": url, "commit": commit, "dirty": dirty}
 
@@ -59,5 +63,5 @@ def build_record(plan: BuildPlan, base: BaseImage) -> dict[str, Any]:
         "lock_status": plan.lock_status,
         "lock_files": {path: hashlib.sha256(text.encode()).hexdigest() for path, text in plan.lock_files},
         "base_image": {"ref": base.ref, "digest": base.digest, "from_registry": base.from_registry},
-        "build_args": {name: _USERINFO.sub("", value) for name, value in sorted(plan.buildargs)},
+        "build_args": {name: _public(value) for name, value in sorted(plan.buildargs)},
     }

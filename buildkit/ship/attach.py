@@ -92,6 +92,11 @@ def image_digest(registry: Registry, repository: str, reference: str, arch: str 
     manifest = registry.get_manifest(repository, reference)
     if manifest is None:
         raise InputError(f"{registry.host}/{repository}@{reference}: the registry has no such image")
+    return member_digest(manifest, arch, f"{registry.host}/{repository}@{reference}")
+
+
+def member_digest(manifest: Manifest, arch: str | None, where: str) -> str:
+    """The digest of ``manifest`` itself, or for a multi-arch index that of its ``arch`` member."""
     if not manifest.is_index:
         return manifest.digest
     members = {
@@ -101,10 +106,10 @@ def image_digest(registry: Registry, repository: str, reference: str, arch: str 
     }
     if arch is None:
         arches = ", ".join(sorted(members))
-        raise InputError(f"{registry.host}/{repository}@{reference} is a multi-arch index ({arches}): give --arch")
+        raise InputError(f"{where} is a multi-arch index ({arches}): give --arch")
     wanted = DOCKER_ARCH.get(arch, arch)
     if wanted not in members:
-        raise InputError(f"{registry.host}/{repository}@{reference}: the index has no {wanted} image (it has {', '.join(sorted(members))})")
+        raise InputError(f"{where}: the index has no {wanted} image (it has {', '.join(sorted(members))})")
     return members[wanted]
 
 

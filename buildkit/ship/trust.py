@@ -23,7 +23,7 @@ from buildkit.errors import InputError
 from buildkit.image.sbom import loads
 from buildkit.image.verify import normalize, version_matches
 from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
-from buildkit.ship.attach import fetch_sbom, image_digest
+from buildkit.ship.attach import fetch_sbom, member_digest
 from buildkit.ship.compose import Form
 from buildkit.ship.registry import Manifest, Registry
 from buildkit.ship.sign import PREDICATE_ANNOTATION, attached, attest_digest, members_of, sign_digest, walk
@@ -201,7 +201,7 @@ def _materials(
 def registry_provenance(ref: str, arch: str | None) -> tuple[dict[str, Any], str]:
     """The provenance statement attached to ``ref`` (for an index, to its ``arch`` member), unverified, and where it was found."""
     registry, repository, manifest = resolve(ref)
-    digest = image_digest(registry, repository, manifest.digest, arch)
+    digest = member_digest(manifest, arch, f"{registry.host}/{repository}@{manifest.digest}")
     where = f"{registry.host}/{repository}@{digest}"
     for data, notes in attached(registry, repository, digest, "att", DSSE_ENVELOPE):
         if notes.get(PREDICATE_ANNOTATION) == SLSA_PROVENANCE:

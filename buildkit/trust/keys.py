@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,9 +167,11 @@ def read_private_key(source: str) -> tuple[bytes, str]:
     return text, where
 
 
-def load_signer(source: str, password: bytes) -> Signer:
+def load_signer(source: str, password: bytes | Callable[[str], bytes]) -> Signer:
+    """The key of ``source``; ``password`` is the passphrase, or asks for it (given where the key is
+    from) once the source is known to hold an encrypted cosign key."""
     text, where = read_private_key(source)
-    return decrypt_private_key(text, password, where)
+    return decrypt_private_key(text, password(where) if callable(password) else password, where)
 
 
 def load_public_key(source: str) -> PublicKey:
