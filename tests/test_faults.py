@@ -5,9 +5,11 @@ down. Every result is read back from the registry behind the proxy with skopeo."
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,16 +128,48 @@ def test_no_tag_without_its_sbom(docker_env: DockerEnv, small_image: LocalImage)
     assert not set(small_image.tag_names) & set(tags), tags
 
 
-def test_several_registries_one_of_them_down(docker_env: DockerEnv, small_image: LocalImage) -> None:
-    """Everything goes to every registry by digest before any tag: one registry down, no tag anywhere."""
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+@pytest.mark.parametrize("down_first", [False, True], ids=["healthy-first", "down-first"])
+def test_several_registries_one_of_them_down(
+    docker_env: DockerEnv, small_image: LocalImage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: str, down_first: bool
+) -> None:
+    """Everything goes to every registry by digest before any tag: one registry down, no tag of any
+    kind anywhere (the SBOM's and the provenance's included), whichever registry comes first and
+    whatever the layer cache remembers. A cold cache means the healthy registry has to receive every
+    blob; a warm one, that it could mount them all, so the publish reaches the dead one sooner."""
+    monkeypatch.setenv("ASCENDKIT_CACHE", str(tmp_path / "cache"))
+    if cache == "warm":  # the same layers already in another repository of the healthy registry, and the cache knows
+        push_image(
+            docker_env.client, small_image, [Target.of(RegistryRef(docker_env.registry, f"warm-{uuid.uuid4().hex[:8]}"))], ShipOptions()
+        )
     repository = f"half-{uuid.uuid4().hex[:8]}"
     with fault_proxy(docker_env.registry2, MODES["down"]) as proxy:
         down = Target.of(RegistryRef(proxy.host, repository))
         down.registry.retries = 1
         healthy = Target.of(RegistryRef(docker_env.registry, repository))
         with pytest.raises(Unavailable, match=proxy.host):
-            push_image(docker_env.client, small_image, [healthy, down], ShipOptions())
+            push_image(docker_env.client, small_image, [down, healthy] if down_first else [healthy, down], ShipOptions())
     assert Registry(docker_env.registry).tags(repository) == [], "the healthy registry got no tag either"
+    assert Registry(docker_env.registry2).tags(repository) == []
+
+
+def test_a_registry_that_refuses_an_attachment_leaves_no_tag_in_the_other(docker_env: DockerEnv, small_image: LocalImage) -> None:
+    """The second registry takes every blob and the image's manifest, then refuses every other
+    manifest (the SBOM, the provenance, the signature): the first, healthy one, which took its own
+    attachments by then, gets no tag of any kind."""
+    repository = f"attach-{uuid.uuid4().hex[:8]}"
+    manifest_puts = itertools.count()
+    refuse_after_the_image = Faults(refuse=lambda method, path: method == "PUT" and "/manifests/" in path and next(manifest_puts) > 0)
+    signer = decrypt_private_key(generate(b"faults")[0], b"faults", "faults.key")
+    with fault_proxy(docker_env.registry2, refuse_after_the_image) as proxy:
+        refusing = Target.of(RegistryRef(proxy.host, repository))
+        refusing.registry.retries = 1
+        healthy = Target.of(RegistryRef(docker_env.registry, repository))
+        with pytest.raises(Unavailable, match=r"PUT manifests"):
+            push_image(docker_env.client, small_image, [healthy, refusing], ShipOptions(signer=signer))
+    assert proxy.counts["refused"] >= 2
+    assert Registry(docker_env.registry).tags(repository) == [], "no SBOM, signature, provenance or image tag in the healthy registry"
+    assert Registry(docker_env.registry2).tags(repository) == []
 
 
 def test_the_build_manifest_records_every_registry(small_image: LocalImage, clean_digest: str) -> None:

@@ -27,6 +27,7 @@ from buildkit.image.sbom import MEDIA_TYPE, loads, sbom_path
 from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
 from buildkit.ship.compose import Form, sbom_artifact, sbom_layer, sbom_of_layer
 from buildkit.ship.registry import DOCKER_MANIFEST, Manifest, Registry, digest_of
+from buildkit.ship.staged import StagedTag
 
 
 def fallback_tag(digest: str, kind: str = "sbom") -> str:
@@ -44,8 +45,9 @@ class Attached:
         return {"subject": self.subject, "sbom": self.digest, "attached_as": self.how}
 
 
-def attach_sbom(registry: Registry, repository: str, subject: Manifest, sbom: bytes, form: Form = None) -> Attached:
-    """Push ``sbom`` as the SBOM of ``subject`` in ``form``; idempotent (same bytes, same digest)."""
+def stage_sbom(registry: Registry, repository: str, subject: Manifest, sbom: bytes, form: Form = None) -> tuple[Attached, StagedTag | None]:
+    """Push ``sbom`` by digest as the SBOM of ``subject`` in ``form``; idempotent (same bytes, same digest).
+    Where the registry does not link it by its subject, the tag that will is staged, not written."""
     platform = ("amd64", "linux")
     if form == "docker":  # the Docker form is an image: it says the platform of the image it describes
         config = json.loads(registry.get_blob(repository, str((subject.json().get("config") or {}).get("digest"))) or b"{}")
@@ -57,11 +59,18 @@ def attach_sbom(registry: Registry, repository: str, subject: Manifest, sbom: by
     digest = digest_of(body)
     response = registry.put_manifest_response(repository, digest, body, media_type)
     if has_referrers and response.headers.get("OCI-Subject") == subject.digest:
-        return Attached(subject.digest, digest, "referrer")
+        return Attached(subject.digest, digest, "referrer"), None
     # No referrers API, or one that did not take the subject: the spec's answer is a tag the client can find.
     tag = fallback_tag(subject.digest)
-    registry.put_manifest(repository, tag, body, media_type)
-    return Attached(subject.digest, digest, f"tag {tag}")
+    return Attached(subject.digest, digest, f"tag {tag}"), StagedTag(registry, repository, tag, body, media_type)
+
+
+def attach_sbom(registry: Registry, repository: str, subject: Manifest, sbom: bytes, form: Form = None) -> Attached:
+    """Attach ``sbom`` to ``subject`` now, its tag included (see :func:`stage_sbom`)."""
+    attached, staged = stage_sbom(registry, repository, subject, sbom, form)
+    if staged is not None:
+        staged.write()
+    return attached
 
 
 def fetch_sbom(registry: Registry, repository: str, digest: str) -> bytes | None:

@@ -21,12 +21,13 @@ from buildkit.errors import InputError, PublishFailed
 from buildkit.fsio import read_input_bytes, read_input_text
 from buildkit.image.sbom import SBOM_SUFFIX, sbom_beside
 from buildkit.imageref import RegistryRef
-from buildkit.ship.attach import Attached, attach_sbom
+from buildkit.ship.attach import Attached, stage_sbom
 from buildkit.ship.local import index_names
 from buildkit.ship.options import Published, ShipOptions, Target, variants
-from buildkit.ship.publish import publish_index
+from buildkit.ship.publish import stage_index
 from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest
-from buildkit.ship.trust import attest_image
+from buildkit.ship.staged import StagedTag, write_all
+from buildkit.ship.trust import stage_trust
 
 
 @dataclass(frozen=True)
@@ -215,23 +216,36 @@ def publish_indexes(
             outcomes.append(IndexOutcome(group.names, digests, {}, ()))
             continue
         sboms: list[Attached] = []
-        indexes: dict[str, tuple[Published, ...]] = {}
+        staged: list[StagedTag] = []  # every write by digest, in every registry, before any tag
         for target in registries:
             for kind in kinds:
                 members = found[(target.name, kind)]
                 form = options.form if kind == "gzip" else None
                 for arch in sorted(members):
                     sbom = read_input_bytes(group.members[arch].sbom, "SBOM")
-                    sboms.append(attach_sbom(target.registry, target.ref.repository, members[arch], sbom, form))
+                    attached, tag = stage_sbom(target.registry, target.ref.repository, members[arch], sbom, form)
+                    sboms.append(attached)
                     build = json.loads(read_input_bytes(group.members[arch].path, "build manifest"))
-                    attest_image(target.registry, target.ref.repository, members[arch].digest, build, options.signer, form)
-        for target in registries:
-            for kind in kinds:
-                suffix = "" if kind == "gzip" else f"-{kind}"
-                names = tuple(f"{name}{suffix}" for name in group.names)
-                index = tuple(publish_index(target, names, found[(target.name, kind)], options.form, kind, options.signer))
-                indexes[target.name] = indexes.get(target.name, ()) + index
-                for p in index:
-                    tell(f"published index {p.ref}")
+                    _, tags = stage_trust(target.registry, target.ref.repository, members[arch].digest, build, options.signer, form)
+                    staged += [*([tag] if tag is not None else []), *tags]
+        staged_indexes = [
+            stage_index(
+                target,
+                tuple(f"{n}{'' if kind == 'gzip' else f'-{kind}'}" for n in group.names),
+                found[(target.name, kind)],
+                options.form,
+                kind,
+                options.signer,
+            )
+            for target in registries
+            for kind in kinds
+        ]
+        write_all(staged)
+        indexes: dict[str, tuple[Published, ...]] = {}
+        for staged_index in staged_indexes:
+            index = tuple(staged_index.write())
+            indexes[staged_index.target.name] = indexes.get(staged_index.target.name, ()) + index
+            for p in index:
+                tell(f"published index {p.ref}")
         outcomes.append(IndexOutcome(group.names, digests, indexes, tuple(sboms)))
     return outcomes

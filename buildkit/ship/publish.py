@@ -3,12 +3,14 @@ multi-arch index over their arches.
 
 An image is published only when its build manifest says it passed verification. Its blobs come out
 of the engine once (``layers``) and the same bytes go to every registry, so a manifest composed
-here has one digest in all of them (``docker push`` cannot promise that). In each registry, in
-this order: every blob (looked up first, mounted from another repository of that registry where
-one has it, else sent), the manifest by digest, read back, its SBOM, and only then its tags; so
-a tag never names an image without its SBOM, and an index is written only over members the
-registry serves. Every registry gets everything by digest before any gets a tag.
-"""
+here has one digest in all of them (``docker push`` cannot promise that). In three passes over
+the registries: every blob (looked up first, mounted from another repository of that registry
+where one has it, else sent) and the manifest by digest, read back, in each; then its SBOM,
+provenance and signature by digest in each; and only when every registry holds all of that, the
+tags, the attachments' (``sha256-<hex>.sbom`` where a registry has no referrers API) before the
+image's (``staged``). So a publish that fails anywhere before its tags leaves no tag of any kind
+in any registry, a tag never names an image without its SBOM, and an index is written only over
+members the registry serves."""
 
 from __future__ import annotations
 
@@ -27,14 +29,15 @@ from buildkit.errors import PublishFailed, Unavailable
 from buildkit.fsio import read_input_bytes
 from buildkit.imageref import RegistryRef
 from buildkit.reach import engine_said
-from buildkit.ship.attach import Attached, attach_sbom
+from buildkit.ship.attach import Attached, stage_sbom
 from buildkit.ship.compose import Form, image_manifest, index_manifest
 from buildkit.ship.layers import GZIP, ZSTD, Blob, Compression, CompressionCache, export
 from buildkit.ship.local import LocalImage, record_published
 from buildkit.ship.options import Published, ShipOptions, Target, variants
 from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, digest_of
-from buildkit.ship.sign import sign_digest
-from buildkit.ship.trust import attest_image
+from buildkit.ship.sign import stage_signature
+from buildkit.ship.staged import StagedTag, write_all
+from buildkit.ship.trust import stage_trust
 from buildkit.trust.keys import Signer
 
 Say = Callable[[str], None]
@@ -174,45 +177,65 @@ class PublishOutcome:
 def push_image(
     client: docker.APIClient, image: LocalImage, targets: list[Target], options: ShipOptions, *, say: Say | None = None
 ) -> PublishOutcome:
-    """Every tag of ``image`` (and ``<tag>-zstd`` with zstd) in every target, with the SBOM."""
+    """Every tag of ``image`` (and ``<tag>-zstd`` with zstd) in every target, with the SBOM, signature
+    and provenance. Three passes over the targets: blobs and manifests by digest; the attachments by
+    digest; then, only when every registry holds all of it, every tag (the attachments' first)."""
     tell = say or (lambda _: None)
     cache = CompressionCache.load()
-    sbom = read_input_bytes(image.sbom, "SBOM") if image.sbom is not None and image.sbom.is_file() else None
     outcome = PublishOutcome()
     build = json.loads(read_input_bytes(image.manifest, "build manifest")) if image.manifest is not None else {}
     with tempfile.TemporaryDirectory(prefix="ascendkit-ship-") as tmp:
         try:
             blobs = _gather(client, image, targets, options, cache, Path(tmp), tell)
-            manifests = {}
-            for variant in variants(options.zstd):
-                body, media_type = image_manifest(
-                    blobs.config, blobs.layers[variant.compression.name], options.form, variant.compression.name
-                )
-                manifests[variant.suffix] = (variant, body, media_type)
-            for target in targets:  # every registry gets everything by digest before any gets a tag
+            manifests = [
+                (variant, *image_manifest(blobs.config, blobs.layers[variant.compression.name], options.form, variant.compression.name))
+                for variant in variants(options.zstd)
+            ]
+            subjects: dict[tuple[str, str], Manifest] = {}
+            for target in targets:
                 for blob in [blobs.config, *{b.digest: b for layers in blobs.layers.values() for b in layers}.values()]:
                     _send(target, blob, cache, tell, blobs.present)
-                for variant, body, media_type in manifests.values():
-                    subject = _put_by_digest(target, body, media_type, image.image_id)
-                    if sbom is not None:
-                        form = None if variant.compression.name != "gzip" else options.form
-                        attached = attach_sbom(target.registry, target.ref.repository, subject, sbom, form)
-                        outcome.sboms.setdefault(target.name, []).append(attached)
-                        tell(f"{target.name}: attached the SBOM to {subject.digest[:19]} ({attached.how})")
-                    form = options.form if variant.compression.name == "gzip" else None
-                    trusted = attest_image(target.registry, target.ref.repository, subject.digest, build, options.signer, form)
-                    outcome.trust.setdefault(target.name, []).append(trusted)
+                for variant, body, media_type in manifests:
+                    subjects[(target.name, variant.suffix)] = _put_by_digest(target, body, media_type, image.image_id)
         finally:
             cache.save()
+    write_all(_attach(image, targets, subjects, build, options, outcome, tell))  # the attachments' tags, then the image's
     for target in targets:
-        for variant, body, media_type in manifests.values():
+        for variant, body, media_type in manifests:
             for name in image.tag_names:
-                digest = _put_tag(target, f"{name}{variant.suffix}", body, media_type)
+                digest = StagedTag(target.registry, target.ref.repository, f"{name}{variant.suffix}", body, media_type).write()
                 published = Published(f"{target.name}:{name}{variant.suffix}@{digest}", digest, image.arch, variant.compression.name)
                 outcome.registries.setdefault(target.name, []).append(published)
                 tell(f"pushed {published.ref}")
     record_published(image, _recorded(targets, outcome, options))
     return outcome
+
+
+def _attach(
+    image: LocalImage,
+    targets: list[Target],
+    subjects: dict[tuple[str, str], Manifest],
+    build: dict[str, Any],
+    options: ShipOptions,
+    outcome: PublishOutcome,
+    tell: Say,
+) -> list[StagedTag]:
+    """The SBOM, provenance and signature of each pushed manifest, by digest, in every target; the tags they need, staged."""
+    sbom = read_input_bytes(image.sbom, "SBOM") if image.sbom is not None and image.sbom.is_file() else None
+    staged: list[StagedTag] = []
+    for target in targets:
+        for variant in variants(options.zstd):
+            subject = subjects[(target.name, variant.suffix)]
+            form = options.form if variant.compression.name == "gzip" else None
+            if sbom is not None:
+                attached, tag = stage_sbom(target.registry, target.ref.repository, subject, sbom, form)
+                staged += [tag] if tag is not None else []
+                outcome.sboms.setdefault(target.name, []).append(attached)
+                tell(f"{target.name}: attached the SBOM to {subject.digest[:19]} ({attached.how})")
+            trusted, tags = stage_trust(target.registry, target.ref.repository, subject.digest, build, options.signer, form)
+            staged += tags
+            outcome.trust.setdefault(target.name, []).append(trusted)
+    return staged
 
 
 def _put_by_digest(target: Target, body: bytes, media_type: str, image_id: str) -> Manifest:
@@ -225,14 +248,6 @@ def _put_by_digest(target: Target, body: bytes, media_type: str, image_id: str) 
     if config != image_id:
         raise PublishFailed(f"{target.name}@{digest}: the registry's image config is {config}, not the local image {image_id}")
     return back
-
-
-def _put_tag(target: Target, tag: str, body: bytes, media_type: str) -> str:
-    digest = target.registry.put_manifest(target.ref.repository, tag, body, media_type)
-    back = target.registry.get_manifest(target.ref.repository, tag)
-    if back is None or back.digest != digest:
-        raise PublishFailed(f"{target.name}:{tag}: the registry serves {back.digest if back else 'nothing'}, not the pushed {digest}")
-    return digest
 
 
 def _recorded(targets: list[Target], outcome: PublishOutcome, options: ShipOptions) -> dict[str, dict[str, Any]]:
@@ -263,24 +278,39 @@ def index_members(target: Target, image: LocalImage, suffix: str) -> tuple[dict[
     return members, missing
 
 
-def publish_index(
+@dataclass(frozen=True)
+class StagedIndex:
+    """A multi-arch index in a registry by digest (signed, with a key), its tags not yet written."""
+
+    target: Target
+    compression: str
+    signature: StagedTag | None
+    tags: tuple[StagedTag, ...]
+
+    def write(self) -> list[Published]:
+        """The signature's tag, then the index's names, each read back: no tag names an unsigned index."""
+        if self.signature is not None:
+            self.signature.write()
+        return [Published(f"{self.target.name}:{t.tag}@{t.write()}", t.digest, None, self.compression) for t in self.tags]
+
+
+def stage_index(
     target: Target,
     names: tuple[str, ...],
     members: dict[str, Manifest],
     form: Form,
     compression: str = "gzip",
     signer: Signer | None = None,
-) -> list[Published]:
-    """Publish the multi-arch index over ``members`` (every arch present) under ``names``."""
+) -> StagedIndex:
+    """The multi-arch index over ``members`` (every arch present) by digest, signed with a key; its ``names`` staged."""
+    repository = target.ref.repository
     body, media_type = index_manifest(members, form if compression == "gzip" else "oci", f"{target.name}:{names[0]}")
-    if signer is not None:  # by digest, signed, then tagged: no tag names an unsigned index
-        digest = target.registry.put_manifest(target.ref.repository, digest_of(body), body, media_type)
-        sign_digest(target.registry, target.ref.repository, digest, signer, form if compression == "gzip" else None)
-    published = []
-    for name in names:
-        digest = _put_tag(target, name, body, media_type)
-        published.append(Published(f"{target.name}:{name}@{digest}", digest, None, compression))
-    return published
+    digest = target.registry.put_manifest(repository, digest_of(body), body, media_type)
+    signature = None
+    if signer is not None:
+        _, signature = stage_signature(target.registry, repository, digest, signer, form if compression == "gzip" else None)
+    tags = tuple(StagedTag(target.registry, repository, name, body, media_type) for name in names)
+    return StagedIndex(target, compression, signature, tags)
 
 
 def publish_image(
@@ -322,11 +352,21 @@ def publish_image(
             found.append((target, variant, members))
     if outcome.index_missing:
         return outcome
-    for target, variant, members in found:
-        names = tuple(f"{name}{variant.suffix}" for name in image.index_names)
-        index = publish_index(target, names, members, options.form, variant.compression.name, options.signer)
-        outcome.indexes.setdefault(target.name, []).extend(index)
-        for p in index:
+    staged = [  # every index by digest in every registry before any of their tags
+        stage_index(
+            target,
+            tuple(f"{n}{variant.suffix}" for n in image.index_names),
+            members,
+            options.form,
+            variant.compression.name,
+            options.signer,
+        )
+        for target, variant, members in found
+    ]
+    for index in staged:
+        published = index.write()
+        outcome.indexes.setdefault(index.target.name, []).extend(published)
+        for p in published:
             tell(f"published index {p.ref}")
     return outcome
 

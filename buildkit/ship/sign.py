@@ -20,6 +20,7 @@ from buildkit.errors import PublishFailed
 from buildkit.ship.attach import fallback_tag
 from buildkit.ship.compose import DOCKER_CONFIG, OCI_CONFIG, Form, descriptor, dump
 from buildkit.ship.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, Registry, digest_of
+from buildkit.ship.staged import StagedTag, commit, stage
 from buildkit.trust.envelope import DSSE_ENVELOPE, SIGNATURE_ANNOTATION, SIMPLE_SIGNING, simple_signing_payload
 from buildkit.trust.keys import Signer
 
@@ -60,33 +61,48 @@ def _existing_layers(registry: Registry, repository: str, tag: str) -> list[dict
     return [layer for layer in manifest.json().get("layers", []) if isinstance(layer, dict)]
 
 
-def _write(registry: Registry, repository: str, subject: str, kind: str, layer: Layer, keep: list[dict[str, Any]], form: Form) -> str:
+def _stage(
+    registry: Registry, repository: str, subject: str, kind: str, layer: Layer, keep: list[dict[str, Any]], form: Form
+) -> tuple[str, StagedTag | None]:
+    """The attachment manifest by digest, its blobs first; its tag staged (None: the tag already names it)."""
     layers = [*keep, layer.descriptor()]
     body, media_type, config = _attachment(layers, form)
     tag = fallback_tag(subject, kind)
     current = registry.get_manifest(repository, tag)
     if current is not None and current.body == body:
-        return current.digest
+        return current.digest, None
     registry.put_blob(repository, config)
     registry.put_blob(repository, layer.data)
-    return registry.put_manifest(repository, tag, body, media_type)
+    return digest_of(body), stage(registry, repository, tag, body, media_type)
 
 
-def sign_digest(registry: Registry, repository: str, subject: str, signer: Signer, form: Form = None) -> str:
-    """Sign manifest ``subject`` of ``repository`` (named as ``registry.host/repository``); the digest of the ``.sig`` manifest."""
+def stage_signature(registry: Registry, repository: str, subject: str, signer: Signer, form: Form = None) -> tuple[str, StagedTag | None]:
+    """The signature of manifest ``subject`` (named as ``registry.host/repository``) by digest, its ``.sig`` tag staged."""
     payload = simple_signing_payload(f"{registry.host}/{repository}", subject)
     signature = base64.b64encode(signer.sign(payload)).decode()
     layer = Layer(SIMPLE_SIGNING, payload, {SIGNATURE_ANNOTATION: signature})
     existing = _existing_layers(registry, repository, fallback_tag(subject, "sig"))
-    return _write(registry, repository, subject, "sig", layer, [d for d in existing if d != layer.descriptor()], form)
+    return _stage(registry, repository, subject, "sig", layer, [d for d in existing if d != layer.descriptor()], form)
 
 
-def attest_digest(registry: Registry, repository: str, subject: str, envelope: bytes, predicate_type: str, form: Form = None) -> str:
-    """Attach a DSSE ``envelope`` to ``subject``, replacing an attestation of the same predicate type."""
+def sign_digest(registry: Registry, repository: str, subject: str, signer: Signer, form: Form = None) -> str:
+    """Sign manifest ``subject`` of ``repository``; the digest of the ``.sig`` manifest."""
+    return commit(*stage_signature(registry, repository, subject, signer, form))
+
+
+def stage_attestation(
+    registry: Registry, repository: str, subject: str, envelope: bytes, predicate_type: str, form: Form = None
+) -> tuple[str, StagedTag | None]:
+    """A DSSE ``envelope`` for ``subject`` by digest, replacing an attestation of the same predicate type; its ``.att`` tag staged."""
     layer = Layer(DSSE_ENVELOPE, envelope, {SIGNATURE_ANNOTATION: "", PREDICATE_ANNOTATION: predicate_type})
     existing = _existing_layers(registry, repository, fallback_tag(subject, "att"))
     keep = [d for d in existing if (d.get("annotations") or {}).get(PREDICATE_ANNOTATION) != predicate_type]
-    return _write(registry, repository, subject, "att", layer, keep, form)
+    return _stage(registry, repository, subject, "att", layer, keep, form)
+
+
+def attest_digest(registry: Registry, repository: str, subject: str, envelope: bytes, predicate_type: str, form: Form = None) -> str:
+    """Attach a DSSE ``envelope`` to ``subject`` now; the digest of the ``.att`` manifest."""
+    return commit(*stage_attestation(registry, repository, subject, envelope, predicate_type, form))
 
 
 def attached(registry: Registry, repository: str, subject: str, kind: str, media_type: str) -> list[tuple[bytes, dict[str, str]]]:

@@ -26,7 +26,8 @@ from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
 from buildkit.ship.attach import fetch_sbom, member_digest
 from buildkit.ship.compose import Form
 from buildkit.ship.registry import Manifest, Registry
-from buildkit.ship.sign import PREDICATE_ANNOTATION, attached, attest_digest, members_of, sign_digest, walk
+from buildkit.ship.sign import PREDICATE_ANNOTATION, attached, members_of, sign_digest, stage_attestation, stage_signature, walk
+from buildkit.ship.staged import StagedTag
 from buildkit.trust.envelope import DSSE_ENVELOPE, SIGNATURE_ANNOTATION, SIMPLE_SIGNING, dsse_envelope, open_envelope, read_simple_signing
 from buildkit.trust.keys import PublicKey, Signer
 from buildkit.trust.provenance import SLSA_PROVENANCE, STATEMENT_TYPE, pins_of, statement
@@ -45,22 +46,20 @@ class TrustCheck:
         return {"check": self.name, "ok": self.ok, "detail": self.detail}
 
 
-def attach_provenance(
-    registry: Registry, repository: str, digest: str, manifest: dict[str, Any], signer: Signer | None, form: Form = None
-) -> str:
-    """The provenance of image ``digest`` (built as build manifest ``manifest`` says), attached; unsigned without a key."""
-    envelope = dsse_envelope(statement(f"{registry.host}/{repository}", digest, manifest), signer)
-    return attest_digest(registry, repository, digest, envelope, SLSA_PROVENANCE, form)
-
-
-def attest_image(
+def stage_trust(
     registry: Registry, repository: str, digest: str, build: dict[str, Any], signer: Signer | None, form: Form = None
-) -> dict[str, str | None]:
-    """Image ``digest``'s provenance (signed with a key) and, with a key, its signature: what publishing
-    attaches before any tag names the image."""
-    provenance = attach_provenance(registry, repository, digest, build, signer, form)
-    signature = None if signer is None else sign_digest(registry, repository, digest, signer, form)
-    return {"subject": digest, "signature": signature, "provenance": provenance}
+) -> tuple[dict[str, str | None], list[StagedTag]]:
+    """Image ``digest``'s provenance (built as build manifest ``build`` says; signed with a key) and, with
+    a key, its signature, by digest: what publishing attaches before any tag names the image. Their
+    tags are staged, to be written once every registry holds everything."""
+    envelope = dsse_envelope(statement(f"{registry.host}/{repository}", digest, build), signer)
+    provenance, staged = stage_attestation(registry, repository, digest, envelope, SLSA_PROVENANCE, form)
+    tags = [staged]
+    signature = None
+    if signer is not None:
+        signature, staged = stage_signature(registry, repository, digest, signer, form)
+        tags.append(staged)
+    return {"subject": digest, "signature": signature, "provenance": provenance}, [t for t in tags if t is not None]
 
 
 def sign_tree(
