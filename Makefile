@@ -94,9 +94,9 @@ smoke: $(STAMP) ## Config check, doctor and smoke job (JOB=grpo|sft) of the HW i
 ifeq ($(STANDIN),1)
 	$(BIN)/python -m tests.services start
 	set -a; . $(SERVICES_ENV); set +a; \
-	  image=$$($(BIN)/ascendkit build --hw $(HW) --arch "$$(uname -m)" --matrix tests/fixtures/test_matrix.yaml --base-image "$$ASCENDKIT_STANDIN_IMAGE" \
-	    --repo ascendkit-standin/verl --manifest-dir $(SERVICES_DIR)/manifests --quiet --json \
-	    | $(BIN)/python -c 'import json, sys; print(json.load(sys.stdin)["tags"][0])') && \
+	  built=$$($(BIN)/ascendkit build --hw $(HW) --arch "$$(uname -m)" --matrix tests/fixtures/test_matrix.yaml --base-image "$$ASCENDKIT_STANDIN_IMAGE" \
+	    --repo ascendkit-standin/verl --manifest-dir $(SERVICES_DIR)/manifests --quiet --json) && \
+	  image=$$(printf '%s' "$$built" | $(BIN)/python -c 'import json, sys; print(json.load(sys.stdin)["tags"][0])') && \
 	  echo "smoke: the test stack carries stand-in packages, not verl: no config for verl to compose (--no-config-check)" >&2 && \
 	  { $(BIN)/ascendkit smoke --image "$$image" --no-config-check $(SMOKE_ARGS); status=$$?; \
 	    if [ $$status = 10 ]; then echo "smoke: as far as a machine without NPUs goes: built, verified, doctor passed in the image" >&2; status=0; fi; \

@@ -95,7 +95,8 @@ def repo_copy(tmp_path: Path) -> Path:
     dest = tmp_path / "repo"
     dest.mkdir()
     (dest / "docs").mkdir()
-    for name in ("compat_matrix.yaml", "docs/matrix.md", "docs/cli.md", "Dockerfile.a2", "Dockerfile.a3", "compat_matrix.schema.json"):
+    generated = ("docs/matrix.md", "docs/cli.md", "docs/hardware.md", "Dockerfile.a2", "Dockerfile.a3", "compat_matrix.schema.json")
+    for name in ("compat_matrix.yaml", *generated):
         shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(ROOT / "docs" / "repositories", dest / "docs" / "repositories")
     shutil.copytree(ROOT / "dockerfiles", dest / "dockerfiles")

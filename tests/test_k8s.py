@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from buildkit.errors import ExitCode, InputError
-from buildkit.k8s.pod import DRIVER_VOLUMES
+from buildkit.k8s.pod import host_volumes
 from buildkit.k8s.render import as_documents, render
 from buildkit.k8s.request import K8sRequest
 from buildkit.k8s.validate import validate_documents
@@ -22,6 +22,7 @@ from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.job import ImageJob, JobFacts
 from tests.conftest import default_verl
+from tests.hosttree import contract_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "k8s"
@@ -63,10 +64,12 @@ def pods(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # Every kind `k8s render` makes: (golden name, nodes, request options). Goldens for every SKU on the
-# default scheduler, for a3 on Volcano (the pod is the same code for every SKU); verl's SFT job on
+# default scheduler (nodes with Ascend Docker Runtime, and without it: --node-runtime plain),
+# for a3 on Volcano (the pod is the same code for every SKU); verl's SFT job on
 # one node; OpenRLHF's GRPO job in each kind, on a2-box16 (its stack's SKUs are the A2 ones).
 VARIANTS: dict[str, tuple[int, dict[str, Any]]] = {
     "job": (1, {}),
+    "job-plain-runtime": (1, {"node_runtime": "plain"}),
     "rayjob": (2, {}),
     "job-volcano": (1, {"scheduler": "volcano", "queue": "rl"}),
     "rayjob-volcano": (2, {"scheduler": "volcano", "topology_mode": "hard", "topology_tier": 1}),
@@ -81,7 +84,9 @@ GOLDENS = [
     (v, s)
     for v in VARIANTS
     for s in sorted(SKUS)
-    if v in ("job", "rayjob") or (s == "a3" and not v.startswith("openrlhf")) or (s == "a2-box16" and v.startswith("openrlhf"))
+    if v in ("job", "rayjob", "job-plain-runtime")
+    or (s == "a3" and not v.startswith("openrlhf"))
+    or (s == "a2-box16" and v.startswith("openrlhf"))
 ]
 
 
@@ -184,17 +189,25 @@ def test_every_manifest_validates_strictly_and_every_pod_takes_the_nodes_npus(
             assert {"/tmp", "/home/HwHiAiUser", "/workspace"} <= writable, container["name"]
             assert {"cpu", "memory"} <= set(container["resources"]["limits"]), container["name"]
         volumes = {v["name"]: v for v in spec["volumes"]}
-        assert {p for _, p, _ in DRIVER_VOLUMES} <= {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v}
-        assert all(m["readOnly"] for m in main["volumeMounts"] if m["name"] in {n for n, _, _ in DRIVER_VOLUMES})
+        host = host_volumes(request)
+        assert {p for _, p, _ in host} <= {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v}
+        assert all(m["readOnly"] for m in main["volumeMounts"] if m["name"] in {n for n, _, _ in host})
         assert spec["initContainers"][0]["args"] == ["ascendkit", "doctor", *(["--links"] if nodes > 1 else [])]
         assert [c["name"] for c in spec["initContainers"]] == ["doctor", *(["smoke-data"] if smoke else [])]
         assert spec.get("hostNetwork", False) is (nodes > 1 if host_network is None else host_network)
         assert (spec.get("dnsPolicy") == "ClusterFirstWithHostNet") is spec.get("hostNetwork", False)
         env = {e["name"]: e for e in main["env"]}
-        assert env["HCCL_CONNECT_TIMEOUT"]["value"] == "1200" and env["HCCL_EXEC_TIMEOUT"]["value"] == "3600"
+        assert env["HCCL_CONNECT_TIMEOUT"]["value"] == "3600" and env["HCCL_EXEC_TIMEOUT"]["value"] == "3600", "verl's multi-node values"
         if nodes > 1:
-            assert env["HCCL_IF_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
             assert env["HCCL_SOCKET_IFNAME"]["value"] == env["GLOO_SOCKET_IFNAME"]["value"] == "eth0"
+            assert (
+                env["HCCL_HOST_SOCKET_PORT_RANGE"]["value"] == "60000-60050" and env["HCCL_NPU_SOCKET_PORT_RANGE"]["value"] == "61000-61050"
+            )
+        # MindCluster: HCCL_IF_IP is the node's address, and only for a pod on the host's network
+        if nodes > 1 and spec.get("hostNetwork", False):
+            assert env["HCCL_IF_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+        else:
+            assert "HCCL_IF_IP" not in env
         volcano_pod = scheduler == "volcano"
         assert (pod["metadata"]["labels"].get("ring-controller.atlas") == sku.k8s_ring_controller) is volcano_pod
         assert spec.get("schedulerName") == ("volcano" if volcano_pod and request.kind != "RayJob" else None)
@@ -525,9 +538,11 @@ def test_a_bad_device_gid_is_refused_before_anything_is_asked(tmp_path: Path) ->
 
 def test_a_950_job_asks_the_950_device_plugin_and_mounts_the_ub_topology_on_several_nodes() -> None:
     """Atlas 950 nodes: resource huawei.com/npu, node label accelerator=huawei-npu, MindCluster's
-    product label; a job of several nodes mounts the hosts' UB topology files read-only, one node none."""
+    product label, HCCL_TOPO_FILE_PATH for the product's topology file; a job of several nodes mounts
+    the hosts' UB files read-only, one node none."""
     sku = SKUS["950-superpod"]
-    assert sku.host_files == ("/lib/route.conf", "/etc/hccl_rootinfo.json", "/etc/hixlep")
+    multi = set(contract_paths("a5", "multi_node"))
+    assert multi == {"/lib/route.conf", "/etc/hixlep"}
     for nodes, mounted in ((1, False), (2, True)):
         docs = docs_of(render(_request("950-superpod", sku, nodes)).text)
         assert validate_documents(docs) == []
@@ -538,8 +553,10 @@ def test_a_950_job_asks_the_950_device_plugin_and_mounts_the_ub_topology_on_seve
             assert spec["nodeSelector"]["accelerator-type"] == "950-SuperPod-Atlas-8"
             (main,) = spec["containers"]
             assert main["resources"]["limits"]["huawei.com/npu"] == "8"
+            env = {e["name"]: e.get("value") for e in main["env"]}
+            assert env["HCCL_TOPO_FILE_PATH"] == f"/usr/local/Ascend/driver/topo/950/{sku.hccl_topo_file}"
             paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-            assert set(sku.host_files) <= paths if mounted else not set(sku.host_files) & paths
+            assert multi <= paths if mounted else not multi & paths
             if mounted:
                 ro = {m["mountPath"] for m in main["volumeMounts"] if m.get("readOnly")}
-                assert set(sku.host_files) <= ro
+                assert multi <= ro

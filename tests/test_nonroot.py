@@ -21,10 +21,11 @@ from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.container import run_container
 from buildkit.run.devices import device_groups, host_config_args, plan_devices
-from buildkit.run.doctor.base import CONTROL_DEVICES, DRIVER_VERSION
+from buildkit.run.doctor.base import DRIVER_VERSION
 from buildkit.run.job import JobFacts
 from buildkit.run.smoke import SmokeRequest, run_smoke
 from tests.conftest import DockerEnv
+from tests.hosttree import contract_paths
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,7 +125,7 @@ def _npu_host(root: Path) -> Path:
     """Two NPUs and the control devices as device nodes, owned as a host's driver leaves them;
     davinci1 with another group. The driver files are plain stand-ins (plan_devices wants them)."""
     (root / "dev").mkdir(parents=True)
-    nodes = {"/dev/davinci0": 1000, "/dev/davinci1": OTHER_GID, **dict.fromkeys(CONTROL_DEVICES, 1000)}
+    nodes = {"/dev/davinci0": 1000, "/dev/davinci1": OTHER_GID, **dict.fromkeys(contract_paths("a3", "required", devices=True), 1000)}
     for path, gid in nodes.items():
         node = root / path.lstrip("/")
         os.mknod(node, 0o660 | stat.S_IFCHR, os.makedev(1, 3))

@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 
 from buildkit.errors import ExitCode
-from buildkit.k8s.pod import DRIVER_VOLUMES, PREFLIGHT_DONE
+from buildkit.k8s.pod import PREFLIGHT_DONE
 from buildkit.k8s.render import as_documents, render
 from buildkit.k8s.request import K8sRequest
 from buildkit.k8s.validate import validate_documents
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.doctor.base import HCCN_CONF, NODE_ENV, Environment
+from buildkit.run.doctor.contract import contract_for
 from buildkit.run.doctor.report import run as run_doctor
 from buildkit.run.job import JobFacts
 from tests.conftest import DockerEnv
@@ -75,7 +76,8 @@ def test_the_preflight_daemonset_validates_strictly_for_every_sku_and_scheduler(
     )
     assert container["env"] == [{"name": NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
     mounted = {m["mountPath"] for m in container["volumeMounts"]}
-    assert {p for _, p, _ in DRIVER_VOLUMES} | {HCCN_CONF} <= mounted
+    lent = {p.path for p in contract_for(sku.chip).paths if p.in_pod(ascend_runtime=True, nodes=1)}
+    assert lent | {HCCN_CONF} <= mounted and "/usr/local/Ascend/driver/version.info" in lent
     assert spec["securityContext"]["runAsNonRoot"] and container["securityContext"]["readOnlyRootFilesystem"]
     if scheduler == "volcano":
         assert spec["schedulerName"] == "volcano" and pod["metadata"]["labels"]["ring-controller.atlas"] == sku.k8s_ring_controller

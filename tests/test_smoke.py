@@ -26,8 +26,6 @@ from buildkit.matrix.load import load_matrix
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.configcheck import composition_error
 from buildkit.run.devices import (
-    DRIVER_FILES_OPTIONAL,
-    DRIVER_FILES_REQUIRED,
     device_groups,
     host_config_args,
     image_user,
@@ -35,10 +33,11 @@ from buildkit.run.devices import (
     plan_devices,
     prepare_data_dir,
 )
-from buildkit.run.doctor.base import CONTROL_DEVICES, RUNTIME_ENV, Check
+from buildkit.run.doctor.base import RUNTIME_ENV, Check
 from buildkit.run.job import ARGS_CHECK, MODEL_DIR, SMOKE_FILES, JobFacts
 from buildkit.run.report import judge, write_reports
 from buildkit.run.smoke import SmokeRequest, run_smoke
+from tests.hosttree import contract_paths, stand_in_host
 from tests.openrlhf_log import openrlhf_log
 from tests.openrlhf_standin import standin_tree
 from tests.upstream import compose_config, hydra_config_name
@@ -63,21 +62,13 @@ def _override(argv: list[str], key: str) -> str:
 # --- devices ---------------------------------------------------------------------------------
 
 
-def npu_host(tmp_path: Path, npus: int, *, control: bool = True, driver: bool = True, optional: bool = True) -> Path:
-    root = tmp_path / "host"
-    (root / "dev").mkdir(parents=True, exist_ok=True)
-    for n in range(npus):
-        (root / f"dev/davinci{n}").touch()
-    paths = [
-        *(CONTROL_DEVICES if control else ()),
-        *(DRIVER_FILES_REQUIRED if driver else ()),
-        *(DRIVER_FILES_OPTIONAL if optional else ()),
-    ]
-    for path in paths:
-        target = root / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.touch()
-    return root
+A3_PATHS = contract_paths("a3", "required", "optional")  # what a full A2/A3 host lends a container
+
+
+def npu_host(tmp_path: Path, npus: int, *, control: bool = True, driver: bool = True, optional: bool = True, chip: str = "a3") -> Path:
+    """A stand-in host of ``chip`` (its contract's pieces as empty files: enough to plan)."""
+    return stand_in_host(tmp_path / "host", chip, npus, devices=control, required=driver or control, optional=optional,
+                         without=() if driver else contract_paths(chip, "required"))  # fmt: skip
 
 
 def test_a_host_without_npus_gets_a_preflight_plan(tmp_path: Path) -> None:
@@ -94,25 +85,42 @@ def test_a_full_a3_host_gets_every_device_and_the_driver_read_only(tmp_path: Pat
     host = str(tmp_path / "host")  # the stand-in host's / (on a real host, /): host paths map to the same paths inside
     assert f"{host}/dev/davinci15:/dev/davinci15:rwm" in args["devices"]
     assert {f"{host}{d}:{d}:rwm" for d in ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")} <= set(args["devices"])
-    assert len(args["devices"]) == 19
+    assert len(args["devices"]) == 20, "16 NPUs, davinci_manager, hisi_hdc, devmm_svm and dvpp_cmdlist"
     assert args["privileged"] is False and args["network_mode"] == "host" and args["shm_size"] == "16g"
     assert "group_add" not in args
-    for path in (*DRIVER_FILES_REQUIRED, *DRIVER_FILES_OPTIONAL):
+    for path in A3_PATHS:
         assert args["binds"][host + path] == {"bind": path, "mode": "ro"}
     assert args["binds"]["/models/q"] == {"bind": MODEL_DIR, "mode": "ro"}
 
 
-def test_a_950_host_lends_its_ub_topology_files_where_it_has_them(tmp_path: Path) -> None:
-    """The files several-node 950 jobs need are mounted read-only where the host has them, and named where not."""
+def test_a_950_host_lends_its_ub_devices_topology_and_files_where_it_has_them(tmp_path: Path) -> None:
+    """No devmm_svm on the 950 generation; every node of /dev/uburma and /dev/ummu; the driver's topo
+    directory and HCCL_TOPO_FILE_PATH for the SKU's product file; the multi-node files where the host has them."""
     sku = SKUS["950-superpod"]
-    root = npu_host(tmp_path, sku.npus_per_node)
-    (root / "lib").mkdir(exist_ok=True)
-    (root / "lib" / "route.conf").write_text("route\n")
+    left_out = ("/etc/hixlep", "/etc/hccl_rootinfo.json")
+    root = stand_in_host(tmp_path / "host", "a5", sku.npus_per_node, topo_file=sku.hccl_topo_file, without=left_out)
     plan = plan_devices("950-superpod", sku, host_root=root)
     args = host_config_args(plan, {}, privileged=False)
+    nodes = {d.split(":")[1] for d in args["devices"]}
+    assert "/dev/devmm_svm" not in nodes and {"/dev/uburma/ub0", "/dev/uburma/ub1", "/dev/ummu/ummu0", "/dev/hisi_hdc"} <= nodes
     assert args["binds"][f"{root}/lib/route.conf"] == {"bind": "/lib/route.conf", "mode": "ro"}
+    assert args["binds"][f"{root}/usr/local/Ascend/driver/topo"]["bind"] == "/usr/local/Ascend/driver/topo"
+    assert dict(plan.env) == {"HCCL_TOPO_FILE_PATH": f"/usr/local/Ascend/driver/topo/950/{sku.hccl_topo_file}"}
     assert not any(b["bind"] in ("/etc/hccl_rootinfo.json", "/etc/hixlep") for b in args["binds"].values())
-    assert "/etc/hixlep not on this host: not mounted" in plan.notes
+    assert "/etc/hixlep not on this host: not mounted (multi_node on a5)" in plan.notes
+
+
+def test_a_950_host_without_its_topology_file_is_refused_for_several_cards(tmp_path: Path) -> None:
+    sku = SKUS["950-superpod"]
+    root = stand_in_host(tmp_path / "host", "a5", sku.npus_per_node)
+    with pytest.raises(InputError, match=f"{sku.hccl_topo_file} .*EI0014"):
+        plan_devices("950-superpod", sku, host_root=root)
+    plan = plan_devices("950-superpod", sku, [0], host_root=root)
+    assert any("one NPU needs no HCCL" in n for n in plan.notes)
+    with pytest.raises(InputError, match="/usr/local/Ascend/driver/topo"):
+        plan_devices(
+            "950-superpod", sku, [0], host_root=stand_in_host(tmp_path / "bare", "a5", 8, without=("/usr/local/Ascend/driver/topo",))
+        )
 
 
 def own(path: Path, uid: int, gid: int, mode: int) -> None:
@@ -181,12 +189,13 @@ def test_a_host_with_fewer_npus_than_the_sku_is_refused_with_the_way_out(tmp_pat
 
 
 def test_missing_control_devices_or_driver_are_named(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="/dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc"):
+    with pytest.raises(InputError, match="/dev/davinci_manager, /dev/hisi_hdc, /dev/devmm_svm"):
         plan_devices("900-podc", SKUS["900-podc"], host_root=npu_host(tmp_path / "a", 8, control=False))
     with pytest.raises(InputError, match="/usr/local/Ascend/driver/lib64"):
         plan_devices("900-podc", SKUS["900-podc"], host_root=npu_host(tmp_path / "b", 8, driver=False))
     plan = plan_devices("900-podc", SKUS["900-podc"], host_root=npu_host(tmp_path / "c", 8, optional=False))
-    assert plan.driver_files == DRIVER_FILES_REQUIRED and len(plan.notes) == len(DRIVER_FILES_OPTIONAL)
+    assert plan.driver_files == contract_paths("a2", "required")
+    assert len(plan.notes) == len(contract_paths("a2", "optional")) + len(contract_paths("a2", "optional", devices=True))
 
 
 @pytest.mark.parametrize("text", ["", "a", "3-1", "1,1", "-1", "0-"])
@@ -485,15 +494,13 @@ def test_on_an_npu_host_doctor_then_the_job_run_with_the_skus_devices_and_pass(t
     assert check["command"][5:] == report.data["job"]["command"][3:], "the check runs the job's exact overrides"
     assert check["environment"]["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0" and "devices" not in check["host_config"]
     host = str(tmp_path / "host")
-    assert set(check["host_config"]["binds"]) == {host + f for f in (*DRIVER_FILES_REQUIRED, *DRIVER_FILES_OPTIONAL)}, (
-        "the driver, read-only"
-    )
+    assert set(check["host_config"]["binds"]) == {host + f for f in A3_PATHS}, "the driver, read-only"
     assert "trainer.device=npu" in check["command"], "verl 0.6.1 does not detect NPUs itself"
     assert doctor["command"] == ["ascendkit", "doctor", "--json"]
     assert doctor["environment"] == {RUNTIME_ENV: "docker://20.10.24"}, "doctor judges this engine's zstd pulls"
     assert job["host_config"] == doctor["host_config"], "doctor sees exactly what the job sees"
     config = job["host_config"]
-    assert len(config["devices"]) == 19 and config["network_mode"] == "host" and config["privileged"] is False
+    assert len(config["devices"]) == 20 and config["network_mode"] == "host" and config["privileged"] is False
     assert config["binds"][str((tmp_path / "model").resolve())] == {"bind": MODEL_DIR, "mode": "ro"}
     assert config["binds"][str(SMOKE_DIR)] == {"bind": SMOKE_FILES, "mode": "ro"}
     script = job["command"][2]

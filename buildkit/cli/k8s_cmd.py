@@ -21,6 +21,7 @@ from buildkit.k8s import (
     POLICY_CONTROLLER_VERSION,
     VOLCANO_VERSION,
     K8sJob,
+    NodeRuntime,
     Scheduler,
     TopologyMode,
 )
@@ -94,6 +95,16 @@ def k8s_render(
         bool | None,
         typer.Option("--host-network/--no-host-network", help="Pods on the host network (default: on for several nodes, as RoCE needs)."),
     ] = None,
+    node_runtime: Annotated[
+        NodeRuntime,
+        typer.Option(
+            "--node-runtime",
+            help=(
+                "The NPU nodes' container runtime: ascend (Ascend Docker Runtime mounts the driver, MindCluster's default) "
+                "or plain (the pods mount every driver file; `k8s preflight` says which the nodes run)."
+            ),
+        ),
+    ] = "ascend",
     network_topology: Annotated[
         TopologyMode | None,
         typer.Option("--network-topology", help="Volcano network-topology placement (A3 SuperPoD): hard or soft."),
@@ -168,6 +179,7 @@ def k8s_render(
         npu_resource=npu_resource,
         nic=nic,
         host_network=host_network,
+        node_runtime=node_runtime,
         network_topology=network_topology,
         topology_tier=topology_tier,
         namespace=namespace,

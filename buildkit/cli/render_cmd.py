@@ -15,6 +15,7 @@ from buildkit.resources import DEFAULT_MATRIX
 
 if TYPE_CHECKING:
     from buildkit.image.generate import GeneratedFile
+    from buildkit.matrix.model import Matrix
 
 
 @app.command("render")
@@ -48,7 +49,7 @@ def render(
     if output is not None and output != STDOUT:
         check_output_file(output)
     loaded = load_matrix(matrix)
-    extra = reference_page(loaded.root)
+    extra = reference_page(loaded.root) + hardware_page_file(loaded.root, loaded.matrix)
     if check:
         expected = generate.expected_outputs(loaded, extra=extra)
         diffs = generate.check(loaded, expected=expected)
@@ -77,3 +78,11 @@ def reference_page(root: Path) -> tuple[GeneratedFile, ...]:
     from buildkit.image.generate import GeneratedFile
 
     return (GeneratedFile(REFERENCE_FILE, cli_reference()),) if (root / REFERENCE_FILE).parent.is_dir() else ()
+
+
+def hardware_page_file(root: Path, matrix: Matrix) -> tuple[GeneratedFile, ...]:
+    """docs/hardware.md, the host contract per chip, where the matrix sits in a checkout with docs/."""
+    from buildkit.image.generate import GeneratedFile
+    from buildkit.run.hardware import HARDWARE_FILE, hardware_page
+
+    return (GeneratedFile(HARDWARE_FILE, hardware_page(matrix)),) if (root / HARDWARE_FILE).parent.is_dir() else ()

@@ -8,6 +8,10 @@ from typing import Literal, get_args
 K8sJob = Literal["smoke", "grpo", "sft", "train", "preflight", "prepull"]
 Scheduler = Literal["default", "volcano"]
 TopologyMode = Literal["hard", "soft"]
+# The nodes' container runtime: Ascend Docker Runtime (MindCluster installs it on every NPU node and it
+# mounts the driver's base.list itself) or a plain one (the pods mount every driver file).
+NodeRuntime = Literal["ascend", "plain"]
+NODE_RUNTIMES: tuple[str, ...] = get_args(NodeRuntime)
 K8S_JOBS: tuple[str, ...] = get_args(K8sJob)
 SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
 TOPOLOGY_MODES: tuple[str, ...] = get_args(TopologyMode)

@@ -8,32 +8,33 @@ from typing import Any
 
 from buildkit.k8s.request import (
     APP_LABEL,
-    HCCL_CONNECT_TIMEOUT,
-    HCCL_EXEC_TIMEOUT,
     HOST_ARCH,
     MINDCLUSTER_JOB_KIND,
     VOLCANO_POD_QUEUE,
     K8sRequest,
 )
 from buildkit.plan import WORKSPACE
-from buildkit.run.devices import DRIVER_FILES_OPTIONAL, DRIVER_FILES_REQUIRED, SHM_SIZE
-from buildkit.run.doctor.base import DRIVER_VERSION, FIRMWARE_VERSION, HCCN_CONF, HCCN_TOOL, NODE_ENV
+from buildkit.run.devices import SHM_SIZE
+from buildkit.run.doctor.base import HCCN_CONF, NODE_ENV
+from buildkit.run.doctor.contract import EVERY_POD_ENV, contract_for
 from buildkit.run.job import SMOKE_FILES
 
-# The host files smoke mounts, as hostPath volumes: (volume name, path, hostPath type). hccn_tool
-# comes with the NPU driver like npu-smi; doctor reads each NPU port's link with it.
-DRIVER_VOLUMES = (
-    ("driver-lib64", "/usr/local/Ascend/driver/lib64", "Directory"),
-    ("driver-version", DRIVER_VERSION, "File"),
-    ("dcmi", "/usr/local/dcmi", "Directory"),
-    ("npu-smi", "/usr/local/bin/npu-smi", "File"),
-    ("ascend-install-info", "/etc/ascend_install.info", "File"),
-    ("hccn-tool", HCCN_TOOL, "File"),
-)
-# The firmware's version file is not among them: a hostPath of type File that a node lacks keeps
-# the pod from starting, and doctor judges the firmware only where the file is (smoke mounts it when
-# the host has it).
-assert {p for _, p, _ in DRIVER_VOLUMES} == {*DRIVER_FILES_REQUIRED, *DRIVER_FILES_OPTIONAL} - {FIRMWARE_VERSION}
+
+def host_volumes(request: K8sRequest) -> list[tuple[str, str, str]]:
+    """The host paths the pod mounts itself, as hostPath volumes (volume name, path, hostPath type):
+    what its chip's contract (buildkit/run/doctor/host_contract.json) gives the container and the
+    node's Ascend Docker Runtime does not (``--node-runtime``). Devices come from the device plugin."""
+    contract = contract_for(request.sku.chip)
+    ascend = request.node_runtime == "ascend"
+    pieces = [p for p in contract.paths if p.in_pod(ascend_runtime=ascend, nodes=request.nodes)]
+    return [(_volume_name(p.path), p.path, p.host_path_type) for p in pieces]
+
+
+def _volume_name(path: str) -> str:
+    """``host-`` and the path's last two parts as a DNS label: /usr/local/Ascend/driver/lib64 -> host-driver-lib64."""
+    name = "-".join(part for part in path.strip("/").split("/")[-2:]).replace("_", "-").replace(".", "-").lower()
+    return f"host-{name}"[:63].rstrip("-")
+
 
 # Every container runs locked down: as the image's user, without privilege escalation, with a
 # read-only root filesystem and no Linux capability at all. None is needed: HCCL reaches the other
@@ -78,14 +79,18 @@ def env_list(pairs: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def networking_env(request: K8sRequest, *, ray: bool) -> list[dict[str, Any]]:
-    """HCCL and Gloo settings of an NPU container; in a Ray pod also the NIC and the pod's IP
-    (the host's under hostNetwork), so the first multi-node run picks the right interface."""
+    """HCCL and Gloo settings of an NPU container, from its chip's contract: HCCL's timeouts everywhere;
+    in a Ray pod (several nodes) also the port ranges and the NIC, as verl's multi-node docs set them;
+    HCCL_IF_IP (the node's address) only where the pod uses the host's network, as MindCluster says;
+    and the environment the SKU gives (an Ascend 950's HCCL_TOPO_FILE_PATH)."""
+    contract = contract_for(request.sku.chip)
+    multi = {e.name: e.value.format(nic=request.nic) for e in contract.multi_node_env}
+    pairs = {k: v for k, v in multi.items() if k in EVERY_POD_ENV or ray}
+    pairs.update(contract.env_for(request.sku.hccl_topo_file))
     env: list[dict[str, Any]] = []
-    if ray:
-        env.append({"name": "HCCL_IF_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
-        env += env_list({"HCCL_SOCKET_IFNAME": request.nic, "GLOO_SOCKET_IFNAME": request.nic})
-    env += env_list({"HCCL_CONNECT_TIMEOUT": str(HCCL_CONNECT_TIMEOUT), "HCCL_EXEC_TIMEOUT": str(HCCL_EXEC_TIMEOUT)})
-    return env
+    if ray and request.hostnet:
+        env += [{"name": e.name, "valueFrom": {"fieldRef": {"fieldPath": e.field}}} for e in contract.host_network_env]
+    return env + env_list(pairs)
 
 
 def writable(request: K8sRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -117,7 +122,8 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
     request, sku = pod.request, pod.request.sku
     npus = {request.resource: str(sku.npus_per_node)}
     memory = f"{sku.k8s_memory_gib_request}Gi"
-    driver_mounts = [{"name": n, "mountPath": p, "readOnly": True} for n, p, _ in DRIVER_VOLUMES]
+    host = host_volumes(request)
+    driver_mounts = [{"name": n, "mountPath": p, "readOnly": True} for n, p, _ in host]
     metadata = pod_metadata(pod, role)
     doctor_args = ["ascendkit", "doctor", *(["--links"] if request.nodes > 1 else [])]
     writable_mounts, writable_volumes = writable(request)
@@ -134,10 +140,7 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
         }
     ]
     mounts = [*driver_mounts, {"name": "dshm", "mountPath": "/dev/shm"}, *writable_mounts]
-    volumes: list[dict[str, Any]] = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in DRIVER_VOLUMES]
-    for name, path in host_file_volumes(request):  # several nodes of a 950: the UB topology files HCCL reads
-        mounts.append({"name": name, "mountPath": path, "readOnly": True})
-        volumes.append({"name": name, "hostPath": {"path": path}})
+    volumes: list[dict[str, Any]] = [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in host]
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE.replace("g", "Gi")}})
     volumes += writable_volumes
     if pod.smoke:
@@ -188,14 +191,6 @@ def npu_pod(pod: Pod, role: str, main: dict[str, Any], *, ray: bool, restart: st
     return {"metadata": metadata, "spec": spec}
 
 
-def host_file_volumes(request: K8sRequest) -> list[tuple[str, str]]:
-    """(volume name, path) of the SKU's host files, for a job of several nodes (one node needs none).
-    No hostPath type: a file or a directory, as the node's installation has it."""
-    if request.nodes < 2:
-        return []
-    return [(f"host-{index}", path) for index, path in enumerate(request.sku.host_files)]
-
-
 def pod_metadata(pod: Pod, role: str) -> dict[str, Any]:
     """The labels (MindCluster's job kind under Volcano) and, for a pod Volcano schedules by itself, its queue."""
     request = pod.request
@@ -239,7 +234,7 @@ def preflight_pod(pod: Pod) -> dict[str, Any]:
     request = pod.request
     npus = {request.resource: str(request.sku.npus_per_node)}
     limits = {**npus, **INIT_RESOURCES}
-    files = (*DRIVER_VOLUMES, *PREFLIGHT_VOLUMES)
+    files = (*host_volumes(request), *PREFLIGHT_VOLUMES)
     writable_mounts, writable_volumes = writable(request)
     script = f'ascendkit doctor --json --links; echo "{PREFLIGHT_DONE} (doctor exit $?)"; exec sleep infinity'
     container = {

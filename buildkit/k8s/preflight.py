@@ -15,8 +15,10 @@ from typing import Any
 
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_text
+from buildkit.k8s import NODE_RUNTIMES
 from buildkit.run.doctor.base import Check
 from buildkit.run.doctor.host import zstd_verdict
+from buildkit.run.doctor.topology import NODE_RUNTIME_CHECK
 
 # kubectl logs --prefix: "[pod/NAME/CONTAINER] " in front of every line
 _PREFIX = re.compile(r"^\[pod/(?P<pod>[^/\]]+)/[^\]]*\] ?")
@@ -48,6 +50,7 @@ class NodeVerdict:
     remedy: str
     runtime: str = ""  # the node's container runtime (containerd://1.6.20), from --node-info
     zstd: bool | None = None  # whether that runtime pulls the -zstd tags; None: not known
+    node_runtime: str = ""  # "ascend" or "plain": what doctor saw of Ascend Docker Runtime in the pod
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -58,6 +61,7 @@ class NodeVerdict:
             "remedy": self.remedy,
             "runtime": self.runtime or None,
             "zstd": self.zstd,
+            "node_runtime": self.node_runtime or None,
         }
 
 
@@ -135,6 +139,13 @@ def judge(source: str, report: dict[str, Any], runtime: str = "") -> NodeVerdict
     return dataclasses.replace(verdict, runtime=runtime, zstd=None if zstd.status == "skip" else zstd.status == "ok")
 
 
+def _node_runtime(report: dict[str, Any]) -> str:
+    for check in report.get("checks") or []:
+        if isinstance(check, dict) and check.get("name") == NODE_RUNTIME_CHECK:
+            return str(check.get("detail", "")).split(":", 1)[0]
+    return ""
+
+
 def _judge(source: str, report: dict[str, Any], zstd: Check | None) -> NodeVerdict:
     node = str(report.get("node") or source)
     checks = [c for c in report["checks"] if isinstance(c, dict)]
@@ -164,7 +175,7 @@ def summarize(
     latest: dict[str, NodeVerdict] = {}
     for source, report in reports:
         node = str(report.get("node") or source)
-        verdict = judge(source, report, (runtimes or {}).get(node, ""))
+        verdict = dataclasses.replace(judge(source, report, (runtimes or {}).get(node, "")), node_runtime=_node_runtime(report))
         latest[verdict.node] = verdict
     verdicts = sorted(latest.values(), key=lambda v: ({"fail": 0, "warn": 1, "ok": 2}[v.verdict], v.node))
     problems = []
@@ -196,5 +207,14 @@ def format_table(verdicts: list[NodeVerdict], problems: list[str]) -> str:
             f"zstd: {len(known) - len(cannot)} of {len(known)} node(s) pull the -zstd tags"
             + (f"; these need the gzip tags: {', '.join(cannot)}" if cannot else "")
         )
+    modes = {mode: [v.node for v in verdicts if v.node_runtime == mode] for mode in NODE_RUNTIMES}
+    if any(modes.values()):
+        said = "; ".join(f"{len(nodes)} node(s) {mode}" for mode, nodes in modes.items() if nodes)
+        advice = (
+            f"render the jobs with --node-runtime {next(m for m, n in modes.items() if n)}"
+            if sum(bool(n) for n in modes.values()) == 1
+            else "the nodes differ: render a job per mode, each pinned to its nodes, or give every node the same runtime"
+        )
+        lines.append(f"Ascend Docker Runtime: {said}: {advice}")
     lines.append(f"ascendkit k8s preflight: {len(verdicts)} node(s) reported, {failed} failed, {warned} warned")
     return "\n".join(lines)

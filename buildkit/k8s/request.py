@@ -9,7 +9,7 @@ from pathlib import Path
 
 from buildkit.errors import InputError
 from buildkit.imageref import IMAGE_REFERENCE, registry_of
-from buildkit.k8s import DEFAULT_MODEL_PATH, K8S_JOBS, MAX_NODES, SCHEDULERS, TOPOLOGY_MODES
+from buildkit.k8s import DEFAULT_MODEL_PATH, K8S_JOBS, MAX_NODES, NODE_RUNTIMES, SCHEDULERS, TOPOLOGY_MODES, NodeRuntime
 from buildkit.matrix.model import EXTENDED_RESOURCE, ImageUser, Sku
 from buildkit.run import MAX_SECONDS, MAX_STEPS
 from buildkit.run.job import ImageJob, JobFacts
@@ -35,10 +35,6 @@ KUBERAY_VOLCANO_QUEUE = "volcano.sh/queue-name"
 KUBERAY_TOPOLOGY_MODE = "volcano.sh/network-topology-mode"
 KUBERAY_TOPOLOGY_TIER = "volcano.sh/network-topology-highest-tier-allowed"
 
-# HCCL's defaults (120 s to connect, ~30 min per op) are short for a first graph compile on many
-# nodes; these are the values pods get, in seconds.
-HCCL_CONNECT_TIMEOUT = 1200
-HCCL_EXEC_TIMEOUT = 3600
 RAY_JOIN_TIMEOUT = 1200  # Volcano Job without KubeRay: how long the head waits for its workers
 
 _LABEL_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # DNS-1035: what KubeRay requires, fine for Jobs too
@@ -74,6 +70,7 @@ class K8sRequest:
     npu_resource: str | None = None  # default: the SKU's k8s_npu_resource
     nic: str = "eth0"  # HCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     host_network: bool | None = None  # default: on for several nodes (RoCE), off for one
+    node_runtime: NodeRuntime = "ascend"  # the nodes' container runtime: "ascend" (Ascend Docker Runtime mounts the driver) or "plain"
     topology_mode: str | None = None  # Volcano network topology (A3 SuperPoD placement): hard or soft
     topology_tier: int | None = None  # its highest tier allowed
     user: ImageUser = field(default_factory=ImageUser)  # the image's non-root user (the matrix's image_user)
@@ -232,4 +229,6 @@ def check_request(request: K8sRequest, *, to_pin: bool = False) -> tuple[str, ..
         )
     if not _NIC.match(request.nic):
         raise InputError(f"--nic {request.nic!r}: a network interface name (eth0), a comma list, or HCCL's =NAME / ^NAME forms")
+    if request.node_runtime not in NODE_RUNTIMES:
+        raise InputError(f"--node-runtime {request.node_runtime!r}: one of {', '.join(NODE_RUNTIMES)}")
     return (warning,) if warning else ()

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
+from buildkit.k8s import NodeRuntime
 from buildkit.k8s.request import NODE_JOBS, K8sRequest, check_request
 from buildkit.matrix.load import LoadedMatrix, check_stack_sku, resolve_sku, resolve_stack
 from buildkit.matrix.model import ImageUser
@@ -43,6 +44,7 @@ def make_request(
     npu_resource: str | None = None,
     nic: str = "eth0",
     host_network: bool | None = None,
+    node_runtime: NodeRuntime = "ascend",
     network_topology: str | None = None,
     topology_tier: int | None = None,
     namespace: str | None = None,
@@ -83,6 +85,7 @@ def make_request(
         npu_resource=npu_resource,
         nic=nic,
         host_network=host_network,
+        node_runtime=node_runtime,
         topology_mode=network_topology,
         topology_tier=topology_tier,
         user=loaded.matrix.image_user,

@@ -93,9 +93,9 @@ class Sku(Frozen):
     k8s_ring_controller: Annotated[StrictStr, Field(pattern=r"^[a-z0-9][a-zA-Z0-9.-]*$")] = Field(
         description="MindCluster's job-kind label value (ring-controller.atlas) for Volcano jobs on these NPUs"
     )
-    host_files: tuple[Annotated[StrictStr, Field(pattern=r"^/[A-Za-z0-9._/-]+$")], ...] = Field(
-        default=(),
-        description="host files a job of several nodes on these NPUs needs (950: the UB topology), mounted read-only where they exist",
+    hccl_topo_file: Annotated[StrictStr, Field(pattern=r"^[a-z0-9_]+\.json$")] | None = Field(
+        default=None,
+        description="the product's HCCL topology file in the driver's topo/950/ (950: atlas_350_3.json): HCCL_TOPO_FILE_PATH",
     )
 
 

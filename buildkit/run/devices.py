@@ -1,5 +1,7 @@
 """What a smoke container gets on an NPU host: exactly the SKU's devices and the host's driver files,
-the groups its user needs to open them, and a data directory it can write."""
+as its chip's host contract lists them (buildkit/run/doctor/host_contract.json), the environment the
+contract derives from the SKU, the groups its user needs to open the devices, and a data directory
+it can write."""
 
 from __future__ import annotations
 
@@ -12,31 +14,22 @@ from typing import Any
 from buildkit.errors import InputError
 from buildkit.matrix.model import Sku
 from buildkit.plan import USER_LABEL
-from buildkit.run.doctor.base import CONTROL_DEVICES, DRIVER_VERSION, FIRMWARE_VERSION, HCCN_TOOL
+from buildkit.run.doctor.contract import TOPO_DIR, Piece, contract_for
 
-# The driver lives on the host, never in the image (facts: "Running a container on an NPU host").
-DRIVER_FILES_REQUIRED = ("/usr/local/Ascend/driver/lib64", DRIVER_VERSION)
-# hccn_tool ships with the NPU driver; doctor reads each NPU port's link state with it, and the
-# firmware's version file to judge the firmware against the range the driver accepts.
-DRIVER_FILES_OPTIONAL = (
-    "/usr/local/dcmi",
-    "/usr/local/bin/npu-smi",
-    "/etc/ascend_install.info",
-    HCCN_TOOL,
-    FIRMWARE_VERSION,
-)
 SHM_SIZE = "16g"  # what verl's NPU CI gives its containers
 
 
 @dataclass(frozen=True)
 class DevicePlan:
-    """What the container gets from the host. No NPUs at all means a preflight-only run."""
+    """What the container gets from the host (the chip's contract: buildkit/run/doctor/host_contract.json,
+    as this host has it). No NPUs at all means a preflight-only run."""
 
     npus: tuple[str, ...]
-    control: tuple[str, ...]
+    control: tuple[str, ...]  # the chip's other device nodes, each node of a directory (/dev/uburma/ub0) by itself
     driver_files: tuple[str, ...]
     notes: tuple[str, ...] = ()
     host_root: Path = Path("/")  # where the host's / is (tests give a directory of stand-in nodes)
+    env: tuple[tuple[str, str], ...] = ()  # what the chip's contract sets from the SKU (HCCL_TOPO_FILE_PATH)
 
     @property
     def has_npus(self) -> bool:
@@ -73,16 +66,22 @@ def parse_visible(text: str) -> list[int]:
     return sorted(ids)
 
 
+def _nodes_in(host_root: Path, piece: Piece) -> list[str]:
+    """The device nodes ``piece`` stands for on this host: itself, or every node of its directory."""
+    where = host_root / piece.path.lstrip("/")
+    if piece.kind == "device-directory":
+        return sorted(f"{piece.path}/{n.name}" for n in where.iterdir()) if where.is_dir() else []
+    return [piece.path] if where.exists() else []
+
+
 def plan_devices(sku_id: str, sku: Sku, visible: list[int] | None = None, host_root: Path = Path("/")) -> DevicePlan:
-    """The SKU's devices and driver files as found on this host.
+    """The SKU's devices and driver files as found on this host, as its chip's contract lists them.
 
     A host with no ``/dev/davinciN`` gets an empty plan (preflight only). A host with some NPUs
-    must have every one the SKU (or ``--devices``) names, the control devices and the driver.
+    must have every one the SKU (or ``--devices``) names and every piece the contract requires;
+    an optional piece it lacks is left out and named in the notes.
     """
-
-    def on_host(path: str) -> bool:
-        return (host_root / path.lstrip("/")).exists()
-
+    contract = contract_for(sku.chip)
     present = sorted(int(p.name.removeprefix("davinci")) for p in (host_root / "dev").glob("davinci*") if p.name[7:].isdigit())
     if not present:
         return DevicePlan((), (), (), notes=("no /dev/davinci* on this host: preflight only",))
@@ -93,18 +92,33 @@ def plan_devices(sku_id: str, sku: Sku, visible: list[int] | None = None, host_r
             f"(/dev/davinci{present[0]}..{present[-1]}); pick the ones to use with --devices, e.g. --devices 0-{len(present) - 1}"
         )
     missing = [f"/dev/davinci{i}" for i in wanted if i not in present]
-    missing += [d for d in CONTROL_DEVICES if not on_host(d)]
-    missing += [f for f in DRIVER_FILES_REQUIRED if not on_host(f)]
+    control: list[str] = []
+    files: list[str] = []
+    notes = []
+    for piece in (*contract.devices, *contract.paths):
+        found = _nodes_in(host_root, piece) if piece.is_device else [piece.path] if (host_root / piece.path.lstrip("/")).exists() else []
+        if not found and piece.need == "required":
+            missing.append(piece.path + ("/*" if piece.kind == "device-directory" else ""))
+        elif not found:
+            notes.append(f"{piece.path} not on this host: not {'passed' if piece.is_device else 'mounted'} ({piece.need} on {sku.chip})")
+        (control if piece.is_device else files).extend(found)
+    env = contract.env_for(sku.hccl_topo_file)
+    topo = env.get("HCCL_TOPO_FILE_PATH")
+    if topo and not (host_root / topo.lstrip("/")).is_file() and TOPO_DIR in files:
+        lacking = f"{topo} (HCCL_TOPO_FILE_PATH of {sku.product}: HCCL fails with EI0014 without it)"
+        if len(wanted) > 1:
+            missing.append(lacking)
+        else:
+            notes.append(f"{lacking} not on this host: one NPU needs no HCCL")
     if missing:
         raise InputError(f"this host lacks what --hw {sku_id} needs: {', '.join(missing)} (is the Ascend driver installed?)")
-    optional = [f for f in DRIVER_FILES_OPTIONAL if on_host(f)] + [f for f in sku.host_files if on_host(f)]
-    notes = tuple(f"{f} not on this host: not mounted" for f in (*DRIVER_FILES_OPTIONAL, *sku.host_files) if f not in optional)
     return DevicePlan(
         npus=tuple(f"/dev/davinci{i}" for i in wanted),
-        control=CONTROL_DEVICES,
-        driver_files=(*DRIVER_FILES_REQUIRED, *optional),
-        notes=notes,
+        control=tuple(control),
+        driver_files=tuple(files),
+        notes=tuple(notes),
         host_root=host_root,
+        env=tuple(sorted(env.items())),
     )
 
 

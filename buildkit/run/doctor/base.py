@@ -22,7 +22,6 @@ RUNTIME_ENV = "ASCENDKIT_NODE_RUNTIME"
 ZSTD_SINCE = {"containerd": (1, 5), "docker": (23, 0), "cri-o": (1, 24)}
 HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"  # from the host's driver, mounted read-only
 LINK_TIMEOUT_S = 20
-CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")  # beside every /dev/davinciN
 
 
 @dataclass(frozen=True)

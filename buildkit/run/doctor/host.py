@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 from .base import (
-    CONTROL_DEVICES,
     DRIVER_VERSION,
     FIRMWARE_VERSION,
     HCCN_CONF,
@@ -23,6 +22,7 @@ from .base import (
     read_info,
     version_numbers,
 )
+from .contract import control_nodes
 
 
 def driver_version(where: Environment) -> str | None:
@@ -148,7 +148,7 @@ def check_user(where: Environment, found: list[str]) -> list[Check]:
         checks = [Check("user", "warn", detail)]
     else:
         checks = [Check("user", "ok", who)]
-    nodes = [*found, *(str(where.path(d)) for d in CONTROL_DEVICES if where.path(d).exists())] if found else []
+    nodes = [*found, *control_nodes(where.root)] if found else []
     blocked = []
     for node in nodes:
         if not os.access(node, os.R_OK | os.W_OK):

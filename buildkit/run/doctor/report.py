@@ -13,6 +13,7 @@ from . import __doc__ as description
 from .base import DRIVER_VERSION, EXIT_FAILED, EXIT_NO_DEVICES, EXIT_OK, IMAGE_INFO, NODE_ENV, Check, Environment, devices
 from .host import check_firmware, check_hccn, check_links, check_user, driver_version, judge_driver, node_runtimes, zstd_verdict
 from .software import check_cann_env, check_npus, check_pins
+from .topology import check_node_runtime, check_rootinfo, check_topology
 
 
 def run(
@@ -44,6 +45,8 @@ def run(
     checks.append(verdict)
     if driver is not None:
         checks += check_firmware(where)
+    checks += check_rootinfo(where, info.get("chip"))
+    checks += check_node_runtime(where, in_pod=bool(where.getenv(NODE_ENV)))
     if not found:
         checks.append(Check("NPUs", "skip", "no /dev/davinci* here: preflight only"))
     else:
@@ -53,6 +56,7 @@ def run(
             checks += check_npus(info, torch_modules)
         checks += check_links(where, found, required=links)
         checks += check_hccn(where, found)
+        checks += check_topology(where, info.get("chip"), len(found))
     checks += [zstd_verdict(runtime) for runtime in node_runtimes(where, on_host=not info and where.root == Path("/"))]
     failed = any(c.status == "error" for c in checks)
     code = EXIT_FAILED if failed else EXIT_NO_DEVICES if not found else EXIT_OK
