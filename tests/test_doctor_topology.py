@@ -71,3 +71,17 @@ def test_a_pod_says_which_mode_its_node_runs(tmp_path: Path) -> None:
     assert ascend.detail.startswith("ascend: the device plugin set ASCEND_VISIBLE_DEVICES")
     (plain,) = check_node_runtime(Environment(tmp_path, {NODE_ENV: "n1"}), in_pod=True)
     assert plain.detail.startswith("plain:")
+
+
+def test_the_preflight_summary_says_which_node_runtime_to_render() -> None:
+    from buildkit.k8s.preflight import format_table, summarize
+
+    def report(node: str, detail: str) -> tuple[str, dict[str, object]]:
+        checks = [{"name": "node runtime", "status": "ok", "detail": detail}]
+        return node, {"node": node, "devices": 8, "exit_code": 0, "checks": checks}
+
+    same, problems = summarize([report("n1", "ascend: set"), report("n2", "ascend: set")])
+    assert "Ascend Docker Runtime: 2 node(s) ascend: render the jobs with --node-runtime ascend" in format_table(same, problems)
+    mixed, problems = summarize([report("n1", "ascend: set"), report("n2", "plain: added")])
+    assert "1 node(s) ascend; 1 node(s) plain: the nodes differ" in format_table(mixed, problems)
+    assert [v.describe()["node_runtime"] for v in mixed] == ["ascend", "plain"]

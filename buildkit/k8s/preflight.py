@@ -36,6 +36,8 @@ REMEDIES = {
     "SoC": "this node's chip is not the image's: use the image of its chip, or fix the node's accelerator-type label",
     "matmul": "the NPU computes wrong results: take the node out and have the card checked",
     "pinned packages": "the image was changed after it was built: use the published image by digest",
+    "hccl rootinfo": "regenerate the node's /etc/hccl_rootinfo.json with its driver (format 2.0), or remove it (EI0014)",
+    "hccl topology": "the node's driver has no topology file for its product (driver/topo/950): install the 950 driver",
     "zstd pulls": "give this node the gzip tags, not -zstd, or upgrade its runtime (containerd >= 1.5, Docker Engine >= 23.0)",
 }
 NO_DEVICES = "the device plugin gave the pod no NPUs: check the node's device plugin and its NPU resource name (--npu-resource)"
