@@ -128,4 +128,5 @@ def test_an_ascend_950_image_is_built_verified_and_published(docker_env: DockerE
     assert proc.returncode == 0, proc.stderr
     text = job.read_text()
     assert "huawei.com/npu: 8" in text or "huawei.com/npu: '8'" in text
-    assert "/etc/hccl_rootinfo.json" in text
+    assert "path: /lib/route.conf" in text and "path: /etc/hixlep" in text, "several nodes of a 950: the UB files between nodes"
+    assert "/usr/local/Ascend/driver/topo/950/atlas_350_3.json" in text, "HCCL_TOPO_FILE_PATH for the SKU's product"
