@@ -14,7 +14,7 @@ from typing import Any
 from buildkit.errors import InputError
 from buildkit.matrix.model import Sku
 from buildkit.plan import USER_LABEL
-from buildkit.run.doctor.contract import TOPO_DIR, Piece, contract_for
+from buildkit.run.doctor.contract import TOPO_DIR, TOPO_ENV, contract_for
 
 SHM_SIZE = "16g"  # what verl's NPU CI gives its containers
 
@@ -66,14 +66,6 @@ def parse_visible(text: str) -> list[int]:
     return sorted(ids)
 
 
-def _nodes_in(host_root: Path, piece: Piece) -> list[str]:
-    """The device nodes ``piece`` stands for on this host: itself, or every node of its directory."""
-    where = host_root / piece.path.lstrip("/")
-    if piece.kind == "device-directory":
-        return sorted(f"{piece.path}/{n.name}" for n in where.iterdir()) if where.is_dir() else []
-    return [piece.path] if where.exists() else []
-
-
 def plan_devices(sku_id: str, sku: Sku, visible: list[int] | None = None, host_root: Path = Path("/")) -> DevicePlan:
     """The SKU's devices and driver files as found on this host, as its chip's contract lists them.
 
@@ -96,16 +88,16 @@ def plan_devices(sku_id: str, sku: Sku, visible: list[int] | None = None, host_r
     files: list[str] = []
     notes = []
     for piece in (*contract.devices, *contract.paths):
-        found = _nodes_in(host_root, piece) if piece.is_device else [piece.path] if (host_root / piece.path.lstrip("/")).exists() else []
+        found = piece.found_on(host_root)
         if not found and piece.need == "required":
             missing.append(piece.path + ("/*" if piece.kind == "device-directory" else ""))
         elif not found:
             notes.append(f"{piece.path} not on this host: not {'passed' if piece.is_device else 'mounted'} ({piece.need} on {sku.chip})")
         (control if piece.is_device else files).extend(found)
     env = contract.env_for(sku.hccl_topo_file)
-    topo = env.get("HCCL_TOPO_FILE_PATH")
+    topo = env.get(TOPO_ENV)
     if topo and not (host_root / topo.lstrip("/")).is_file() and TOPO_DIR in files:
-        lacking = f"{topo} (HCCL_TOPO_FILE_PATH of {sku.product}: HCCL fails with EI0014 without it)"
+        lacking = f"{topo} ({TOPO_ENV} of {sku.product}: HCCL fails with EI0014 without it)"
         if len(wanted) > 1:
             missing.append(lacking)
         else:

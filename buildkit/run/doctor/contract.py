@@ -20,6 +20,7 @@ NEEDS = ("required", "optional", "multi_node")
 KINDS = ("device", "device-directory", "directory", "file", "any")
 TOPO_DIR = "/usr/local/Ascend/driver/topo"
 HCCL_ROOTINFO = "/etc/hccl_rootinfo.json"
+TOPO_ENV = "HCCL_TOPO_FILE_PATH"  # the product's topology file, which the device plugin sets on A5
 EVERY_POD_ENV = ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT")  # of the multi-node env, what every NPU pod gets (a first compile is slow)
 
 
@@ -52,6 +53,13 @@ class Piece:
     def is_device(self) -> bool:
         return self.kind in ("device", "device-directory")
 
+    def found_on(self, root: Path) -> list[str]:
+        """What of it the host under ``root`` has, as container paths: itself, or every node of its directory."""
+        where = root / self.path.lstrip("/")
+        if self.kind == "device-directory":
+            return sorted(f"{self.path}/{n.name}" for n in where.iterdir()) if where.is_dir() else []
+        return [self.path] if where.exists() else []
+
 
 @dataclass(frozen=True)
 class EnvEntry:
@@ -69,9 +77,6 @@ class ChipContract:
     sku_env: tuple[EnvEntry, ...]  # values from the SKU (HCCL_TOPO_FILE_PATH from its topology file)
     multi_node_env: tuple[EnvEntry, ...]
     host_network_env: tuple[EnvEntry, ...]
-
-    def pieces(self, need: str, *, devices: bool) -> tuple[Piece, ...]:
-        return tuple(p for p in (self.devices if devices else self.paths) if p.need == need)
 
     def env_for(self, hccl_topo_file: str | None) -> dict[str, str]:
         """The SKU-derived environment (an A5 SKU's HCCL_TOPO_FILE_PATH); nothing where the SKU names no file."""
@@ -141,11 +146,5 @@ def contract_for(chip: str) -> ChipContract:
 def control_nodes(root: Path) -> list[str]:
     """Every device node beside /dev/davinciN that any chip's contract names and ``root`` has (each
     node of a directory such as /dev/uburma by itself), as paths under ``root``."""
-    found: list[str] = []
-    for entry in raw()["devices"]:
-        where = root / str(entry["path"]).lstrip("/")
-        if entry["kind"] == "device-directory":
-            found += sorted(str(n) for n in where.iterdir()) if where.is_dir() else []
-        elif where.exists():
-            found.append(str(where))
-    return found
+    devices = {p.path: p for chip in chips() for p in contract_for(chip).devices}
+    return [str(root / node.lstrip("/")) for piece in devices.values() for node in piece.found_on(root)]

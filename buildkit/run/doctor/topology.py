@@ -12,9 +12,8 @@ import os
 import re
 
 from .base import Check, Environment
-from .contract import HCCL_ROOTINFO, TOPO_DIR
+from .contract import HCCL_ROOTINFO, TOPO_DIR, TOPO_ENV
 
-TOPO_ENV = "HCCL_TOPO_FILE_PATH"
 RUNTIME_ENVS = ("ASCEND_VISIBLE_DEVICES", "ASCEND_RUNTIME_OPTIONS")  # the device plugin's SetAscendRuntimeEnv
 NODE_RUNTIME_CHECK = "node runtime"
 EI0014_FIX = "EI0014 on A5: regenerate it with the driver of this host (its format must be 2.0) or remove it"
