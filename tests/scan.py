@@ -43,6 +43,7 @@ NAMESPACE = "rl"
 # Every kind and job `k8s render` makes, on the SKU its stack serves: (name, SKU, stack, request options).
 KINDS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("job", "a3", "cann8.3", {}),
+    ("hostnet-job", "a3", "cann8.3", {"host_network": True}),  # a batch/v1 Job on the host's network: its skip annotation
     ("sft-job", "a3", "cann8.3", {"job": "sft"}),
     ("train-job", "a3", "cann8.3", {"job": "train", "command": ("python3", "-m", "verl.trainer.main_ppo")}),
     ("job-volcano", "a3", "cann8.3", {"scheduler": "volcano", "queue": "rl"}),

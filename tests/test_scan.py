@@ -81,6 +81,33 @@ def test_a_container_without_its_security_context_fails_the_scan(checkov: Path, 
     assert "planted-pod.yaml" in proc.stdout and "checkov: " in proc.stdout
 
 
+def test_host_network_is_skipped_where_asked_for_and_only_there(checkov: Path, tmp_path: Path) -> None:
+    """CKV_K8S_19 is not skipped for the whole scan: a workload on the host's network carries the skip
+    as an annotation with its reason, and a pod that takes the host's network without it fails."""
+    assert "CKV_K8S_19" not in yaml.safe_load(CONFIG.read_text())["skip-check"]
+    write_manifests(tmp_path / "all")
+    (job,) = [d for d in yaml.safe_load_all((tmp_path / "all" / "hostnet-job.yaml").read_text()) if d["kind"] == "Job"]
+    assert job["spec"]["template"]["spec"]["hostNetwork"] is True
+    reason = job["metadata"]["annotations"]["checkov.io/skip1"]
+    assert reason.startswith("CKV_K8S_19=") and reason.count("=") == 1 and len(reason) > 40
+    (one_node,) = [d for d in yaml.safe_load_all((tmp_path / "all" / "job.yaml").read_text()) if d["kind"] == "Job"]
+    assert "annotations" not in one_node["metadata"] and "hostNetwork" not in one_node["spec"]["template"]["spec"]
+    proc = scan(tmp_path / "all" / "hostnet-job.yaml", tmp_path / "all" / "rayjob-pods.yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pod = next(yaml.safe_load_all((tmp_path / "all" / "rayjob-pods.yaml").read_text()))
+    assert pod["spec"]["hostNetwork"] is True
+    del pod["metadata"]["annotations"]["checkov.io/skip1"]  # the defect: the host's network, nobody's reason
+    bad = tmp_path / "hostnet-pod.yaml"
+    bad.write_text(yaml.safe_dump(pod))
+    proc = scan(bad)
+    assert proc.returncode == 1 and "FAILED CKV_K8S_19" in proc.stdout, proc.stdout + proc.stderr
+    unskipped = copy.deepcopy(job)
+    del unskipped["metadata"]["annotations"]
+    (tmp_path / "hostnet-job-bare.yaml").write_text(yaml.safe_dump(unskipped))
+    proc = scan(tmp_path / "hostnet-job-bare.yaml")
+    assert proc.returncode == 1 and "FAILED CKV_K8S_19" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_a_dockerfile_that_runs_as_root_fails_the_scan(checkov: Path, tmp_path: Path) -> None:
     text = (ROOT / "Dockerfile.a3").read_text()
     root = tmp_path / "Dockerfile.root"

@@ -13,6 +13,7 @@ from buildkit.k8s.pod import CONTAINER_SECURITY, Pod, env_list, locked_down, npu
 from buildkit.k8s.request import (
     FILES,
     HOST_ARCH,
+    HOSTNET_SKIP,
     KUBERAY_TOPOLOGY_MODE,
     KUBERAY_TOPOLOGY_TIER,
     KUBERAY_VOLCANO_QUEUE,
@@ -31,6 +32,15 @@ def _metadata(name: str, request: K8sRequest, labels: dict[str, str]) -> dict[st
     if request.namespace:
         meta["namespace"] = request.namespace
     meta["labels"] = labels
+    return meta
+
+
+def _workload_metadata(name: str, request: K8sRequest, labels: dict[str, str]) -> dict[str, Any]:
+    """A workload's metadata. One on the host's network carries checkov's hostNetwork skip, as its
+    pods do: checkov judges a Job's pod template by the Job's own annotations."""
+    meta = _metadata(name, request, labels)
+    if request.hostnet:
+        meta["annotations"] = dict(HOSTNET_SKIP)
     return meta
 
 
@@ -60,7 +70,7 @@ def _daemonset(name: str, pod: Pod, template: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": _metadata(name, pod.request, pod.labels),
+        "metadata": _workload_metadata(name, pod.request, pod.labels),
         "spec": {
             "selector": {
                 "matchLabels": {k: v for k, v in template["metadata"]["labels"].items() if k.endswith(("/instance", "/component"))}
@@ -76,7 +86,7 @@ def batch_job(name: str, pod: Pod, argv: list[str]) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _metadata(name, request, pod.labels),
+        "metadata": _workload_metadata(name, request, pod.labels),
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": request.deadline_s,
@@ -145,7 +155,7 @@ def rayjob(name: str, pod: Pod, argv: list[str]) -> dict[str, Any]:
         },
         submitterPodTemplate={"spec": submitter},  # `ray job submit` runs here: small, on a node of the image's arch
     )
-    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": _metadata(name, request, labels), "spec": spec}
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": _workload_metadata(name, request, labels), "spec": spec}
 
 
 def volcano_job(name: str, pod: Pod, argv: list[str]) -> dict[str, Any]:
@@ -198,4 +208,4 @@ def volcano_job(name: str, pod: Pod, argv: list[str]) -> dict[str, Any]:
             {"name": "worker", "replicas": request.nodes - 1, "template": worker_pod},
         ],
     )
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": _metadata(name, request, labels), "spec": spec}
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": _workload_metadata(name, request, labels), "spec": spec}

@@ -9,6 +9,7 @@ from typing import Any
 from buildkit.k8s.request import (
     APP_LABEL,
     HOST_ARCH,
+    HOSTNET_SKIP,
     MINDCLUSTER_JOB_KIND,
     VOLCANO_POD_QUEUE,
     K8sRequest,
@@ -198,8 +199,11 @@ def pod_metadata(pod: Pod, role: str) -> dict[str, Any]:
     if request.volcano:
         labels[MINDCLUSTER_JOB_KIND] = request.sku.k8s_ring_controller
     metadata: dict[str, Any] = {"labels": labels}
+    annotations = dict(HOSTNET_SKIP) if request.hostnet else {}
     if request.volcano and request.kind in ("Job", "DaemonSet"):
-        metadata["annotations"] = {VOLCANO_POD_QUEUE: request.queue or "default"}
+        annotations[VOLCANO_POD_QUEUE] = request.queue or "default"
+    if annotations:
+        metadata["annotations"] = annotations
     return metadata
 
 
