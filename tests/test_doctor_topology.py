@@ -5,13 +5,15 @@ pod's node runs."""
 from __future__ import annotations
 
 import json
+import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from buildkit.run.doctor.base import NODE_ENV, Environment
 from buildkit.run.doctor.contract import HCCL_ROOTINFO, TOPO_DIR, control_nodes
-from buildkit.run.doctor.topology import check_node_runtime, check_rootinfo, check_topology
+from buildkit.run.doctor.topology import check_node_runtime, check_rootinfo, check_topology, node_runtime
 from tests.hosttree import stand_in_host
 
 TOPO = "/usr/local/Ascend/driver/topo/950/atlas_350_3.json"
@@ -76,12 +78,19 @@ def test_a_pod_says_which_mode_its_node_runs(tmp_path: Path) -> None:
 def test_the_preflight_summary_says_which_node_runtime_to_render() -> None:
     from buildkit.k8s.preflight import format_table, summarize
 
-    def report(node: str, detail: str) -> tuple[str, dict[str, object]]:
-        checks = [{"name": "node runtime", "status": "ok", "detail": detail}]
-        return node, {"node": node, "devices": 8, "exit_code": 0, "checks": checks}
+    def report(node: str, env: dict[str, str]) -> tuple[str, dict[str, object]]:
+        with tempfile.TemporaryDirectory() as root:  # what doctor writes in a pod whose device plugin set ``env``
+            where = Environment(Path(root), {NODE_ENV: node, **env})
+            checks = [asdict(c) for c in check_node_runtime(where, in_pod=True)]
+            return node, {"node": node, "devices": 8, "exit_code": 0, "checks": checks, "node_runtime": node_runtime(where, True)}
 
-    same, problems = summarize([report("n1", "ascend: set"), report("n2", "ascend: set")])
+    ascend, plain = {"ASCEND_VISIBLE_DEVICES": "0-7"}, {}
+    same, problems = summarize([report("n1", ascend), report("n2", ascend)])
     assert "Ascend Docker Runtime: 2 node(s) ascend: render the jobs with --node-runtime ascend" in format_table(same, problems)
-    mixed, problems = summarize([report("n1", "ascend: set"), report("n2", "plain: added")])
+    mixed, problems = summarize([report("n1", ascend), report("n2", plain)])
     assert "1 node(s) ascend; 1 node(s) plain: the nodes differ" in format_table(mixed, problems)
     assert [v.describe()["node_runtime"] for v in mixed] == ["ascend", "plain"]
+    _, old = report("n3", ascend)
+    del old["node_runtime"]  # a report from an image whose doctor predates the field: no advice, no guess from prose
+    (unknown,), _ = summarize([("n3", old)])
+    assert unknown.describe()["node_runtime"] is None

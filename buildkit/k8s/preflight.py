@@ -18,7 +18,6 @@ from buildkit.fsio import read_input_text
 from buildkit.k8s import NODE_RUNTIMES
 from buildkit.run.doctor.base import Check
 from buildkit.run.doctor.host import zstd_verdict
-from buildkit.run.doctor.topology import NODE_RUNTIME_CHECK
 
 # kubectl logs --prefix: "[pod/NAME/CONTAINER] " in front of every line
 _PREFIX = re.compile(r"^\[pod/(?P<pod>[^/\]]+)/[^\]]*\] ?")
@@ -142,10 +141,9 @@ def judge(source: str, report: dict[str, Any], runtime: str = "") -> NodeVerdict
 
 
 def _node_runtime(report: dict[str, Any]) -> str:
-    for check in report.get("checks") or []:
-        if isinstance(check, dict) and check.get("name") == NODE_RUNTIME_CHECK:
-            return str(check.get("detail", "")).split(":", 1)[0]
-    return ""
+    """The node's runtime mode as its doctor said it (``node_runtime``); "" from a report without it."""
+    said = report.get("node_runtime")
+    return said if said in NODE_RUNTIMES else ""
 
 
 def _judge(source: str, report: dict[str, Any], zstd: Check | None) -> NodeVerdict:

@@ -13,7 +13,7 @@ from . import __doc__ as description
 from .base import DRIVER_VERSION, EXIT_FAILED, EXIT_NO_DEVICES, EXIT_OK, IMAGE_INFO, NODE_ENV, Check, Environment, devices
 from .host import check_firmware, check_hccn, check_links, check_user, driver_version, judge_driver, node_runtimes, zstd_verdict
 from .software import check_cann_env, check_npus, check_pins
-from .topology import check_node_runtime, check_rootinfo, check_topology
+from .topology import check_node_runtime, check_rootinfo, check_topology, node_runtime
 
 
 def run(
@@ -46,7 +46,8 @@ def run(
     if driver is not None:
         checks += check_firmware(where)
     checks += check_rootinfo(where, info.get("chip"))
-    checks += check_node_runtime(where, in_pod=bool(where.getenv(NODE_ENV)))
+    in_pod = bool(where.getenv(NODE_ENV))
+    checks += check_node_runtime(where, in_pod=in_pod)
     if not found:
         checks.append(Check("NPUs", "skip", "no /dev/davinci* here: preflight only"))
     else:
@@ -67,6 +68,7 @@ def run(
         "exit_code": code,
         "devices": len(found),
         "driver": driver,
+        "node_runtime": node_runtime(where, in_pod),
         "image": info,
         "checks": [asdict(c) for c in checks],
     }

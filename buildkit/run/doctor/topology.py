@@ -69,15 +69,23 @@ def check_topology(where: Environment, chip: str | None, npus: int) -> list[Chec
     return [Check("hccl topology", "ok", f"{TOPO_ENV}={wanted}")]
 
 
-def check_node_runtime(where: Environment, in_pod: bool) -> list[Check]:
-    """In a pod: whether the node runs Ascend Docker Runtime (the device plugin then set its variables
-    instead of adding device nodes), so `k8s preflight` can say which ``--node-runtime`` to render."""
+def node_runtime(where: Environment, in_pod: bool) -> str | None:
+    """In a pod: ``ascend`` where the node runs Ascend Docker Runtime (the device plugin then set its
+    variables instead of adding device nodes), else ``plain``; None outside a pod. The report carries
+    it as ``node_runtime`` so `k8s preflight` can say which ``--node-runtime`` to render."""
     if not in_pod:
-        return []
+        return None
     env = os.environ if where.env is None else where.env
-    said = [name for name in RUNTIME_ENVS if name in env]
-    if said:
-        return [
-            Check(NODE_RUNTIME_CHECK, "ok", f"ascend: the device plugin set {', '.join(said)} (Ascend Docker Runtime mounts the driver)")
-        ]
+    return "ascend" if any(name in env for name in RUNTIME_ENVS) else "plain"
+
+
+def check_node_runtime(where: Environment, in_pod: bool) -> list[Check]:
+    """:func:`node_runtime` as a line of the report, with what it was told by."""
+    runtime = node_runtime(where, in_pod)
+    if runtime is None:
+        return []
+    if runtime == "ascend":
+        env = os.environ if where.env is None else where.env
+        said = ", ".join(name for name in RUNTIME_ENVS if name in env)
+        return [Check(NODE_RUNTIME_CHECK, "ok", f"ascend: the device plugin set {said} (Ascend Docker Runtime mounts the driver)")]
     return [Check(NODE_RUNTIME_CHECK, "ok", "plain: the device plugin added the devices itself (the pods mount the driver files)")]
