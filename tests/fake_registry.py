@@ -10,6 +10,7 @@ the rest. It serves this process's tests only; it is the only fake registry of t
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -34,6 +35,10 @@ class Store:
     requests: list[str] = field(default_factory=list)
     token: str | None = None  # set: every /v2/ call needs "Bearer <token>", handed out at /token per scope
     scopes: list[str] = field(default_factory=list)  # the scopes tokens were asked for
+    # set: /token hands a token only to these (user, password) over Basic, or for this refresh token
+    # (an identity token) POSTed as OAuth2's grant_type=refresh_token; else it answers 401
+    users: tuple[str, str] | None = None
+    refresh_token: str | None = None
     # scripted answers to the next requests, first first: (status, headers), or "drop" to close the
     # connection after reading half of a request's body (or at once)
     script: list[tuple[int, dict[str, str]] | str] = field(default_factory=list)
@@ -78,11 +83,26 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
                 return "", "", "", {}
             return match["repo"], match["kind"], match["ref"], parse_qs(url.query)
 
+        def _token(self) -> None:
+            url = urlparse(self.path)
+            asked = parse_qs(url.query)
+            if self.command == "POST":
+                length = int(self.headers.get("Content-Length") or 0)
+                asked = parse_qs(self.rfile.read(length).decode())
+                allowed = asked.get("grant_type") == ["refresh_token"] and asked.get("refresh_token") == [store.refresh_token]
+            else:
+                basic = "Basic " + base64.b64encode(":".join(store.users).encode()).decode() if store.users else None
+                allowed = (store.users is None and store.refresh_token is None) or self.headers.get("Authorization") == basic
+            if not allowed:
+                return self._send(401, b'{"errors": [{"code": "UNAUTHORIZED", "message": "bad credentials"}]}')
+            store.scopes.append(asked.get("scope", [""])[0])
+            key = "access_token" if self.command == "POST" else "token"
+            self._send(200, json.dumps({key: store.token}).encode(), {"Content-Type": "application/json"})
+
         def _unauthorized(self) -> bool:
             url = urlparse(self.path)
             if url.path == "/token":
-                store.scopes.append(parse_qs(url.query).get("scope", [""])[0])
-                self._send(200, json.dumps({"token": store.token}).encode(), {"Content-Type": "application/json"})
+                self._token()
                 return True
             if store.token is None or self.headers.get("Authorization") == f"Bearer {store.token}":
                 return False

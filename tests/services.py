@@ -106,6 +106,7 @@ def install_packages(arm64: bool) -> None:
         "debootstrap": "debootstrap",
         "skopeo": "skopeo",
         "ctr": "containerd",
+        "htpasswd": "apache2-utils",  # a registry that demands a login (test_credentials_docker.py)
     }
     if arm64:
         wanted["qemu-aarch64-static"] = "qemu-user-static"

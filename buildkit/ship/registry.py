@@ -7,7 +7,8 @@ registry's ``Retry-After`` asks (capped) or backing off exponentially; a registr
 ends the run as :class:`Unavailable` (exit 4) in one line that names it. The bound is per call:
 what already landed is never sent again (blobs are looked up by digest first), so a long push
 converges however many calls fail on the way. Anonymous, basic and bearer-token registries are
-supported, with credentials from ``~/.docker/config.json`` (``$DOCKER_CONFIG``) when it has them.
+supported, with the credentials Docker would send (:mod:`buildkit.ship.credentials`: credHelpers,
+credsStore, auths); a registry that still refuses names itself and the login command.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 import requests
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.reach import cause, http_failure, registry_failure
+from buildkit.ship.credentials import Credentials, credentials_for, login_hint
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -61,19 +62,6 @@ class Manifest:
 
 def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def _docker_config_auth(host: str) -> tuple[str, str] | None:
-    path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
-    try:
-        auths = json.loads(path.read_text()).get("auths", {})
-    except (OSError, ValueError, AttributeError):
-        return None
-    for key, entry in auths.items():
-        if key.removeprefix("https://").removeprefix("http://").split("/")[0] == host and entry.get("auth"):
-            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-            return user, password
-    return None
 
 
 def retry_after(response: requests.Response) -> float | None:
@@ -148,15 +136,23 @@ class Registry:
         self.session = requests.Session()
         self._tokens: dict[str, str] = {}  # repository ("" for the host) -> bearer token
         self._basic: tuple[str, str] | None = None
+        self._credentials: Credentials | None = None
+        self._looked_up = False  # the helper runs once per registry, when the registry first asks
         self.retried = 0  # calls tried again, for the summary and the tests
 
     # ---- transport ----------------------------------------------------------------------------
 
+    def credentials(self) -> Credentials | None:
+        if not self._looked_up:
+            self._credentials, self._looked_up = credentials_for(self.host), True
+        return self._credentials
+
     def _authorize(self, challenge: str, repository: str) -> bool:
         """Answer a ``Bearer realm=...,service=...,scope=...`` or ``Basic`` challenge; True when credentials were found."""
         scheme = challenge.split(" ", 1)[0].lower()
+        found = self.credentials()
         if scheme == "basic":
-            self._basic = _docker_config_auth(self.host)
+            self._basic = found.basic if found else None
             return self._basic is not None
         if scheme != "bearer":
             return False
@@ -164,7 +160,11 @@ class Registry:
         realm = params.pop("realm", None)
         if not realm:
             return False
-        response = self.session.get(realm, params=params, auth=_docker_config_auth(self.host), timeout=self.timeout)
+        if found and found.identity_token:  # a refresh token: OAuth2 to the token service, as Docker does
+            form = {"grant_type": "refresh_token", "refresh_token": found.identity_token, "client_id": "ascendkit", **params}
+            response = self.session.post(realm, data=form, timeout=self.timeout)
+        else:
+            response = self.session.get(realm, params=params, auth=found.basic if found else None, timeout=self.timeout)
         if response.status_code != 200:
             return False
         body = response.json()
@@ -237,7 +237,12 @@ class Registry:
         raise Unavailable(f"{registry_failure(self.host, last)} ({method} {what}, {self.retries + 1} attempts)")
 
     def _failed(self, doing: str, response: requests.Response) -> PublishFailed:
-        return PublishFailed(f"registry {self.host}: {doing} gave {http_failure(response.status_code, response.content)}")
+        said = f"registry {self.host}: {doing} gave {http_failure(response.status_code, response.content)}"
+        if response.status_code in (401, 403):
+            found = self._credentials if self._looked_up else None
+            whose = f"the credentials from {found.source} were refused" if found else "no credentials were sent"
+            return PublishFailed(f"{said}; {whose}: {login_hint(self.host)}")
+        return PublishFailed(said)
 
     # ---- manifests ----------------------------------------------------------------------------
 
