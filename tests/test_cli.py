@@ -157,7 +157,12 @@ def test_validate_json_reports_errors(runner: CliRunner, matrix_copy: EditMatrix
 # (id, argv, text the message must contain, exit code)
 BAD_INVOCATIONS: list[tuple[str, list[str], str, int]] = [
     ("unknown-hw", ["render", "--hw", "a9"], "unknown --hw 'a9'", ExitCode.INVALID_INPUT),
-    ("chip-of-another-stack", ["render", "--hw", "a5"], "(stacks for a5: cann9.1; pass --stack)", ExitCode.INVALID_INPUT),
+    (
+        "chip-of-another-stack",
+        ["render", "--hw", "a5", "--stack", "cann8.3"],
+        "(stacks for a5: cann9.1; pass --stack)",
+        ExitCode.INVALID_INPUT,
+    ),
     ("hw-typo", ["render", "--hw", "a2-box61"], "did you mean 'a2-box16'?", ExitCode.INVALID_INPUT),
     ("unknown-stack", ["render", "--hw", "a3", "--stack", "cann8.4"], "unknown stack 'cann8.4'", ExitCode.INVALID_INPUT),
     (
@@ -432,3 +437,72 @@ def test_tab_completion_offers_commands_and_choices(words: str, expected: list[s
     env = {**os.environ, "_ASCENDKIT_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
     proc = subprocess.run([str(exe)], capture_output=True, text=True, env=env, check=False, timeout=60)
     assert proc.stdout.split() == expected, proc.stderr
+
+
+def _every_command() -> list[tuple[str, Any]]:
+    """(path, command) for every command and subcommand, each as `ascendkit ... --help` loads it."""
+    import typer
+
+    from buildkit.cli.reference import load_app
+
+    found: list[tuple[str, Any]] = []
+    pending: list[tuple[str, Any, Any]] = [("ascendkit", load_app(), None)]
+    while pending:
+        path, command, parent = pending.pop()
+        found.append((path, command))
+        ctx = typer.Context(command, info_name=path.split()[-1], parent=parent)
+        for name in command.list_commands(ctx) if hasattr(command, "list_commands") else []:
+            pending.append((f"{path} {name}", command.get_command(ctx, name), ctx))
+    return found
+
+
+def test_no_help_shows_a_python_type() -> None:
+    """Every parameter's help line says what to type (IMAGE, <FILE>, <SKU>), never ``<str>`` or ``<list[str]>``."""
+    import typer
+
+    python_type = re.compile(r"<(str|int|float|bool|file|path|dir|text)>|list\[|<int range>|<float range>")
+    for path, command in _every_command():
+        ctx = typer.Context(command, info_name=path.split()[-1])
+        for param in command.params:
+            record = param.get_help_record(ctx)
+            if record is not None:
+                assert not python_type.search(record[0]), f"{path}: {record[0]!r}"
+
+
+def test_the_sku_and_stack_lists_in_help_are_the_matrix() -> None:
+    from buildkit.matrix.load import load_matrix
+
+    matrix = load_matrix(ROOT / "compat_matrix.yaml").matrix
+    helps = {(path, p.name): p.help or "" for path, command in _every_command() for p in command.params}
+    listed_skus = [text for (_, name), text in helps.items() if name == "hw" and ("SKU:" in text or "SKU (" in text)]
+    assert len(listed_skus) >= 4
+    for text in listed_skus:
+        assert ", ".join(matrix.skus) in text, text
+    assert ", ".join(sorted(matrix.stacks, key=lambda s: not matrix.stacks[s].default)) in helps[("ascendkit matrix show", "stack")]
+
+
+def test_a_chip_only_one_stack_builds_renders_with_it_and_says_so(tmp_path: Path) -> None:
+    """The default stack does not build the chip, exactly one other does: that one, said on stderr."""
+    from buildkit.matrix.load import load_matrix
+    from buildkit.plan.targets import default_stack_for
+
+    loaded = load_matrix(ROOT / "compat_matrix.yaml")
+    default = loaded.default_stack()
+    chips = {sku.chip for sku in loaded.matrix.skus.values()}
+    alone = [
+        (chip, able[0])
+        for chip in sorted(chips)
+        if chip not in loaded.matrix.stack_chips(loaded.matrix.stacks[default])
+        and len(able := [s for s, st in loaded.matrix.stacks.items() if chip in loaded.matrix.stack_chips(st)]) == 1
+    ]
+    if not alone:
+        pytest.skip("in this matrix the default stack builds every chip, or no chip has one stack alone")
+    chip, only = alone[0]
+    assert default_stack_for(loaded, chip) == (
+        only,
+        f"--hw {chip}: the default stack {default!r} builds none of it; using {only!r}, the one stack that does",
+    )
+    result = _ascendkit("render", "--hw", chip, "-o", str(tmp_path / "Dockerfile"))
+    assert result.returncode == 0, result.stderr
+    assert f"using {only!r}, the one stack that does" in result.stderr
+    assert f"# Stack {only}:" in (tmp_path / "Dockerfile").read_text()

@@ -70,6 +70,9 @@ def test_an_unreachable_index_is_reported_not_guessed(runner: CliRunner, tmp_pat
     pins = {p["component"]: p for p in json.loads(result.stdout)[0]["pins"]}
     assert pins["torch"]["status"] == "unreachable" and pins["torch"]["accepted"] is None and pins["torch"]["newer"] == []
     assert pins["verl"]["status"] == "outdated", "pins on a reachable index are still answered"
+    table = runner.invoke(app, [a for a in argv if a != "--json"])  # piped: the table as plain columns
+    torch = next(line for line in table.stdout.splitlines() if " torch " in line)
+    assert "use a mirror: --pip-index-url, or [mirrors] in ascendkit.toml" in torch, "the hint whole, its [mirrors] kept"
 
 
 def test_propose_refusals(runner: CliRunner, tmp_path: Path) -> None:

@@ -197,6 +197,7 @@ class _Out:
 
             # Piped output is not cut to 80 columns: lines stay whole in logs and CI.
             self._console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+        kwargs.setdefault("markup", False)  # what is printed is text as given: "[mirrors]" stays
         self._console.print(*objects, **kwargs)
 
 

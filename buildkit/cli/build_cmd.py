@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
-from rich.table import Table as RichTable
 
 from buildkit.cli.base import (
     ArchChoice,
@@ -45,6 +44,7 @@ from buildkit.cli.ship_options import (
     print_summary,
     to_stderr,
 )
+from buildkit.cli.tables import RichTable
 from buildkit.errors import InputError
 from buildkit.resources import DEFAULT_MATRIX
 
@@ -100,11 +100,11 @@ def _local_image(loaded: LoadedMatrix, plan: BuildPlan, result: BuildResult) -> 
 @app.command("build")
 @user_errors
 def build(
-    hw: Annotated[str | None, typer.Option("--hw", help="SKU (a2-box16, 900-podc, a3) or chip family (a2, a3).")] = None,
+    hw: Annotated[str | None, typer.Option("--hw", help="SKU ({skus}) or chip family ({chips}).")] = None,
     every: Annotated[
         bool, typer.Option("--all", help="Every image --stack/--hw/--os/--arch leave (see `plan`); go on past a failure; summary.")
     ] = False,
-    stack: Annotated[str | None, typer.Option("--stack", "-s", help="Stack id; default: the matrix's default.")] = None,
+    stack: Annotated[str | None, typer.Option("--stack", "-s", help="Stack id ({stacks}); default: the matrix's default.")] = None,
     os_name: Annotated[str | None, typer.Option("--os", help="Base OS; default: the stack's first.")] = None,
     arch: ArchChoice = None,
     base_image: Annotated[str | None, typer.Option("--base-image", help="Build FROM this image instead of the official CANN base.")] = None,

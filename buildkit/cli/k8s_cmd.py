@@ -56,7 +56,7 @@ def k8s_render(
             "--image", help="HOST/REPO@sha256:<digest> as `ascendkit publish` printed it, or HOST/REPO:TAG (its digest is pinned)."
         ),
     ],
-    hw: Annotated[str | None, typer.Option("--hw", help="SKU: a2-box16, 900-podc or a3 (not with --policy).")] = None,
+    hw: Annotated[str | None, typer.Option("--hw", help="SKU: {skus} (not with --policy).")] = None,
     command: Annotated[list[str] | None, typer.Argument(help="--job train: the command to run, after `--`.")] = None,
     nodes: Annotated[
         int,

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table as RichTable
 
 from buildkit.arch import Arch
 from buildkit.cli.base import (
@@ -29,6 +28,7 @@ from buildkit.cli.mirror_options import (
     ca_bundle_of,
     mirrors_from,
 )
+from buildkit.cli.tables import RichTable
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import check_output_dir
 from buildkit.resources import DEFAULT_MATRIX

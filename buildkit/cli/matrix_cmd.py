@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table as RichTable
 
 from buildkit.cli.base import (
     ArchChoice,
@@ -21,6 +20,7 @@ from buildkit.cli.base import (
     user_errors,
 )
 from buildkit.cli.mirror_options import AscendIndexUrl, CaBundle, ConfigFile, PipIndexUrl, PytorchIndexUrl, ca_bundle_of, mirrors_from
+from buildkit.cli.tables import RichTable
 from buildkit.errors import ExitCode, InputError, MatrixError
 from buildkit.fsio import write_output
 from buildkit.resources import DEFAULT_MATRIX
@@ -103,7 +103,7 @@ def matrix_list(matrix: MatrixPath = DEFAULT_MATRIX, as_json: JsonFlag = False) 
 @matrix_app.command("show")
 @user_errors
 def matrix_show(
-    stack: Annotated[str, typer.Argument(help="Stack id, e.g. cann8.3.")],
+    stack: Annotated[str, typer.Argument(help="Stack id: {stacks}.")],
     matrix: MatrixPath = DEFAULT_MATRIX,
     as_json: JsonFlag = False,
 ) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table as RichTable
 
 from buildkit.cli.base import JsonFlag, app, finite, out, print_json, user_errors
+from buildkit.cli.tables import RichTable
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import STDOUT, check_output_file, output_dir, write_atomic, write_output
 from buildkit.run import MAX_STEPS

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table as RichTable
 
 from buildkit.cli.base import JsonFlag, WorkingMatrixPath, matrix_app, out, print_json, user_errors
 from buildkit.cli.mirror_options import AscendIndexUrl, CaBundle, ConfigFile, PipIndexUrl, PytorchIndexUrl, ca_bundle_of, mirrors_from
+from buildkit.cli.tables import RichTable
 from buildkit.errors import ExitCode, InputError
 from buildkit.resources import DEFAULT_MATRIX
 

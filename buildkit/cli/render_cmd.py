@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 @app.command("render")
 @user_errors
 def render(
-    hw: Annotated[str | None, typer.Option("--hw", help="SKU (a2-box16, 900-podc, a3) or chip family (a2, a3).")] = None,
+    hw: Annotated[str | None, typer.Option("--hw", help="SKU ({skus}) or chip family ({chips}).")] = None,
     stack: Annotated[str | None, typer.Option("--stack", "-s", help="Stack id; default: the matrix's default stack.")] = None,
     os_name: Annotated[str | None, typer.Option("--os", help="Base OS; default: the stack's first OS.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
@@ -66,7 +66,10 @@ def render(
         typer.echo(f"ascendkit: {len(all_targets(loaded))} Dockerfiles rendered, {len(touched)} file(s) changed", err=True)
         return
     assert hw is not None
-    target = plan_target(loaded, hw, stack, os_name)
+    notes: list[str] = []
+    target = plan_target(loaded, hw, stack, os_name, notes)
+    for note in notes:
+        typer.echo(f"ascendkit: {note}", err=True)
     text = render_dockerfile(loaded, plan_image(loaded, target))
     if write_output(output, text):
         typer.echo(f"wrote {output} ({target.stack_id}, chip {target.chip_id}, {target.os_name})", err=True)

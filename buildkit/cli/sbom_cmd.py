@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table as RichTable
 
 from buildkit.cli.base import ArchChoice, JsonFlag, app, out, print_json, user_errors
+from buildkit.cli.tables import RichTable
 from buildkit.errors import InputError
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ def _progress(line: str) -> None:
 @app.command("smoke")
 @user_errors
 def smoke(
-    hw: Annotated[str, typer.Option("--hw", help="SKU: a2-box16, 900-podc or a3 (its NPUs per node size the job).")],
+    hw: Annotated[str, typer.Option("--hw", help="SKU: {skus} (its NPUs per node size the job).")],
     image: Annotated[
         str | None,
         typer.Option(

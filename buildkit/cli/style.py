@@ -51,11 +51,47 @@ PLACEHOLDERS = {
 }
 
 
+@functools.cache
+def matrix_names() -> dict[str, str]:
+    """The names help lists, from the matrix ascendkit was released with: ``{skus}``, ``{chips}``,
+    ``{stacks}`` (the default first). Read only when a command's help is shown or its command loads."""
+    import yaml
+
+    from buildkit.resources import released_matrix
+
+    path = released_matrix()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path else {}
+    except (OSError, yaml.YAMLError):
+        data = {}
+    skus = data.get("skus") if isinstance(data, dict) else None
+    stacks = data.get("stacks") if isinstance(data, dict) else None
+    skus, stacks = (skus if isinstance(skus, dict) else {}), (stacks if isinstance(stacks, dict) else {})
+    chips = dict.fromkeys(str(s.get("chip")) for s in skus.values() if isinstance(s, dict) and s.get("chip"))
+    default = [k for k, v in stacks.items() if isinstance(v, dict) and v.get("default")]
+    ordered = [*default, *(k for k in stacks if k not in default)]
+    return {
+        "skus": ", ".join(map(str, skus)) or "see `ascendkit plan`",
+        "chips": ", ".join(chips) or "see `ascendkit plan`",
+        "stacks": ", ".join(map(str, ordered)) or "see `ascendkit plan`",
+    }
+
+
+def with_matrix_names(command: Any) -> Any:
+    """Fill ``{skus}``, ``{chips}`` and ``{stacks}`` in the help of ``command``'s parameters."""
+    for param in getattr(command, "params", []):
+        text = getattr(param, "help", None)
+        if text and "{" in text:
+            param.help = text.format(**matrix_names())
+    return command
+
+
 def polish(command: Any) -> Any:
-    """What every loaded command (and subcommand) gets: placeholders, and its options grouped."""
+    """What every loaded command (and subcommand) gets: placeholders, matrix names, its options grouped."""
     for sub in getattr(command, "commands", {}).values():
         polish(sub)
     with_placeholders(command)
+    with_matrix_names(command)
     if any(getattr(p, "rich_help_panel", None) for p in getattr(command, "params", [])):
         command.format_options = functools.partial(format_options_by_panel, command)
     return command
@@ -85,13 +121,17 @@ def format_options_by_panel(command: Any, ctx: Any, formatter: Any) -> None:
 def with_placeholders(command: Any) -> Any:
     """Give every option of ``command`` (and of its subcommands) whose help would show only its type
     (``<str>``, ``<int range>``, ``<list[str]>``) a placeholder saying what to type: ``<URL>``,
-    ``<PATH>``, ``<N>``, or the name of the thing (``--hw <SKU>``). Choices and explicit metavars stay."""
+    ``<PATH>``, ``<N>``, or the name of the thing (``--hw <SKU>``). Choices and explicit metavars stay.
+    An argument shows its placeholder alone (``IMAGE``, ``<FILE>``), never a Python type beside it."""
     for param in getattr(command, "params", []):
-        if param.metavar is not None or getattr(param, "is_flag", False):
-            continue
         annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
         shown = str(annotation)
-        if "Literal" in shown or (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
+        choices = "Literal" in shown or (isinstance(annotation, type) and issubclass(annotation, enum.Enum))
+        if param.param_type_name == "argument" and not choices:
+            param.display_type_rich = _no_type  # Typer would print ``IMAGE <str>``, ``<FILE> <file>``
+        if param.metavar is not None or getattr(param, "is_flag", False):
+            continue
+        if choices:
             continue  # its choices are the placeholder
         if param.name in PLACEHOLDERS:
             word = PLACEHOLDERS[param.name]
@@ -109,6 +149,10 @@ def with_placeholders(command: Any) -> Any:
     return command
 
 
+def _no_type(ctx: Any) -> None:
+    return None
+
+
 def usage_message(exc: UsageError) -> str:
     """``build: invalid value for '--installer': 'foo' is not one of 'uv', 'pip' (see `ascendkit build --help`)``."""
     message = " ".join(exc.format_message().split()).removeprefix("Error: ")
@@ -120,10 +164,10 @@ def usage_message(exc: UsageError) -> str:
 
 
 def plain_cell(cell: Any) -> str:
-    """A cell's text without markup, on one line."""
+    """A cell's text, on one line."""
     from rich.text import Text  # only where a table is printed
 
-    text = cell.plain if isinstance(cell, Text) else Text.from_markup(cell).plain if isinstance(cell, str) else str(cell)
+    text = cell.plain if isinstance(cell, Text) else str(cell)  # a string is text as given, not Rich markup
     return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 

@@ -73,8 +73,7 @@ def verify(
     """Check an image with no engine: the signature of the index and of each member, each member's
     provenance (signature, subject), and that its pins match the SBOM and the matrix stack its labels
     name. Exit 0 when every check passes, 1 naming each that failed."""
-    from rich.table import Table
-
+    from buildkit.cli.tables import RichTable as Table
     from buildkit.matrix.load import load_matrix
     from buildkit.plan.layers import expected_packages
     from buildkit.ship.trust import check_registry_ref, verify_image

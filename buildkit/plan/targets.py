@@ -8,8 +8,30 @@ from buildkit.matrix.load import LoadedMatrix, check_stack_sku, resolve_hw, reso
 from buildkit.plan.image import ImagePlan, RenderTarget, plan_image, stack_skus_on_chip
 
 
-def plan_target(loaded: LoadedMatrix, hw: str, stack_name: str | None, os_name: str | None) -> RenderTarget:
-    """Check that ``--hw``/``--stack``/``--os`` name a Dockerfile the matrix supports."""
+def default_stack_for(loaded: LoadedMatrix, hw: str) -> tuple[str, str | None]:
+    """The stack ``--hw`` means without ``--stack``: the matrix's default where it builds ``hw``, else
+    the one stack that does, with a note saying so (several or none: the default, which the caller refuses)."""
+    default = loaded.default_stack()
+    target = resolve_hw(loaded, hw)
+    stacks = loaded.matrix.stacks
+
+    def builds(stack_id: str) -> bool:
+        stack = stacks[stack_id]
+        return target.sku_id in stack.skus if target.sku_id is not None else bool(stack_skus_on_chip(loaded, stack, target.chip_id))
+
+    able = [s for s in stacks if builds(s)]
+    if builds(default) or len(able) != 1:
+        return default, None
+    return able[0], f"--hw {hw}: the default stack {default!r} builds none of it; using {able[0]!r}, the one stack that does"
+
+
+def plan_target(loaded: LoadedMatrix, hw: str, stack_name: str | None, os_name: str | None, notes: list[str] | None = None) -> RenderTarget:
+    """Check that ``--hw``/``--stack``/``--os`` name a Dockerfile the matrix supports. Without a
+    stack, :func:`default_stack_for` picks it; its note, if any, is appended to ``notes``."""
+    if stack_name is None:
+        stack_name, note = default_stack_for(loaded, hw)
+        if note and notes is not None:
+            notes.append(note)
     stack_id, stack = resolve_stack(loaded, stack_name)
     target = resolve_hw(loaded, hw)
     if target.sku_id is not None:
