@@ -194,6 +194,15 @@ def output_dir(path: Path, what: str) -> Iterator[Path]:
         raise
 
 
+def cache_dir() -> Path:
+    """ascendkit's cache directory: ``$ASCENDKIT_CACHE``, else ``$XDG_CACHE_HOME/ascendkit`` (``~/.cache/ascendkit``).
+    The layer cache and the sdists downloaded for locks live here."""
+    configured = os.environ.get("ASCENDKIT_CACHE")
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ascendkit"
+
+
 def sha256_of(path: Path) -> str:
     """Hex sha256 of a file, read in 1 MiB blocks (wheels and rootfs tarballs run to GBs)."""
     digest = hashlib.sha256()

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from buildkit.cli import app
-from buildkit.matrix import rules
+from buildkit.matrix import rules, ruleset
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import GIT_COMPONENTS, OPENRLHF_CHECKED, PYPI_COMPONENTS, GitPin, Matrix, PypiPin, Stack
 
@@ -39,7 +39,7 @@ def changed(matrix: Matrix, **edits: Any) -> Matrix:
 
 
 def run(rule_id: str, matrix: Matrix) -> list[rules.Violation]:
-    return list(rules.RULES[rule_id](matrix))
+    return list(ruleset.RULES[rule_id](matrix))
 
 
 def test_every_rule_has_tests_below() -> None:
@@ -63,7 +63,7 @@ def test_every_rule_has_tests_below() -> None:
         "build-args-unique",
         "git-ref-is-commit",
     }
-    assert set(rules.RULES) == tested
+    assert set(ruleset.RULES) == tested
 
 
 def test_the_components_of_a_stack_are_its_pin_fields_listed_once() -> None:
@@ -77,7 +77,7 @@ def test_the_components_of_a_stack_are_its_pin_fields_listed_once() -> None:
 
 
 def test_shipped_matrix_has_no_rule_errors(loaded: LoadedMatrix) -> None:
-    found = rules.check(loaded.matrix)
+    found = ruleset.check(loaded.matrix)
     assert [(r, v) for r, v in found if v.severity == "error"] == []
     # The documented warnings: the quickstart's torch_npu 2.7.1 on CANN 8.3.RC1, and the git refs
     # that are branches or tags (their hosts cannot be reached here to resolve them to commits).

@@ -21,6 +21,7 @@ from buildkit.cli.ship_options import (
     to_stderr,
 )
 from buildkit.errors import InputError
+from buildkit.fsio import read_input_text
 
 
 @app.command("publish")
@@ -159,7 +160,7 @@ def describe(
 
     if flavor is not None and flavor not in FLAVORS:
         raise InputError(f"--flavor {flavor!r}: one of {', '.join(FLAVORS)}")
-    text = page.read_text(encoding="utf-8")
+    text = read_input_text(page, "overview page")
     try:
         done = set_description(repository, text, flavor=flavor)
     except NoDescriptionApi as exc:

@@ -21,7 +21,6 @@ ObjectMeta: the caller checks it with the Kubernetes schemas.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from buildkit import fsio
 
 CRD_DIR = Path(__file__).resolve().parent / "crds"
 SOURCES = CRD_DIR / "SOURCES.json"
@@ -54,7 +55,7 @@ def sources() -> list[dict[str, str]]:
 
 
 def sha256_of(name: str) -> str:
-    return hashlib.sha256((CRD_DIR / name).read_bytes()).hexdigest()
+    return fsio.sha256_of(CRD_DIR / name)
 
 
 @functools.cache

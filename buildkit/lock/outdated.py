@@ -18,7 +18,7 @@ from packaging.version import Version
 
 from buildkit.errors import InputError
 from buildkit.lock.index import IndexClient, IndexUnreachable, ProjectMissing, installable, target_tags
-from buildkit.matrix import rules
+from buildkit.matrix import ruleset
 from buildkit.matrix.load import LoadedMatrix, read_matrix_text, resolve_stack
 from buildkit.matrix.model import Matrix, Stack
 
@@ -64,7 +64,7 @@ def _with_versions(matrix: Matrix, stack_id: str, versions: dict[str, str]) -> M
 def _refusals(matrix: Matrix, stack_id: str, before: set[str]) -> list[str]:
     """Rule errors about this stack that were not there before the change."""
     found = []
-    for rule_id, v in rules.check(matrix):
+    for rule_id, v in ruleset.check(matrix):
         if v.severity == "error" and v.path[:2] == ("stacks", stack_id):
             text = f"{v.message} [{rule_id}]"
             if text not in before:
@@ -145,7 +145,7 @@ def outdated(loaded: LoadedMatrix, client: IndexClient, index_urls: dict[str, st
     stack_ids = [resolve_stack(loaded, stack)[0]] if stack is not None else list(loaded.matrix.stacks)
     results = []
     for stack_id in stack_ids:
-        before = {f"{v.message} [{rule_id}]" for rule_id, v in rules.check(loaded.matrix)}
+        before = {f"{v.message} [{rule_id}]" for rule_id, v in ruleset.check(loaded.matrix)}
         pins = tuple(_group_bumps(loaded, stack_id, _pin_news(loaded, client, index_urls, stack_id, before), before))
         bumps = {p.component: p.accepted for p in pins if p.accepted}
         together = tuple(_refusals(_with_versions(loaded.matrix, stack_id, bumps), stack_id, before)) if bumps else ()

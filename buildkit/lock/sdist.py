@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from buildkit import fsio
 from buildkit.errors import AscendkitError, InputError
 from buildkit.lock.index import HashMismatch, IndexClient, IndexUnreachable, ProjectMissing, download
 from buildkit.lock.inputs import LEGACY_BUILD_REQUIRES, REQUIREMENT_FILES, LockFailed, canon
@@ -166,8 +167,8 @@ def read_sdist(path: Path, dist: str, version: str, sha256: str, project: tuple[
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ascendkit" / "sdists"
+    """Where downloaded sdists are kept, under ascendkit's cache (``$ASCENDKIT_CACHE`` honoured)."""
+    return fsio.cache_dir() / "sdists"
 
 
 class SdistReader:

@@ -17,7 +17,7 @@ from pydantic_core import ErrorDetails
 
 from buildkit.errors import Finding, InputError, MatrixError
 from buildkit.fsio import read_input_text
-from buildkit.matrix import rules
+from buildkit.matrix import ruleset
 from buildkit.matrix.model import Matrix, Sku, Stack
 from buildkit.matrix.yamlsource import PathKey, SourceMap, YamlSourceError, format_path, load_yaml
 from buildkit.resources import DEFAULT_MATRIX
@@ -80,7 +80,7 @@ def parse_matrix(text: str, path: Path) -> LoadedMatrix:
             rule=rule_id,
             severity=v.severity,
         )
-        for rule_id, v in rules.check(matrix)
+        for rule_id, v in ruleset.check(matrix)
     ]
     if any(f.severity == "error" for f in findings):
         raise MatrixError(findings)

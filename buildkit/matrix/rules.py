@@ -354,12 +354,3 @@ def build_args_unique(matrix: Matrix) -> Iterator[Violation]:
 
 # ARGs the Dockerfile template declares itself.
 RESERVED_ARGS = frozenset({"BASE_REGISTRY", "BASE_IMAGE", "APT_MIRROR", "PIP_EXTRA_INDEX_URL", "SOC_VERSION"})
-
-
-def check(matrix: Matrix) -> list[tuple[str, Violation]]:
-    """Run every rule; returns ``(rule_id, violation)`` pairs in rule order."""
-    return [(rule_id, v) for rule_id, fn in RULES.items() for v in fn(matrix)]
-
-
-# The frontier lines' rules register themselves in RULES when their module loads: after every rule above.
-from buildkit.matrix import pinrules  # noqa: E402, F401

@@ -31,7 +31,7 @@ import requests
 from docker.errors import DockerException
 
 from buildkit.errors import OutputError, PublishFailed, Unavailable
-from buildkit.fsio import write_atomic
+from buildkit.fsio import cache_dir, write_atomic
 from buildkit.reach import engine_said
 
 GZIP_LEVEL = 6  # docker push's (Go's gzip.DefaultCompression): the gzip images are what the engine would have pushed
@@ -80,27 +80,6 @@ class Blob:
         if self.path is None:
             raise PublishFailed(f"blob {self.digest[:19]}: its bytes were not exported this run (internal error)")
         return self.path.open("rb")
-
-
-@dataclass(frozen=True)
-class LayerBlobs:
-    diff_id: str  # the uncompressed tar's digest, as the image config lists it
-    blobs: dict[str, Blob]  # compression name -> its blob
-
-
-@dataclass(frozen=True)
-class ImageBlobs:
-    config: Blob
-    layers: tuple[LayerBlobs, ...]
-    compressed: tuple[str, ...] = ()  # "<diff_id> <compression>" compressed this run (the rest came from the cache)
-
-
-def cache_dir() -> Path:
-    """ascendkit's cache directory: ``$ASCENDKIT_CACHE``, else ``$XDG_CACHE_HOME/ascendkit`` (``~/.cache/ascendkit``)."""
-    configured = os.environ.get("ASCENDKIT_CACHE")
-    if configured:
-        return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ascendkit"
 
 
 @dataclass

@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from buildkit.errors import InputError
+from buildkit.fsio import read_input_bytes
 
 PRIVATE_PEM_TYPES = ("ENCRYPTED COSIGN PRIVATE KEY", "ENCRYPTED SIGSTORE PRIVATE KEY")
 WRITTEN_PEM_TYPE = PRIVATE_PEM_TYPES[0]
@@ -151,10 +152,7 @@ def read_key_source(source: str) -> tuple[bytes, str]:
             raise InputError(f"{source}: ${name} is not set or empty")
         return value.encode(), f"${name}"
     path = Path(source)
-    try:
-        return path.read_bytes(), str(path)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the key ({exc.strerror})") from None
+    return read_input_bytes(path, "key"), str(path)
 
 
 def read_private_key(source: str) -> tuple[bytes, str]:

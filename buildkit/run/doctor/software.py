@@ -10,10 +10,6 @@ from .base import CONSTRAINTS, Check, Environment
 from .codes import explained
 
 
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _installed_version(name: str) -> str | None:
     from importlib import metadata
 
