@@ -92,7 +92,7 @@ class ImageFacts:
     patches: tuple[dict[str, Any], ...] = ()  # /etc/ascendkit/patches.json, each with the file's sha256 as it is now
     requires: dict[str, list[str]] = field(default_factory=dict)  # checkout (installed as a distribution) -> its requirements
     config_user: str = ""  # the image config's User ("" is root)
-    user: dict[str, Any] = field(default_factory=dict)  # the probe's view of the user it ran as (see PROBE)
+    user: dict[str, Any] = field(default_factory=dict)  # the probe's view of the user it ran as (see probe_program.user)
     extensions: dict[str, dict[str, Any]] = field(default_factory=dict)  # module -> its file, needed and unresolved libraries
     imported: dict[str, str] = field(default_factory=dict)  # module imported for real -> "" or why it did not import
 
