@@ -12,6 +12,7 @@ is one user of the modules below; this is another, with the same checks in the s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,7 +27,6 @@ from buildkit.image.progress import Reporter
 from buildkit.image.render import render_dockerfile
 from buildkit.image.verify import Check, collect_facts
 from buildkit.image.verify import compare as compare_facts
-from buildkit.imageref import RegistryRef
 from buildkit.k8s.render import render as render_k8s
 from buildkit.k8s.request import Manifests
 from buildkit.k8s.resolve import make_request as make_k8s_request
@@ -41,13 +41,14 @@ from buildkit.run.smoke import SmokeReport, run_smoke
 from buildkit.run.smokerequest import make_request
 from buildkit.settings import Mirrors
 from buildkit.ship.local import load_local_image
-from buildkit.ship.options import Published, ship_options
+from buildkit.ship.options import Published
 from buildkit.ship.publish import publish_all
-from buildkit.trust.keys import PASSWORD_ENV, load_signer
+from buildkit.ship.request import publish_request, push_built, push_request
+from buildkit.trust.keys import PASSWORD_ENV, Signer, load_signer
 
 MatrixLike = Path | str | LoadedMatrix
 
-__all__ = ["build", "compare", "k8s_render", "load", "plan_image", "publish", "relock", "render", "smoke", "verify"]
+__all__ = ["build", "build_and_push", "compare", "k8s_render", "load", "plan_image", "publish", "relock", "render", "smoke", "verify"]
 
 
 def load(matrix: MatrixLike = DEFAULT_MATRIX) -> LoadedMatrix:
@@ -142,19 +143,63 @@ def publish(
     then (``index``) their multi-arch index, refused while an arch is missing. ``media_types``:
     None (Docker images, OCI SBOM), "docker" or "oci"; ``compression="zstd"`` also publishes ``<tag>-zstd``.
     ``sign_key`` (a cosign key file or ``env://VAR``) signs every image and index and their provenance;
-    its ``passphrase`` defaults to $COSIGN_PASSWORD."""
-    targets = [RegistryRef.parse(r) for r in ([registry] if isinstance(registry, str) else registry)]
-    signer = None
-    if sign_key is not None:
-        signer = load_signer(sign_key, passphrase if passphrase is not None else os.environ.get(PASSWORD_ENV, "").encode())
-    options = ship_options(media_types, compression, signer)
+    its ``passphrase`` defaults to $COSIGN_PASSWORD. The request is checked as ``ascendkit publish`` checks it."""
+    request = publish_request(
+        images,
+        [registry] if isinstance(registry, str) else registry,
+        manifest_dir=manifest_dir,
+        index=index,
+        media_types=media_types,
+        compression=compression,
+        signer=lambda: _signer(sign_key, passphrase),
+    )
     client = connect()
-    local = [load_local_image(client, ref, manifest_dir) for ref in images]
+    local = [load_local_image(client, ref, manifest_dir) for ref in request.images]
     published: list[Published] = []
-    for outcome in publish_all(client, local, targets, index=index, options=options):
+    for outcome in publish_all(client, local, list(request.targets), index=request.index, options=request.options):
         published += [p for ps in outcome.registries.values() for p in ps]
         published += [p for ps in outcome.indexes.values() for p in ps]
     return published
+
+
+def build_and_push(
+    matrix: MatrixLike,
+    hw: str,
+    registry: str | list[str],
+    *,
+    stack: str | None = None,
+    os: str | None = None,
+    arch: str | None = None,
+    base_image: str | None = None,
+    mirrors: Mirrors | None = None,
+    repository: str | None = None,
+    manifest_dir: Path = Path("manifests"),
+    index: bool = True,
+    media_types: str | None = None,
+    compression: str = "gzip",
+    sign_key: str | None = None,
+    passphrase: bytes | None = None,
+    reporter: Reporter | None = None,
+) -> tuple[BuildResult, list[Published]]:
+    """``ascendkit build --push``: :func:`build`, then the verified image by digest to each registry
+    with its SBOM (and, ``index``, the multi-arch index over the arches already there). The push
+    options are checked, as the command checks them, before anything is built."""
+    push = push_request([registry] if isinstance(registry, str) else registry, push=True, index=index,
+                        media_types=media_types, compression=compression, signed=sign_key is not None)  # fmt: skip
+    assert push is not None
+    push = dataclasses.replace(push, options=dataclasses.replace(push.options, signer=_signer(sign_key, passphrase)))
+    build_plan = _build_plan(matrix, hw, stack, os, arch, base_image, mirrors, repository, manifest_dir, None, False, "uv")
+    check_outputs(build_plan)
+    client = connect()
+    result = run_build(client, build_plan, reporter)
+    outcome = push_built(client, load(matrix), build_plan, result, push)
+    return result, [*outcome.pushed, *(outcome.index or [])]
+
+
+def _signer(sign_key: str | None, passphrase: bytes | None) -> Signer | None:
+    if sign_key is None:
+        return None
+    return load_signer(sign_key, passphrase if passphrase is not None else os.environ.get(PASSWORD_ENV, "").encode())
 
 
 def smoke(

@@ -88,6 +88,63 @@ def test_k8s_render_through_the_api_is_the_commands_output(tmp_path: Path) -> No
             buildkit.k8s_render(image, MATRIX, "a3", stack="cann8.3", **{option: value})
 
 
+REG = "127.0.0.1:9/x"  # never contacted: every request below is refused first
+
+
+@pytest.mark.parametrize(
+    ("images", "registries", "more", "argv", "message"),
+    [
+        (["ascendkit/verl:x"], [], {}, ["ascendkit/verl:x"], "give --registry HOST[:PORT]/REPO"),
+        (["ascendkit/verl:x"], [REG, REG], {}, ["ascendkit/verl:x", "--registry", REG, "--registry", REG], "same repository twice"),
+        (["Not A Ref"], [REG], {}, ["Not A Ref", "--registry", REG], "'Not A Ref' is not an image reference"),
+        (["ascendkit/verl:x"], [REG], {"compression": "zstd", "media_types": "docker"},
+         ["ascendkit/verl:x", "--registry", REG, "--compression", "zstd", "--media-types", "docker"], "zstd"),
+        (["ascendkit/verl:x"], [REG], {"manifest_dir": "{tmp}/missing"},
+         ["ascendkit/verl:x", "--registry", REG, "--manifest-dir", "{tmp}/missing"], "--manifest-dir {tmp}/missing: no such directory"),
+    ],
+)  # fmt: skip
+def test_the_api_and_the_command_refuse_a_publish_alike(
+    tmp_path: Path, images: list[str], registries: list[str], more: dict[str, Any], argv: list[str], message: str
+) -> None:
+    """One front door: `ascendkit publish` and buildkit.publish make the request in ship/request.py,
+    so the same request meets the same refusal, before any engine or registry is asked."""
+    options = {"manifest_dir": str(tmp_path), **{k: v.replace("{tmp}", str(tmp_path)) for k, v in more.items()}}
+    message = message.replace("{tmp}", str(tmp_path))
+    with pytest.raises(InputError, match=re.escape(message)):
+        buildkit.publish(images, registries, **{**options, "manifest_dir": Path(options["manifest_dir"])})
+    cli = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    if "--manifest-dir" not in cli:
+        cli += ["--manifest-dir", str(tmp_path)]
+    exe = Path(sys.executable).with_name("ascendkit")
+    proc = subprocess.run(
+        [str(exe), "publish", *cli], capture_output=True, text=True, check=False, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent"}
+    )
+    assert proc.returncode == 2 and message in proc.stderr, (cli, proc.stderr)
+
+
+@pytest.mark.parametrize(
+    ("api", "argv", "message"),
+    [
+        ({"registry": []}, ["--push"], "--push needs --registry"),
+        ({"registry": ["127.0.0.1:9/x"] * 2}, ["--push", "--registry", "127.0.0.1:9/x", "--registry", "127.0.0.1:9/x"], "twice"),
+        (
+            {"compression": "zstd", "media_types": "docker"},
+            ["--push", "--registry", "127.0.0.1:9/x", "--compression", "zstd", "--media-types", "docker"],
+            "zstd",
+        ),
+    ],
+)
+def test_the_api_and_the_command_refuse_a_build_push_alike(tmp_path: Path, api: dict[str, Any], argv: list[str], message: str) -> None:
+    """`build --push` and buildkit.build_and_push check the push in ship/request.py before building."""
+    options = {"registry": [REG], **api}
+    with pytest.raises(InputError, match=re.escape(message)):
+        buildkit.build_and_push(TEST_MATRIX, "a3", options.pop("registry"), manifest_dir=tmp_path, **options)
+    exe = Path(sys.executable).with_name("ascendkit")
+    cli = [str(exe), "build", "--hw", "a3", *argv, "--matrix", str(TEST_MATRIX), "--manifest-dir", str(tmp_path)]
+    proc = subprocess.run(cli, capture_output=True, text=True, check=False, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent"})
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
 @pytest.mark.docker
 def test_build_verify_publish_through_the_api(docker_env: DockerEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", docker_env.env.get("DOCKER_HOST", os.environ.get("DOCKER_HOST", "")))
@@ -102,3 +159,9 @@ def test_build_verify_publish_through_the_api(docker_env: DockerEnv, tmp_path: P
     digest = published[0].digest
     manifest = Registry(docker_env.registry).get_manifest(repo, digest)
     assert manifest is not None and manifest.digest == digest
+    again, pushed = buildkit.build_and_push(  # build --push through the API: the build is reused, the push lands
+        TEST_MATRIX, "a3", f"{docker_env.registry}/{repo}-bp", arch="x86_64", base_image=docker_env.standin,
+        repository="ascendkit-api/verl", manifest_dir=tmp_path, index=False,
+    )  # fmt: skip
+    assert again.image_id == result.image_id and again.verification == "reused"
+    assert {p.digest for p in pushed} == {digest}, "the same image, the same manifest (under each tag), in another repository"

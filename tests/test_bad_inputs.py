@@ -288,7 +288,7 @@ CASES = [
         build_manifest('{"passed": true, "arch": "x86_64"}'),
     ),
     # --- keys, signing, verifying ------------------------------------------------------------------
-    Case("publish-sign-key-missing", [*PUBLISH, "--sign-key", "{d}/none.key"], 2, "cannot read"),
+    Case("publish-sign-key-missing", [*PUBLISH, "--sign-key", "{d}/none.key"], 2, "none.key: key not found"),
     Case(
         "publish-sign-key-no-passphrase",
         [*PUBLISH, "--sign-key", "{d}/c.key"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -51,10 +52,8 @@ from buildkit.resources import DEFAULT_MATRIX
 if TYPE_CHECKING:
     from buildkit.image.buildplan import BuildPlan, BuildResult
     from buildkit.image.progress import Step
-    from buildkit.imageref import RegistryRef
     from buildkit.matrix.load import LoadedMatrix
-    from buildkit.ship.local import LocalImage
-    from buildkit.ship.options import ShipOptions
+    from buildkit.ship.request import PushRequest
 
 
 class StepPrinter:
@@ -79,22 +78,6 @@ class StepPrinter:
     def output(self, step: Step | None, line: str) -> None:
         if self.show_output:
             self.console.print(f"         | {line[:200]}")
-
-
-def _publish(
-    client: Any, image: LocalImage, targets: list[RegistryRef], options: ShipOptions, *, want_index: bool, require_index: bool
-) -> dict[str, Any]:
-    from buildkit.ship.publish import publish_image
-
-    outcome = publish_image(client, image, targets, want_index=want_index, require_index=require_index, options=options, say=to_stderr)
-    return outcome.describe()
-
-
-def _local_image(loaded: LoadedMatrix, plan: BuildPlan, result: BuildResult) -> LocalImage:
-    """What a build just verified and tagged, as publishing takes it."""
-    from buildkit.ship.local import LocalImage
-
-    return LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags, result.manifest_json)
 
 
 @app.command("build")
@@ -167,26 +150,25 @@ def build(
     from buildkit.image.build import run_build
     from buildkit.image.buildplan import check_names, check_outputs, plan_build
     from buildkit.image.engine import connect
-    from buildkit.imageref import RegistryRef
     from buildkit.matrix.load import load_matrix
-    from buildkit.ship.options import ship_options
+    from buildkit.ship.request import push_request
 
     if hw is None and not every:
         raise InputError("give --hw (e.g. --hw a3), or --all (narrowed by --stack/--hw/--os/--arch)")
     if every and dry_run:
         raise InputError("--all builds; for the list of targets run `ascendkit plan`")
-    if push and not registry:
-        raise InputError("--push needs --registry HOST[:PORT]/REPO")
     if offline != (wheelhouse is not None):
         raise InputError("--offline and --wheelhouse DIR go together: an offline build installs every package from DIR")
-    targets = [RegistryRef.parse(r) for r in registry or []]
-    if registry and not push:
-        raise InputError("--registry is where --push sends the image: give --push too, or drop --registry")
-    if no_index and not push:
-        raise InputError("--no-index only changes what --push does: give --push too")
-    if (media_types or compression != Compression.gzip or sign_key) and not push:
-        raise InputError("--media-types, --compression and --sign-key change what --push does: give --push too")
-    shipping = ship_options(media_types.value if media_types else None, compression.value, None if dry_run else load_sign_key(sign_key))
+    pushing = push_request(
+        registry or [],
+        push=push,
+        index=not no_index,
+        media_types=media_types.value if media_types else None,
+        compression=compression.value,
+        signed=sign_key is not None,
+    )
+    if pushing is not None and not dry_run:
+        pushing = dataclasses.replace(pushing, options=dataclasses.replace(pushing.options, signer=load_sign_key(sign_key)))
     check_names(repository, base_image)  # options every target shares: refused once, not per target
     loaded = load_matrix(matrix)
     mirrors = mirrors_from(
@@ -220,9 +202,7 @@ def build(
             hw=hw,
             os_name=os_name,
             arch=arch,
-            targets=targets,
-            shipping=shipping,
-            want_index=not no_index,
+            pushing=pushing,
             quiet=quiet,
             as_json=as_json,
         )
@@ -254,9 +234,10 @@ def build(
     )
     for ref in result.refs:
         typer.echo(f"tagged {ref}", err=True)
-    if push and targets:
-        image = _local_image(loaded, plan, result)
-        summary.update(_publish(client, image, targets, shipping, want_index=not no_index, require_index=False))
+    if pushing is not None:
+        from buildkit.ship.request import push_built
+
+        summary.update(push_built(client, loaded, plan, result, pushing, say=to_stderr).describe())
         print_summary([summary])
     summary["digest"] = summary["pushed"][0]["digest"] if summary.get("pushed") else None
     if as_json:
@@ -271,9 +252,7 @@ def _build_all(
     hw: str | None,
     os_name: str | None,
     arch: str | None,
-    targets: list[RegistryRef],
-    shipping: ShipOptions,
-    want_index: bool,
+    pushing: PushRequest | None,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -300,11 +279,12 @@ def _build_all(
             typer.echo(f"ascendkit: warning: {warning}", err=True)
 
     def push(result: BuildResult, plan: BuildPlan) -> str | None:
-        if not targets:
+        from buildkit.ship.request import push_built
+
+        if pushing is None or client is None:
             return None
-        image = _local_image(loaded, plan, result)
-        pushed = _publish(client, image, targets, shipping, want_index=want_index, require_index=False)["pushed"]
-        return str(pushed[0]["digest"]) if pushed else None
+        pushed = push_built(client, loaded, plan, result, pushing, say=to_stderr).pushed
+        return pushed[0].digest if pushed else None
 
     def failed(name: str, error: AscendkitError) -> None:
         typer.echo(f"ascendkit: {name}: {error}\nascendkit: {name}: nothing was tagged; going on with the next target", err=True)

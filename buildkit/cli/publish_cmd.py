@@ -47,26 +47,20 @@ def publish(
 ) -> None:
     """Push verified images by digest with their SBOMs to each registry, then the multi-arch index
     (refused if an arch is missing); or, with --index-only, only the indexes of images already pushed."""
-    from buildkit.imageref import IMAGE_REFERENCE, RegistryRef
-    from buildkit.ship.options import ship_options
+    from buildkit.ship.request import publish_request
 
-    if not registry:
-        raise InputError("give --registry HOST[:PORT]/REPO (repeat it to publish to several registries)")
-    if index_only and (images or no_index):
-        raise InputError("--index-only reads the build manifests in --manifest-dir: give no IMAGES and no --no-index")
-    if dry_run and not index_only:
-        raise InputError("--dry-run goes with --index-only (a push of local images has no dry run; see `ascendkit build --dry-run`)")
-    if not index_only and not images:
-        raise InputError("give the local IMAGES to push, or --index-only to publish indexes from --manifest-dir")
-    targets = [RegistryRef.parse(r) for r in registry]
-    if len({t.name for t in targets}) != len(targets):
-        raise InputError(f"--registry names the same repository twice: {', '.join(sorted(t.name for t in targets))}")
-    options = ship_options(media_types.value if media_types else None, compression.value, None if dry_run else load_sign_key(sign_key))
-    for ref in images or []:
-        if not IMAGE_REFERENCE.match(ref):
-            raise InputError(f"{ref!r} is not an image reference: give local images as NAME[:TAG], as `ascendkit build` tagged them")
-    if not index_only and not manifest_dir.is_dir():  # (--index-only checks its own)
-        raise InputError(f"--manifest-dir {manifest_dir}: no such directory (where `ascendkit build` wrote the build manifests)")
+    request = publish_request(
+        images or [],
+        registry or [],
+        manifest_dir=manifest_dir,
+        index=not no_index,
+        index_only=index_only,
+        dry_run=dry_run,
+        media_types=media_types.value if media_types else None,
+        compression=compression.value,
+        signer=lambda: load_sign_key(sign_key),
+    )
+    targets, options = list(request.targets), request.options
     if index_only:
         from buildkit.ship.index import publish_indexes
 
