@@ -15,7 +15,8 @@ import requests
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.imageref import RegistryRef
-from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, Registry, retry_after
+from buildkit.retry import retry_after
+from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, Registry
 from buildkit.ship.remote import image_labels
 from tests.fake_registry import Store, fake_registry
 

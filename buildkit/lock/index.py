@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import html.parser
 import threading
-import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from buildkit.reach import cause, http_failure, index_failure
+from buildkit.retry import TRANSIENT, RetryPolicy
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 
@@ -106,12 +106,14 @@ class _Anchors(html.parser.HTMLParser):
 class IndexClient:
     """A caching, thread-safe reader of simple indexes."""
 
-    def __init__(self, *, ca_bundle: Path | None = None, timeout: float = 15.0, retries: int = 2) -> None:
+    def __init__(
+        self, *, ca_bundle: Path | None = None, timeout: float = 15.0, retries: int = 2, policy: RetryPolicy | None = None
+    ) -> None:
         self.session = requests.Session()
         if ca_bundle is not None:
             self.session.verify = str(ca_bundle)
         self.timeout = timeout
-        self.retries = retries
+        self.policy = policy or RetryPolicy(retries)
         self._cache: dict[tuple[str, str], Project | Exception] = {}
         self._lock = threading.Lock()
 
@@ -132,23 +134,22 @@ class IndexClient:
 
     def _fetch(self, index_url: str, name: str) -> Project:
         url = f"{index_url}/{name}/"
-        last = ""
-        for attempt in range(self.retries + 1):
-            try:
-                response = self.session.get(url, headers={"Accept": JSON_ACCEPT}, timeout=self.timeout)
-            except requests.RequestException as exc:
-                last = cause(exc)  # the full text repeats the URL and the pool's internals
-            else:
-                if response.status_code == 404:
-                    raise ProjectMissing(f"{index_url} has no project {name}")
-                if response.status_code == 200:
-                    return self._parse(name, response, response.url or url)
-                last = http_failure(response.status_code)
-                if response.status_code < 500 and response.status_code != 429:
-                    break
-            if attempt < self.retries:
-                time.sleep(0.5 * 2**attempt)
-        raise IndexUnreachable(index_url, last)
+
+        def failure(what: BaseException | requests.Response) -> str:  # the full text repeats the URL and the pool's internals
+            return http_failure(what.status_code) if isinstance(what, requests.Response) else cause(what)
+
+        try:
+            done = self.policy.call(lambda: self.session.get(url, headers={"Accept": JSON_ACCEPT}, timeout=self.timeout), failure)
+        except requests.RequestException as exc:  # not a lost connection (a bad URL, a redirect loop): not retried
+            raise IndexUnreachable(index_url, cause(exc)) from None
+        response = done.response
+        if response is None:
+            raise IndexUnreachable(index_url, done.last)
+        if response.status_code == 404:
+            raise ProjectMissing(f"{index_url} has no project {name}")
+        if response.status_code != 200:
+            raise IndexUnreachable(index_url, http_failure(response.status_code))
+        return self._parse(name, response, response.url or url)
 
     @staticmethod
     def _parse(name: str, response: requests.Response, page_url: str) -> Project:
@@ -190,25 +191,39 @@ class HashMismatch(Exception):
     """A downloaded file's sha256 is not the one expected."""
 
 
-def download(session: requests.Session, url: str, dest: Path, sha256s: frozenset[str], timeout: float = 60.0) -> str:
+def download(
+    session: requests.Session, url: str, dest: Path, sha256s: frozenset[str], timeout: float = 60.0, policy: RetryPolicy | None = None
+) -> str:
     """Stream ``url`` to ``dest`` (via a temporary name), accepting it only if its sha256 is one of
-    ``sha256s``; returns the digest. Nothing is left at ``dest`` on any failure."""
-    digest = hashlib.sha256()
+    ``sha256s``; returns the digest. A dropped connection or a 429/5xx starts the file again, as
+    ``policy`` allows (two more tries by default). Nothing is left at ``dest`` on any failure."""
+    policy = policy or RetryPolicy(2)
     partial = dest.with_name(f".{dest.name}.part")
-    try:
-        with session.get(url, stream=True, timeout=timeout) as response:
-            if response.status_code != 200:
-                raise IndexUnreachable(url, f"{http_failure(response.status_code)} for {dest.name}")
-            with partial.open("wb") as out:
-                for chunk in response.iter_content(chunk_size=1 << 20):
-                    digest.update(chunk)
-                    out.write(chunk)
-    except requests.RequestException as exc:
-        partial.unlink(missing_ok=True)
-        raise IndexUnreachable(url, f"{cause(exc)} for {dest.name}") from None
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    for attempt in range(policy.retries + 1):
+        digest = hashlib.sha256()
+        response = None
+        try:
+            with session.get(url, stream=True, timeout=timeout) as response:
+                if response.status_code != 200:
+                    if not policy.retried(response.status_code) or attempt == policy.retries:
+                        raise IndexUnreachable(url, f"{http_failure(response.status_code)} for {dest.name}")
+                else:
+                    with partial.open("wb") as out:
+                        for chunk in response.iter_content(chunk_size=1 << 20):
+                            digest.update(chunk)
+                            out.write(chunk)
+                    break
+        except TRANSIENT as exc:
+            partial.unlink(missing_ok=True)
+            if attempt == policy.retries:
+                raise IndexUnreachable(url, f"{cause(exc)} for {dest.name}") from None
+        except requests.RequestException as exc:
+            partial.unlink(missing_ok=True)
+            raise IndexUnreachable(url, f"{cause(exc)} for {dest.name}") from None
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        policy.wait(attempt, response)
     found = digest.hexdigest()
     if found not in sha256s:
         partial.unlink(missing_ok=True)

@@ -30,7 +30,8 @@ import requests
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.imageref import RegistryRef
-from buildkit.ship.registry import MAX_WAIT, RETRIED_STATUS, default_retries, host_url, retry_after
+from buildkit.retry import RetryPolicy
+from buildkit.ship.registry import default_retries, host_url
 
 Flavor = Literal["quay", "harbor", "dockerhub"]
 FLAVORS: tuple[Flavor, ...] = ("quay", "harbor", "dockerhub")
@@ -70,25 +71,20 @@ def detect(session: requests.Session, ref: RegistryRef, timeout: float = 15.0) -
 
 
 def _call(session: requests.Session, method: str, url: str, sleep: Callable[[float], None], **kwargs: Any) -> requests.Response:
-    """One API call, tried again as every registry call is: on a lost connection and the statuses the
-    distribution client retries, waiting as Retry-After asks (capped), as many times as
-    $ASCENDKIT_REGISTRY_RETRIES allows."""
-    attempts = default_retries() + 1
-    for attempt in range(1, attempts + 1):
-        try:
-            answer = session.request(method, url, timeout=60, **kwargs)
-        except requests.RequestException as exc:
-            if attempt == attempts:
-                raise Unavailable(f"{url} could not be reached after {attempts} attempts: {exc.__class__.__name__}") from None
-            sleep(0.5 * 2 ** (attempt - 1))
-            continue
-        if answer.status_code not in RETRIED_STATUS:
-            return answer
-        if attempt == attempts:
-            raise Unavailable(f"{url} answered HTTP {answer.status_code} {attempts} times")
-        asked = retry_after(answer)
-        sleep(min(asked, MAX_WAIT) if asked is not None else 0.5 * 2 ** (attempt - 1))
-    raise AssertionError("unreachable")
+    """One API call, tried again as every registry call is (the one retry policy: a lost connection,
+    408, 429 and 5xx; Retry-After honoured, capped), as many times as $ASCENDKIT_REGISTRY_RETRIES allows."""
+    policy = RetryPolicy(default_retries(), sleep=sleep)
+
+    def failure(what: BaseException | requests.Response) -> str:
+        return f"HTTP {what.status_code}" if isinstance(what, requests.Response) else what.__class__.__name__
+
+    try:
+        done = policy.call(lambda: session.request(method, url, timeout=60, **kwargs), failure)
+    except requests.RequestException as exc:  # not a lost connection: not retried
+        raise Unavailable(f"{url} could not be reached: {exc.__class__.__name__}") from None
+    if done.response is None:
+        raise Unavailable(f"{url} could not be reached after {done.tries} attempts: {done.last}")
+    return done.response
 
 
 def _need(name: str, flavor: str) -> str:

@@ -14,12 +14,10 @@ credsStore, auths); a registry that still refuses names itself and the login com
 from __future__ import annotations
 
 import base64
-import email.utils
 import hashlib
 import io
 import json
 import os
-import random
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +28,7 @@ import requests
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.reach import cause, http_failure, registry_failure
+from buildkit.retry import MAX_WAIT, RETRIED_STATUS, TRANSIENT, RetryPolicy
 from buildkit.ship.credentials import Credentials, credentials_for, login_hint
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -39,8 +38,6 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 IMAGE_MANIFESTS = (DOCKER_MANIFEST, OCI_MANIFEST)
 INDEXES = (DOCKER_LIST, OCI_INDEX)
 ACCEPT = ", ".join((DOCKER_MANIFEST, DOCKER_LIST, OCI_MANIFEST, OCI_INDEX))
-RETRIED_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-MAX_WAIT = 30.0  # seconds: the longest wait between two tries, whatever Retry-After asks
 _REPOSITORY_OF_PATH = re.compile(r"^/(?P<repo>.+?)/(?:manifests|blobs|tags|referrers)/")
 
 
@@ -62,20 +59,6 @@ class Manifest:
 
 def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def retry_after(response: requests.Response) -> float | None:
-    """Seconds the registry asked to wait (``Retry-After``: seconds or an HTTP date), None if it did not say."""
-    value = response.headers.get("Retry-After", "").strip()
-    if not value:
-        return None
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 class Sized:
@@ -128,11 +111,8 @@ class Registry:
     ) -> None:
         self.host = host
         self.base = f"{host_url(host)}/v2"
-        self.retries = default_retries() if retries is None else retries
-        self.backoff = backoff
-        self.max_wait = max_wait
+        self.policy = RetryPolicy(default_retries() if retries is None else retries, backoff, max_wait, sleep)
         self.timeout = timeout
-        self.sleep = sleep
         self.session = requests.Session()
         self._tokens: dict[str, str] = {}  # repository ("" for the host) -> bearer token
         self._basic: tuple[str, str] | None = None
@@ -182,10 +162,16 @@ class Registry:
             headers["Authorization"] = "Basic " + base64.b64encode(":".join(self._basic).encode()).decode()
         return headers
 
+    @property
+    def retries(self) -> int:
+        return self.policy.retries
+
+    @property
+    def max_wait(self) -> float:
+        return self.policy.max_wait
+
     def _wait(self, attempt: int, response: requests.Response | None) -> None:
-        asked = retry_after(response) if response is not None else None
-        delay = asked if asked is not None else self.backoff * 2**attempt * (1 + random.random() / 2)
-        self.sleep(min(delay, self.max_wait))
+        self.policy.wait(attempt, response)
 
     def request(
         self,
@@ -218,7 +204,7 @@ class Registry:
                     timeout=self.timeout,
                     stream=stream,
                 )
-            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
+            except TRANSIENT as exc:
                 last = cause(exc)
             if response is not None:
                 if response.status_code == 401 and not authorized:
@@ -366,7 +352,7 @@ class Registry:
                     headers=self._headers(repository, {"Content-Type": "application/octet-stream"}),
                     timeout=self.timeout,
                 )
-            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
+            except TRANSIENT as exc:
                 last = cause(exc)
             else:
                 if done.status_code == 201:
