@@ -29,3 +29,15 @@ def test_tags_are_valid_docker_tags(loaded: LoadedMatrix) -> None:
         for os_name in stack.os:
             for tag in [full_tag(stack, "a2", os_name), *alias_tags(stack_id, stack, "a2", os_name)]:
                 assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", tag), tag
+
+
+def test_the_tag_grammar_round_trips() -> None:
+    """plan/ owns the grammar ship/ asks: per-arch tags, the index's bare names, compression variants."""
+    from buildkit.plan import arch_tag, index_tag, tag_of, variant_tag
+
+    name = "verl0.6.1-cann8.3.rc1-torch_npu2.7.1-a3-ubuntu22.04-py3.11"
+    per_arch = arch_tag(name, "aarch64")
+    assert per_arch == f"{name}-aarch64" and index_tag(per_arch, "aarch64") == name
+    assert index_tag(per_arch, "x86_64") == per_arch, "only its own arch is taken off"
+    assert variant_tag(per_arch, "gzip") == per_arch and variant_tag(per_arch, "zstd") == f"{name}-aarch64-zstd"
+    assert tag_of(f"ascendkit/verl:{per_arch}") == per_arch and tag_of(f"127.0.0.1:5000/x/verl:{name}") == name

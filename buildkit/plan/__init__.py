@@ -9,11 +9,14 @@ Tag grammar (one place, so tags are consistent by construction):
     <repo>:verl<verl>-cann<cann>-torch_npu<torch_npu>-<chip>-<os>-py<python>   (full, immutable)
     <repo>:<stack>-<chip>[-<os>]                                            (stack alias)
     <repo>:latest-<chip>                                                    (default stack only)
+each per arch as <tag>-<arch> (the index takes the bare names), and each in another compression
+as <tag>-<compression> (<tag>-zstd): arch_tag, index_tag, variant_tag in :mod:`.image`.
 """
 
 from __future__ import annotations
 
 from buildkit.plan.image import (
+    DEFAULT_COMPRESSION,
     FRAMEWORK_NAMES,
     SMOKE_JOBS,
     GitCheckout,
@@ -24,8 +27,11 @@ from buildkit.plan.image import (
     base_image_ref,
     base_image_tag,
     full_tag,
+    index_tag,
     plan_image,
     stack_skus_on_chip,
+    tag_of,
+    variant_tag,
 )
 from buildkit.plan.layers import (
     BUILD_LAYER,
@@ -60,6 +66,7 @@ from buildkit.plan.targets import all_targets, hosts_arch, plan_fleet, plan_targ
 __all__ = [
     "BUILD_LAYER",
     "CONSTRAINTS_FILE",
+    "DEFAULT_COMPRESSION",
     "DOCKERFILES_DIR",
     "ENTRYPOINT",
     "FRAMEWORK_NAMES",
@@ -92,6 +99,7 @@ __all__ = [
     "expected_packages",
     "full_tag",
     "hosts_arch",
+    "index_tag",
     "lock_path",
     "pin_of",
     "plan_fleet",
@@ -100,4 +108,6 @@ __all__ = [
     "section_path",
     "stack_layers",
     "stack_skus_on_chip",
+    "tag_of",
+    "variant_tag",
 ]

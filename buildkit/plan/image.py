@@ -91,9 +91,31 @@ def framework_title(stack: Stack) -> str:
     return name if stack.openrlhf is None else f"{name} (source {stack.openrlhf.ref[:12]})"
 
 
+# The tag grammar, owned here; ship/ asks it and never rebuilds a tag with string methods:
+#   <name>                  the multi-arch index (name: the full tag or an alias)
+#   <name>-<arch>           one architecture's image, as `ascendkit build` tags it locally
+#   <tag>-<compression>     the same image with layers in another compression (<name>-zstd, <name>-<arch>-zstd)
+DEFAULT_COMPRESSION = "gzip"  # the compression whose tags carry no suffix
+
+
 def arch_tag(tag: str, arch: str) -> str:
     """What ``ascendkit build`` tags locally: every tag above, per architecture."""
     return f"{tag}-{arch}"
+
+
+def index_tag(per_arch: str, arch: str) -> str:
+    """The multi-arch index's name for a per-arch tag: :func:`arch_tag` undone."""
+    return per_arch.removesuffix(f"-{arch}")
+
+
+def variant_tag(tag: str, compression: str) -> str:
+    """The tag of ``compression``'s variant of an image or index: ``tag`` itself for gzip, else ``tag-zstd``."""
+    return tag if compression == DEFAULT_COMPRESSION else f"{tag}-{compression}"
+
+
+def tag_of(ref: str) -> str:
+    """The tag of a local ``NAME:TAG`` reference (a build manifest lists its tags so)."""
+    return ref.rsplit(":", 1)[1]
 
 
 def alias_tags(stack_id: str, stack: Stack, chip_id: str, os_name: str) -> list[str]:

@@ -21,6 +21,7 @@ from buildkit.errors import InputError, PublishFailed
 from buildkit.fsio import read_input_bytes, read_input_text
 from buildkit.image.sbom import SBOM_SUFFIX, sbom_beside
 from buildkit.imageref import RegistryRef
+from buildkit.plan import arch_tag, tag_of, variant_tag
 from buildkit.ship.attach import Attached, stage_sbom
 from buildkit.ship.local import index_names
 from buildkit.ship.options import Published, ShipOptions, Target, variants
@@ -100,7 +101,7 @@ def read_member(path: Path) -> Member:
         path=path,
         arch=arch,
         arches=tuple(str(labels.get("io.ascendkit.arches", arch)).split(",")),
-        names=index_names(tuple(str(t).rsplit(":", 1)[1] for t in tags), arch),
+        names=index_names(tuple(tag_of(str(t)) for t in tags), arch),
         image_id=str(_field(data, path, "image", "id")),
         registries=registries,
     )
@@ -125,8 +126,7 @@ def read_groups(manifest_dir: Path) -> list[IndexGroup]:
 
 def check_group(target: Target, group: IndexGroup, compression: str = "gzip") -> dict[str, Manifest]:
     """The members (their ``compression`` variant) as the registry serves them; PublishFailed naming the first problem."""
-    suffix = "" if compression == "gzip" else f"-{compression}"
-    name = f"{target.name}:{group.names[0]}{suffix}"
+    name = f"{target.name}:{variant_tag(group.names[0], compression)}"
     wanted = next(iter(group.members.values())).arches
     missing = [arch for arch in wanted if arch not in group.members]
     if missing:
@@ -157,7 +157,7 @@ def check_group(target: Target, group: IndexGroup, compression: str = "gzip") ->
         platform = f"{config.get('os')}/{config.get('architecture')}"
         if platform != f"linux/{DOCKER_ARCH[arch]}":
             raise PublishFailed(f"refusing {name}: {digest} is a {platform} image, but {where} says linux/{DOCKER_ARCH[arch]}")
-        tag = f"{group.names[0]}-{arch}{suffix}"
+        tag = variant_tag(arch_tag(group.names[0], arch), compression)
         tagged = registry.get_manifest(repository, tag)
         if tagged is not None and tagged.digest != digest:
             raise PublishFailed(

@@ -16,6 +16,7 @@ from buildkit.errors import PublishFailed
 from buildkit.fsio import write_atomic
 from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import sbom_beside
+from buildkit.plan import index_tag, tag_of
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class LocalImage:
 
 def index_names(tag_names: tuple[str, ...], arch: str) -> tuple[str, ...]:
     """The arch-less names the multi-arch index of per-arch tags ``<name>-<arch>`` is published under."""
-    return tuple(name.removesuffix(f"-{arch}") for name in tag_names)
+    return tuple(index_tag(name, arch) for name in tag_names)
 
 
 def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> LocalImage:
@@ -53,7 +54,7 @@ def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> 
         raise PublishFailed(f"{ref}: no build manifest at {manifest_path}; only verified images are published (rebuild it)") from None
     if manifest.get("image", {}).get("id") != inspect["Id"] or not manifest.get("passed"):
         raise PublishFailed(f"{ref}: {manifest_path} does not record a passed verification of image {inspect['Id'][:19]}; rebuild it")
-    names = tuple(tag.rsplit(":", 1)[1] for tag in manifest["image"]["tags"])
+    names = tuple(tag_of(tag) for tag in manifest["image"]["tags"])
     return LocalImage(inspect["Id"], arch, tuple(labels.get("io.ascendkit.arches", arch).split(",")), names, manifest_path)
 
 

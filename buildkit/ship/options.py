@@ -8,6 +8,7 @@ from typing import Any
 
 from buildkit.errors import InputError
 from buildkit.imageref import RegistryRef
+from buildkit.plan import variant_tag
 from buildkit.ship.compose import Form, image_form
 from buildkit.ship.layers import GZIP, ZSTD, Compression
 from buildkit.ship.registry import Registry
@@ -20,9 +21,9 @@ class Variant:
 
     compression: Compression
 
-    @property
-    def suffix(self) -> str:
-        return "" if self.compression.name == "gzip" else f"-{self.compression.name}"
+    def tag(self, name: str) -> str:
+        """``name`` as this variant is tagged (the grammar is plan's: :func:`buildkit.plan.variant_tag`)."""
+        return variant_tag(name, self.compression.name)
 
 
 def variants(zstd: bool) -> tuple[Variant, ...]:

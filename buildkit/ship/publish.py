@@ -28,12 +28,13 @@ from docker.errors import DockerException
 from buildkit.errors import PublishFailed, Unavailable
 from buildkit.fsio import read_input_bytes
 from buildkit.imageref import RegistryRef
+from buildkit.plan import arch_tag
 from buildkit.reach import engine_said
 from buildkit.ship.attach import Attached, stage_sbom
 from buildkit.ship.compose import Form, image_manifest, index_manifest
 from buildkit.ship.layers import GZIP, ZSTD, Blob, Compression, CompressionCache, export
 from buildkit.ship.local import LocalImage, record_published
-from buildkit.ship.options import Published, ShipOptions, Target, variants
+from buildkit.ship.options import Published, ShipOptions, Target, Variant, variants
 from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, digest_of
 from buildkit.ship.sign import stage_signature
 from buildkit.ship.staged import StagedTag, write_all
@@ -196,15 +197,15 @@ def push_image(
                 for blob in [blobs.config, *{b.digest: b for layers in blobs.layers.values() for b in layers}.values()]:
                     _send(target, blob, cache, tell, blobs.present)
                 for variant, body, media_type in manifests:
-                    subjects[(target.name, variant.suffix)] = _put_by_digest(target, body, media_type, image.image_id)
+                    subjects[(target.name, variant.compression.name)] = _put_by_digest(target, body, media_type, image.image_id)
         finally:
             cache.save()
     write_all(_attach(image, targets, subjects, build, options, outcome, tell))  # the attachments' tags, then the image's
     for target in targets:
         for variant, body, media_type in manifests:
             for name in image.tag_names:
-                digest = StagedTag(target.registry, target.ref.repository, f"{name}{variant.suffix}", body, media_type).write()
-                published = Published(f"{target.name}:{name}{variant.suffix}@{digest}", digest, image.arch, variant.compression.name)
+                digest = StagedTag(target.registry, target.ref.repository, variant.tag(name), body, media_type).write()
+                published = Published(f"{target.name}:{variant.tag(name)}@{digest}", digest, image.arch, variant.compression.name)
                 outcome.registries.setdefault(target.name, []).append(published)
                 tell(f"pushed {published.ref}")
     record_published(image, _recorded(targets, outcome, options))
@@ -225,7 +226,7 @@ def _attach(
     staged: list[StagedTag] = []
     for target in targets:
         for variant in variants(options.zstd):
-            subject = subjects[(target.name, variant.suffix)]
+            subject = subjects[(target.name, variant.compression.name)]
             form = options.form if variant.compression.name == "gzip" else None
             if sbom is not None:
                 attached, tag = stage_sbom(target.registry, target.ref.repository, subject, sbom, form)
@@ -265,12 +266,12 @@ def _recorded(targets: list[Target], outcome: PublishOutcome, options: ShipOptio
 # ---- the multi-arch index ---------------------------------------------------------------------------
 
 
-def index_members(target: Target, image: LocalImage, suffix: str) -> tuple[dict[str, Manifest], list[str]]:
+def index_members(target: Target, image: LocalImage, variant: Variant) -> tuple[dict[str, Manifest], list[str]]:
     """The per-arch manifests the registry holds for ``image``'s names, and the arches it lacks."""
     members: dict[str, Manifest] = {}
     missing = []
     for arch in image.arches:
-        manifest = target.registry.get_manifest(target.ref.repository, f"{image.index_names[0]}-{arch}{suffix}")
+        manifest = target.registry.get_manifest(target.ref.repository, variant.tag(arch_tag(image.index_names[0], arch)))
         if manifest is None or manifest.media_type not in IMAGE_MANIFESTS:
             missing.append(arch)
         else:
@@ -336,11 +337,11 @@ def publish_image(
     found = []
     for target in registries:
         for variant in variants(options.zstd):
-            members, missing = index_members(target, image, variant.suffix)
+            members, missing = index_members(target, image, variant)
             if missing:
                 if require_index:
                     raise PublishFailed(
-                        f"refusing to publish the multi-arch index {target.name}:{image.index_names[0]}{variant.suffix}: "
+                        f"refusing to publish the multi-arch index {target.name}:{variant.tag(image.index_names[0])}: "
                         f"no {', '.join(missing)} image in the registry (build it with --arch {missing[0]} --push)"
                     )
                 tell(
@@ -355,7 +356,7 @@ def publish_image(
     staged = [  # every index by digest in every registry before any of their tags
         stage_index(
             target,
-            tuple(f"{n}{variant.suffix}" for n in image.index_names),
+            tuple(variant.tag(n) for n in image.index_names),
             members,
             options.form,
             variant.compression.name,
