@@ -41,7 +41,7 @@ from buildkit.image.buildplan import plan_build
 from buildkit.image.engine import connect
 from buildkit.imageref import RegistryRef
 from buildkit.matrix.load import load_matrix
-from buildkit.ship.layers import GZIP, Compression
+from buildkit.ship.layers import GZIP, ZSTD, Compression
 from buildkit.ship.local import LocalImage
 from buildkit.ship.options import ShipOptions, Target
 from buildkit.ship.publish import push_image
@@ -124,7 +124,7 @@ def ctr_pull_seconds(containerd: str, ref: str) -> float:
 def gzip_vs_zstd(client: docker.APIClient, image: LocalImage, registry: str, containerd: str, runs: int) -> dict[str, Any]:
     repository = f"bench-zstd-{uuid.uuid4().hex[:8]}"
     started = time.perf_counter()
-    push_image(client, image, [Target.of(RegistryRef(registry, repository))], ShipOptions(zstd=True))
+    push_image(client, image, [Target.of(RegistryRef(registry, repository))], ShipOptions(compressions=(GZIP, ZSTD)))
     publish_s = time.perf_counter() - started
     tag = image.tag_names[0]
     refs = {"gzip": f"{registry}/{repository}:{tag}", "zstd": f"{registry}/{repository}:{tag}-zstd"}

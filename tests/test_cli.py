@@ -506,3 +506,16 @@ def test_a_chip_only_one_stack_builds_renders_with_it_and_says_so(tmp_path: Path
     assert result.returncode == 0, result.stderr
     assert f"using {only!r}, the one stack that does" in result.stderr
     assert f"# Stack {only}:" in (tmp_path / "Dockerfile").read_text()
+
+
+def test_the_compression_flag_offers_what_publishing_knows() -> None:
+    """--compression's choices are the names of the ship layer's one Compression type, passed as they are."""
+    from typing import get_args
+
+    from buildkit.cli.ship_options import CompressionOption
+    from buildkit.ship.layers import PUBLISHED
+    from buildkit.ship.options import ship_options
+
+    (choices, _) = get_args(CompressionOption)
+    assert set(get_args(choices)) == set(PUBLISHED)
+    assert [c.name for c in ship_options(None, "zstd").compressions] == ["gzip", "zstd"]

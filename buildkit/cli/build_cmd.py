@@ -35,7 +35,6 @@ from buildkit.cli.mirror_options import (
 )
 from buildkit.cli.ship_options import (
     SHIPPING,
-    Compression,
     CompressionOption,
     ManifestDir,
     MediaTypesOption,
@@ -129,7 +128,7 @@ def build(
     registry: RegistriesOption = None,
     media_types: MediaTypesOption = None,
     sign_key: SignKeyOption = None,
-    compression: CompressionOption = Compression.gzip,
+    compression: CompressionOption = "gzip",
     manifest_dir: ManifestDir = Path("manifests"),
     offline: Annotated[
         bool,
@@ -164,7 +163,7 @@ def build(
         push=push,
         index=not no_index,
         media_types=media_types.value if media_types else None,
-        compression=compression.value,
+        compression=compression,
         signed=sign_key is not None,
     )
     if pushing is not None and not dry_run:

@@ -10,7 +10,6 @@ import typer
 from buildkit.cancel import interrupted
 from buildkit.cli.base import JsonFlag, app, print_json, user_errors
 from buildkit.cli.ship_options import (
-    Compression,
     CompressionOption,
     ManifestDir,
     MediaTypesOption,
@@ -39,7 +38,7 @@ def publish(
         ),
     ] = False,
     media_types: MediaTypesOption = None,
-    compression: CompressionOption = Compression.gzip,
+    compression: CompressionOption = "gzip",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="With --index-only: check everything in the registry, push nothing.")] = False,
     sign_key: SignKeyOption = None,
     manifest_dir: ManifestDir = Path("manifests"),
@@ -57,7 +56,7 @@ def publish(
         index_only=index_only,
         dry_run=dry_run,
         media_types=media_types.value if media_types else None,
-        compression=compression.value,
+        compression=compression,
         signer=lambda: load_sign_key(sign_key),
     )
     targets, options = list(request.targets), request.options

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -13,11 +13,6 @@ import typer
 class MediaTypes(str, enum.Enum):
     docker = "docker"
     oci = "oci"
-
-
-class Compression(str, enum.Enum):
-    gzip = "gzip"
-    zstd = "zstd"
 
 
 SHIPPING = "Publishing"  # the help panel of the options that say where and how images go
@@ -41,8 +36,8 @@ MediaTypesOption = Annotated[
     ),
 ]
 ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where build manifests are written and read.")]
-CompressionOption = Annotated[
-    Compression,
+CompressionOption = Annotated[  # the name is the ship layer's Compression's (layers.PUBLISHED), passed as is
+    Literal["gzip", "zstd"],
     typer.Option(
         "--compression",
         help="zstd: also publish each tag as <tag>-zstd, zstd layers (OCI; Docker >= 23, containerd >= 1.5).",

@@ -24,7 +24,7 @@ from buildkit.imageref import RegistryRef
 from buildkit.plan import arch_tag, tag_of, variant_tag
 from buildkit.ship.attach import Attached, stage_sbom
 from buildkit.ship.local import index_names
-from buildkit.ship.options import Published, ShipOptions, Target, variants
+from buildkit.ship.options import Published, ShipOptions, Target
 from buildkit.ship.publish import stage_index
 from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest
 from buildkit.ship.staged import StagedTag, write_all
@@ -203,7 +203,7 @@ def publish_indexes(
     options = options or ShipOptions()
     registries = [Target.of(ref) for ref in targets]
     groups = read_groups(manifest_dir)
-    kinds = [v.compression.name for v in variants(options.zstd)]
+    kinds = [c.name for c in options.compressions]
     # every check in every registry before any write
     checked = [(group, {(t.name, kind): check_group(t, group, kind) for t in registries for kind in kinds}) for group in groups]
     outcomes = []

@@ -32,6 +32,7 @@ from docker.errors import DockerException
 
 from buildkit.errors import OutputError, PublishFailed, Unavailable
 from buildkit.fsio import cache_dir, write_atomic
+from buildkit.plan import variant_tag
 from buildkit.reach import engine_said
 
 GZIP_LEVEL = 6  # docker push's (Go's gzip.DefaultCompression): the gzip images are what the engine would have pushed
@@ -46,12 +47,19 @@ CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class Compression:
+    """How an image's layers are compressed: the one type from ``--compression`` to the wire (its
+    name picks the layer media type in :mod:`.compose`, its tags come from :meth:`tag`)."""
+
     name: str  # gzip | zstd
     level: int
 
     @property
     def key(self) -> str:
         return f"{self.name}-{self.level}"
+
+    def tag(self, name: str) -> str:
+        """``name`` as this compression's variant is tagged (the grammar is plan's: :func:`buildkit.plan.variant_tag`)."""
+        return variant_tag(name, self.name)
 
     def compress(self, source: IO[bytes], dest: IO[bytes]) -> None:
         if self.name == "gzip":
@@ -68,6 +76,8 @@ class Compression:
 
 GZIP = Compression("gzip", GZIP_LEVEL)
 ZSTD = Compression("zstd", ZSTD_LEVEL)
+# What --compression NAME publishes: gzip always (every runtime pulls it), zstd beside it on request.
+PUBLISHED = {"gzip": (GZIP,), "zstd": (GZIP, ZSTD)}
 
 
 @dataclass(frozen=True)

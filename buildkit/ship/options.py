@@ -8,37 +8,21 @@ from typing import Any
 
 from buildkit.errors import InputError
 from buildkit.imageref import RegistryRef
-from buildkit.plan import variant_tag
 from buildkit.ship.compose import Form, image_form
-from buildkit.ship.layers import GZIP, ZSTD, Compression
+from buildkit.ship.layers import GZIP, PUBLISHED, Compression
 from buildkit.ship.registry import Registry
 from buildkit.trust.keys import Signer
 
 
 @dataclass(frozen=True)
-class Variant:
-    """One way an image is published: gzip under its tags, or zstd under ``<tag>-zstd``."""
-
-    compression: Compression
-
-    def tag(self, name: str) -> str:
-        """``name`` as this variant is tagged (the grammar is plan's: :func:`buildkit.plan.variant_tag`)."""
-        return variant_tag(name, self.compression.name)
-
-
-def variants(zstd: bool) -> tuple[Variant, ...]:
-    return (Variant(GZIP), Variant(ZSTD)) if zstd else (Variant(GZIP),)
-
-
-@dataclass(frozen=True)
 class ShipOptions:
     form: Form = None  # --media-types: None (the default), docker or oci
-    zstd: bool = False  # --compression zstd: also <tag>-zstd
+    compressions: tuple[Compression, ...] = (GZIP,)  # --compression zstd: (GZIP, ZSTD), zstd under <tag>-zstd
     signer: Signer | None = None  # --sign-key: sign every image and index, and the provenance
 
     def __post_init__(self) -> None:
-        if self.zstd:
-            image_form(self.form, "zstd")  # refuses docker + zstd before anything is contacted
+        for compression in self.compressions:
+            image_form(self.form, compression.name)  # refuses docker + zstd before anything is contacted
 
 
 @dataclass(frozen=True)
@@ -70,7 +54,7 @@ def ship_options(media_types: str | None, compression: str, signer: Signer | Non
     """The options as the command line and the API spell them, checked before anything is contacted."""
     if media_types not in (None, "default", "docker", "oci"):
         raise InputError(f"media types {media_types!r}: give docker or oci (or leave it out for the default)")
-    if compression not in ("gzip", "zstd"):
-        raise InputError(f"compression {compression!r}: give gzip or zstd")
+    if compression not in PUBLISHED:
+        raise InputError(f"compression {compression!r}: give {' or '.join(PUBLISHED)}")
     form: Form = None if media_types in (None, "default") else media_types  # type: ignore[assignment]
-    return ShipOptions(form=form, zstd=compression == "zstd", signer=signer)
+    return ShipOptions(form=form, compressions=PUBLISHED[compression], signer=signer)

@@ -34,7 +34,7 @@ from buildkit.ship.attach import Attached, stage_sbom
 from buildkit.ship.compose import Form, image_manifest, index_manifest
 from buildkit.ship.layers import GZIP, ZSTD, Blob, Compression, CompressionCache, export
 from buildkit.ship.local import LocalImage, record_published
-from buildkit.ship.options import Published, ShipOptions, Target, Variant, variants
+from buildkit.ship.options import Published, ShipOptions, Target
 from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, digest_of
 from buildkit.ship.sign import stage_signature
 from buildkit.ship.staged import StagedTag, write_all
@@ -90,7 +90,7 @@ def _gather(
         diff_ids: list[str] = list(client.inspect_image(image.image_id)["RootFS"]["Layers"])
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"reading image {image.image_id[:19]} from the engine failed: {engine_said(exc)}") from None
-    compressions = [v.compression for v in variants(options.zstd)]
+    compressions = list(options.compressions)
     known: dict[tuple[str, str], Blob] = {}
     wanted: dict[str, tuple[Compression, ...]] = {}
     present: set[tuple[str, str]] = set()
@@ -189,15 +189,15 @@ def push_image(
         try:
             blobs = _gather(client, image, targets, options, cache, Path(tmp), tell)
             manifests = [
-                (variant, *image_manifest(blobs.config, blobs.layers[variant.compression.name], options.form, variant.compression.name))
-                for variant in variants(options.zstd)
+                (variant, *image_manifest(blobs.config, blobs.layers[variant.name], options.form, variant.name))
+                for variant in options.compressions
             ]
             subjects: dict[tuple[str, str], Manifest] = {}
             for target in targets:
                 for blob in [blobs.config, *{b.digest: b for layers in blobs.layers.values() for b in layers}.values()]:
                     _send(target, blob, cache, tell, blobs.present)
                 for variant, body, media_type in manifests:
-                    subjects[(target.name, variant.compression.name)] = _put_by_digest(target, body, media_type, image.image_id)
+                    subjects[(target.name, variant.name)] = _put_by_digest(target, body, media_type, image.image_id)
         finally:
             cache.save()
     write_all(_attach(image, targets, subjects, build, options, outcome, tell))  # the attachments' tags, then the image's
@@ -205,7 +205,7 @@ def push_image(
         for variant, body, media_type in manifests:
             for name in image.tag_names:
                 digest = StagedTag(target.registry, target.ref.repository, variant.tag(name), body, media_type).write()
-                published = Published(f"{target.name}:{variant.tag(name)}@{digest}", digest, image.arch, variant.compression.name)
+                published = Published(f"{target.name}:{variant.tag(name)}@{digest}", digest, image.arch, variant.name)
                 outcome.registries.setdefault(target.name, []).append(published)
                 tell(f"pushed {published.ref}")
     record_published(image, _recorded(targets, outcome, options))
@@ -225,9 +225,9 @@ def _attach(
     sbom = read_input_bytes(image.sbom, "SBOM") if image.sbom is not None and image.sbom.is_file() else None
     staged: list[StagedTag] = []
     for target in targets:
-        for variant in variants(options.zstd):
-            subject = subjects[(target.name, variant.compression.name)]
-            form = options.form if variant.compression.name == "gzip" else None
+        for variant in options.compressions:
+            subject = subjects[(target.name, variant.name)]
+            form = options.form if variant.name == "gzip" else None
             if sbom is not None:
                 attached, tag = stage_sbom(target.registry, target.ref.repository, subject, sbom, form)
                 staged += [tag] if tag is not None else []
@@ -266,7 +266,7 @@ def _recorded(targets: list[Target], outcome: PublishOutcome, options: ShipOptio
 # ---- the multi-arch index ---------------------------------------------------------------------------
 
 
-def index_members(target: Target, image: LocalImage, variant: Variant) -> tuple[dict[str, Manifest], list[str]]:
+def index_members(target: Target, image: LocalImage, variant: Compression) -> tuple[dict[str, Manifest], list[str]]:
     """The per-arch manifests the registry holds for ``image``'s names, and the arches it lacks."""
     members: dict[str, Manifest] = {}
     missing = []
@@ -336,7 +336,7 @@ def publish_image(
         return outcome
     found = []
     for target in registries:
-        for variant in variants(options.zstd):
+        for variant in options.compressions:
             members, missing = index_members(target, image, variant)
             if missing:
                 if require_index:
@@ -359,7 +359,7 @@ def publish_image(
             tuple(variant.tag(n) for n in image.index_names),
             members,
             options.form,
-            variant.compression.name,
+            variant.name,
             options.signer,
         )
         for target, variant, members in found
