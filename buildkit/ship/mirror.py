@@ -23,6 +23,7 @@ from buildkit.imageref import IMAGE_REFERENCE, RegistryRef, registry_of, split_r
 from buildkit.ship.attach import attach_sbom, fallback_tag
 from buildkit.ship.compose import OCI_TYPES, convert, dump, sbom_layer, sbom_of_layer
 from buildkit.ship.registry import DOCKER_MANIFEST, IMAGE_MANIFESTS, INDEXES, OCI_INDEX, Manifest, Registry, digest_of
+from buildkit.ship.staged import StagedTag
 from buildkit.ship.trust import sign_tree
 from buildkit.trust.keys import Signer
 
@@ -282,11 +283,11 @@ def mirror(
     # referrers tag of what the source's API listed), then the image's.
     for node in order:
         if node.kind == "attachment" and node.tag and not dry_run:
-            destination.put_manifest(target.repository, node.tag, node.body, node.media_type)
+            StagedTag(destination, target.repository, node.tag, node.body, node.media_type).write()  # read back, as every tag
     referrers = _referrers_indexes(nodes)
     if referrers and not dry_run and destination.referrers(target.repository, root.digest) is None:
         for tag, body in referrers.items():
-            destination.put_manifest(target.repository, tag, body, OCI_INDEX)
+            StagedTag(destination, target.repository, tag, body, OCI_INDEX).write()
             outcome.attachments.append(tag)
     # Signed for the destination repository (its name is what a signature claims), before its tag moves.
     if signer is not None:
@@ -300,10 +301,7 @@ def mirror(
         outcome.tags.append(tag)
         if not dry_run:
             final = renamed[root.digest]
-            written = destination.put_manifest(target.repository, tag, final.body, final.media_type)
-            back = destination.get_manifest(target.repository, tag)
-            if back is None or back.digest != written:
-                raise PublishFailed(f"{target.name}:{tag}: the registry serves {back.digest if back else 'nothing'}, not {written}")
+            StagedTag(destination, target.repository, tag, final.body, final.media_type).write()
     return outcome
 
 
