@@ -5,6 +5,7 @@ down. Every result is read back from the registry behind the proxy with skopeo."
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import uuid
@@ -120,7 +121,7 @@ def test_no_tag_without_its_sbom(docker_env: DockerEnv, small_image: LocalImage)
     refuse_sbom = Faults(refuse=lambda method, path: method == "PUT" and path.endswith(".sbom"))
     with fault_proxy(docker_env.registry2, refuse_sbom) as proxy:
         target = Target.of(RegistryRef(proxy.host, repository))
-        target.registry.retries = 1
+        target.registry.policy = dataclasses.replace(target.registry.policy, retries=1)
         with pytest.raises(Unavailable, match=r"PUT manifests"):
             push_image(docker_env.client, small_image, [target], ShipOptions())
     assert proxy.counts["refused"] >= 2
@@ -145,7 +146,7 @@ def test_several_registries_one_of_them_down(
     repository = f"half-{uuid.uuid4().hex[:8]}"
     with fault_proxy(docker_env.registry2, MODES["down"]) as proxy:
         down = Target.of(RegistryRef(proxy.host, repository))
-        down.registry.retries = 1
+        down.registry.policy = dataclasses.replace(down.registry.policy, retries=1)
         healthy = Target.of(RegistryRef(docker_env.registry, repository))
         with pytest.raises(Unavailable, match=proxy.host):
             push_image(docker_env.client, small_image, [down, healthy] if down_first else [healthy, down], ShipOptions())
@@ -163,7 +164,7 @@ def test_a_registry_that_refuses_an_attachment_leaves_no_tag_in_the_other(docker
     signer = decrypt_private_key(generate(b"faults")[0], b"faults", "faults.key")
     with fault_proxy(docker_env.registry2, refuse_after_the_image) as proxy:
         refusing = Target.of(RegistryRef(proxy.host, repository))
-        refusing.registry.retries = 1
+        refusing.registry.policy = dataclasses.replace(refusing.registry.policy, retries=1)
         healthy = Target.of(RegistryRef(docker_env.registry, repository))
         with pytest.raises(Unavailable, match=r"PUT manifests"):
             push_image(docker_env.client, small_image, [healthy, refusing], ShipOptions(signer=signer))

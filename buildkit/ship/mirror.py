@@ -23,6 +23,7 @@ from buildkit.imageref import IMAGE_REFERENCE, RegistryRef, registry_of, split_r
 from buildkit.ship.attach import attach_sbom, fallback_tag
 from buildkit.ship.compose import OCI_TYPES, convert, dump, sbom_layer, sbom_of_layer
 from buildkit.ship.registry import DOCKER_MANIFEST, IMAGE_MANIFESTS, INDEXES, OCI_INDEX, Manifest, Registry, digest_of
+from buildkit.ship.sign import walk
 from buildkit.ship.staged import StagedTag
 from buildkit.ship.trust import sign_tree
 from buildkit.trust.keys import Signer
@@ -113,18 +114,12 @@ class MirrorOutcome:
         }
 
 
-def _walk(source: Source, manifest: Manifest, kind: Literal["image", "index"], nodes: dict[str, Node]) -> None:
-    """Members before the index that lists them."""
-    if manifest.is_index:
-        for entry in manifest.json().get("manifests", []):
-            member = source.registry.get_manifest(source.repository, str(entry["digest"]))
-            if member is None:
-                raise PublishFailed(f"{source.name}@{manifest.digest[:19]} lists {entry['digest']}, which the source does not serve")
-            if member.digest not in nodes:
-                _walk(source, member, "index" if member.is_index else "image", nodes)
-        nodes[manifest.digest] = Node(manifest, "index")
-    else:
-        nodes[manifest.digest] = Node(manifest, kind)
+def _walk(source: Source, manifest: Manifest, nodes: dict[str, Node]) -> None:
+    """Members before the index that lists them (the index walk signing uses too: :func:`.sign.walk`)."""
+    for digest, found in walk(source.registry, source.repository, manifest):
+        if found is None:
+            raise PublishFailed(f"{source.name}@{manifest.digest[:19]} lists {digest}, which the source does not serve")
+        nodes.setdefault(digest, Node(found, "index" if found.is_index else "image"))
 
 
 def _attachments(source: Source, subjects: list[str], nodes: dict[str, Node], tags: list[str], depth: int = 0) -> None:
@@ -204,7 +199,7 @@ def mirror(
     if root.media_type not in (*IMAGE_MANIFESTS, *INDEXES):
         raise InputError(f"{src}: a {root.media_type or 'manifest of unknown type'}, not an image or an index")
     nodes: dict[str, Node] = {}
-    _walk(source, root, "image", nodes)
+    _walk(source, root, nodes)
     try:
         source_tags = source.registry.tags(source.repository)
     except PublishFailed as exc:  # some registries do not list tags: attachments are then found by referrers only
@@ -250,18 +245,18 @@ def mirror(
     blobs = dict.fromkeys(b for n in nodes.values() for b in _blobs(n.manifest))
     same_registry = source.registry.host == target.host
     for digest, size in blobs:
-        if destination.blob_size(target.repository, digest) is not None:
-            outcome.present.append(digest)
-        elif same_registry and not dry_run and destination.mount_blob(target.repository, digest, source.repository):
-            outcome.mounted.append(digest)
-        elif same_registry and dry_run:
-            outcome.mounted.append(digest)  # would be tried first
-        else:
+        if dry_run:  # what would happen: looked up, a mount tried first on the same registry
+            there = destination.blob_size(target.repository, digest) is not None
+            how = "present" if there else "mounted" if same_registry else "sent"
+        else:  # the blob copy publish uses too
+            mounts = [source.repository] if same_registry else []
+            how = destination.ensure_blob(target.repository, digest, size, _opener(source, digest), mounts)
+            if how == "sent" and size > 1 << 20:
+                tell(f"{target.name}: sent blob {digest[:19]} ({size / 1e6:.0f} MB)")
+        if how == "sent":
             outcome.sent.append((digest, size))
-            if not dry_run:
-                destination.upload_blob(target.repository, digest, size, _opener(source, digest))
-                if size > 1 << 20:
-                    tell(f"{target.name}: sent blob {digest[:19]} ({size / 1e6:.0f} MB)")
+        else:
+            (outcome.present if how == "present" else outcome.mounted).append(digest)
     # Then manifests by digest: members before the index, attachments after their subjects.
     order = [n for n in nodes.values() if n.kind == "image"] + [n for n in nodes.values() if n.kind == "index"]
     order += sorted((n for n in nodes.values() if n.kind == "attachment"), key=lambda n: n.manifest.is_index)

@@ -48,22 +48,17 @@ Say = Callable[[str], None]
 
 
 def _has(target: Target, digest: str, cache: CompressionCache) -> int | None:
-    """The size of ``digest`` in the target's repository after linking it from another repository of
-    the same registry that had it (a cross-repository mount); None when the target still lacks it."""
-    size = target.registry.blob_size(target.ref.repository, digest)
-    if size is not None:
-        return size
-    for source in reversed(cache.seen(target.ref.host, digest)):
-        if source != target.ref.repository and target.registry.mount_blob(target.ref.repository, digest, source):
-            return target.registry.blob_size(target.ref.repository, digest)
-    return None
+    """The size of ``digest`` in the target's repository, mounted from another repository of the same
+    registry the cache saw holding it where needed; None when the target still lacks it."""
+    return target.registry.find_blob(target.ref.repository, digest, reversed(cache.seen(target.ref.host, digest)))
 
 
 def _send(target: Target, blob: Blob, cache: CompressionCache, tell: Say, present: set[tuple[str, str]]) -> None:
     """Make sure ``target`` has ``blob``: there already (``present`` holds what was found so this run), mounted, or sent."""
-    if (target.name, blob.digest) not in present and _has(target, blob.digest, cache) is None:
-        target.registry.upload_blob(target.ref.repository, blob.digest, blob.size, blob.open)
-        if blob.size > 1 << 20:
+    if (target.name, blob.digest) not in present:
+        mounts = reversed(cache.seen(target.ref.host, blob.digest))
+        how = target.registry.ensure_blob(target.ref.repository, blob.digest, blob.size, blob.open, mounts)
+        if how == "sent" and blob.size > 1 << 20:
             tell(f"{target.name}: sent blob {blob.digest[:19]} ({blob.size / 1e6:.0f} MB)")
     cache.saw(target.ref.host, blob.digest, target.ref.repository)
 

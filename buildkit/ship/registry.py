@@ -20,9 +20,9 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import requests
 
@@ -364,6 +364,28 @@ class Registry:
                 self.retried += 1
                 self._wait(attempt, done)  # a 429 or 503 that says Retry-After is waited for as it asks
         raise Unavailable(f"{registry_failure(self.host, last)} (uploading blob {digest[:19]}, {self.retries + 1} attempts)")
+
+    def find_blob(self, repository: str, digest: str, mount_from: Iterable[str] = ()) -> int | None:
+        """The size of ``digest`` in ``repository``: there already, or mounted from the first of
+        ``mount_from`` (other repositories of this registry) that lends it; None when it is still missing."""
+        size = self.blob_size(repository, digest)
+        if size is not None:
+            return size
+        for source in mount_from:
+            if source != repository and self.mount_blob(repository, digest, source):
+                return self.blob_size(repository, digest)
+        return None
+
+    def ensure_blob(
+        self, repository: str, digest: str, size: int, opener: Callable[[], IO[bytes]], mount_from: Iterable[str] = ()
+    ) -> Literal["present", "mounted", "sent"]:
+        """The one blob copy publish and mirror share: found, else mounted, else uploaded; how it got there."""
+        if self.blob_size(repository, digest) is not None:
+            return "present"
+        if self.find_blob(repository, digest, mount_from) is not None:
+            return "mounted"
+        self.upload_blob(repository, digest, size, opener)
+        return "sent"
 
     def put_blob(self, repository: str, data: bytes) -> str:
         """A small blob from memory, unless the registry has it; returns its digest."""
