@@ -95,7 +95,10 @@ def repo_copy(tmp_path: Path) -> Path:
     dest = tmp_path / "repo"
     dest.mkdir()
     (dest / "docs").mkdir()
-    generated = ("docs/matrix.md", "docs/cli.md", "docs/hardware.md", "Dockerfile.a2", "Dockerfile.a3", "compat_matrix.schema.json")
+    generated = (
+        "docs/matrix.md", "docs/cli.md", "docs/hardware.md", "Dockerfile.a2", "Dockerfile.a3", "compat_matrix.schema.json",
+        "build_manifest.schema.json",
+    )  # fmt: skip
     for name in ("compat_matrix.yaml", *generated):
         shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(ROOT / "docs" / "repositories", dest / "docs" / "repositories")

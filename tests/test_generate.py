@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,28 @@ def test_schema_command(runner: CliRunner, tmp_path: Path) -> None:
     out = tmp_path / "schema.json"
     assert runner.invoke(app, ["matrix", "schema", "-o", str(out)]).exit_code == 0
     assert out.read_text() == result.stdout
+
+
+def test_the_build_record_schema_is_the_model_and_reads_what_builds_wrote(tmp_path: Path) -> None:
+    """build_manifest.schema.json is BuildRecord's; a record a build wrote reads back whole, and a
+    file that is not one is refused naming the file and the field."""
+    from buildkit.image.buildrecord import BuildRecord, read_record
+
+    assert json.loads((ROOT / "build_manifest.schema.json").read_text()) == BuildRecord.model_json_schema()
+    data = {
+        "schema_version": 1, "image": {"id": "sha256:" + "a" * 64, "tags": ["ascendkit/verl:x-x86_64"], "architecture": "amd64"},
+        "passed": True, "arch": "x86_64", "labels": {"io.ascendkit.arches": "aarch64,x86_64"}, "doctor": {"outcome": "ready"},
+        "published": {"repository": "r/x", "digest": "sha256:" + "b" * 64, "registries": {}}, "a newer field": [1, 2],
+    }  # fmt: skip
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(data))
+    record = read_record(path)
+    assert record.arches == ("aarch64", "x86_64") and record.published is not None
+    assert record.published.every_registry()["r/x"].digests() == {"gzip": "sha256:" + "b" * 64}
+    assert record.as_dict()["a newer field"] == [1, 2] and record.as_dict()["doctor"] == {"outcome": "ready"}, "nothing unknown is lost"
+    path.write_text(json.dumps({**data, "image": {"id": "x", "tags": []}}))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: not an ascendkit build manifest: image\.tags: "):
+        read_record(path)
+    path.write_text(json.dumps({**data, "schema_version": 2}))
+    with pytest.raises(InputError, match="schema_version 2; this ascendkit reads version 1"):
+        read_record(path)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from buildkit.errors import InputError
 from buildkit.fsio import output_dir, write_all_atomic
+from buildkit.image.buildrecord import RECORD_SCHEMA_FILE, record_schema_text
 from buildkit.image.overview import OVERVIEW_DIR, overview_pages
 from buildkit.image.render import render_dockerfile
 from buildkit.image.workflow import ACTIONLINT_CONFIG, WORKFLOW_FILE, render_actionlint_config, render_workflow
@@ -78,6 +79,7 @@ def expected_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR, extr
     the command line can write)."""
     files = dockerfile_outputs(loaded, templates) + lock_section_outputs(loaded) + list(extra)
     files.append(GeneratedFile(SCHEMA_FILE, schema_text()))
+    files.append(GeneratedFile(RECORD_SCHEMA_FILE, record_schema_text()))
     files.append(GeneratedFile(WORKFLOW_FILE, render_workflow(loaded)))
     files.append(GeneratedFile(ACTIONLINT_CONFIG, render_actionlint_config(loaded)))
     if (loaded.root / OVERVIEW_DIR).parent.is_dir():  # a checkout with docs/: a page per image repository

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from buildkit.errors import InputError
 from buildkit.fsio import write_atomic
+from buildkit.image.buildrecord import SCHEMA_VERSION, read_record
 from buildkit.image.verify import Check, Expected, ImageFacts, failures
 
 
@@ -26,20 +28,23 @@ def expected_fingerprint(expected: Expected) -> str:
 def verified_before(directory: Path, name: str, image_id: str, expected: Expected, refs: list[str]) -> dict[str, Any] | None:
     """The build manifest that records a passed verification of this very image against these very
     expectations and tags, with its Markdown beside it; None when there is none."""
+    path = directory / f"{name}.json"
+    if not path.is_file():
+        return None
     try:
-        data: dict[str, Any] = json.loads((directory / f"{name}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = read_record(path)
+    except InputError:  # not a record this ascendkit reads: verify again
         return None
-    image = data.get("image") if isinstance(data, dict) else None
-    if not isinstance(image, dict) or image.get("id") != image_id or image.get("tags") != refs or data.get("passed") is not True:
+    if record.image.id != image_id or record.image.tags != refs or not record.passed:
         return None
-    if data.get("expected_sha256") != expected_fingerprint(expected) or not isinstance(data.get("checks"), list):
+    if record.expected_sha256 != expected_fingerprint(expected) or not record.checks:
         return None
-    return data if (directory / f"{name}.md").is_file() else None
+    return record.as_dict() if (directory / f"{name}.md").is_file() else None
 
 
 def manifest_data(facts: ImageFacts, expected: Expected, checks: list[Check], refs: list[str]) -> dict[str, Any]:
     return {
+        "schema_version": SCHEMA_VERSION,
         "image": {"id": facts.image_id, "tags": refs, "architecture": facts.architecture},
         "stack": expected.stack_id,
         "chip": expected.chip_id,

@@ -18,7 +18,8 @@ from typing import Any
 
 from buildkit.arch import DOCKER_ARCH
 from buildkit.errors import InputError, PublishFailed
-from buildkit.fsio import read_input_bytes, read_input_text
+from buildkit.fsio import read_input_bytes
+from buildkit.image.buildrecord import read_record
 from buildkit.image.sbom import SBOM_SUFFIX, sbom_beside
 from buildkit.imageref import RegistryRef
 from buildkit.plan import arch_tag, tag_of, variant_tag
@@ -57,52 +58,28 @@ class IndexGroup:
     members: dict[str, Member]  # arch -> member
 
 
-def _field(data: dict[str, Any], path: Path, *keys: str) -> Any:
-    value: Any = data
-    for key in keys:
-        if not isinstance(value, dict) or key not in value:
-            raise InputError(f"{path}: not an ascendkit build manifest (no {'.'.join(keys)})")
-        value = value[key]
-    return value
-
-
 def read_member(path: Path) -> Member:
-    try:
-        data = json.loads(read_input_text(path, "build manifest"))
-    except ValueError as exc:
-        raise InputError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not an ascendkit build manifest")
-    if _field(data, path, "passed") is not True:
+    record = read_record(path)
+    if not record.passed:
         raise PublishFailed(f"{path}: the build's verification did not pass; only verified images are published")
-    published = data.get("published")
-    if not isinstance(published, dict) or not published.get("digest"):
+    published = record.published
+    if published is None or not published.digest:
         raise PublishFailed(f"{path}: records no push; build with --push --registry first (ascendkit build ... --push)")
-    recorded = published.get("registries") or {str(published.get("repository", "")): {"digest": published["digest"]}}
-    registries = {}
-    for name, entry in recorded.items() if isinstance(recorded, dict) else []:
-        if isinstance(entry, dict):
-            digests = {
-                kind: str((entry.get(kind) or {}).get("digest")) for kind in ("gzip", "zstd") if (entry.get(kind) or {}).get("digest")
-            }
-            registries[str(name)] = {"gzip": str(entry.get("digest")), **digests}
-    differing = sorted({d["gzip"] for d in registries.values()} - {str(published["digest"])})
+    registries = {name: entry.digests() for name, entry in published.every_registry().items()}
+    differing = sorted({d["gzip"] for d in registries.values()} - {published.digest})
     if differing:  # publishing writes the same manifest everywhere: two digests mean the file was edited, or is stale
         raise PublishFailed(
-            f"{path}: records {published['digest']} but also {', '.join(differing)} for the same image; "
+            f"{path}: records {published.digest} but also {', '.join(differing)} for the same image; "
             "publish it again (ascendkit publish IMAGE --registry ...) to record one digest"
         )
-    arch = str(_field(data, path, "arch"))
-    labels = _field(data, path, "labels")
-    tags = _field(data, path, "image", "tags")
-    if not isinstance(tags, list) or not tags:
-        raise InputError(f"{path}: not an ascendkit build manifest (no image.tags)")
+    if not record.arch:
+        raise InputError(f"{path}: not an ascendkit build manifest (no arch)")
     return Member(
         path=path,
-        arch=arch,
-        arches=tuple(str(labels.get("io.ascendkit.arches", arch)).split(",")),
-        names=index_names(tuple(tag_of(str(t)) for t in tags), arch),
-        image_id=str(_field(data, path, "image", "id")),
+        arch=record.arch,
+        arches=record.arches,
+        names=index_names(tuple(tag_of(t) for t in record.image.tags), record.arch),
+        image_id=record.image.id,
         registries=registries,
     )
 
@@ -225,13 +202,13 @@ def publish_indexes(
                     sbom = read_input_bytes(group.members[arch].sbom, "SBOM")
                     attached, tag = stage_sbom(target.registry, target.ref.repository, members[arch], sbom, form)
                     sboms.append(attached)
-                    build = json.loads(read_input_bytes(group.members[arch].path, "build manifest"))
+                    build = read_record(group.members[arch].path).as_dict()
                     _, tags = stage_trust(target.registry, target.ref.repository, members[arch].digest, build, options.signer, form)
                     staged += [*([tag] if tag is not None else []), *tags]
         staged_indexes = [
             stage_index(
                 target,
-                tuple(f"{n}{'' if kind == 'gzip' else f'-{kind}'}" for n in group.names),
+                tuple(variant_tag(n, kind) for n in group.names),
                 found[(target.name, kind)],
                 options.form,
                 kind,

@@ -4,7 +4,6 @@ passed verification is published), and what it writes back into it (where the im
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ import docker
 
 from buildkit.arch import normalize_arch
 from buildkit.errors import PublishFailed
-from buildkit.fsio import write_atomic
+from buildkit.image.buildrecord import RecordedPush, read_record, write_record
 from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import sbom_beside
 from buildkit.plan import index_tag, tag_of
@@ -48,13 +47,12 @@ def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> 
     labels = inspect["Config"]["Labels"]
     arch = normalize_arch(inspect.get("Architecture", ""))
     manifest_path = manifest_dir / f"{name}.json"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError):
-        raise PublishFailed(f"{ref}: no build manifest at {manifest_path}; only verified images are published (rebuild it)") from None
-    if manifest.get("image", {}).get("id") != inspect["Id"] or not manifest.get("passed"):
+    if not manifest_path.is_file():
+        raise PublishFailed(f"{ref}: no build manifest at {manifest_path}; only verified images are published (rebuild it)")
+    record = read_record(manifest_path)
+    if record.image.id != inspect["Id"] or not record.passed:
         raise PublishFailed(f"{ref}: {manifest_path} does not record a passed verification of image {inspect['Id'][:19]}; rebuild it")
-    names = tuple(tag_of(tag) for tag in manifest["image"]["tags"])
+    names = tuple(tag_of(tag) for tag in record.image.tags)
     return LocalImage(inspect["Id"], arch, tuple(labels.get("io.ascendkit.arches", arch).split(",")), names, manifest_path)
 
 
@@ -63,16 +61,13 @@ def record_published(image: LocalImage, registries: dict[str, dict[str, Any]]) -
     registries published to before stay listed."""
     if image.manifest is None or not image.manifest.is_file():
         return
-    data = json.loads(image.manifest.read_text(encoding="utf-8"))
-    previous = data.get("published") if isinstance(data.get("published"), dict) else {}
-    merged = dict(previous.get("registries") or {})
-    if previous.get("repository") and previous.get("repository") not in merged:  # a manifest from before several registries
-        merged[previous["repository"]] = {"digest": previous.get("digest"), "sbom": previous.get("sbom")}
+    record = read_record(image.manifest)
+    merged = dict(record.published.every_registry()) if record.published is not None else {}
     first_name = next(iter(registries))
     first = registries[first_name]
     # Registries published to before stay listed when they hold this same manifest; one that got a
     # manifest composed otherwise (by an older ascendkit, through the engine) is no longer a record of this push.
-    merged = {name: entry for name, entry in merged.items() if isinstance(entry, dict) and entry.get("digest") == first["digest"]}
-    merged.update(registries)
-    data["published"] = {"repository": first_name, "digest": first["digest"], "sbom": first["sbom"], "registries": merged}
-    write_atomic(image.manifest, json.dumps(data, indent=2) + "\n")
+    kept = {name: entry.as_dict() for name, entry in merged.items() if name and entry.digest == first["digest"]}
+    kept.update(registries)
+    push = {"repository": first_name, "digest": first["digest"], "sbom": first["sbom"], "registries": kept}
+    write_record(image.manifest, record.model_copy(update={"published": RecordedPush.model_validate(push)}))

@@ -14,7 +14,6 @@ members the registry serves."""
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from docker.errors import DockerException
 
 from buildkit.errors import PublishFailed, Unavailable
 from buildkit.fsio import read_input_bytes
+from buildkit.image.buildrecord import read_record
 from buildkit.imageref import RegistryRef
 from buildkit.plan import arch_tag
 from buildkit.reach import engine_said
@@ -179,7 +179,7 @@ def push_image(
     tell = say or (lambda _: None)
     cache = CompressionCache.load()
     outcome = PublishOutcome()
-    build = json.loads(read_input_bytes(image.manifest, "build manifest")) if image.manifest is not None else {}
+    build = read_record(image.manifest).as_dict() if image.manifest is not None else {}
     with tempfile.TemporaryDirectory(prefix="ascendkit-ship-") as tmp:
         try:
             blobs = _gather(client, image, targets, options, cache, Path(tmp), tell)

@@ -1,0 +1,124 @@
+"""The build record: ``manifests/<tag>.json``, what a build verified and, once pushed, where it went;
+a typed, versioned model read in one place (:func:`read_record`) by everything after the build
+(reuse of a verification, publish, ``publish --index-only``, provenance). Its JSON Schema is
+``build_manifest.schema.json`` (``ascendkit render --all`` writes it; ``render --check`` guards it).
+
+Version 1 is the form every ascendkit so far wrote (a file without ``schema_version`` is read as
+1). Fields this version does not name are kept as they are (a newer ascendkit's, a user's note), so
+reading and writing a record back loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from buildkit.errors import InputError
+from buildkit.fsio import read_input_text, write_atomic
+
+SCHEMA_VERSION = 1
+RECORD_SCHEMA_FILE = "build_manifest.schema.json"
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    def as_dict(self) -> dict[str, Any]:
+        """As JSON data, every field kept (unknown ones too)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class RecordedImage(_Open):
+    id: str = Field(description="The image ID (its config's digest): what was verified.")
+    tags: list[str] = Field(min_length=1, description="The local NAME:TAG references the build gave it, per arch.")
+    architecture: str = ""
+
+
+class RecordedVariant(_Open):
+    digest: str
+    sbom: dict[str, Any] | None = None
+
+
+class RecordedRegistry(_Open):
+    """One registry (HOST/REPO) the image was pushed to: the gzip digest, and each compression's."""
+
+    digest: str
+    sbom: dict[str, Any] | None = None
+    media_types: str = "default"
+    gzip: RecordedVariant | None = None
+    zstd: RecordedVariant | None = None
+
+    def digests(self) -> dict[str, str]:
+        """compression name -> digest (gzip always: the record's own ``digest``)."""
+        return {"gzip": self.digest, **{name: v.digest for name, v in (("gzip", self.gzip), ("zstd", self.zstd)) if v is not None}}
+
+
+class RecordedPush(_Open):
+    repository: str = ""  # the first registry (what older records named alone)
+    digest: str
+    sbom: dict[str, Any] | None = None
+    registries: dict[str, RecordedRegistry] = Field(default_factory=dict)
+
+    def every_registry(self) -> dict[str, RecordedRegistry]:
+        """Each registry with its digests; a record from before several registries names one."""
+        return self.registries or {self.repository: RecordedRegistry(digest=self.digest, sbom=self.sbom)}
+
+
+class BuildRecord(_Open):
+    """What ``ascendkit build`` verified (and, after ``--push`` or ``publish``, where it went)."""
+
+    schema_version: int = SCHEMA_VERSION
+    image: RecordedImage
+    passed: bool = Field(description="Every check passed: only then was the image tagged, and only then is it published.")
+    stack: str = ""
+    chip: str = ""
+    skus: list[str] = Field(default_factory=list)
+    os: str = ""
+    arch: str = ""
+    base_image: str = ""
+    python: str = ""
+    expected_sha256: str = ""
+    checks: list[dict[str, Any]] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    packages: list[dict[str, str]] = Field(default_factory=list)
+    build: dict[str, Any] = Field(default_factory=dict, description="What the build ran from: provenance's parameters.")
+    published: RecordedPush | None = None
+
+    @property
+    def arches(self) -> tuple[str, ...]:
+        """Every arch of the stack (the multi-arch index's members), from the image's label."""
+        return tuple(self.labels.get("io.ascendkit.arches", self.arch).split(","))
+
+    def text(self) -> str:
+        return json.dumps(self.as_dict(), indent=2) + "\n"
+
+
+def read_record(path: Path) -> BuildRecord:
+    """The build record at ``path``; InputError naming the file and the field when it is not one."""
+    text = read_input_text(path, "build manifest")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or "image" not in data:
+        raise InputError(f"{path}: not an ascendkit build manifest (no image)")
+    version = data.get("schema_version", 1)
+    if version != SCHEMA_VERSION:
+        raise InputError(f"{path}: a build manifest of schema_version {version!r}; this ascendkit reads version {SCHEMA_VERSION}")
+    try:
+        return BuildRecord.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise InputError(f"{path}: not an ascendkit build manifest: {field}: {first['msg']}") from None
+
+
+def write_record(path: Path, record: BuildRecord) -> None:
+    write_atomic(path, record.text())
+
+
+def record_schema_text() -> str:
+    return json.dumps(BuildRecord.model_json_schema(), indent=2, ensure_ascii=False) + "\n"
