@@ -65,7 +65,10 @@ def signed(docker_env: DockerEnv, built: dict[str, Any], tmp_path_factory: pytes
     env = dataclasses.replace(docker_env, env={**docker_env.env, "COSIGN_PASSWORD": PASSWORD})
     keys, other = _keygen(env, workdir / "keys"), _keygen(env, workdir / "other")
     repo = f"trust-{uuid.uuid4().hex[:8]}"
-    result = build_and_push(env, workdir, repo, "--hw", "a3", "--sign-key", str(keys / "cosign.key"))
+    # its own local repository: a rebuild under `built`'s tags would move them off the image `built` recorded
+    # (after test_publish re-pulls that image, the rebuild is another image), and a later test of `built` would fail
+    args = ("--hw", "a3", "--repo", f"ascendkit-{repo}/verl", "--sign-key", str(keys / "cosign.key"))
+    result = build_and_push(env, workdir, repo, *args)
     member = result["pushed"][0]["digest"]
     registry = Registry(docker_env.registry)
     body, media_type = index_manifest({"x86_64": registry.get_manifest(repo, member)}, None, f"{repo}:idx")  # type: ignore[dict-item]
