@@ -84,7 +84,8 @@ def test_the_preflight_summary_says_which_node_runtime_to_render() -> None:
             checks = [asdict(c) for c in check_node_runtime(where, in_pod=True)]
             return node, {"node": node, "devices": 8, "exit_code": 0, "checks": checks, "node_runtime": node_runtime(where, True)}
 
-    ascend, plain = {"ASCEND_VISIBLE_DEVICES": "0-7"}, {}
+    ascend: dict[str, str] = {"ASCEND_VISIBLE_DEVICES": "0-7"}
+    plain: dict[str, str] = {}
     same, problems = summarize([report("n1", ascend), report("n2", ascend)])
     assert "Ascend Docker Runtime: 2 node(s) ascend: render the jobs with --node-runtime ascend" in format_table(same, problems)
     mixed, problems = summarize([report("n1", ascend), report("n2", plain)])
