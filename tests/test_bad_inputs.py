@@ -285,6 +285,13 @@ CASES = [
         ["publish", "--index-only", "--registry", "127.0.0.1:5000/x", "--manifest-dir", "{d}/m"],
         7,
         "records no push",
+        build_manifest('{"image": {"id": "sha256:1", "tags": ["ascendkit/verl:x-x86_64"]}, "passed": true, "arch": "x86_64"}'),
+    ),
+    Case(
+        "publish-index-only-not-a-record",
+        ["publish", "--index-only", "--registry", "127.0.0.1:5000/x", "--manifest-dir", "{d}/m"],
+        2,
+        "a.json: not an ascendkit build manifest (no image)",
         build_manifest('{"passed": true, "arch": "x86_64"}'),
     ),
     # --- keys, signing, verifying ------------------------------------------------------------------

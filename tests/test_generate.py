@@ -123,7 +123,7 @@ def test_the_build_record_schema_is_the_model_and_reads_what_builds_wrote(tmp_pa
     record = read_record(path)
     assert record.arches == ("aarch64", "x86_64") and record.published is not None
     assert record.published.every_registry()["r/x"].digests() == {"gzip": "sha256:" + "b" * 64}
-    assert record.as_dict()["a newer field"] == [1, 2] and record.as_dict()["doctor"] == {"outcome": "ready"}, "nothing unknown is lost"
+    assert record.as_dict() == data, "read and dumped, the same data: nothing unknown lost, no default added"
     path.write_text(json.dumps({**data, "image": {"id": "x", "tags": []}}))
     with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: not an ascendkit build manifest: image\.tags: "):
         read_record(path)

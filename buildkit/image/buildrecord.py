@@ -27,8 +27,9 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     def as_dict(self) -> dict[str, Any]:
-        """As JSON data, every field kept (unknown ones too)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """As JSON data: what was read (unknown fields and nulls too) and what was set since, nothing
+        added by a default, so a record read and written back is the same file but for the change."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class RecordedImage(_Open):
