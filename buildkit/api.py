@@ -12,7 +12,6 @@ is one user of the modules below; this is another, with the same checks in the s
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -187,12 +186,13 @@ def build_and_push(
     push = push_request([registry] if isinstance(registry, str) else registry, push=True, index=index,
                         media_types=media_types, compression=compression, signed=sign_key is not None)  # fmt: skip
     assert push is not None
-    push = dataclasses.replace(push, options=dataclasses.replace(push.options, signer=_signer(sign_key, passphrase)))
-    build_plan = _build_plan(matrix, hw, stack, os, arch, base_image, mirrors, repository, manifest_dir, None, False, "uv")
+    push = push.signed_by(_signer(sign_key, passphrase))
+    loaded = load(matrix)
+    build_plan = _build_plan(loaded, hw, stack, os, arch, base_image, mirrors, repository, manifest_dir, None, False, "uv")
     check_outputs(build_plan)
     client = connect()
     result = run_build(client, build_plan, reporter)
-    outcome = push_built(client, load(matrix), build_plan, result, push)
+    outcome = push_built(client, loaded, build_plan, result, push)
     return result, [*outcome.pushed, *(outcome.index or [])]
 
 

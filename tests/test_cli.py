@@ -470,10 +470,16 @@ def test_no_help_shows_a_python_type() -> None:
 
 
 def test_the_sku_and_stack_lists_in_help_are_the_matrix() -> None:
+    import typer
+
     from buildkit.matrix.load import load_matrix
 
     matrix = load_matrix(ROOT / "compat_matrix.yaml").matrix
-    helps = {(path, p.name): p.help or "" for path, command in _every_command() for p in command.params}
+    helps = {
+        (path, p.name): (p.get_help_record(typer.Context(command, info_name=path.split()[-1])) or ("", ""))[1]
+        for path, command in _every_command()
+        for p in command.params
+    }  # as --help shows them
     listed_skus = [text for (_, name), text in helps.items() if name == "hw" and ("SKU:" in text or "SKU (" in text)]
     assert len(listed_skus) >= 4
     for text in listed_skus:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -167,7 +166,7 @@ def build(
         signed=sign_key is not None,
     )
     if pushing is not None and not dry_run:
-        pushing = dataclasses.replace(pushing, options=dataclasses.replace(pushing.options, signer=load_sign_key(sign_key)))
+        pushing = pushing.signed_by(load_sign_key(sign_key))
     check_names(repository, base_image)  # options every target shares: refused once, not per target
     loaded = load_matrix(matrix)
     mirrors = mirrors_from(

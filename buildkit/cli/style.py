@@ -51,6 +51,9 @@ PLACEHOLDERS = {
 }
 
 
+MATRIX_NAMES = ("skus", "chips", "stacks")  # the placeholders a parameter's help may hold
+
+
 @functools.cache
 def matrix_names() -> dict[str, str]:
     """The names help lists, from the matrix ascendkit was released with: ``{skus}``, ``{chips}``,
@@ -78,12 +81,19 @@ def matrix_names() -> dict[str, str]:
 
 
 def with_matrix_names(command: Any) -> Any:
-    """Fill ``{skus}``, ``{chips}`` and ``{stacks}`` in the help of ``command``'s parameters."""
+    """Fill ``{skus}``, ``{chips}`` and ``{stacks}`` in the help of ``command``'s parameters when
+    the help is shown (reading the matrix then, not on every run of the command)."""
     for param in getattr(command, "params", []):
         text = getattr(param, "help", None)
-        if text and "{" in text:
-            param.help = text.format(**matrix_names())
+        if text and any(f"{{{key}}}" in text for key in MATRIX_NAMES):
+            param.get_help_record = functools.partial(_help_with_names, param, param.get_help_record)
     return command
+
+
+def _help_with_names(param: Any, record: Any, ctx: Any) -> Any:
+    for key, value in matrix_names().items():
+        param.help = param.help.replace(f"{{{key}}}", value)
+    return record(ctx)
 
 
 def polish(command: Any) -> Any:

@@ -42,6 +42,7 @@ class Member:
     names: tuple[str, ...]  # the index's names (the per-arch tags without -<arch>)
     image_id: str
     registries: dict[str, dict[str, str]]  # registry HOST/REPO -> compression -> the digest pushed there
+    build: dict[str, Any]  # the whole record, as provenance reads it
 
     @property
     def repository(self) -> str:
@@ -81,6 +82,7 @@ def read_member(path: Path) -> Member:
         names=index_names(tuple(tag_of(t) for t in record.image.tags), record.arch),
         image_id=record.image.id,
         registries=registries,
+        build=record.as_dict(),
     )
 
 
@@ -202,7 +204,7 @@ def publish_indexes(
                     sbom = read_input_bytes(group.members[arch].sbom, "SBOM")
                     attached, tag = stage_sbom(target.registry, target.ref.repository, members[arch], sbom, form)
                     sboms.append(attached)
-                    build = read_record(group.members[arch].path).as_dict()
+                    build = group.members[arch].build
                     _, tags = stage_trust(target.registry, target.ref.repository, members[arch].digest, build, options.signer, form)
                     staged += [*([tag] if tag is not None else []), *tags]
         staged_indexes = [

@@ -3,6 +3,7 @@ reports: where an image goes, in which forms, signed with which key."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,10 @@ class ShipOptions:
     def __post_init__(self) -> None:
         for compression in self.compressions:
             image_form(self.form, compression.name)  # refuses docker + zstd before anything is contacted
+
+    def signed_by(self, signer: Signer | None) -> ShipOptions:
+        """These options with ``signer`` (loaded once the rest of a request holds: it may prompt)."""
+        return dataclasses.replace(self, signer=signer)
 
 
 @dataclass(frozen=True)

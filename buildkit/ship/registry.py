@@ -369,8 +369,10 @@ class Registry:
         """The size of ``digest`` in ``repository``: there already, or mounted from the first of
         ``mount_from`` (other repositories of this registry) that lends it; None when it is still missing."""
         size = self.blob_size(repository, digest)
-        if size is not None:
-            return size
+        return size if size is not None else self._mounted(repository, digest, mount_from)
+
+    def _mounted(self, repository: str, digest: str, mount_from: Iterable[str]) -> int | None:
+        """The size of ``digest`` once mounted from the first of ``mount_from`` that lends it; None when none does."""
         for source in mount_from:
             if source != repository and self.mount_blob(repository, digest, source):
                 return self.blob_size(repository, digest)
@@ -382,7 +384,7 @@ class Registry:
         """The one blob copy publish and mirror share: found, else mounted, else uploaded; how it got there."""
         if self.blob_size(repository, digest) is not None:
             return "present"
-        if self.find_blob(repository, digest, mount_from) is not None:
+        if self._mounted(repository, digest, mount_from) is not None:
             return "mounted"
         self.upload_blob(repository, digest, size, opener)
         return "sent"

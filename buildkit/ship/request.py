@@ -5,6 +5,7 @@ anything is contacted, so the command and the API refuse the same request with t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,9 +66,8 @@ def publish_request(
     if not index_only and not images:
         raise InputError("give the local IMAGES to push, or --index-only to publish indexes from --manifest-dir")
     targets = registry_targets(registries)
-    ship_options(media_types, compression)  # the options refused before a key is opened
-    loaded = None if dry_run else signer() if callable(signer) else signer
-    options = ship_options(media_types, compression, loaded)
+    unsigned = ship_options(media_types, compression)  # the options refused before a key is opened
+    options = unsigned.signed_by(None if dry_run else signer() if callable(signer) else signer)
     for ref in images:
         if not IMAGE_REFERENCE.match(ref):
             raise InputError(f"{ref!r} is not an image reference: give local images as NAME[:TAG], as `ascendkit build` tagged them")
@@ -83,6 +83,9 @@ class PushRequest:
     targets: tuple[RegistryRef, ...]
     options: ShipOptions
     index: bool = True
+
+    def signed_by(self, signer: Signer | None) -> PushRequest:
+        return dataclasses.replace(self, options=self.options.signed_by(signer))
 
 
 def push_request(
