@@ -45,9 +45,9 @@ for _name in ("NO_PROXY", "no_proxy"):
 def default_verl(loaded: LoadedMatrix) -> str:
     """The default stack's verl pin: what tests about the default image read, never a literal, so
     moving the pin moves them with it."""
-    verl = loaded.matrix.stacks[loaded.default_stack()].verl
-    assert verl is not None, "the default stack is a verl stack"
-    return verl.version
+    stack = loaded.matrix.stacks[loaded.default_stack()]
+    assert stack.framework == "verl", "the default stack is a verl stack"
+    return stack.framework_version
 
 
 def default_tag(loaded: LoadedMatrix, chip: str = "a3", os_name: str = "ubuntu22.04") -> str:

@@ -26,6 +26,7 @@ import pytest
 
 from buildkit.matrix.load import load_matrix
 from buildkit.plan import LABEL_PREFIX
+from buildkit.resources import SMOKE_DIR
 from buildkit.run.job import ImageJob, JobFacts, build_job, load_job
 from tests.conftest import MATRIX, ROOT, DockerEnv, arm64_standin
 from tests.locked_install import BUILD_ENV, install_script, run_install, write_sections
@@ -179,7 +180,7 @@ def test_verls_own_validation_accepts_the_job_for_one_and_two_nodes(docker_env: 
     jobs = {
         f"{nodes}-node": list(
             build_job(
-                load_job(),
+                load_job(SMOKE_DIR / "grpo_smoke.yaml"),
                 LOADED.matrix.skus["a3"],
                 ImageJob(STACK_ID, STACK.framework_version),
                 facts=JobFacts.of(LOADED.matrix.compat),

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from buildkit.errors import InputError
+from buildkit.frameworks.openrlhf import ARGS_CHECK
+from buildkit.frameworks.verl.releases import DEVICE_OVERRIDE, needs_device_override
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.job import (
-    ARGS_CHECK,
-    DEVICE_OVERRIDE,
     MODEL_DIR,
     REWARD_FILE,
     ImageJob,
@@ -24,14 +24,13 @@ from buildkit.run.job import (
     check_overrides,
     job_file,
     load_job,
-    needs_device_override,
     spec_for,
 )
 
 MATRIX = load_matrix()
 SKUS = MATRIX.matrix.skus
 FACTS = JobFacts.of(MATRIX.matrix.compat)
-FIRST = FACTS.verl_npu_autodetect
+FIRST = FACTS.compat.verl_npu_autodetect
 OPENRLHF = ImageJob("openrlhf-cann8.1", "0.7.5", "openrlhf")
 
 
@@ -95,11 +94,11 @@ def test_the_sft_job_is_torchrun_on_one_node_with_lora(sku_id: str, npus: int) -
     assert _override(job.argv, "data.train_batch_size") == str(4 * npus)
     assert _override(job.argv, "trainer.n_gpus_per_node") == str(npus)
     assert _override(job.argv, "model.lora_rank") == "32" and _override(job.argv, "model.partial_pretrain") == MODEL_DIR
-    assert job.device_override and job.overrides[-1] == DEVICE_OVERRIDE, "fsdp_sft_trainer never sets the device itself"
+    assert job.appended == (DEVICE_OVERRIDE,) and job.overrides[-1] == DEVICE_OVERRIDE, "fsdp_sft_trainer never sets the device itself"
     assert job.data_format == "verl-sft"
     assert job.check_argv() == ["python3", "-m", "verl.trainer.fsdp_sft_trainer", "--cfg", "job", *job.overrides]
     engine = _job(sku_id, verl="0.7.1", job="sft", steps=5)
-    assert engine.module == "verl.trainer.sft_trainer" and not engine.device_override
+    assert engine.module == "verl.trainer.sft_trainer" and not engine.appended
     assert _override(engine.argv, "model.path") == MODEL_DIR and _override(engine.argv, "data.messages_key") == "messages"
     with pytest.raises(InputError, match="runs on one node"):
         _job(sku_id, job="sft", steps=5, nnodes=2)
@@ -118,7 +117,7 @@ def test_openrlhf_splits_each_node_between_the_actor_and_vllm(sku_id: str, nodes
     assert flags["--rollout_batch_size"] == str(batch) and flags["--train_batch_size"] == str(2 * batch)
     assert flags["--max_samples"] == str(5 * batch), "exactly the steps asked for, in one episode"
     assert flags["--remote_rm_url"] == REWARD_FILE and flags["--prompt_data"] == "/smoke/out/data/train.parquet"
-    assert job.data_format == "openrlhf-rl" and not job.device_override
+    assert job.data_format == "openrlhf-rl" and not job.appended
     assert not [a for a in job.argv if "{" in a or "}" in a], "every placeholder is filled"
     assert job.check_argv() == ["python3", ARGS_CHECK, "openrlhf.cli.train_ppo_ray", *job.overrides]
 
@@ -138,7 +137,7 @@ def test_openrlhf_starts_a_ray_head_with_the_nodes_npus_on_one_node_only() -> No
 
 def test_the_device_follows_the_images_verl_and_the_users_overrides_come_last() -> None:
     old = _job(verl="0.6.1", steps=2, extra=("trainer.test_freq=-1",))
-    assert DEVICE_OVERRIDE in old.overrides and old.device_override
+    assert DEVICE_OVERRIDE in old.overrides and old.appended
     assert old.argv[-1] == "trainer.test_freq=-1"
     assert DEVICE_OVERRIDE not in _job(verl="0.7.1", steps=2).overrides
     assert DEVICE_OVERRIDE in _job(verl=None, steps=2).overrides, "an image that does not say gets the safe choice"
@@ -154,11 +153,11 @@ def test_every_shipped_stack_with_an_old_verl_gets_the_override_from_the_fact_al
 
 
 def test_tensor_parallel_must_divide_the_npus() -> None:
-    spec = load_job().model_copy(update={"tensor_parallel": 3})
+    spec = load_job(SMOKE_DIR / "grpo_smoke.yaml").model_copy(update={"tensor_parallel": 3})
     with pytest.raises(InputError, match="does not divide the SKU's 16 NPUs"):
         build_job(spec, SKUS["a3"], ImageJob(None, None), facts=FACTS, steps=1)
     spec = spec_for(OPENRLHF, "grpo", FACTS).model_copy(update={"tensor_parallel": 3})
-    with pytest.raises(InputError, match="leaves 8 for vLLM engines of tensor_parallel 3"):
+    with pytest.raises(InputError, match="leaves 8 for rollout engines of tensor_parallel 3"):
         build_job(spec, SKUS["a2-box16"], OPENRLHF, facts=FACTS, steps=1)
 
 
@@ -177,7 +176,7 @@ def test_the_check_runs_the_same_command_with_cfg_job() -> None:
 
 def test_overrides_take_each_frameworks_form() -> None:
     assert check_overrides(["a.b=1", "--seed=7", "--bf16"]) == ("a.b=1", "--seed=7", "--bf16"), "before the image is read: either"
-    with pytest.raises(InputError, match=r"a Hydra override KEY=VALUE \(verl\) or a flag --name"):
+    with pytest.raises(InputError, match=r"a flag --name\[=value\] \(OpenRLHF\) or a Hydra override KEY=VALUE \(verl\)"):
         check_overrides(["nonsense"])
     with pytest.raises(InputError, match="this image runs verl, whose arguments are Hydra overrides"):
         check_overrides(["--seed=7"], "verl")

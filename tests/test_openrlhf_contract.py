@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
+from buildkit.frameworks.openrlhf import args as openrlhfargs
+from buildkit.frameworks.openrlhf.args import check_args, parse_printed_args
 from buildkit.k8s.render import as_documents, render
 from buildkit.k8s.request import K8sRequest
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import SMOKE_DIR
-from buildkit.run import openrlhfargs
 from buildkit.run.job import REWARD_FILE, ImageJob, Job, JobFacts, build_job, spec_for
-from buildkit.run.openrlhfargs import check_args, parse_printed_args
 from tests.conftest import MATRIX, TEST_MATRIX
 from tests.openrlhf_standin import UPSTREAM, standin_repository, standin_tree, vendored
 from tests.test_smoke import gsm8k_generator
@@ -38,7 +38,7 @@ from tests.upstream import sdist_member, verl_importable
 
 SHIPPED = load_matrix(MATRIX)
 FACTS = JobFacts.of(SHIPPED.matrix.compat)
-OPENRLHF_STACKS = {s: st for s, st in SHIPPED.matrix.stacks.items() if st.openrlhf is not None}
+OPENRLHF_STACKS = {s: st for s, st in SHIPPED.matrix.stacks.items() if st.framework == "openrlhf"}
 STACK_SKUS = [(s, sku) for s, st in OPENRLHF_STACKS.items() for sku in st.skus]
 DIGEST = "127.0.0.1:5000/ascendkit/openrlhf@sha256:" + "cd" * 32
 MODULE = "openrlhf.cli.train_ppo_ray"
@@ -109,16 +109,20 @@ def test_each_vendored_file_is_the_recorded_upstream_file(entry: dict[str, Any])
 
 def test_the_vendored_commit_is_the_one_every_openrlhf_stack_pins() -> None:
     commits = {e["commit"] for e in vendored()}
-    assert OPENRLHF_STACKS and {st.openrlhf.ref for st in OPENRLHF_STACKS.values() if st.openrlhf} == commits
-    assert all(SHIPPED.matrix.repos[st.openrlhf.repo].path == "zhuo97/OpenRLHF.git" for st in OPENRLHF_STACKS.values() if st.openrlhf)
+    assert OPENRLHF_STACKS and {st.framework_source.ref for st in OPENRLHF_STACKS.values() if st.framework_source} == commits
+    assert all(
+        SHIPPED.matrix.repos[st.framework_source.repo].path == "zhuo97/OpenRLHF.git"
+        for st in OPENRLHF_STACKS.values()
+        if st.framework_source
+    )
 
 
 def test_the_test_stacks_source_is_made_of_that_file(tmp_path: Path) -> None:
     """The OpenRLHF-shaped test image runs this very parser: its pinned commit is the stand-in tree with the vendored file."""
-    (stack,) = [st for st in load_matrix(TEST_MATRIX).matrix.stacks.values() if st.openrlhf is not None]
-    assert stack.openrlhf is not None
+    (source,) = [st.framework_source for st in load_matrix(TEST_MATRIX).matrix.stacks.values() if st.framework == "openrlhf"]
+    assert source is not None
     made = standin_repository(tmp_path)
-    assert stack.openrlhf.ref == made, "tests/fixtures/test_matrix.yaml pins the commit tests/openrlhf_standin.py makes"
+    assert source.ref == made, "tests/fixtures/test_matrix.yaml pins the commit tests/openrlhf_standin.py makes"
 
 
 def test_the_argument_marks_agree() -> None:

@@ -10,9 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from buildkit.cli import app
+from buildkit.frameworks.openrlhf.rules import CHECKED as OPENRLHF_CHECKED
 from buildkit.matrix import rules, ruleset
-from buildkit.matrix.load import LoadedMatrix
-from buildkit.matrix.model import GIT_COMPONENTS, OPENRLHF_CHECKED, PYPI_COMPONENTS, GitPin, Matrix, PypiPin, Stack
+from buildkit.matrix.load import LoadedMatrix, load_matrix
+from buildkit.matrix.model import GIT_COMPONENTS, PYPI_COMPONENTS, GitPin, Matrix, PypiPin, Stack
+from tests.conftest import TEST_MATRIX
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +41,7 @@ def changed(matrix: Matrix, **edits: Any) -> Matrix:
 
 
 def run(rule_id: str, matrix: Matrix) -> list[rules.Violation]:
-    return list(ruleset.RULES[rule_id](matrix))
+    return list(ruleset.all_rules()[rule_id](matrix))
 
 
 def test_every_rule_has_tests_below() -> None:
@@ -63,12 +65,15 @@ def test_every_rule_has_tests_below() -> None:
         "build-args-unique",
         "git-ref-is-commit",
     }
-    assert set(ruleset.RULES) == tested
+    assert set(ruleset.all_rules()) == tested
 
 
 def test_the_components_of_a_stack_are_its_pin_fields_listed_once() -> None:
-    """pins() and git_pins() read the Stack's fields; an OpenRLHF line names only components."""
-    assert PYPI_COMPONENTS[:2] == ("torch", "torch_npu") and PYPI_COMPONENTS[-1] == "verl"
+    """pins() and git_pins() read the Stack's fields, and a framework from the index comes last;
+    an OpenRLHF line names only components."""
+    assert PYPI_COMPONENTS[:2] == ("torch", "torch_npu") and PYPI_COMPONENTS[-1] == "ais_bench"
+    stack = load_matrix(TEST_MATRIX).matrix.stacks["teststack"]
+    assert list(stack.pins())[-1] == stack.framework == "verl"
     assert GIT_COMPONENTS == ("mindspeed", "megatron_lm")
     assert set(OPENRLHF_CHECKED) <= set(PYPI_COMPONENTS)
     fields = {n: f.annotation for n, f in Stack.model_fields.items()}
@@ -138,7 +143,7 @@ def test_one_rollout(loaded: LoadedMatrix) -> None:
         ("stacks", "cann8.3"): whole,
         ("stacks", "cann9.1"): whole,
         ("stacks", SGLANG, "sgl_kernel_npu", "chips"): "the stack serves chip a3, for which sgl-kernel-npu names no archive",
-        ("stacks", OPENRLHF, "sglang"): "OpenRLHF's Ascend branch rolls out with vLLM only",
+        ("stacks", OPENRLHF, "sglang"): "OpenRLHF's images roll out with vLLM only",
     }
     data = _data(loaded)
     data["stacks"][SGLANG]["sglang"]["build_from_source"] = False

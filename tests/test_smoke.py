@@ -22,6 +22,8 @@ import requests
 
 from buildkit.accuracy.metrics import StepMetrics, parse_log
 from buildkit.errors import InputError
+from buildkit.framework import framework
+from buildkit.frameworks.openrlhf import ARGS_CHECK
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.configcheck import composition_error
@@ -34,7 +36,7 @@ from buildkit.run.devices import (
     prepare_data_dir,
 )
 from buildkit.run.doctor.base import RUNTIME_ENV, Check
-from buildkit.run.job import ARGS_CHECK, MODEL_DIR, SMOKE_FILES, JobFacts
+from buildkit.run.job import MODEL_DIR, SMOKE_FILES, JobFacts
 from buildkit.run.report import judge, write_reports
 from buildkit.run.smoke import SmokeRequest, run_smoke
 from tests.hosttree import contract_paths, stand_in_host
@@ -214,12 +216,15 @@ def run(*rows: tuple[float, float, float]) -> list[StepMetrics]:
     ]
 
 
+VERL_GRPO = framework("verl").gate("grpo")
+
+
 def statuses(checks: list[Check]) -> dict[str, str]:
     return {c.name: c.status for c in checks}
 
 
 def test_a_good_run_passes_every_check() -> None:
-    checks = judge(run((0.1, 0.01, 900.0), (0.2, -0.02, 1100.0), (0.25, 0.0, 1000.0)), 3)
+    checks = judge(run((0.1, 0.01, 900.0), (0.2, -0.02, 1100.0), (0.25, 0.0, 1000.0)), 3, VERL_GRPO)
     assert set(statuses(checks).values()) == {"ok"}
     detail = {c.name: c.detail for c in checks}
     assert detail["throughput > 0"] == "mean 1000 tokens/s/device over 3 steps"
@@ -227,13 +232,13 @@ def test_a_good_run_passes_every_check() -> None:
 
 
 def test_each_failure_is_caught_and_named() -> None:
-    assert statuses(judge(run((0.1, 0.0, 9.0)), 3))["steps completed"] == "error"
-    nan = judge(run((0.1, math.nan, 9.0), (0.1, 0.0, 9.0)), 2)
+    assert statuses(judge(run((0.1, 0.0, 9.0)), 3, VERL_GRPO))["steps completed"] == "error"
+    nan = judge(run((0.1, math.nan, 9.0), (0.1, 0.0, 9.0)), 2, VERL_GRPO)
     assert statuses(nan)["finite metrics"] == "error" and "step 1 actor/pg_loss=nan" in nan[1].detail
-    high = judge(run((1.5, 0.0, 9.0)), 1)
+    high = judge(run((1.5, 0.0, 9.0)), 1, VERL_GRPO)
     assert statuses(high)["rewards in [0, 1]"] == "error" and "step 1: 1.5" in high[2].detail
-    assert statuses(judge(run((0.5, 0.0, 0.0)), 1))["throughput > 0"] == "error"
-    empty = statuses(judge([], 5))
+    assert statuses(judge(run((0.5, 0.0, 0.0)), 1, VERL_GRPO))["throughput > 0"] == "error"
+    empty = statuses(judge([], 5, VERL_GRPO))
     assert empty == {
         "steps completed": "error",
         "finite metrics": "ok",
@@ -695,15 +700,17 @@ def test_composition_errors_say_what_to_do() -> None:
     missing = "/usr/bin/python3: Error while finding module specification for 'verl.trainer.main_ppo' " + (
         "(ModuleNotFoundError: No module named 'verl')"
     )
-    assert composition_error(missing, 1).startswith("verl is not installed in this image")
+    assert composition_error(missing, 1, "verl", "verl.trainer.main_ppo").startswith("verl is not installed in this image")
     cann = "Traceback (most recent call last):\n  File x\nImportError: libhccl.so: cannot open shared object file"
-    assert composition_error(cann, 1).startswith("torch_npu could not load the CANN or driver libraries (exit 1): ImportError")
+    assert composition_error(cann, 1, "verl", "verl.trainer.main_ppo").startswith(
+        "torch_npu could not load the CANN or driver libraries (exit 1): ImportError"
+    )
     hydra = (
         "Could not override 'actor_rollout_ref.actor.optim.lrr'.\n"
         "To append to your config use +actor_rollout_ref.actor.optim.lrr=1\n"
         "Key 'lrr' is not in struct"
     )
-    message = composition_error(hydra, 1)
+    message = composition_error(hydra, 1, "verl", "verl.trainer.main_ppo")
     assert message.startswith("verl refused the job's config (exit 1): Could not override 'actor_rollout_ref.actor.optim.lrr'.")
     assert "not in struct" in message
 

@@ -20,17 +20,20 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from buildkit.frameworks.verl.config import check_config, check_sft_config
+from buildkit.frameworks.verl.releases import DEVICE_OVERRIDE
 from buildkit.k8s.render import as_documents, render
 from buildkit.k8s.request import K8sRequest
 from buildkit.matrix.load import LoadedMatrix, load_matrix
-from buildkit.run.job import DEVICE_OVERRIDE, JOB_FILE, ImageJob, Job, JobFacts, build_job, load_job, spec_for
-from buildkit.run.verlconfig import check_config, check_sft_config
+from buildkit.resources import SMOKE_DIR
+from buildkit.run.job import ImageJob, Job, JobFacts, build_job, load_job, spec_for
 from tests.conftest import MATRIX
 from tests.test_smoke import gsm8k_generator
 from tests.upstream import compose_config, compose_ppo_trainer, config_dir, hydra_config_name, verl_importable, verl_wheel
 
 SHIPPED = load_matrix(MATRIX)
-VERL_STACKS = {stack_id: st for stack_id, st in SHIPPED.matrix.stacks.items() if st.verl is not None}
+GRPO_FILE = SMOKE_DIR / "grpo_smoke.yaml"  # verl's GRPO job
+VERL_STACKS = {stack_id: st for stack_id, st in SHIPPED.matrix.stacks.items() if st.framework == "verl"}
 STACK_SKUS = [(stack_id, sku_id) for stack_id, st in VERL_STACKS.items() for sku_id in st.skus]
 VERLS = sorted({st.framework_version for st in VERL_STACKS.values()}, key=Version)
 DIGEST = "127.0.0.1:5000/ascendkit/verl@sha256:" + "ab" * 32
@@ -148,7 +151,7 @@ def test_a_misspelled_override_fails_composition(loaded: LoadedMatrix) -> None:
 
 
 def test_a_misspelled_key_in_the_job_file_fails(loaded: LoadedMatrix, tmp_path: Path) -> None:
-    text = JOB_FILE.read_text(encoding="utf-8")
+    text = GRPO_FILE.read_text(encoding="utf-8")
     bad = tmp_path / "grpo_smoke.yaml"
     bad.write_text(text.replace("actor_rollout_ref.actor.kl_loss_type", "actor_rollout_ref.actor.kl_loss_typ"), encoding="utf-8")
     st = loaded.matrix.stacks["cann9.1"]
@@ -163,7 +166,7 @@ def test_two_nodes_get_enough_rows_for_every_step(loaded: LoadedMatrix) -> None:
     """16 NPUs x 2 nodes x 2 prompts = a batch of 64: 5 steps need 320 rows, not the default 256."""
     st = loaded.matrix.stacks["cann8.3"]
     image = ImageJob("cann8.3", st.framework_version)
-    job = build_job(load_job(), loaded.matrix.skus["a2-box16"], image, facts=_facts(loaded), steps=5, nnodes=2)
+    job = build_job(load_job(GRPO_FILE), loaded.matrix.skus["a2-box16"], image, facts=_facts(loaded), steps=5, nnodes=2)
     assert job.batch == 64
     assert job.train_rows >= job.batch * job.steps
     assert job.data_command()[-4:-2] == ["--train", str(job.train_rows)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from buildkit.run.verlconfig import check_config, check_sft_config, parse_printed_config
+from buildkit.frameworks.verl.config import check_config, check_sft_config, parse_printed_config
 
 
 def _config(**trainer: Any) -> dict[str, Any]:

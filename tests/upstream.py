@@ -104,8 +104,8 @@ def needed() -> dict[tuple[str, str], tuple[str, tuple[str, ...]]]:
         wanted[(project, version)] = ("sdist", tuple(dict.fromkeys([*taken, member])))
 
     for stack in matrix.stacks.values():
-        if stack.verl is not None:
-            wanted[("verl", stack.verl.version)] = ("wheel", WHEEL_MEMBERS["verl"])
+        if stack.framework == "verl":
+            wanted[("verl", stack.framework_version)] = ("wheel", WHEEL_MEMBERS["verl"])
         pins = {_canon(pin.package or component): pin for component, pin in stack.pins().items()}
         for project, pin in pins.items():
             for member in SDIST_MEMBERS.get(project, ()) if pin.extensions else ():

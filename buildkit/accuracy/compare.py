@@ -2,11 +2,12 @@
 
 For each metric, over the steps both runs have: mean error = sum(|npu_i - base_i|) / N, reported
 as ``mean_abs_error`` and as ``mean_abs_error_pct`` (x100, as the seed formula writes it), passing
-at or under its tolerance. The defaults follow the job the logs come from (:data:`GATES`): verl
-GRPO ``critic/rewards/mean`` 4 % and its loss 2 % (seeds 002, 004); OpenRLHF GRPO ``reward`` and
-``policy_loss`` 2 % each (seed 003); verl SFT ``train/loss`` 2 % (seeds 000, 001). Throughput ratio =
-mean ``perf/throughput`` over the first K steps of the NPU run / the same for the baseline, where
-the job logs it (verl's GRPO).
+at or under its tolerance. The defaults follow the job the logs come from, told by its metrics:
+each framework plug-in's gates (:mod:`buildkit.framework`; verl GRPO ``critic/rewards/mean`` 4 % and
+its loss 2 %, seeds 002 and 004; OpenRLHF GRPO ``reward`` and ``policy_loss`` 2 % each, seed 003;
+verl SFT ``train/loss`` 2 %, seeds 000 and 001). Throughput ratio = the mean of the gate's
+throughput metric over the first K steps of the NPU run / the same for the baseline, where the job
+logs one (verl's GRPO: ``perf/throughput``).
 
 A baseline is a GPU run's log, or a baseline file made from one by ``ascendkit baseline import``:
 only a real run's numbers, never invented ones.
@@ -22,44 +23,14 @@ from typing import Any
 
 from buildkit.accuracy.metrics import StepMetrics, is_finite, metric_names, parse_log, series
 from buildkit.errors import InputError
+from buildkit.framework import Gate, all_gates
 from buildkit.fsio import read_input_bytes, read_input_text
-
-REWARD = "critic/rewards/mean"  # verl GRPO's
-THROUGHPUT = "perf/throughput"  # verl GRPO's: tokens / (seconds x devices)
-
-
-@dataclass(frozen=True)
-class Gate:
-    """What one framework's job logs, and what the seeds hold it to against a GPU run."""
-
-    job: str  # "verl grpo", "openrlhf grpo", "verl sft"
-    reward: str | None  # judged in [0, 1]; None for jobs without a reward
-    losses: tuple[str, ...]  # its loss metric; the first both runs have
-    throughput: str | None
-    reward_tolerance: float
-    loss_tolerance: float
-
-    @property
-    def marker(self) -> str:
-        """The metric that tells this job's log from the others'."""
-        return self.reward or self.losses[0]
-
-
-GATES = (
-    Gate("verl grpo", REWARD, ("actor/pg_loss", "actor/loss"), THROUGHPUT, 4.0, 2.0),
-    Gate("openrlhf grpo", "reward", ("policy_loss",), None, 2.0, 2.0),
-    Gate("verl sft", None, ("train/loss",), None, 0.0, 2.0),
-)
-
-
-def gate_for(framework: str, job: str) -> Gate:
-    return next(g for g in GATES if g.job == f"{framework} {job}")
 
 
 def gate_of(steps: list[StepMetrics]) -> Gate | None:
     """The job a run's metrics come from, told by its marker metric."""
     names = set(metric_names(steps))
-    return next((g for g in GATES if g.marker in names), None)
+    return next((g for g in all_gates() if g.marker in names), None)
 
 
 BASELINE_FORMAT = "ascendkit-baseline/1"
@@ -154,7 +125,7 @@ def _baseline_steps(path: Path, data: Any) -> list[StepMetrics]:
 def default_tolerances(npu: list[StepMetrics], base: list[StepMetrics]) -> list[tuple[str, float]]:
     """The seeds' tolerances for the job both runs come from."""
     gate = gate_of(npu)
-    known = "; ".join(f"{g.job}: {', '.join(filter(None, (g.reward, *g.losses)))}" for g in GATES)
+    known = "; ".join(f"{g.job}: {', '.join(filter(None, (g.reward, *g.losses)))}" for g in all_gates())
     if gate is None:
         raise InputError(f"the NPU run has no metric of a known job ({known}); name the metrics with --metric")
     both = set(metric_names(npu)) & set(metric_names(base))
@@ -187,8 +158,13 @@ def compare_runs(
 
 
 def throughput_ratio(npu: list[StepMetrics], base: list[StepMetrics], first: int) -> float | None:
+    gate = gate_of(npu)
+    if gate is None or gate.throughput is None:
+        return None
+    metric = gate.throughput
+
     def head_mean(run: list[StepMetrics]) -> float | None:
-        values = [v for _, v in sorted(series(run, THROUGHPUT).items())[:first]]
+        values = [v for _, v in sorted(series(run, metric).items())[:first]]
         return sum(values) / len(values) if values else None
 
     a, b = head_mean(npu), head_mean(base)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from buildkit.accuracy.compare import GATES, gate_of
+from buildkit.accuracy.compare import gate_of
 from buildkit.accuracy.metrics import STEP_TIME, StepMetrics, metric_names, series
 from buildkit.fsio import check_output_file, write_atomic
 
@@ -19,10 +19,11 @@ def plot_runs(npu: list[StepMetrics], baseline: list[StepMetrics] | None, path: 
     from matplotlib.ticker import MaxNLocator
 
     names = metric_names(npu)
-    gate = gate_of(npu) or GATES[0]
-    loss = next((n for n in gate.losses if n in names), None)
-    speed = (gate.throughput, "throughput (tokens/s/device)") if gate.throughput else (STEP_TIME, "step time (s)")
-    panels = [(gate.reward, "reward (mean)"), (loss, "loss"), speed]
+    gate = gate_of(npu)  # None: a log of no job a framework plug-in knows; its panels say so
+    reward, losses, throughput = (gate.reward, gate.losses, gate.throughput) if gate else (None, (), None)
+    loss = next((n for n in losses if n in names), None)
+    speed = (throughput, "throughput (tokens/s/device)") if throughput else (STEP_TIME, "step time (s)")
+    panels = [(reward, "reward (mean)"), (loss, "loss"), speed]
     figure, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
     for axis, (name, label) in zip(axes, panels, strict=True):
         axis.set_title(f"{label}\n{name or f'no {label} metric'}", fontsize=10)

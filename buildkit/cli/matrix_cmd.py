@@ -148,13 +148,13 @@ def matrix_show(
     for component, git in s.git_pins().items():
         repo = m.repos[git.repo]
         table.add_row(component, f"{git.ref}  ({m.git_hosts[repo.host].url}/{repo.path}, {git.install})")
-    if s.openrlhf is not None:
-        repo = m.repos[s.openrlhf.repo]
-        built = " ".join(f"{k}={v}" for k, v in s.openrlhf.install_env.items())
+    if (source := s.framework_source) is not None:
+        repo = m.repos[source.repo]
+        built = " ".join(f"{k}={v}" for k, v in source.install_env.items())
         table.add_row(
-            "openrlhf",
-            f"{s.openrlhf.version} from {m.git_hosts[repo.host].url}/{repo.path} at {s.openrlhf.ref} "
-            f"({s.openrlhf.requirements}{', ' + built if built else ''}; leaves out {', '.join(s.openrlhf.leaves_out) or 'nothing'})",
+            s.framework,
+            f"{source.version} from {m.git_hosts[repo.host].url}/{repo.path} at {source.ref} "
+            f"({source.requirements}{', ' + built if built else ''}; leaves out {', '.join(source.leaves_out) or 'nothing'})",
         )
     for patch in s.patches:
         table.add_row(f"patch {patch.package}", f"{patch.file}: comments out {patch.comment_out!r} ({patch.reason})")

@@ -8,10 +8,11 @@ Only the matrix goes in (no date, no registry of anyone's): the same matrix give
 
 from __future__ import annotations
 
+from buildkit.framework import framework as plugin
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Stack
 from buildkit.matrix.tables import tools_cell
-from buildkit.plan import FRAMEWORK_NAMES, SMOKE_JOBS, RenderTarget, alias_tags, all_targets, full_tag
+from buildkit.plan import RenderTarget, alias_tags, all_targets, full_tag
 from buildkit.plan.image import framework_title, stack_skus_on_chip
 from buildkit.resources import default_repository
 
@@ -62,14 +63,14 @@ def _drivers(loaded: LoadedMatrix, stacks: list[Stack]) -> list[str]:
 def overview_page(loaded: LoadedMatrix, framework: str) -> str:
     """The page of one framework's repository."""
     repository = default_repository(framework)
-    name = FRAMEWORK_NAMES[framework]
+    name = plugin(framework).title
     targets = [t for t in all_targets(loaded) if loaded.matrix.stacks[t.stack_id].framework == framework]
     stacks = [loaded.matrix.stacks[s] for s in dict.fromkeys(t.stack_id for t in targets)]
     default = next((t for t in targets if loaded.matrix.stacks[t.stack_id].default), targets[0])
     example_stack = loaded.matrix.stacks[default.stack_id]
     example_sku = stack_skus_on_chip(loaded, example_stack, default.chip_id)[0]
     example = alias_tags(default.stack_id, example_stack, default.chip_id, example_stack.os[0])[-1]
-    jobs = " and ".join(f"`--job {j}`" for j in SMOKE_JOBS[framework])
+    jobs = " and ".join(f"`--job {j}`" for j in plugin(framework).jobs)
     lines = [
         f"# `{repository}`",
         "",

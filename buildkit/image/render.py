@@ -188,7 +188,7 @@ def build_context(loaded: LoadedMatrix, plan: ImagePlan) -> DockerfileContext:
     build_args = [(index.arg, index.url) for index in matrix.indexes.values()]
     build_args += [("PIP_EXTRA_INDEX_URL", ""), ("APT_MIRROR", "")]
     used_hosts = {matrix.repos[c.repo].host for c in stack.git_pins().values()}
-    used_hosts |= {matrix.repos[c.repo].host for c in (stack.openrlhf, stack.sgl_kernel_npu) if c is not None}
+    used_hosts |= {matrix.repos[c.repo].host for c in (stack.framework_source, stack.sgl_kernel_npu) if c is not None}
     build_args += [(h.arg, h.url) for name, h in matrix.git_hosts.items() if name in used_hosts]
     env_roots, env = cann_env(stack)
     layers = plan.layers

@@ -18,9 +18,10 @@ from typing import Any
 
 import yaml
 
+from buildkit.framework import framework as plugin
 from buildkit.image.overview import overview_path
 from buildkit.matrix.load import LoadedMatrix
-from buildkit.plan import SMOKE_JOBS, ImagePlan, plan_fleet
+from buildkit.plan import ImagePlan, plan_fleet
 
 WORKFLOW_FILE = ".github/workflows/images.yml"
 ACTIONLINT_CONFIG = ".github/actionlint.yaml"  # tells actionlint the self-hosted runners' labels
@@ -236,7 +237,7 @@ def workflow_data(loaded: LoadedMatrix) -> dict[str, Any]:
         index_id = f"index-{group}"
         jobs[index_id] = _index_job(group, plans[0], [f"build-{group}-{p.arch}" for p in plans], fallback_runner)
         for sku_id in plans[0].skus:
-            smoke = SMOKE_JOBS[plans[0].framework]
+            smoke = plugin(plans[0].framework).jobs
             jobs[job_id("smoke", group, sku_id)] = _smoke_job(sku_id, index_id, smoke_runners(loaded, sku_id), smoke)
     for framework in sorted({plans[0].framework for plans in groups.values()}):
         needs = [f"index-{group}" for group, plans in groups.items() if plans[0].framework == framework]

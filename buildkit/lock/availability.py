@@ -166,11 +166,11 @@ def check_matrix(
                 jobs.append(("pypi", stack_id, stack, arch, component, pin))
             for component, git in stack.git_pins().items():
                 jobs.append(("git", stack_id, stack, arch, component, git))
-            if stack.openrlhf is not None:
-                source = stack.openrlhf
+            if (source := stack.framework_source) is not None:
                 repo = matrix.repos[source.repo]
-                spec = CheckoutSpec("openrlhf", source.repo, repo.path, matrix.git_hosts[repo.host].url, source.ref, source.requirements)
-                jobs.append(("source", stack_id, stack, arch, "openrlhf", spec))
+                name = stack.framework
+                spec = CheckoutSpec(name, source.repo, repo.path, matrix.git_hosts[repo.host].url, source.ref, source.requirements)
+                jobs.append(("source", stack_id, stack, arch, name, spec))
             if stack.sgl_kernel_npu is not None:
                 archive = stack.sgl_kernel_npu
                 repo = matrix.repos[archive.repo]

@@ -60,7 +60,7 @@ class CheckoutSpec:
 
     layer: str  # the image layer (and distribution) it is built in
     repo_id: str
-    repo_path: str  # e.g. zhuo97/OpenRLHF.git
+    repo_path: str  # e.g. zhuo97/OpenRLHF.git (OpenRLHF's Ascend fork)
     host_url: str  # the official host the matrix names
     commit: str
     file: str  # the requirements file its setup.py reads, relative to the repository
@@ -183,8 +183,7 @@ def lock_inputs(loaded: LoadedMatrix, target: LockTarget) -> LockInputs:
     used = sorted({index for _, index in assigned} - {PRIMARY_INDEX})
     constraints = {**stack.constraints, **stack.constraints_by_arch.get(target.arch, {})}
     checkouts: tuple[CheckoutSpec, ...] = ()
-    if stack.openrlhf is not None:
-        source = stack.openrlhf
+    if (source := stack.framework_source) is not None:
         repo = matrix.repos[source.repo]
         checkouts = (
             CheckoutSpec(
@@ -209,7 +208,7 @@ def lock_inputs(loaded: LoadedMatrix, target: LockTarget) -> LockInputs:
         triton_ascend=_pin_dist(stack, "triton_ascend"),
         order=planned.names,
         checkouts=checkouts,
-        leaves_out=tuple(sorted(canon(n) for n in stack.openrlhf.leaves_out)) if stack.openrlhf else (),
+        leaves_out=tuple(sorted(canon(n) for n in source.leaves_out)) if source else (),
         projects=tuple(
             (_pin_dist(stack, c), pin.project_file, pin.extras) for c, pin in stack.pins().items() if pin.project_file is not None
         ),

@@ -16,9 +16,10 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from buildkit.errors import Finding, InputError, MatrixError
+from buildkit.framework import frameworks
 from buildkit.fsio import read_input_text
 from buildkit.matrix import ruleset
-from buildkit.matrix.model import Matrix, Sku, Stack
+from buildkit.matrix.model import STANZA_TAGS, FrameworkSource, Matrix, PypiPin, Sku, Stack
 from buildkit.matrix.yamlsource import PathKey, SourceMap, YamlSourceError, format_path, load_yaml
 from buildkit.resources import DEFAULT_MATRIX
 
@@ -68,7 +69,7 @@ def parse_matrix(text: str, path: Path) -> LoadedMatrix:
     try:
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
-        raise MatrixError(syntax + [_structure_finding(err, source) for err in exc.errors()]) from None
+        raise MatrixError(syntax + [_structure_finding(err, source) for err in _stanza_errors(exc.errors())]) from None
     if syntax:
         raise MatrixError(syntax)
     findings = [
@@ -139,6 +140,27 @@ def _structure_finding(err: ErrorDetails, source: SourceMap) -> Finding:
     return Finding(source.locate(loc), format_path(loc), message, hint=hint)
 
 
+def _stanza_errors(errors: list[ErrorDetails]) -> list[ErrorDetails]:
+    """Errors under a stack's extra keys (its framework's stanza) read as if the key were a field:
+    the form a stanza was checked as (``index``, ``checkout``) left out of the path, and a key no
+    framework plug-in has reported once, as an unknown key."""
+    out: list[ErrorDetails] = []
+    unknown: set[tuple[str | int, ...]] = set()
+    for err in errors:
+        loc = err["loc"]
+        if len(loc) < 3 or loc[0] != "stacks" or loc[2] in Stack.model_fields:
+            out.append(err)
+            continue
+        key = loc[:3]
+        if str(loc[2]) not in frameworks():
+            if key not in unknown:
+                unknown.add(key)
+                out.append({**err, "loc": key, "type": "extra_forbidden", "msg": "unknown key"})
+            continue
+        out.append({**err, "loc": (*key, *(p for p in loc[3:4] if p not in STANZA_TAGS), *loc[4:])})
+    return out
+
+
 def _allowed_keys(loc: PathKey) -> list[str]:
     """The field names of the model at ``loc`` (walking dicts, tuples and optionals)."""
     tp: Any = Matrix
@@ -146,6 +168,9 @@ def _allowed_keys(loc: PathKey) -> list[str]:
         tp = _unwrap(tp)
         if isinstance(tp, type) and issubclass(tp, BaseModel):
             field = tp.model_fields.get(str(part))
+            if field is None and tp is Stack and str(part) in frameworks():  # a framework's stanza, in its plug-in's form
+                tp = FrameworkSource if frameworks()[str(part)].install == "checkout" else PypiPin
+                continue
             if field is None:
                 return []
             tp = field.annotation
@@ -157,7 +182,7 @@ def _allowed_keys(loc: PathKey) -> list[str]:
             return []
     tp = _unwrap(tp)
     if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return list(tp.model_fields)
+        return [*tp.model_fields, *(frameworks() if tp is Stack else ())]
     return []
 
 

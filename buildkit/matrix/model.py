@@ -6,11 +6,12 @@ in :mod:`buildkit.matrix.rules`, each written once.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictInt, StrictStr, Tag
 
 from buildkit.arch import Arch
+from buildkit.matrix.compat import CannDrivers, Compat, KnownIssue, OpenRlhfLine
 from buildkit.matrix.fields import (
     ArgName,
     CannVersion,
@@ -28,7 +29,8 @@ from buildkit.matrix.fields import (
 )
 from buildkit.matrix.sources import FrameworkSource, SourcePatch, WheelArchive
 
-__all__ = ["FrameworkSource", "Frozen", "SourcePatch", "WheelArchive"]  # re-exported: the matrix's models live here
+# re-exported: the matrix's models live here
+__all__ = ["CannDrivers", "Compat", "FrameworkSource", "Frozen", "KnownIssue", "OpenRlhfLine", "SourcePatch", "WheelArchive"]
 
 
 class PackageIndex(Frozen):
@@ -145,75 +147,6 @@ class GitPin(Frozen):
     )
 
 
-class OpenRlhfLine(Frozen):
-    """What an OpenRLHF release's Ascend branch was validated with (PEP 440 specifiers on the stack's pins)."""
-
-    cann: CannVersion
-    torch_npu: VersionSpecifier
-    vllm: VersionSpecifier
-    vllm_ascend: VersionSpecifier
-    transformers: VersionSpecifier | None = None
-    deepspeed: VersionSpecifier | None = None
-    ring_attn_ascend: VersionSpecifier | None = None
-
-
-class KnownIssue(Frozen):
-    torch_npu: PackageVersion
-    cann: CannVersion
-    severity: Literal["error", "warning"]
-    reason: StrictStr
-
-
-# An Ascend HDK (NPU driver and firmware package) release as Ascend's compatibility tables write it:
-# 25.0.RC1, 25.2.0, 26.0.RC1, or a whole line 25.5.X; a patch (25.0.RC1.1) belongs to its release.
-HdkVersion = Annotated[StrictStr, Field(pattern=r"^\d+\.\d+\.(X|\d+|RC\d+)$")]
-
-
-class CannDrivers(Frozen):
-    """The Ascend HDK releases Ascend publishes as supported for one CANN release, with where it says so."""
-
-    hdk: tuple[HdkVersion, ...] = Field(min_length=1, description="supported Ascend HDK releases or lines (25.5.X)")
-    source: StrictStr = Field(min_length=1, description="the published compatibility information these come from")
-    complete: StrictBool = Field(
-        default=True,
-        description=(
-            "the source lists every supported release, so an older driver is unsupported (doctor fails); false: only the "
-            "release paired with this CANN is known, so an older driver is merely unconfirmed (doctor warns)"
-        ),
-    )
-
-
-class Compat(Frozen):
-    """Facts the rules check stacks against (see the comments in the matrix)."""
-
-    torch_python: dict[Annotated[StrictStr, Field(pattern=r"^\d+\.\d+$")], VersionSpecifier]
-    torch_npu_cann: dict[PackageVersion, tuple[CannVersion, ...]]
-    cann_python: dict[Annotated[StrictStr, Field(pattern=r"^\d+\.\d+$")], tuple[PythonVersion, ...]]
-    known_issues: tuple[KnownIssue, ...] = ()
-    cann_drivers: dict[CannVersion, CannDrivers] = Field(
-        default={}, description="CANN release -> the Ascend HDK (driver) releases it supports: doctor judges the host's driver by it"
-    )
-    verl_npu_autodetect: PackageVersion = Field(
-        description="first verl release whose main_ppo sets trainer.device=npu by itself; older ones need the override"
-    )
-    verl_sft_trainer: PackageVersion = Field(
-        description=(
-            "first verl release whose SFT entry point is verl.trainer.sft_trainer (which sets trainer.device=npu itself); "
-            "older ones run verl.trainer.fsdp_sft_trainer and need the override"
-        )
-    )
-    openrlhf_ascend: dict[PackageVersion, OpenRlhfLine] = Field(
-        default={}, description="OpenRLHF release -> the pins its Ascend branch was validated with"
-    )
-    tool_requirements: dict[PackageName, dict[PackageVersion, dict[PackageName, VersionSpecifier]]] = Field(
-        default={},
-        description=(
-            "Ascend tool -> release -> what its wheel requires that a stack may not allow (python: its Requires-Python); "
-            "rule tool-fits-stack refuses a stack that pins the tool against them"
-        ),
-    )
-
-
 class ImageUser(Frozen):
     """The non-root user every image runs as: numbered like the Ascend driver's own user, so the
     driver files and device nodes a host gives that user are the container's too."""
@@ -246,8 +179,26 @@ class Installer(Frozen):
     )
 
 
+def stanza_kind(value: Any) -> str:
+    """A framework's stanza is a checkout when it names a repo or ref, else an index pin."""
+    if isinstance(value, FrameworkSource) or (isinstance(value, dict) and ("repo" in value or "ref" in value)):
+        return "checkout"
+    return "index"
+
+
+# The stanza of a stack's framework, under the framework's name (buildkit/frameworks/<name>/): an
+# index release (verl: {version: ...}) or a git checkout (openrlhf: {repo, ref, version, requirements}).
+FrameworkStanza = Annotated[Annotated[PypiPin, Tag("index")] | Annotated[FrameworkSource, Tag("checkout")], Discriminator(stanza_kind)]
+STANZA_TAGS = ("index", "checkout")  # where a stanza's validation errors say which form they checked
+
+
 class Stack(Frozen):
-    """One release line: every pin of one image, for each OS, arch and SKU it supports."""
+    """One release line: every pin of one image, for each OS, arch and SKU it supports. Besides its
+    fields, a stack names its framework: one key, the framework's name, holding its stanza (rule
+    one-framework checks the name is a plug-in's and the stanza its form)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    __pydantic_extra__: dict[str, FrameworkStanza] = Field(init=False)
 
     description: StrictStr
     default: StrictBool = False
@@ -279,9 +230,6 @@ class Stack(Frozen):
     msprobe: PypiPin | None = None
     msprof_analyze: PypiPin | None = None
     ais_bench: PypiPin | None = None
-    # The framework the image carries: exactly one of these (rule one-framework).
-    verl: PypiPin | None = None
-    openrlhf: FrameworkSource | None = None
     patches: tuple[SourcePatch, ...] = Field(default=(), description="lines commented out of installed distributions, each with its reason")
     constraints: dict[PackageName, VersionSpecifier] = Field(default={})
     constraints_by_arch: dict[Arch, dict[PackageName, VersionSpecifier]] = Field(default={})
@@ -298,16 +246,37 @@ class Stack(Frozen):
     def pins(self) -> dict[str, PypiPin]:
         """The PyPI-style pins by component name, in install order, absent ones left out (and the
         tools, when ``ascend_tools`` is off)."""
-        return {
+        pins = {
             name: pin
             for name in PYPI_COMPONENTS
             if isinstance(pin := getattr(self, name), PypiPin) and (self.ascend_tools or name not in TOOL_COMPONENTS)
         }
+        # a framework from the index installs last, in its own layer
+        pins.update((name, stanza) for name, stanza in self.frameworks.items() if isinstance(stanza, PypiPin))
+        return pins
+
+    @property
+    def frameworks(self) -> dict[str, FrameworkSource | PypiPin]:
+        """The framework stanzas the stack names, by name (a loaded stack has exactly one)."""
+        return dict(self.__pydantic_extra__ or {})
 
     @property
     def framework(self) -> str:
-        """``verl`` or ``openrlhf``: what the image is for (names its tags, labels and smoke jobs)."""
-        return "openrlhf" if self.openrlhf is not None else "verl"
+        """The framework the image is for, by its plug-in's name (names its tags, labels and smoke jobs)."""
+        assert len(self.frameworks) == 1, "a loaded stack carries one framework (rule one-framework)"
+        return next(iter(self.frameworks))
+
+    @property
+    def framework_pin(self) -> PypiPin | None:
+        """The framework's index release, when it comes from the index."""
+        stanza = next(iter(self.frameworks.values()), None)
+        return stanza if isinstance(stanza, PypiPin) else None
+
+    @property
+    def framework_source(self) -> FrameworkSource | None:
+        """The framework's git checkout, when it is built from one."""
+        stanza = next(iter(self.frameworks.values()), None)
+        return stanza if isinstance(stanza, FrameworkSource) else None
 
     @property
     def rollout(self) -> str:
@@ -332,10 +301,7 @@ class Stack(Frozen):
 
     @property
     def framework_version(self) -> str:
-        if self.openrlhf is not None:
-            return self.openrlhf.version
-        assert self.verl is not None, "a loaded stack carries one framework (rule one-framework)"
-        return self.verl.version
+        return self.frameworks[self.framework].version
 
     def git_pins(self) -> dict[str, GitPin]:
         """The pins built from a git checkout, by component name."""
@@ -350,8 +316,6 @@ def _components(kind: type[BaseModel]) -> tuple[str, ...]:
 PYPI_COMPONENTS = _components(PypiPin)
 TOOL_COMPONENTS = ("msprobe", "msprof_analyze", "ais_bench")  # Ascend's tools: one layer, one switch
 GIT_COMPONENTS = _components(GitPin)
-# The pins an OpenRLHF Ascend branch names, each a component of the stack (a test holds them to it).
-OPENRLHF_CHECKED = tuple(name for name in OpenRlhfLine.model_fields if name != "cann")
 
 
 RunnerLabels = tuple[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")], ...]

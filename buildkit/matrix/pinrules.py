@@ -8,14 +8,18 @@ from collections.abc import Iterator
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from buildkit.framework import frameworks
 from buildkit.matrix.model import TOOL_COMPONENTS, Matrix
 from buildkit.matrix.rules import Violation, _no_fact, _stacks, canonical, rule
+
+ENGINE_PINS = {"vllm": ("vllm", "vllm_ascend"), "sglang": ("sglang", "sgl_kernel_npu")}
+ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 @rule("one-rollout")
 def one_rollout(matrix: Matrix) -> Iterator[Violation]:
     """One rollout engine with its Ascend half: vLLM and vllm-ascend, or SGLang (built from its
-    NPU project file) and sgl-kernel-npu's kernels for every chip of the stack; OpenRLHF's is vLLM."""
+    NPU project file) and sgl-kernel-npu's kernels for every chip of the stack; one the stack's framework rolls out with."""
     for name, stack in _stacks(matrix):
         vllm = (stack.vllm, stack.vllm_ascend)
         sglang = (stack.sglang, stack.sgl_kernel_npu)
@@ -25,8 +29,12 @@ def one_rollout(matrix: Matrix) -> Iterator[Violation]:
                 "a stack pins one rollout engine, whole: vllm and vllm_ascend, or sglang and sgl_kernel_npu",
                 hint="vllm + vllm_ascend, or sglang + sgl_kernel_npu",
             )
-        elif stack.openrlhf is not None and stack.sglang is not None:
-            yield Violation(("stacks", name, "sglang"), "OpenRLHF's Ascend branch rolls out with vLLM only", hint="vllm + vllm_ascend")
+        elif (plugin := frameworks().get(next(iter(stack.frameworks), ""))) is not None and stack.rollout not in plugin.rollouts:
+            yield Violation(
+                ("stacks", name, stack.rollout),
+                f"{plugin.title}'s images roll out with {' or '.join(ENGINE_TITLES[e] for e in plugin.rollouts)} only",
+                hint=" + ".join(ENGINE_PINS[plugin.rollouts[0]]),
+            )
         if stack.sglang is not None and stack.sglang.project_file is not None and not stack.sglang.build_from_source:
             yield Violation(
                 ("stacks", name, "sglang", "project_file"), "a project file is used by a source build", hint="build_from_source: true"

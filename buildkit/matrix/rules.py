@@ -7,6 +7,7 @@ file/line/column.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from buildkit.matrix.model import OPENRLHF_CHECKED, Matrix, PypiPin, Stack
+from buildkit.framework import frameworks
+from buildkit.matrix.model import FrameworkSource, Matrix, PypiPin, Stack, stanza_kind
 from buildkit.matrix.yamlsource import PathKey
 
 
@@ -185,58 +187,36 @@ def known_issues(matrix: Matrix) -> Iterator[Violation]:
 
 @rule("one-framework")
 def one_framework(matrix: Matrix) -> Iterator[Violation]:
-    """An image carries one RL framework: verl from PyPI, or OpenRLHF from its Ascend source."""
+    """An image carries one RL framework, named by its plug-in (buildkit/frameworks/) and in the form
+    the plug-in installs it: an index pin, or a git checkout."""
+    known = frameworks()
     for name, stack in _stacks(matrix):
-        given = [f for f in FRAMEWORKS if getattr(stack, f) is not None]
+        given = list(stack.frameworks)
+        for key in given:
+            plugin = known.get(key)
+            if plugin is None:
+                close = difflib.get_close_matches(key, [*Stack.model_fields, *known], n=1)
+                yield Violation(
+                    ("stacks", name, key),
+                    f"unknown key {key!r}"
+                    + (f" (did you mean {close[0]!r}?)" if close else "")
+                    + ": not a field of a stack nor a framework",
+                    hint=f"frameworks: {', '.join(known)}",
+                )
+            elif stanza_kind(stack.frameworks[key]) != plugin.install:
+                form = "{repo, ref, version, requirements}" if plugin.install == "checkout" else "{version: ...}"
+                yield Violation(
+                    ("stacks", name, key),
+                    f"{plugin.title} is built from "
+                    + ("a git checkout" if plugin.install == "checkout" else "a release of the package index"),
+                    hint=f"{key}: {form}",
+                )
         if len(given) != 1:
             yield Violation(
                 ("stacks", name),
                 f"the stack names {' and '.join(given) if given else 'no framework'}; an image carries exactly one",
-                hint="either `verl: {version: ...}` or `openrlhf: {repo, ref, version, requirements}`",
+                hint=" or ".join(f"`{f.name}: {{...}}`" for f in known.values()),
             )
-
-
-FRAMEWORKS = ("verl", "openrlhf")
-
-
-@rule("openrlhf-matches-stack")
-def openrlhf_matches_stack(matrix: Matrix) -> Iterator[Violation]:
-    """The OpenRLHF release's Ascend branch was validated with these pins (compat.openrlhf_ascend)."""
-    table = matrix.compat.openrlhf_ascend
-    for name, stack in _stacks(matrix):
-        if stack.openrlhf is None:
-            continue
-        release = stack.openrlhf.version
-        line = table.get(release)
-        if line is None:
-            yield _no_fact(
-                ("stacks", name, "openrlhf", "version"), f"Ascend validation for OpenRLHF {release}", "openrlhf_ascend", release, table
-            )
-            continue
-        if stack.cann != line.cann:
-            yield Violation(
-                ("stacks", name, "cann"),
-                f"OpenRLHF {release}'s Ascend branch was validated on CANN {line.cann}, not {stack.cann}",
-                hint=f"cann: {line.cann}",
-            )
-        pins = stack.pins()
-        for component in OPENRLHF_CHECKED:
-            spec = getattr(line, component)
-            if spec is None:
-                continue
-            pin = pins.get(component)
-            if pin is None:
-                yield Violation(
-                    ("stacks", name),
-                    f"OpenRLHF {release} needs {component.replace('_', '-')} ({spec}), which the stack does not pin",
-                    hint=f"{component}: {{version: ...}} in {spec}",
-                )
-            elif not SpecifierSet(spec).contains(pin.version, prereleases=True):
-                yield Violation(
-                    ("stacks", name, component, "version"),
-                    f"OpenRLHF {release}'s Ascend branch was validated with {component.replace('_', '-')} {spec}, not {pin.version}",
-                    hint=f"{component.replace('_', '-')} {spec.lstrip('=')}" if spec.startswith("==") else f"a version in {spec}",
-                )
 
 
 @rule("patches-name-pins")
@@ -292,7 +272,8 @@ def references_exist(matrix: Matrix) -> Iterator[Violation]:
         for component, pin in stack.pins().items():
             yield from _index_refs(matrix, ("stacks", name, component), pin)
         named: list[tuple[str, str]] = [(component, git.repo) for component, git in stack.git_pins().items()]
-        named += [(c, getattr(stack, c).repo) for c in ("openrlhf", "sgl_kernel_npu") if getattr(stack, c) is not None]
+        named += [(c, source.repo) for c, source in stack.frameworks.items() if isinstance(source, FrameworkSource)]
+        named += [("sgl_kernel_npu", stack.sgl_kernel_npu.repo)] if stack.sgl_kernel_npu is not None else []
         for component, repo_id in named:
             if repo_id not in matrix.repos:
                 yield Violation(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from buildkit.framework import title_of
 from buildkit.matrix.model import TOOL_COMPONENTS, Matrix, Stack
 
 TableFormat = Literal["md", "rst"]
@@ -23,9 +24,10 @@ def tools_cell(stack: Stack) -> str:
 
 def framework_cell(stack: Stack) -> str:
     """``verl 0.6.1``; ``OpenRLHF 0.7.5 @06ac74cf`` (built from that commit of its Ascend source)."""
-    if stack.openrlhf is not None:
-        return f"OpenRLHF {stack.openrlhf.version} @{stack.openrlhf.ref[:8]}"
-    return f"verl {stack.framework_version}"
+    title = title_of(stack.framework)
+    if (source := stack.framework_source) is not None:
+        return f"{title} {source.version} @{source.ref[:8]}"
+    return f"{title} {stack.framework_version}"
 
 
 def stacks_table(matrix: Matrix) -> Table:

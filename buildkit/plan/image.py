@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from buildkit.arch import Arch
 from buildkit.errors import InputError
+from buildkit.framework import title_of
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Chip, ImageUser, Matrix, Stack
 from buildkit.plan.layers import (
     DOCKERFILES_DIR,
     LABEL_PREFIX,
-    OPENRLHF_LAYER,
     USER_LABEL,
     StackLayers,
     archive_fetch,
@@ -80,15 +80,11 @@ def full_tag(stack: Stack, chip_id: str, os_name: str) -> str:
     )
 
 
-FRAMEWORK_NAMES = {"verl": "verl", "openrlhf": "OpenRLHF"}
-# The smoke jobs each framework's images have (smoke_tests/ holds a job file for each; buildkit/run/job.py chooses it).
-SMOKE_JOBS = {"verl": ("grpo", "sft"), "openrlhf": ("grpo",)}
-
-
 def framework_title(stack: Stack) -> str:
-    """``verl 0.6.1``, ``OpenRLHF 0.7.5 (zhuo97/OpenRLHF@06ac74cf1ea8)``: what people call the image's framework."""
-    name = f"{FRAMEWORK_NAMES[stack.framework]} {stack.framework_version}"
-    return name if stack.openrlhf is None else f"{name} (source {stack.openrlhf.ref[:12]})"
+    """``verl 0.6.1``, ``OpenRLHF 0.7.5 (source 06ac74cf1ea8)``: what people call the image's framework."""
+    name = f"{title_of(stack.framework)} {stack.framework_version}"
+    source = stack.framework_source
+    return name if source is None else f"{name} (source {source.ref[:12]})"
 
 
 # The tag grammar, owned here; ship/ asks it and never rebuilds a tag with string methods:
@@ -162,9 +158,9 @@ def _labels(target: RenderTarget, stack: Stack, chip: Chip, skus: tuple[str, ...
         labels.append((f"{LABEL_PREFIX}.version.{dist_name(component)}", pin.version))
     for component, git in stack.git_pins().items():
         labels.append((f"{LABEL_PREFIX}.version.{dist_name(component)}", git.ref))
-    if stack.openrlhf is not None:
-        labels.append((f"{LABEL_PREFIX}.version.{OPENRLHF_LAYER}", stack.openrlhf.version))
-        labels.append((f"{LABEL_PREFIX}.commit.{OPENRLHF_LAYER}", stack.openrlhf.ref))
+    if (source := stack.framework_source) is not None:  # a framework from the index is among the pins
+        labels.append((f"{LABEL_PREFIX}.version.{stack.framework}", source.version))
+        labels.append((f"{LABEL_PREFIX}.commit.{stack.framework}", source.ref))
     return tuple(labels)
 
 
@@ -195,7 +191,7 @@ class ImagePlan:
     base_mirrors: tuple[str, ...]  # mirror repositories of the CANN base, as the matrix lists them
     layers: StackLayers
     git_checkouts: tuple[GitCheckout, ...]
-    source_checkout: GitCheckout | None  # the framework's own checkout (OpenRLHF), built in its layer
+    source_checkout: GitCheckout | None  # the framework's own checkout (OpenRLHF's), built in its layer
     labels: tuple[tuple[str, str], ...]
     expected_packages: tuple[tuple[str, str], ...]
     full_tag: str
@@ -213,10 +209,10 @@ class ImagePlan:
     @property
     def expected_sources(self) -> SourceChecks:
         """What verification checks of what was built from source or changed after install."""
-        source = self.stack.openrlhf
+        source = self.stack.framework_source
         return SourceChecks(
             commits=((self.source_checkout.name, self.source_checkout.ref),) if self.source_checkout else (),
-            leaves_out=((OPENRLHF_LAYER, source.leaves_out),) if source is not None and source.leaves_out else (),
+            leaves_out=((self.framework, source.leaves_out),) if source is not None and source.leaves_out else (),
             patches=tuple((p.package, p.file, p.comment_out) for p in self.stack.patches),
         )
 
@@ -279,7 +275,7 @@ def plan_image(loaded: LoadedMatrix, target: RenderTarget, arch: str | None = No
     checkouts = tuple(
         _checkout(matrix, dist_name(component), git.repo, git.ref, git.install) for component, git in stack.git_pins().items()
     )
-    source = stack.openrlhf
+    source = stack.framework_source
     layers = stack_layers(stack, matrix.installer)
     if stack.sgl_kernel_npu is not None:
         repo = matrix.repos[stack.sgl_kernel_npu.repo]
@@ -296,7 +292,7 @@ def plan_image(loaded: LoadedMatrix, target: RenderTarget, arch: str | None = No
         base_mirrors=tuple(f"{m}/{matrix.base_image.repository}" for m in matrix.base_image.mirrors.values()),
         layers=layers,
         git_checkouts=checkouts,
-        source_checkout=None if source is None else _checkout(matrix, OPENRLHF_LAYER, source.repo, source.ref, "pip"),
+        source_checkout=None if source is None else _checkout(matrix, stack.framework, source.repo, source.ref, "pip"),
         labels=_labels(target, stack, chip, skus, matrix.image_user),
         expected_packages=tuple(sorted(expected_packages(stack).items())),
         full_tag=full_tag(stack, target.chip_id, target.os_name),

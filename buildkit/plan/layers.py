@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from buildkit.framework import title_of
 from buildkit.matrix.model import TOOL_COMPONENTS, Installer, PypiPin, SourcePatch, Stack, WheelArchive
 
 LABEL_PREFIX = "io.ascendkit"
@@ -15,8 +16,6 @@ INSTALLER_ARG = "ASCENDKIT_INSTALLER"  # build ARG: uv (the default) or pip inst
 INSTALLERS = ("uv", "pip")
 BUILD_LAYER = "build"  # lock section of the source builds' build requirements
 GIT_LAYER = "git"  # lock section of the PyPI pins installed with the git checkouts
-VERL_LAYER = "verl"
-OPENRLHF_LAYER = "openrlhf"
 TOOLS_LAYER = "ascend-tools"
 DOCKERFILES_DIR = "dockerfiles"  # every rendered Dockerfile, relative to the matrix's directory
 LOCKS_DIR = "locks"  # relative to the matrix's directory, and to the build context
@@ -131,8 +130,8 @@ def pin_of(stack: Stack, component: str) -> Pin:
 def expected_packages(stack: Stack) -> dict[str, str]:
     """Distribution name -> exact version for every pin, the framework's checkout included (what verification checks)."""
     expected = {pin_of(stack, c).dist: pin_of(stack, c).version for c in stack.pins()}
-    if stack.openrlhf is not None:
-        expected[OPENRLHF_LAYER] = stack.openrlhf.version
+    if (source := stack.framework_source) is not None:
+        expected[stack.framework] = source.version
     return expected
 
 
@@ -148,18 +147,20 @@ def _canonical(name: str) -> str:
 
 
 def framework_layer(stack: Stack) -> Layer:
-    if stack.openrlhf is not None:
-        source = stack.openrlhf
-        checkout = FrameworkCheckout(
-            OPENRLHF_LAYER, source.repo, source.ref, source.version, source.requirements, tuple(sorted(source.install_env.items()))
-        )
-        title = (
-            f"OpenRLHF {source.version} from its Ascend source at {source.ref[:12]}, built with "
-            + " ".join(f"{k}={v}" for k, v in checkout.install_env)
-            + f"\n#    (the most volatile layer); what its {source.requirements} needs beyond the layers above comes from the lock"
-        )
-        return Layer(OPENRLHF_LAYER, title, source=checkout)
-    return Layer(VERL_LAYER, "verl (the most volatile layer: bumping verl rebuilds only this)", (pin_of(stack, "verl"),))
+    """The framework's own layer, named for it: its index release, or its checkout built with its install environment."""
+    name, title = stack.framework, title_of(stack.framework)
+    source = stack.framework_source
+    if source is None:
+        return Layer(name, f"{title} (the most volatile layer: bumping {title} rebuilds only this)", (pin_of(stack, name),))
+    checkout = FrameworkCheckout(
+        name, source.repo, source.ref, source.version, source.requirements, tuple(sorted(source.install_env.items()))
+    )
+    text = (
+        f"{title} {source.version} from its Ascend source at {source.ref[:12]}, built with "
+        + " ".join(f"{k}={v}" for k, v in checkout.install_env)
+        + f"\n#    (the most volatile layer); what its {source.requirements} needs beyond the layers above comes from the lock"
+    )
+    return Layer(name, text, source=checkout)
 
 
 def stack_layers(stack: Stack, installer: Installer) -> StackLayers:

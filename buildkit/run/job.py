@@ -3,12 +3,8 @@
 ``ascendkit smoke`` and ``ascendkit k8s render`` both build the job here from the same inputs (the
 SKU, the framework and release the image carries, the job, steps, nodes), so a Kubernetes run
 gets exactly the arguments a local run does. Which file serves an image, and what is appended
-to it, follows from facts in the matrix, never from a per-stack list:
-
-    verl      grpo  grpo_smoke.yaml            trainer.device=npu before compat.verl_npu_autodetect
-    verl      sft   sft_smoke.yaml             before compat.verl_sft_trainer (fsdp_sft_trainer; with trainer.device=npu)
-                    sft_engine_smoke.yaml      from it on (sft_trainer, which sets the device itself)
-    openrlhf  grpo  openrlhf_grpo_smoke.yaml   a Ray head first, as the seed starts it
+to it, is the framework plug-in's to say (:mod:`buildkit.framework`), from facts in the matrix,
+never from a per-stack list.
 """
 
 from __future__ import annotations
@@ -20,18 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from packaging.version import InvalidVersion, Version
 from pydantic import Field, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from buildkit.errors import Finding, InputError
+from buildkit.framework import UNLABELLED, Framework, framework, frameworks
 from buildkit.fsio import read_input_text
+from buildkit.matrix.fields import Identifier
 from buildkit.matrix.model import Compat, Frozen, Sku, Stack
 from buildkit.matrix.yamlsource import YamlSourceError, format_path, load_yaml
-from buildkit.plan import FRAMEWORK_NAMES, SMOKE_JOBS
 from buildkit.resources import SMOKE_DIR
 from buildkit.run import SmokeJob
 
-JOB_FILE = SMOKE_DIR / "grpo_smoke.yaml"  # verl's GRPO job: the default of a verl image
 JOBS: tuple[str, ...] = get_args(SmokeJob)
 
 # Where the host's directories appear in the container.
@@ -41,11 +36,9 @@ MODEL_DIR = "/smoke/model"  # --model-path, read-only
 DATA_DIR = "/smoke/data"  # --data, read-only
 DATA_FILES = ("train.parquet", "test.parquet")  # what --data must hold (every job reads both or the first)
 GENERATED_DATA = f"{OUT_DIR}/data"
-REWARD_FILE = f"{SMOKE_FILES}/gsm8k_reward.py"  # OpenRLHF's rule-based reward (--remote_rm_url)
-ARGS_CHECK = f"{SMOKE_FILES}/openrlhf_args.py"  # OpenRLHF's config check: its parser, up to ray.init
+REWARD_FILE = f"{SMOKE_FILES}/gsm8k_reward.py"  # {reward}: the rule-based GSM8K reward (OpenRLHF's --remote_rm_url)
 RAY_PORT = 6379
 
-DEVICE_OVERRIDE = "trainer.device=npu"
 MIN_TRAIN_ROWS = 256  # what the generator writes by default; more when the steps need them
 
 
@@ -62,7 +55,7 @@ RolloutEngine = Literal["vllm", "sglang"]
 class JobSpec(Frozen):
     """A job file of ``smoke_tests/``: the job, with placeholders the SKU and the options fill in."""
 
-    framework: Literal["verl", "openrlhf"]
+    framework: Identifier = Field(description="the framework plug-in whose job this is (buildkit/frameworks/<name>)")
     job: Literal["grpo", "sft"]
     module: StrictStr = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", description="run as python3 -m MODULE")
     launcher: tuple[StrictStr, ...] = Field(default=("python3",), min_length=1, description="what runs the module (torchrun ...)")
@@ -72,7 +65,9 @@ class JobSpec(Frozen):
     tensor_parallel: StrictInt = Field(default=1, gt=0)
     prompts_per_npu: StrictInt = Field(gt=0)
     samples_per_prompt: StrictInt = Field(default=1, gt=0)
-    actor_share: StrictFloat | None = Field(default=None, gt=0, lt=1, description="OpenRLHF: the share of each node's NPUs for the actor")
+    actor_share: StrictFloat | None = Field(
+        default=None, gt=0, lt=1, description="the share of each node's NPUs for the actor (and reference), the rest for rollout engines"
+    )
     env: dict[StrictStr, StrictStr] = Field(default={})
     overrides: tuple[StrictStr, ...] = ()
     rollouts: dict[RolloutEngine, RolloutSpec] = Field(
@@ -97,7 +92,7 @@ PLACEHOLDERS = (
 )
 
 
-def load_job(path: Path = JOB_FILE) -> JobSpec:
+def load_job(path: Path) -> JobSpec:
     """Read and check a job file; errors name the file, line and field."""
     text = read_input_text(path, "smoke job file")
     try:
@@ -122,8 +117,12 @@ def load_job(path: Path = JOB_FILE) -> JobSpec:
                     findings.append(
                         Finding(source.locate(loc), format_path(loc), f"unknown placeholder {{{name}}}", hint=", ".join(PLACEHOLDERS))
                     )
-    if job.framework == "openrlhf" and job.actor_share is None:
-        findings.append(Finding(source.locate(()), "actor_share", "an OpenRLHF job splits each node's NPUs: give actor_share"))
+    plugin = frameworks().get(job.framework)
+    if plugin is None:
+        known = ", ".join(frameworks())
+        findings.append(Finding(source.locate(("framework",)), "framework", f"no framework {job.framework!r}", hint=known))
+    elif plugin.splits_nodes and job.actor_share is None:
+        findings.append(Finding(source.locate(()), "actor_share", f"an {plugin.title} job splits each node's NPUs: give actor_share"))
     if findings:
         raise InputError("\n".join(f.format() for f in findings))
     return job
@@ -133,28 +132,11 @@ def load_job(path: Path = JOB_FILE) -> JobSpec:
 class JobFacts:
     """What the matrix knows of the frameworks' entry points (``compat``): which file and what to append."""
 
-    verl_npu_autodetect: str
-    verl_sft_trainer: str
+    compat: Compat
 
     @classmethod
     def of(cls, compat: Compat) -> JobFacts:
-        return cls(compat.verl_npu_autodetect, compat.verl_sft_trainer)
-
-
-def _older(version: str | None, than: str) -> bool:
-    """An unknown or unparsable release counts as older: the override it gets is what a newer one
-    would choose by itself, so passing it is never wrong on an Ascend node."""
-    if version is None:
-        return True
-    try:
-        return Version(version) < Version(than)
-    except InvalidVersion:
-        return True
-
-
-def needs_device_override(verl: str | None, first_autodetect: str) -> bool:
-    """True unless the image's verl switches ``trainer.device`` to npu by itself."""
-    return _older(verl, first_autodetect)
+        return cls(compat)
 
 
 @dataclass(frozen=True)
@@ -163,34 +145,34 @@ class ImageJob:
 
     stack: str | None
     version: str | None  # the framework's release installed in the image; None when not known
-    framework: str = "verl"
-    rollout: str = "vllm"  # the engine verl rolls out with (images without the label carry vLLM)
+    framework: str = UNLABELLED
+    rollout: str = "vllm"  # the engine the job rolls out with (images without the label carry vLLM)
 
     @classmethod
     def of(cls, stack_id: str, stack: Stack) -> ImageJob:
         """What an image of this stack of the matrix carries."""
         return cls(stack_id, stack.framework_version, stack.framework, stack.rollout)
 
-    @property
-    def verl(self) -> str | None:
-        return self.version if self.framework == "verl" else None
+
+def _plugin(image: ImageJob) -> Framework:
+    """The image's framework; one no plug-in knows has no smoke job."""
+    if image.framework not in frameworks():
+        raise InputError(f"{image.framework!r} images have no smoke job; frameworks: {', '.join(frameworks())}")
+    return framework(image.framework)
 
 
 def job_file(image: ImageJob, job: str, facts: JobFacts) -> Path:
     """The job file that serves ``job`` in this image (refused when its framework has none)."""
     if job not in JOBS:
         raise InputError(f"--job {job!r}: one of {', '.join(JOBS)}")
-    has = SMOKE_JOBS.get(image.framework)
-    if has is None:
-        raise InputError(f"{image.framework!r} images have no smoke job; frameworks: {', '.join(SMOKE_JOBS)}")
-    if job not in has:
-        name = FRAMEWORK_NAMES.get(image.framework, image.framework)
-        raise InputError(f"--job {job}: an {name} image has the {' and '.join(has)} smoke job (SFT smoke jobs are verl's)")
-    if image.framework == "openrlhf":
-        return SMOKE_DIR / "openrlhf_grpo_smoke.yaml"
-    if job == "sft":
-        return SMOKE_DIR / ("sft_smoke.yaml" if _older(image.version, facts.verl_sft_trainer) else "sft_engine_smoke.yaml")
-    return JOB_FILE
+    plugin = _plugin(image)
+    if job not in plugin.jobs:
+        others = [f.title for f in frameworks().values() if job in f.jobs]
+        raise InputError(
+            f"--job {job}: {'an' if plugin.title[0] in 'AEIOUaeiou' else 'a'} {plugin.title} image has the "
+            f"{' and '.join(plugin.jobs)} smoke job" + (f" ({job.upper()} smoke jobs are {', '.join(others)}'s)" if others else "")
+        )
+    return SMOKE_DIR / plugin.job_file(job, image.version, facts.compat)
 
 
 def spec_for(image: ImageJob, job: str, facts: JobFacts) -> JobSpec:
@@ -200,19 +182,19 @@ def spec_for(image: ImageJob, job: str, facts: JobFacts) -> JobSpec:
     return spec
 
 
-def check_overrides(items: list[str], framework: str | None = None) -> tuple[str, ...]:
-    """``--override`` values: for verl Hydra overrides KEY=VALUE (``+KEY=VALUE`` adds a key); for
-    OpenRLHF its own flags, one each (``--flag=value`` or ``--flag``). With no framework (the
-    image not read yet), either form."""
+def check_overrides(items: list[str], framework_name: str | None = None) -> tuple[str, ...]:
+    """``--override`` values, each one argument of the image's framework (its plug-in says which
+    form: Hydra's KEY=VALUE, or a flag ``--name[=value]``). With no framework (the image not read
+    yet), any plug-in's form."""
+    plugins = list(frameworks().values()) if framework_name is None else [framework(framework_name)]
     for item in items:
-        flag = item.startswith("--") and len(item) > 2
-        hydra = "=" in item and not item.startswith("-")
-        if framework == "openrlhf" and not flag:
-            raise InputError(f"--override {item!r}: this image runs OpenRLHF, whose arguments are flags: e.g. --override=--seed=7")
-        if framework == "verl" and not hydra:
-            raise InputError(f"--override {item!r}: this image runs verl, whose arguments are Hydra overrides KEY=VALUE")
-        if framework is None and not (flag or hydra):
-            raise InputError(f"--override {item!r}: a Hydra override KEY=VALUE (verl) or a flag --name[=value] (OpenRLHF)")
+        errors = [e for plugin in plugins if (e := plugin.override_error(item)) is not None]
+        if len(errors) == len(plugins):
+            if framework_name is not None:
+                raise InputError(f"--override {item!r}: {errors[0]}")
+            forms = {"hydra": "a Hydra override KEY=VALUE", "flags": "a flag --name[=value]"}
+            said = " or ".join(f"{forms[p.arguments]} ({p.title})" for p in plugins)
+            raise InputError(f"--override {item!r}: {said}")
     return tuple(items)
 
 
@@ -224,12 +206,12 @@ class Job:
     name: str  # grpo or sft
     launcher: tuple[str, ...]
     module: str
-    overrides: tuple[str, ...]  # Hydra overrides (verl) or flags (OpenRLHF), the user's last
+    overrides: tuple[str, ...]  # in the framework's form (Hydra overrides, or flags), the user's last
     env: dict[str, str]
     batch: int
     steps: int
     train_rows: int
-    device_override: bool
+    appended: tuple[str, ...]  # what the framework added for the image's release (verl: trainer.device=npu)
     data_format: str = "verl-rl"
     nnodes: int = 1
     ray_npus: int = 0  # > 0: start a Ray head with this many NPUs as Ray's NPU resource first
@@ -245,15 +227,13 @@ class Job:
 
     @property
     def check_style(self) -> str:
-        """How the config check runs: ``hydra`` (verl composes with ``--cfg job``) or ``parser`` (OpenRLHF's own)."""
-        return "parser" if self.framework == "openrlhf" else "hydra"
+        """How the config check runs: ``hydra`` (Hydra composes with ``--cfg job``) or ``parser`` (the framework's own)."""
+        return framework(self.framework).check_style
 
     def check_argv(self) -> list[str]:
-        """The same module and arguments, run only as far as the framework's own checks go: verl
-        composes its config (Hydra's ``--cfg job``) and exits; OpenRLHF parses and asserts up to ``ray.init``."""
-        if self.check_style == "parser":
-            return ["python3", ARGS_CHECK, self.module, *self.overrides]
-        return ["python3", "-m", self.module, "--cfg", "job", *self.overrides]
+        """The same module and arguments, run only as far as the framework's own checks go: Hydra
+        composes the config (``--cfg job``) and exits; a parser parses and asserts up to ``ray.init``."""
+        return framework(self.framework).check_argv(self.module, self.overrides)
 
     def data_command(self) -> list[str]:
         """Generate the job's gsm8k-format data in the container: enough rows for every step."""
@@ -299,27 +279,27 @@ def build_job(
     extra: tuple[str, ...] = (),
     extra_env: dict[str, str] | None = None,
 ) -> Job:
-    """Fill the job for the SKU and the image: the placeholders, the device override when the
-    image's verl needs it, then the user's ``--override`` values."""
+    """Fill the job for the SKU and the image: the placeholders, what the framework appends for the
+    image's release (verl: the device override), then the user's ``--override`` values."""
     npus = sku.npus_per_node
     if spec.nodes == "one" and nnodes != 1:
         raise InputError(
             f"the {spec.framework} {spec.job} job runs on one node ({shlex.join(spec.launcher)}); --nodes {nnodes} is for GRPO"
         )
     fill = {"npus": str(npus), "nnodes": str(nnodes), "tp": str(spec.tensor_parallel), "steps": str(steps), "model": model, "data": data}
-    if spec.actor_share is not None:  # OpenRLHF: actor (and ref) on a share of each node, vLLM engines on the rest
+    fill["reward"] = REWARD_FILE
+    if spec.actor_share is not None:  # actor (and ref) on a share of each node, rollout engines on the rest
         actor_npus = round(npus * spec.actor_share)
         rollout_npus = npus - actor_npus
         if actor_npus < 1 or rollout_npus < 1 or rollout_npus % spec.tensor_parallel:
             raise InputError(
-                f"actor_share {spec.actor_share} of {npus} NPUs leaves {rollout_npus} for vLLM engines of tensor_parallel "
+                f"actor_share {spec.actor_share} of {npus} NPUs leaves {rollout_npus} for rollout engines of tensor_parallel "
                 f"{spec.tensor_parallel}: each node needs NPUs for both, the engines' a multiple of their TP"
             )
         batch = spec.prompts_per_npu * actor_npus * nnodes
         fill.update(
             actor_npus=str(actor_npus),
             engines=str(rollout_npus * nnodes // spec.tensor_parallel),
-            reward=REWARD_FILE,
         )
     else:
         if npus % spec.tensor_parallel:
@@ -331,10 +311,7 @@ def build_job(
         train_batch=str(batch * spec.samples_per_prompt),
         max_samples=str(batch * steps),
     )
-    device = False
-    if spec.framework == "verl":
-        first = facts.verl_npu_autodetect if spec.job == "grpo" else facts.verl_sft_trainer
-        device = _older(image.version, first)
+    appended = framework(spec.framework).job_overrides(spec.job, image.version, facts.compat)
     env = dict(spec.env)
     overrides = [o.format_map(fill) for o in spec.overrides]
     if spec.rollouts:
@@ -343,8 +320,7 @@ def build_job(
             raise InputError(f"the {spec.framework} {spec.job} job has no settings for the {image.rollout} rollout of this image")
         overrides += [o.format_map(fill) for o in engine.overrides]
         env.update(engine.env)
-    if device:
-        overrides.append(DEVICE_OVERRIDE)
+    overrides += appended
     return Job(
         framework=spec.framework,
         name=spec.job,
@@ -356,7 +332,7 @@ def build_job(
         steps=steps,
         # One epoch of train rows must hold every step's batch (the trainers drop a last partial batch).
         train_rows=max(MIN_TRAIN_ROWS, batch * steps),
-        device_override=device,
+        appended=appended,
         data_format=spec.data,
         nnodes=nnodes,
         ray_npus=npus if spec.ray_head and nnodes == 1 else 0,

@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from buildkit.accuracy.compare import GATES, PCT_UNIT, Gate
+from buildkit.accuracy.compare import PCT_UNIT
 from buildkit.accuracy.metrics import StepMetrics, is_finite, series
+from buildkit.framework import Gate, title_of
 from buildkit.fsio import write_atomic
-from buildkit.plan import FRAMEWORK_NAMES
 from buildkit.run.doctor.base import Check
 
 
-def judge(steps: list[StepMetrics], requested: int, gate: Gate = GATES[0]) -> list[Check]:
+def judge(steps: list[StepMetrics], requested: int, gate: Gate) -> list[Check]:
     """The checks that need no baseline: steps done, finite numbers, and for the job's metrics
     (``gate``): rewards in [0, 1], a loss logged, throughput > 0 where the job logs it."""
     checks: list[Check] = []
@@ -79,7 +79,7 @@ def report_markdown(data: dict[str, Any]) -> str:
     image = data["image"]
     settings = data["settings"]
     job = data.get("job") or {}
-    title = f"{FRAMEWORK_NAMES.get(job.get('framework', 'verl'), 'verl')} {str(job.get('name', 'grpo')).upper()}"
+    title = f"{title_of(str(job.get('framework', 'verl')))} {str(job.get('name', 'grpo')).upper()}"
     lines = [
         f"# {title} smoke test: {data['outcome'].upper()}",
         "",

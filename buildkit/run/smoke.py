@@ -30,13 +30,14 @@ import docker
 import requests
 from docker.errors import DockerException, ImageNotFound
 
-from buildkit.accuracy.compare import Comparison, compare_runs, gate_for
+from buildkit.accuracy.compare import Comparison, compare_runs
 from buildkit.accuracy.metrics import StepMetrics, parse_log
 from buildkit.errors import ExitCode, InputError, OutputError, Unavailable
+from buildkit.framework import UNLABELLED, framework, title_of
 from buildkit.fsio import check_output_dir
 from buildkit.imageref import IMAGE_REFERENCE
 from buildkit.matrix.model import Sku
-from buildkit.plan import FRAMEWORK_NAMES, LABEL_PREFIX
+from buildkit.plan import LABEL_PREFIX
 from buildkit.reach import engine_said
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.configcheck import run_config_check
@@ -124,10 +125,10 @@ def check_image_chip(ref: str, labels: dict[str, str], sku_id: str, chip_id: str
 
 def image_job_of(labels: dict[str, str], stack: str | None) -> ImageJob:
     """The framework and release an image carries, from its labels (images built before the
-    framework label carry verl: their only framework then)."""
-    framework = labels.get(f"{LABEL_PREFIX}.framework", "verl")
+    framework label carry :data:`~buildkit.framework.UNLABELLED`: their only framework then)."""
+    name = labels.get(f"{LABEL_PREFIX}.framework", UNLABELLED)
     rollout = labels.get(f"{LABEL_PREFIX}.rollout", "vllm")  # images built before the label roll out with vLLM
-    return ImageJob(stack, labels.get(f"{LABEL_PREFIX}.version.{framework}"), framework, rollout)
+    return ImageJob(stack, labels.get(f"{LABEL_PREFIX}.version.{name}"), name, rollout)
 
 
 PARQUET_MAGIC = b"PAR1"
@@ -203,7 +204,7 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         extra=check_overrides(list(request.overrides), image.framework),
         extra_env=request.env,
     )
-    what = f"{FRAMEWORK_NAMES.get(image.framework, image.framework)} {job.name.upper()}"
+    what = f"{title_of(image.framework)} {job.name.upper()}"
     try:
         request.out.mkdir(parents=True, exist_ok=True)
         for stale in (
@@ -259,7 +260,7 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
             "name": job.name,
             "command": job.argv,
             "env": job.env,
-            "device_override": job.device_override,
+            "appended": list(job.appended),  # what the framework added for the image's release
         },
         "config_check": None,
         "doctor": None,
@@ -293,10 +294,11 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         if not check["passed"]:
             return finish("failed", ExitCode.CHECK_FAILED, f"config check: {check['error']}; see config-check.log")
         if request.check_only:
+            title = title_of(job.framework)
             if job.check_style == "parser":
-                message = f"OpenRLHF parsed the {what} job's flags in the image and they pass its start-up checks; nothing trained"
+                message = f"{title} parsed the {what} job's flags in the image and they pass its start-up checks; nothing trained"
             else:
-                message = f"verl composed the {what} job's config in the image and it passes verl's start-up checks; nothing trained"
+                message = f"{title} composed the {what} job's config in the image and it passes {title}'s start-up checks; nothing trained"
             return finish("checked", ExitCode.OK, message)
 
     data["files"]["doctor_log"] = "doctor.log"
@@ -349,7 +351,7 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
     )
     steps = parse_log((request.out / "job.log").read_text(encoding="utf-8", errors="replace").splitlines())
     data["job"].update(exit_code=result.exit_code, timed_out=result.timed_out, steps_logged=len(steps))
-    checks = judge(steps, request.steps, gate_for(job.framework, job.name))
+    checks = judge(steps, request.steps, framework(job.framework).gate(job.name))
     comparison: Comparison | None = None
     if request.baseline is not None and steps:
         try:
