@@ -27,6 +27,7 @@ from buildkit.resources import DEFAULT_MATRIX
 
 if TYPE_CHECKING:
     from buildkit.lock.availability import PinCheck
+    from buildkit.matrix.model import Matrix, Stack
 
 
 @matrix_app.command("validate", short_help="Check the structure and every compatibility rule.")
@@ -138,24 +139,8 @@ def matrix_show(
     for key in ("cann", "python", "os", "arches", "skus", "atb_cxx_abi"):
         value = getattr(s, key)
         table.add_row(key, ", ".join(value) if isinstance(value, tuple) else str(value))
-    for component, pin in s.pins().items():
-        extra = [f"index {pin.index}"] + [f"{a}: {i}" for a, i in pin.index_by_arch.items()]
-        if pin.build_from_source:
-            extra.append("built from sdist")
-        if pin.extensions:
-            extra.append(f"compiles {', '.join(pin.extensions)}")
-        table.add_row(component, f"{pin.version}  ({'; '.join(extra)})")
-    for component, git in s.git_pins().items():
-        repo = m.repos[git.repo]
-        table.add_row(component, f"{git.ref}  ({m.git_hosts[repo.host].url}/{repo.path}, {git.install})")
-    if (source := s.framework_source) is not None:
-        repo = m.repos[source.repo]
-        built = " ".join(f"{k}={v}" for k, v in source.install_env.items())
-        table.add_row(
-            s.framework,
-            f"{source.version} from {m.git_hosts[repo.host].url}/{repo.path} at {source.ref} "
-            f"({source.requirements}{', ' + built if built else ''}; leaves out {', '.join(source.leaves_out) or 'nothing'})",
-        )
+    for key, value in _pin_rows(m, s):
+        table.add_row(key, value)
     for patch in s.patches:
         table.add_row(f"patch {patch.package}", f"{patch.file}: comments out {patch.comment_out!r} ({patch.reason})")
     for pkg, spec in s.constraints.items():
@@ -176,6 +161,32 @@ def matrix_show(
     for issue in issues:
         table.add_row(f"known issue ({issue['severity']})", issue["reason"])
     out.print(table)
+
+
+def _pin_rows(m: Matrix, s: Stack) -> list[tuple[str, str]]:
+    """Each pin of the stack, where it comes from and how it is built."""
+    rows: list[tuple[str, str]] = []
+    for component, pin in s.pins().items():
+        extra = [f"index {pin.index}"] + [f"{a}: {i}" for a, i in pin.index_by_arch.items()]
+        if pin.build_from_source:
+            extra.append("built from sdist")
+        if pin.extensions:
+            extra.append(f"compiles {', '.join(pin.extensions)}")
+        rows.append((component, f"{pin.version}  ({'; '.join(extra)})"))
+    for component, git in s.git_pins().items():
+        repo = m.repos[git.repo]
+        rows.append((component, f"{git.ref}  ({m.git_hosts[repo.host].url}/{repo.path}, {git.install})"))
+    if (source := s.framework_source) is not None:
+        repo = m.repos[source.repo]
+        built = " ".join(f"{k}={v}" for k, v in source.install_env.items())
+        rows.append(
+            (
+                s.framework,
+                f"{source.version} from {m.git_hosts[repo.host].url}/{repo.path} at {source.ref} "
+                f"({source.requirements}{', ' + built if built else ''}; leaves out {', '.join(source.leaves_out) or 'nothing'})",
+            )
+        )
+    return rows
 
 
 @matrix_app.command("verify", short_help="Check every pin exists on its index.")

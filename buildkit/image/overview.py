@@ -90,6 +90,27 @@ def overview_page(loaded: LoadedMatrix, framework: str) -> str:
         "",
         "The stacks, their pins' sources and their known issues: `ascendkit matrix show STACK`.",
         "",
+        *_usage(repository, example, example_sku, jobs),
+        "Ascend's accuracy and profiling tools, where the table lists them, are installed, hash-locked and imported",
+        "when the image is verified: `msprobe` (mindstudio-probe; verl's `global_profiler.tool=precision_debugger`),",
+        "`msprof-analyze` and `ais_bench` (AISBench). A line whose pins a tool's own requirements rule out leaves it",
+        "out and says why in `compat_matrix.yaml`.",
+        "",
+        "## Host driver",
+        "",
+        "The node's driver and firmware must be a release the image's CANN supports (`ascendkit doctor` and",
+        "`ascendkit k8s preflight` check it on every node):",
+        "",
+        *_drivers(loaded, stacks),
+        "",
+        f"Frameworks: {', '.join(sorted({framework_title(s) for s in stacks}))}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _usage(repository: str, example: str, example_sku: str, jobs: str) -> list[str]:
+    """How to pull, check and run an image of the repository, on an example tag."""
+    return [
         "## Pull",
         "",
         "The images are published where your CI publishes them (`vars.ASCENDKIT_REGISTRY` of the generated",
@@ -110,21 +131,7 @@ def overview_page(loaded: LoadedMatrix, framework: str) -> str:
         "",
         f"Smoke jobs of these images: {jobs} (`smoke_tests/`), judged by the seeds' accuracy and throughput gate.",
         "",
-        "Ascend's accuracy and profiling tools, where the table lists them, are installed, hash-locked and imported",
-        "when the image is verified: `msprobe` (mindstudio-probe; verl's `global_profiler.tool=precision_debugger`),",
-        "`msprof-analyze` and `ais_bench` (AISBench). A line whose pins a tool's own requirements rule out leaves it",
-        "out and says why in `compat_matrix.yaml`.",
-        "",
-        "## Host driver",
-        "",
-        "The node's driver and firmware must be a release the image's CANN supports (`ascendkit doctor` and",
-        "`ascendkit k8s preflight` check it on every node):",
-        "",
-        *_drivers(loaded, stacks),
-        "",
-        f"Frameworks: {', '.join(sorted({framework_title(s) for s in stacks}))}.",
     ]
-    return "\n".join(lines) + "\n"
 
 
 def overview_pages(loaded: LoadedMatrix) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -181,6 +182,26 @@ def cann_env(stack: Stack) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str
     return roots, tuple(env)
 
 
+def _image_info(matrix: Matrix, plan: ImagePlan) -> dict[str, Any]:
+    """/etc/ascendkit/image.json: what doctor knows of the image it runs in, besides its pins."""
+    stack, target = plan.stack, plan.target
+    drivers = matrix.compat.cann_drivers.get(stack.cann)
+    return {
+        "stack": target.stack_id,
+        "chip": target.chip_id,
+        "chip_name": plan.chip.name,
+        "soc_names": list(plan.chip.soc_names),
+        **({"soc_family": plan.chip.soc_family} if plan.chip.soc_family else {}),  # 950: SoCs the list may not name yet
+        "skus": list(plan.skus),
+        "os": target.os_name,
+        "cann": stack.cann,
+        "python": stack.python,
+        "atb_cxx_abi": stack.atb_cxx_abi,
+        "framework": stack.framework,
+        "drivers": drivers.model_dump(mode="json") if drivers else None,
+    }  # no versions: doctor reads those from the constraints file, and verl's must not touch this layer
+
+
 def build_context(loaded: LoadedMatrix, plan: ImagePlan) -> DockerfileContext:
     matrix = loaded.matrix
     stack = plan.stack
@@ -210,21 +231,6 @@ def build_context(loaded: LoadedMatrix, plan: ImagePlan) -> DockerfileContext:
         + ", ".join(a for a, _ in build_args if a not in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "APT_MIRROR"))
         + ", APT_MIRROR.",
     )
-    drivers = matrix.compat.cann_drivers.get(stack.cann)
-    image_info = {
-        "stack": target.stack_id,
-        "chip": target.chip_id,
-        "chip_name": plan.chip.name,
-        "soc_names": list(plan.chip.soc_names),
-        **({"soc_family": plan.chip.soc_family} if plan.chip.soc_family else {}),  # 950: SoCs the list may not name yet
-        "skus": list(plan.skus),
-        "os": target.os_name,
-        "cann": stack.cann,
-        "python": stack.python,
-        "atb_cxx_abi": stack.atb_cxx_abi,
-        "framework": stack.framework,
-        "drivers": drivers.model_dump(mode="json") if drivers else None,
-    }  # no versions: doctor reads those from the constraints file, and verl's must not touch this layer
     return DockerfileContext(
         plan=plan,
         header=header,
@@ -248,7 +254,7 @@ def build_context(loaded: LoadedMatrix, plan: ImagePlan) -> DockerfileContext:
         tail_steps=layers.tail,
         last_step=layers.framework,
         patched=bool(stack.patches),
-        image_info=json.dumps(image_info, sort_keys=True, separators=(",", ":")),
+        image_info=json.dumps(_image_info(matrix, plan), sort_keys=True, separators=(",", ":")),
         labels=plan.labels,
     )
 

@@ -266,6 +266,26 @@ class Job:
         return "set -e; " + "; ".join([*steps, "exec " + shlex.join(self.argv)])
 
 
+def _split(spec: JobSpec, npus: int, nnodes: int) -> dict[str, str]:
+    """The batch, and where the job splits each node's NPUs between the actor and its rollout engines."""
+    if spec.actor_share is None:
+        if npus % spec.tensor_parallel:
+            raise InputError(f"tensor_parallel {spec.tensor_parallel} does not divide the SKU's {npus} NPUs per node")
+        return {"batch": str(spec.prompts_per_npu * npus * nnodes)}
+    actor_npus = round(npus * spec.actor_share)  # actor (and ref) on a share of each node, rollout engines on the rest
+    rollout_npus = npus - actor_npus
+    if actor_npus < 1 or rollout_npus < 1 or rollout_npus % spec.tensor_parallel:
+        raise InputError(
+            f"actor_share {spec.actor_share} of {npus} NPUs leaves {rollout_npus} for rollout engines of tensor_parallel "
+            f"{spec.tensor_parallel}: each node needs NPUs for both, the engines' a multiple of their TP"
+        )
+    return {
+        "batch": str(spec.prompts_per_npu * actor_npus * nnodes),
+        "actor_npus": str(actor_npus),
+        "engines": str(rollout_npus * nnodes // spec.tensor_parallel),
+    }
+
+
 def build_job(
     spec: JobSpec,
     sku: Sku,
@@ -281,36 +301,16 @@ def build_job(
 ) -> Job:
     """Fill the job for the SKU and the image: the placeholders, what the framework appends for the
     image's release (verl: the device override), then the user's ``--override`` values."""
-    npus = sku.npus_per_node
     if spec.nodes == "one" and nnodes != 1:
         raise InputError(
             f"the {spec.framework} {spec.job} job runs on one node ({shlex.join(spec.launcher)}); --nodes {nnodes} is for GRPO"
         )
+    npus = sku.npus_per_node
     fill = {"npus": str(npus), "nnodes": str(nnodes), "tp": str(spec.tensor_parallel), "steps": str(steps), "model": model, "data": data}
     fill["reward"] = REWARD_FILE
-    if spec.actor_share is not None:  # actor (and ref) on a share of each node, rollout engines on the rest
-        actor_npus = round(npus * spec.actor_share)
-        rollout_npus = npus - actor_npus
-        if actor_npus < 1 or rollout_npus < 1 or rollout_npus % spec.tensor_parallel:
-            raise InputError(
-                f"actor_share {spec.actor_share} of {npus} NPUs leaves {rollout_npus} for rollout engines of tensor_parallel "
-                f"{spec.tensor_parallel}: each node needs NPUs for both, the engines' a multiple of their TP"
-            )
-        batch = spec.prompts_per_npu * actor_npus * nnodes
-        fill.update(
-            actor_npus=str(actor_npus),
-            engines=str(rollout_npus * nnodes // spec.tensor_parallel),
-        )
-    else:
-        if npus % spec.tensor_parallel:
-            raise InputError(f"tensor_parallel {spec.tensor_parallel} does not divide the SKU's {npus} NPUs per node")
-        batch = spec.prompts_per_npu * npus * nnodes
-    fill.update(
-        batch=str(batch),
-        samples=str(spec.samples_per_prompt),
-        train_batch=str(batch * spec.samples_per_prompt),
-        max_samples=str(batch * steps),
-    )
+    fill.update(_split(spec, npus, nnodes))
+    batch = int(fill["batch"])
+    fill.update(samples=str(spec.samples_per_prompt), train_batch=str(batch * spec.samples_per_prompt), max_samples=str(batch * steps))
     appended = framework(spec.framework).job_overrides(spec.job, image.version, facts.compat)
     env = dict(spec.env)
     overrides = [o.format_map(fill) for o in spec.overrides]

@@ -11,7 +11,7 @@ from typing import Any
 
 from buildkit.accuracy.compare import PCT_UNIT
 from buildkit.accuracy.metrics import StepMetrics, is_finite, series
-from buildkit.framework import Gate, title_of
+from buildkit.framework import UNLABELLED, Gate, title_of
 from buildkit.fsio import write_atomic
 from buildkit.run.doctor.base import Check
 
@@ -72,77 +72,92 @@ def _devices_cell(devices: list[str]) -> str:
     return f"{len(devices)} NPUs: {devices[0]} .. {devices[-1]}"
 
 
-def report_markdown(data: dict[str, Any]) -> str:
-    def cell(text: Any) -> str:
-        return str(text).replace("|", "\\|").replace("\n", " ")
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
+
+def report_markdown(data: dict[str, Any]) -> str:
     image = data["image"]
     settings = data["settings"]
     job = data.get("job") or {}
-    title = f"{title_of(str(job.get('framework', 'verl')))} {str(job.get('name', 'grpo')).upper()}"
+    framework_title = title_of(str(job.get("framework", UNLABELLED)))
     lines = [
-        f"# {title} smoke test: {data['outcome'].upper()}",
+        f"# {framework_title} {str(job.get('name', 'grpo')).upper()} smoke test: {data['outcome'].upper()}",
         "",
         f"{data['message']} (exit {data['exit_code']}).",
         "",
         "| | |",
         "|---|---|",
-        f"| SKU | `{data['sku']}` ({cell(data['product'])}) |",
-        f"| image | `{cell(image['ref'])}` (`{image['id'][:19]}`), stack `{image['stack']}`, chip `{image['chip']}` |",
+        f"| SKU | `{data['sku']}` ({_cell(data['product'])}) |",
+        f"| image | `{_cell(image['ref'])}` (`{image['id'][:19]}`), stack `{image['stack']}`, chip `{image['chip']}` |",
         f"| steps | {settings['steps']} (timeout {settings['timeout_s']:g} s) |",
         f"| devices | {_devices_cell(settings['devices'])} |",
         f"| network | {settings['network']}{', privileged' if settings['privileged'] else ''} |",
-        f"| model | {cell(settings['model_path'] or '-')} |",
-        f"| data | {cell(settings['data'])} |",
-        f"| baseline | {cell(settings['baseline'] or '-')} |",
+        f"| model | {_cell(settings['model_path'] or '-')} |",
+        f"| data | {_cell(settings['data'])} |",
+        f"| baseline | {_cell(settings['baseline'] or '-')} |",
     ]
     for note in data["host_notes"]:
         lines.append(f"\n> {note}")
-    check = data.get("config_check")
-    if check:
-        state = "passed" if check["passed"] else "FAILED"
-        how = "OpenRLHF parses the job's flags in the image" if check.get("style") == "parser" else "verl composes the job in the image"
-        lines += ["", f"## Config check ({how}): {state}", ""]
-        lines += [f"`{cell(shlex.join(check['command']))}`"]
-        if check.get("error"):
-            lines += ["", f"> {cell(check['error'])}"]
-        if check["checks"]:
-            lines += ["", "| check | status | detail |", "|---|---|---|"]
-            lines += [f"| {cell(c['name'])} | {c['status']} | {cell(c['detail'])} |" for c in check["checks"]]
-    doctor = data.get("doctor")
-    if doctor:
-        lines += ["", f"## Doctor: {doctor.get('outcome', '?')}", "", "| check | status | detail |", "|---|---|---|"]
-        lines += [f"| {cell(c['name'])} | {c['status']} | {cell(c['detail'])} |" for c in doctor.get("checks", [])]
-    if data["checks"]:
-        lines += ["", "## Training checks", "", "| check | status | detail |", "|---|---|---|"]
-        lines += [f"| {cell(c['name'])} | {c['status']} | {cell(c['detail'])} |" for c in data["checks"]]
-    stall = (data.get("job") or {}).get("stall")
+    lines += _check_lines(data, framework_title)
+    stall = job.get("stall")
     if stall:
-        lines += ["", f"## Why the job stopped: {cell(stall['summary'])}", ""]  # a stall, a timeout or a failed exit
-        lines += [f"- {cell(cause)}" for cause in stall["likely_causes"]]
+        lines += ["", f"## Why the job stopped: {_cell(stall['summary'])}", ""]  # a stall, a timeout or a failed exit
+        lines += [f"- {_cell(cause)}" for cause in stall["likely_causes"]]
         lines += ["", "Last lines of the log:", "", "```", *stall["last_lines"], "```"]
-    comparison = data.get("comparison")
-    if comparison:
-        lines += [
-            "",
-            "## Against the baseline",
-            "",
-            "| metric | steps | mean abs error | x100 (seeds' %) | tolerance (same unit) | result |",
-            "|---|---|---|---|---|---|",
-        ]
-        for name, m in comparison["metrics"].items():
-            error = "n/a" if m["mean_abs_error"] is None else f"{m['mean_abs_error']:.6g}"
-            pct = "n/a" if m["mean_abs_error_pct"] is None else f"{m['mean_abs_error_pct']:.3f}"
-            lines.append(f"| `{name}` | {m['steps']} | {error} | {pct} | {m['tolerance_pct']:g} | {'pass' if m['pass'] else 'FAIL'} |")
-        ratio = comparison.get("throughput_ratio")
-        lines += ["", f"%: {comparison.get('pct_unit', PCT_UNIT)}."]
-        lines += ["", f"Throughput ratio (NPU / baseline): {'n/a' if ratio is None else f'{ratio:.3f}'}"]
+    if data.get("comparison"):
+        lines += _comparison_lines(data["comparison"])
     files = data["files"]
     lines += ["", "## Files", ""]
     lines += [f"- {kind.replace('_', ' ')}: `{name}`" for kind, name in files.items()]
     if "plot" in files:
         lines += ["", f"![reward, loss and throughput per step]({files['plot']})"]
     return "\n".join(lines) + "\n"
+
+
+def _check_table(checks: list[dict[str, Any]]) -> list[str]:
+    return ["| check | status | detail |", "|---|---|---|"] + [
+        f"| {_cell(c['name'])} | {c['status']} | {_cell(c['detail'])} |" for c in checks
+    ]
+
+
+def _check_lines(data: dict[str, Any], framework_title: str) -> list[str]:
+    """The config check's, doctor's and the training's checks, each a section where it ran."""
+    lines: list[str] = []
+    check = data.get("config_check")
+    if check:
+        state = "passed" if check["passed"] else "FAILED"
+        how = "parses the job's flags" if check.get("style") == "parser" else "composes the job"
+        lines += ["", f"## Config check ({framework_title} {how} in the image): {state}", ""]
+        lines += [f"`{_cell(shlex.join(check['command']))}`"]
+        if check.get("error"):
+            lines += ["", f"> {_cell(check['error'])}"]
+        if check["checks"]:
+            lines += ["", *_check_table(check["checks"])]
+    doctor = data.get("doctor")
+    if doctor:
+        lines += ["", f"## Doctor: {doctor.get('outcome', '?')}", "", *_check_table(doctor.get("checks", []))]
+    if data["checks"]:
+        lines += ["", "## Training checks", "", *_check_table(data["checks"])]
+    return lines
+
+
+def _comparison_lines(comparison: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## Against the baseline",
+        "",
+        "| metric | steps | mean abs error | x100 (seeds' %) | tolerance (same unit) | result |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, m in comparison["metrics"].items():
+        error = "n/a" if m["mean_abs_error"] is None else f"{m['mean_abs_error']:.6g}"
+        pct = "n/a" if m["mean_abs_error_pct"] is None else f"{m['mean_abs_error_pct']:.3f}"
+        lines.append(f"| `{name}` | {m['steps']} | {error} | {pct} | {m['tolerance_pct']:g} | {'pass' if m['pass'] else 'FAIL'} |")
+    ratio = comparison.get("throughput_ratio")
+    lines += ["", f"%: {comparison.get('pct_unit', PCT_UNIT)}."]
+    lines += ["", f"Throughput ratio (NPU / baseline): {'n/a' if ratio is None else f'{ratio:.3f}'}"]
+    return lines
 
 
 def write_reports(out: Path, data: dict[str, Any]) -> None:

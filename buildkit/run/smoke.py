@@ -23,7 +23,6 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import docker
@@ -34,58 +33,30 @@ from buildkit.accuracy.compare import Comparison, compare_runs
 from buildkit.accuracy.metrics import StepMetrics, parse_log
 from buildkit.errors import ExitCode, InputError, OutputError, Unavailable
 from buildkit.framework import UNLABELLED, framework, title_of
-from buildkit.fsio import check_output_dir
-from buildkit.imageref import IMAGE_REFERENCE
-from buildkit.matrix.model import Sku
 from buildkit.plan import LABEL_PREFIX
 from buildkit.reach import engine_said
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.configcheck import run_config_check
 from buildkit.run.container import engine_runtime, run_container
-from buildkit.run.devices import DevicePlan, device_groups, host_config_args, image_user, plan_devices, prepare_data_dir
+from buildkit.run.devices import DevicePlan, device_groups, host_config_args, image_user, prepare_data_dir
 from buildkit.run.doctor.base import EXIT_NO_DEVICES, RUNTIME_ENV, Check
 from buildkit.run.job import (
     DATA_DIR,
-    DATA_FILES,
     GENERATED_DATA,
     MODEL_DIR,
     OUT_DIR,
     SMOKE_FILES,
     ImageJob,
-    JobFacts,
+    Job,
     build_job,
     check_overrides,
     spec_for,
 )
 from buildkit.run.jobwatch import JobWatch
 from buildkit.run.report import judge, write_reports
+from buildkit.run.smokerequest import SmokeRequest, check_request
 
-
-@dataclass
-class SmokeRequest:
-    sku_id: str
-    sku: Sku
-    chip_id: str
-    image: str
-    out: Path
-    steps: int = 5
-    timeout: float = 1800.0
-    model_path: Path | None = None
-    data_path: Path | None = None
-    baseline: list[StepMetrics] | None = None
-    baseline_name: str | None = None
-    visible: list[int] | None = None
-    privileged: bool = False
-    as_root: bool = False  # --as-root: every container as root instead of the image's user
-    overrides: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    host_root: Path = Path("/")
-    facts: JobFacts = field(kw_only=True)  # what the matrix knows of the frameworks' entry points
-    job: str = "grpo"  # --job: grpo, or verl's sft
-    check_only: bool = False  # --check: the config check alone, on any host
-    config_check: bool = True  # --no-config-check: for images without the framework (the CI test stack)
-    stall_after: float = 900.0  # seconds without a step line once Ray is up
-    progress: Callable[[str], None] | None = None
+__all__ = ["SmokeReport", "SmokeRequest", "check_image_chip", "image_job_of", "run_smoke"]  # SmokeRequest: where it always was
 
 
 @dataclass
@@ -131,66 +102,11 @@ def image_job_of(labels: dict[str, str], stack: str | None) -> ImageJob:
     return ImageJob(stack, labels.get(f"{LABEL_PREFIX}.version.{name}"), name, rollout)
 
 
-PARQUET_MAGIC = b"PAR1"
-
-
-def check_data_dir(path: Path) -> None:
-    """``--data`` must hold the two parquet files the job reads (smoke_tests/grpo_smoke.yaml)."""
-    if not path.is_dir():
-        raise InputError(f"--data {path}: not a directory (one holding train.parquet and test.parquet)")
-    for name in DATA_FILES:
-        file = path / name
-        if not file.is_file():
-            raise InputError(
-                f"--data {path}: no {name} in it (the job reads train.parquet and test.parquet; leave --data out to generate them)"
-            )
-        try:
-            with file.open("rb") as handle:
-                magic = handle.read(len(PARQUET_MAGIC))
-        except OSError as exc:
-            raise InputError(f"--data {file}: cannot read: {exc.strerror}") from None
-        if magic != PARQUET_MAGIC:
-            raise InputError(f"--data {file}: not a parquet file (it does not start with PAR1)")
-
-
-def check_visible(visible: list[int], sku_id: str, sku: Sku) -> None:
-    """``--devices`` must name NPUs the SKU has: ids 0 to npus_per_node - 1."""
-    beyond = [i for i in visible if i >= sku.npus_per_node]
-    if beyond:
-        raise InputError(
-            f"--devices: {sku_id} has {sku.npus_per_node} NPUs per node (ids 0-{sku.npus_per_node - 1}); {beyond[0]} is not one of them"
-        )
-
-
-def check_request(request: SmokeRequest) -> DevicePlan:
-    """Everything about a request that needs no engine, so a mistake is exit 2 (or 3) before the
-    engine is contacted: the options, the paths, the report directory and the host's devices."""
-    if request.check_only and not request.config_check:
-        raise InputError("--check and --no-config-check exclude each other")
-    if not IMAGE_REFERENCE.match(request.image):
-        raise InputError(f"--image {request.image!r} is not an image reference: NAME[:TAG] or NAME@sha256:<64 hex>")
-    if request.model_path is not None and not request.model_path.is_dir():
-        raise InputError(f"--model-path {request.model_path}: not a directory (a local Qwen2.5-0.5B-Instruct)")
-    if request.data_path is not None:
-        check_data_dir(request.data_path)
-    if request.visible is not None:
-        check_visible(request.visible, request.sku_id, request.sku)
-    check_output_dir(request.out, "report directory (--out)")
-    if request.check_only:
-        devices = DevicePlan((), (), (), notes=("--check: the config check only, no devices used",))
-    else:
-        devices = plan_devices(request.sku_id, request.sku, request.visible, request.host_root)
-    if devices.has_npus and request.model_path is None:
-        raise InputError("--model-path is required on a host with NPUs (a local Qwen2.5-0.5B-Instruct; docs/smoke.md)")
-    return devices
-
-
 def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[str], None] | None = None) -> SmokeReport:
-    """The config check, doctor, then (on a host with NPUs) the GRPO job; writes report.json,
+    """The config check, doctor, then (on a host with NPUs) the job; writes report.json,
     report.md and a PNG to ``out``."""
     devices = check_request(request)
-    started = time.monotonic()
-    deadline = started + request.timeout
+    deadline = time.monotonic() + request.timeout
     image_id, labels, config_user = _image_labels(client, request.image)
     image = image_job_of(labels, check_image_chip(request.image, labels, request.sku_id, request.chip_id))
     spec = spec_for(image, request.job, request.facts)  # the image's framework decides which jobs it has
@@ -204,185 +120,232 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         extra=check_overrides(list(request.overrides), image.framework),
         extra_env=request.env,
     )
-    what = f"{title_of(image.framework)} {job.name.upper()}"
+    user, groups, notes = _prepare_out(request, devices, labels, config_user)
+    run = _Run(client, request, devices, deadline, image_id, image, job, _host_config(request, devices, groups))
+    run.data = run.report_data(user, groups, notes)
+    return run.config_check() or run.doctor() or run.train(echo)
+
+
+def _prepare_out(
+    request: SmokeRequest, devices: DevicePlan, labels: dict[str, str], config_user: str
+) -> tuple[tuple[str, int, int], tuple[int, ...], list[str]]:
+    """The report directory emptied of an earlier run's files, and who the containers run as:
+    (name, uid, gid), the device groups it joins, and what the host needed doing."""
     try:
         request.out.mkdir(parents=True, exist_ok=True)
-        for stale in (
-            "doctor.log",
-            "job.log",
-            "report.png",
-            "config-check.log",
-            "job-config.yaml",
-            "job-args.json",
-        ):  # never an earlier run's
+        for stale in STALE:  # never an earlier run's
             (request.out / stale).unlink(missing_ok=True)
         user_name, uid, gid = ("root", 0, 0) if request.as_root else image_user(labels, config_user)
         data_note = prepare_data_dir(request.out, uid, gid)
     except OSError as exc:
         raise OutputError(f"--out {request.out}: cannot use the report directory: {exc.strerror}") from None
     groups, device_notes = device_groups(devices, uid, gid)
-    run_as = "root" if request.as_root else None  # None: the image's own user
+    return (user_name, uid, gid), tuple(groups), [*devices.notes, *device_notes, *([data_note] if data_note else [])]
+
+
+STALE = ("doctor.log", "job.log", "report.png", "config-check.log", "job-config.yaml", "job-args.json")
+
+
+def _host_config(request: SmokeRequest, devices: DevicePlan, groups: tuple[int, ...]) -> dict[str, Any]:
     mounts: dict[str, tuple[str, str]] = {str(SMOKE_DIR): (SMOKE_FILES, "ro"), str(request.out.resolve()): (OUT_DIR, "rw")}
     if request.model_path is not None:
         mounts[str(request.model_path.resolve())] = (MODEL_DIR, "ro")
     if request.data_path is not None:
         mounts[str(request.data_path.resolve())] = (DATA_DIR, "ro")
-    host_config = host_config_args(devices, mounts, privileged=request.privileged, groups=groups)
-    data: dict[str, Any] = {
-        "format": "ascendkit-smoke/1",
-        "sku": request.sku_id,
-        "product": request.sku.product,
-        "image": {
-            "ref": request.image,
-            "id": image_id,
-            "stack": image.stack,
-            "chip": request.chip_id,
-            "framework": image.framework,
-            "version": image.version,
-        },
-        "settings": {
-            "steps": request.steps,
-            "timeout_s": request.timeout,
-            "stall_s": request.stall_after,
-            "devices": list(devices.npus),
-            "privileged": request.privileged,
-            "user": f"{user_name} ({uid}:{gid})" + (", --as-root" if request.as_root else ""),
-            "device_groups": list(groups),
-            "network": host_config.get("network_mode", "default"),
-            "host_env": dict(devices.env),
-            "model_path": str(request.model_path) if request.model_path else None,
-            "data": str(request.data_path) if request.data_path else f"generated (smoke_tests/gsm8k_synth.py, {job.train_rows} rows)",
-            "baseline": request.baseline_name,
-        },
-        "host_notes": [*devices.notes, *device_notes, *([data_note] if data_note else [])],
-        "job": {
-            "framework": job.framework,
-            "name": job.name,
-            "command": job.argv,
-            "env": job.env,
-            "appended": list(job.appended),  # what the framework added for the image's release
-        },
-        "config_check": None,
-        "doctor": None,
-        "checks": [],
-        "comparison": None,
-        "files": {},
-    }
+    return host_config_args(devices, mounts, privileged=request.privileged, groups=groups)
 
-    def finish(outcome: str, code: ExitCode, message: str) -> SmokeReport:
-        data.update(outcome=outcome, exit_code=int(code), message=message)
-        write_reports(request.out, data)
-        return SmokeReport(outcome, int(code), message, data)
 
-    if request.config_check:
-        data["files"]["config_check_log"] = "config-check.log"
+@dataclass
+class _Run:
+    """One smoke run's phases, each ending the run with its report or handing on to the next."""
+
+    client: docker.APIClient
+    request: SmokeRequest
+    devices: DevicePlan
+    deadline: float
+    image_id: str
+    image: ImageJob
+    job: Job
+    host_config: dict[str, Any]
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def what(self) -> str:
+        return f"{title_of(self.image.framework)} {self.job.name.upper()}"
+
+    @property
+    def run_as(self) -> str | None:
+        return "root" if self.request.as_root else None  # None: the image's own user
+
+    def report_data(self, user: tuple[str, int, int], groups: tuple[int, ...], notes: list[str]) -> dict[str, Any]:
+        request, job, image, devices = self.request, self.job, self.image, self.devices
+        name, uid, gid = user
+        return {
+            "format": "ascendkit-smoke/1",
+            "sku": request.sku_id,
+            "product": request.sku.product,
+            "image": {
+                "ref": request.image,
+                "id": self.image_id,
+                "stack": image.stack,
+                "chip": request.chip_id,
+                "framework": image.framework,
+                "version": image.version,
+            },
+            "settings": {
+                "steps": request.steps,
+                "timeout_s": request.timeout,
+                "stall_s": request.stall_after,
+                "devices": list(devices.npus),
+                "privileged": request.privileged,
+                "user": f"{name} ({uid}:{gid})" + (", --as-root" if request.as_root else ""),
+                "device_groups": list(groups),
+                "network": self.host_config.get("network_mode", "default"),
+                "host_env": dict(devices.env),
+                "model_path": str(request.model_path) if request.model_path else None,
+                "data": str(request.data_path) if request.data_path else f"generated (smoke_tests/gsm8k_synth.py, {job.train_rows} rows)",
+                "baseline": request.baseline_name,
+            },
+            "host_notes": notes,
+            "job": {
+                "framework": job.framework,
+                "name": job.name,
+                "command": job.argv,
+                "env": job.env,
+                "appended": list(job.appended),  # what the framework added for the image's release
+            },
+            "config_check": None,
+            "doctor": None,
+            "checks": [],
+            "comparison": None,
+            "files": {},
+        }
+
+    def finish(self, outcome: str, code: ExitCode, message: str) -> SmokeReport:
+        self.data.update(outcome=outcome, exit_code=int(code), message=message)
+        write_reports(self.request.out, self.data)
+        return SmokeReport(outcome, int(code), message, self.data)
+
+    def config_check(self) -> SmokeReport | None:
+        """The job checked in the image by its framework (unless --no-config-check); --check ends here."""
+        request, job = self.request, self.job
+        if not request.config_check:
+            return None
+        self.data["files"]["config_check_log"] = "config-check.log"
         check = run_config_check(
-            client,
-            image_id,
+            self.client,
+            self.image_id,
             job,
-            image,
+            self.image,
             request.out,
-            deadline,
+            self.deadline,
             facts=request.facts,
             sku=request.sku,
-            driver_binds=devices.driver_binds(),
-            user=run_as,
+            driver_binds=self.devices.driver_binds(),
+            user=self.run_as,
         )
-        data["config_check"] = check
+        self.data["config_check"] = check
         if "config" in check:
-            data["files"]["job_config"] = check["config"]
+            self.data["files"]["job_config"] = check["config"]
         if not check["passed"]:
-            return finish("failed", ExitCode.CHECK_FAILED, f"config check: {check['error']}; see config-check.log")
-        if request.check_only:
-            title = title_of(job.framework)
-            if job.check_style == "parser":
-                message = f"{title} parsed the {what} job's flags in the image and they pass its start-up checks; nothing trained"
-            else:
-                message = f"{title} composed the {what} job's config in the image and it passes {title}'s start-up checks; nothing trained"
-            return finish("checked", ExitCode.OK, message)
+            return self.finish("failed", ExitCode.CHECK_FAILED, f"config check: {check['error']}; see config-check.log")
+        if not request.check_only:
+            return None
+        title = title_of(job.framework)
+        if job.check_style == "parser":
+            message = f"{title} parsed the {self.what} job's flags in the image and they pass its start-up checks; nothing trained"
+        else:
+            message = f"{title} composed the {self.what} job's config in the image and it passes {title}'s start-up checks; nothing trained"
+        return self.finish("checked", ExitCode.OK, message)
 
-    data["files"]["doctor_log"] = "doctor.log"
-    doctor = run_container(
-        client,
-        image_id,
-        ["ascendkit", "doctor", "--json"],
-        environment={RUNTIME_ENV: engine_runtime(client), **dict(devices.env)},
-        log_path=request.out / "doctor.log",
-        deadline=min(deadline, time.monotonic() + 600),
-        host_config=host_config,
-        want_stdout=True,
-        user=run_as,
-    )
-    if doctor.timed_out:
-        return finish("timed-out", ExitCode.TIMED_OUT, "doctor did not finish before the timeout")
-    with contextlib.suppress(ValueError):
-        data["doctor"] = json.loads(doctor.stdout)
-    if doctor.exit_code == EXIT_NO_DEVICES and not devices.has_npus:
-        return finish(
-            "no-devices",
-            ExitCode.NO_DEVICES,
-            "no Ascend devices on this host: "
-            + (
-                f"the job's {'flags' if job.check_style == 'parser' else 'config'} passed {what.split()[0]}'s checks and "
-                if request.config_check
+    def doctor(self) -> SmokeReport | None:
+        """doctor in the image with the devices; a host without NPUs ends here."""
+        self.data["files"]["doctor_log"] = "doctor.log"
+        doctor = run_container(
+            self.client,
+            self.image_id,
+            ["ascendkit", "doctor", "--json"],
+            environment={RUNTIME_ENV: engine_runtime(self.client), **dict(self.devices.env)},
+            log_path=self.request.out / "doctor.log",
+            deadline=min(self.deadline, time.monotonic() + 600),
+            host_config=self.host_config,
+            want_stdout=True,
+            user=self.run_as,
+        )
+        if doctor.timed_out:
+            return self.finish("timed-out", ExitCode.TIMED_OUT, "doctor did not finish before the timeout")
+        with contextlib.suppress(ValueError):
+            self.data["doctor"] = json.loads(doctor.stdout)
+        if doctor.exit_code == EXIT_NO_DEVICES and not self.devices.has_npus:
+            checked = (
+                f"the job's {'flags' if self.job.check_style == 'parser' else 'config'} passed {self.what.split()[0]}'s checks and "
+                if self.request.config_check
                 else ""
             )
-            + f"doctor's preflight passed in the image; {what} not run",
-        )
-    if doctor.exit_code == EXIT_NO_DEVICES:
-        return finish("failed", ExitCode.CHECK_FAILED, "the host's NPUs were mounted but doctor sees none in the container")
-    if doctor.exit_code != 0:
-        return finish("failed", ExitCode.CHECK_FAILED, f"doctor failed in the image (exit {doctor.exit_code}); see doctor.log")
+            message = f"no Ascend devices on this host: {checked}doctor's preflight passed in the image; {self.what} not run"
+            return self.finish("no-devices", ExitCode.NO_DEVICES, message)
+        if doctor.exit_code == EXIT_NO_DEVICES:
+            return self.finish("failed", ExitCode.CHECK_FAILED, "the host's NPUs were mounted but doctor sees none in the container")
+        if doctor.exit_code != 0:
+            return self.finish("failed", ExitCode.CHECK_FAILED, f"doctor failed in the image (exit {doctor.exit_code}); see doctor.log")
+        return None
 
-    command = ["sh", "-c", job.shell(generate_data=request.data_path is None)]
-    data["files"]["job_log"] = "job.log"
-    watch = JobWatch(steps=request.steps, stall_after=request.stall_after, progress=request.progress)
-    result = run_container(
-        client,
-        image_id,
-        command,
-        log_path=request.out / "job.log",
-        deadline=deadline,
-        host_config=host_config,
-        environment={**job.env, **dict(devices.env)},
-        echo=echo,
-        watch=watch,
-        user=run_as,
-    )
-    steps = parse_log((request.out / "job.log").read_text(encoding="utf-8", errors="replace").splitlines())
-    data["job"].update(exit_code=result.exit_code, timed_out=result.timed_out, steps_logged=len(steps))
-    checks = judge(steps, request.steps, framework(job.framework).gate(job.name))
-    comparison: Comparison | None = None
-    if request.baseline is not None and steps:
-        try:
-            comparison = compare_runs(steps, request.baseline, None, 4)
-            data["comparison"] = comparison.describe()
-        except InputError as exc:  # e.g. the runs share no step: a failed gate, not a lost report
-            checks.append(Check("baseline gate", "error", str(exc)))
-    data["checks"] = [c.__dict__ for c in checks]
-    if steps:
-        from buildkit.accuracy.plot import plot_runs
-
-        plot_runs(steps, request.baseline, request.out / "report.png", title=f"{what} smoke on {request.sku_id}: {request.image}")
-        data["files"]["plot"] = "report.png"
-    if result.stalled is not None:
-        data["job"]["stall"] = result.stalled.describe()
-        return finish(
-            "stalled",
-            ExitCode.TIMED_OUT,
-            f"{result.stalled.summary}: killed and removed; likely: {result.stalled.causes[0]}",
+    def train(self, echo: Callable[[str], None] | None) -> SmokeReport:
+        """The job, watched step by step, then judged (and gated against the baseline)."""
+        request, job = self.request, self.job
+        self.data["files"]["job_log"] = "job.log"
+        watch = JobWatch(steps=request.steps, stall_after=request.stall_after, progress=request.progress)
+        result = run_container(
+            self.client,
+            self.image_id,
+            ["sh", "-c", job.shell(generate_data=request.data_path is None)],
+            log_path=request.out / "job.log",
+            deadline=self.deadline,
+            host_config=self.host_config,
+            environment={**job.env, **dict(self.devices.env)},
+            echo=echo,
+            watch=watch,
+            user=self.run_as,
         )
-    if result.timed_out:
-        why = watch.diagnose(f"the job outlived --timeout {request.timeout:g}s at {watch.where()}")
-        data["job"]["stall"] = why.describe()
-        return finish("timed-out", ExitCode.TIMED_OUT, f"{why.summary}: killed and removed; likely: {why.causes[0]}")
-    if result.exit_code != 0:
-        why = watch.diagnose(f"the job exited with {result.exit_code} at {watch.where()}")
-        data["job"]["stall"] = why.describe()  # what the log points at: the same diagnosis as a stall's
-        return finish("failed", ExitCode.CHECK_FAILED, f"the job exited with {result.exit_code}; see job.log; likely: {why.causes[0]}")
-    failed = [c.name for c in checks if c.status == "error"]
-    if comparison is not None and not comparison.passed:
-        failed += [f"baseline gate: {m.name}" for m in comparison.metrics if not m.passed]
-    if failed:
-        return finish("failed", ExitCode.CHECK_FAILED, "failed: " + ", ".join(failed))
-    return finish("passed", ExitCode.OK, f"{request.steps} {what} steps trained and passed every check")
+        steps = parse_log((request.out / "job.log").read_text(encoding="utf-8", errors="replace").splitlines())
+        self.data["job"].update(exit_code=result.exit_code, timed_out=result.timed_out, steps_logged=len(steps))
+        failed = self.judged(steps)
+        if result.stalled is not None:
+            self.data["job"]["stall"] = result.stalled.describe()
+            message = f"{result.stalled.summary}: killed and removed; likely: {result.stalled.causes[0]}"
+            return self.finish("stalled", ExitCode.TIMED_OUT, message)
+        if result.timed_out:
+            why = watch.diagnose(f"the job outlived --timeout {request.timeout:g}s at {watch.where()}")
+            self.data["job"]["stall"] = why.describe()
+            return self.finish("timed-out", ExitCode.TIMED_OUT, f"{why.summary}: killed and removed; likely: {why.causes[0]}")
+        if result.exit_code != 0:
+            why = watch.diagnose(f"the job exited with {result.exit_code} at {watch.where()}")
+            self.data["job"]["stall"] = why.describe()  # what the log points at: the same diagnosis as a stall's
+            message = f"the job exited with {result.exit_code}; see job.log; likely: {why.causes[0]}"
+            return self.finish("failed", ExitCode.CHECK_FAILED, message)
+        if failed:
+            return self.finish("failed", ExitCode.CHECK_FAILED, "failed: " + ", ".join(failed))
+        return self.finish("passed", ExitCode.OK, f"{request.steps} {self.what} steps trained and passed every check")
+
+    def judged(self, steps: list[StepMetrics]) -> list[str]:
+        """The run's checks and its baseline gate into the report, and the plot; returns what failed."""
+        request = self.request
+        checks = judge(steps, request.steps, framework(self.job.framework).gate(self.job.name))
+        comparison: Comparison | None = None
+        if request.baseline is not None and steps:
+            try:
+                comparison = compare_runs(steps, request.baseline, None, 4)
+                self.data["comparison"] = comparison.describe()
+            except InputError as exc:  # e.g. the runs share no step: a failed gate, not a lost report
+                checks.append(Check("baseline gate", "error", str(exc)))
+        self.data["checks"] = [c.__dict__ for c in checks]
+        if steps:
+            from buildkit.accuracy.plot import plot_runs
+
+            title = f"{self.what} smoke on {request.sku_id}: {request.image}"
+            plot_runs(steps, request.baseline, request.out / "report.png", title=title)
+            self.data["files"]["plot"] = "report.png"
+        failed = [c.name for c in checks if c.status == "error"]
+        if comparison is not None and not comparison.passed:
+            failed += [f"baseline gate: {m.name}" for m in comparison.metrics if not m.passed]
+        return failed

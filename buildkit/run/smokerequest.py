@@ -4,12 +4,99 @@ both build, from the same options, with the same refusals, before any engine is 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from buildkit.accuracy.metrics import StepMetrics
 from buildkit.errors import InputError
+from buildkit.fsio import check_output_dir
+from buildkit.imageref import IMAGE_REFERENCE
 from buildkit.matrix.load import LoadedMatrix, resolve_sku
+from buildkit.matrix.model import Sku
 from buildkit.run import MAX_SECONDS, MAX_STEPS
-from buildkit.run.smoke import SmokeRequest, check_request
+from buildkit.run.devices import DevicePlan, plan_devices
+from buildkit.run.job import DATA_FILES, JobFacts
+
+
+@dataclass
+class SmokeRequest:
+    sku_id: str
+    sku: Sku
+    chip_id: str
+    image: str
+    out: Path
+    steps: int = 5
+    timeout: float = 1800.0
+    model_path: Path | None = None
+    data_path: Path | None = None
+    baseline: list[StepMetrics] | None = None
+    baseline_name: str | None = None
+    visible: list[int] | None = None
+    privileged: bool = False
+    as_root: bool = False  # --as-root: every container as root instead of the image's user
+    overrides: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    host_root: Path = Path("/")
+    facts: JobFacts = field(kw_only=True)  # what the matrix knows of the frameworks' entry points
+    job: str = "grpo"  # --job: grpo, or verl's sft
+    check_only: bool = False  # --check: the config check alone, on any host
+    config_check: bool = True  # --no-config-check: for images without the framework (the CI test stack)
+    stall_after: float = 900.0  # seconds without a step line once Ray is up
+    progress: Callable[[str], None] | None = None
+
+
+PARQUET_MAGIC = b"PAR1"
+
+
+def check_data_dir(path: Path) -> None:
+    """``--data`` must hold the two parquet files the job reads (smoke_tests/grpo_smoke.yaml)."""
+    if not path.is_dir():
+        raise InputError(f"--data {path}: not a directory (one holding train.parquet and test.parquet)")
+    for name in DATA_FILES:
+        file = path / name
+        if not file.is_file():
+            raise InputError(
+                f"--data {path}: no {name} in it (the job reads train.parquet and test.parquet; leave --data out to generate them)"
+            )
+        try:
+            with file.open("rb") as handle:
+                magic = handle.read(len(PARQUET_MAGIC))
+        except OSError as exc:
+            raise InputError(f"--data {file}: cannot read: {exc.strerror}") from None
+        if magic != PARQUET_MAGIC:
+            raise InputError(f"--data {file}: not a parquet file (it does not start with PAR1)")
+
+
+def check_visible(visible: list[int], sku_id: str, sku: Sku) -> None:
+    """``--devices`` must name NPUs the SKU has: ids 0 to npus_per_node - 1."""
+    beyond = [i for i in visible if i >= sku.npus_per_node]
+    if beyond:
+        raise InputError(
+            f"--devices: {sku_id} has {sku.npus_per_node} NPUs per node (ids 0-{sku.npus_per_node - 1}); {beyond[0]} is not one of them"
+        )
+
+
+def check_request(request: SmokeRequest) -> DevicePlan:
+    """Everything about a request that needs no engine, so a mistake is exit 2 (or 3) before the
+    engine is contacted: the options, the paths, the report directory and the host's devices."""
+    if request.check_only and not request.config_check:
+        raise InputError("--check and --no-config-check exclude each other")
+    if not IMAGE_REFERENCE.match(request.image):
+        raise InputError(f"--image {request.image!r} is not an image reference: NAME[:TAG] or NAME@sha256:<64 hex>")
+    if request.model_path is not None and not request.model_path.is_dir():
+        raise InputError(f"--model-path {request.model_path}: not a directory (a local Qwen2.5-0.5B-Instruct)")
+    if request.data_path is not None:
+        check_data_dir(request.data_path)
+    if request.visible is not None:
+        check_visible(request.visible, request.sku_id, request.sku)
+    check_output_dir(request.out, "report directory (--out)")
+    if request.check_only:
+        devices = DevicePlan((), (), (), notes=("--check: the config check only, no devices used",))
+    else:
+        devices = plan_devices(request.sku_id, request.sku, request.visible, request.host_root)
+    if devices.has_npus and request.model_path is None:
+        raise InputError("--model-path is required on a host with NPUs (a local Qwen2.5-0.5B-Instruct; docs/smoke.md)")
+    return devices
 
 
 def pairs(items: Sequence[str], option: str) -> dict[str, str]:
