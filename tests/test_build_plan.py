@@ -23,6 +23,7 @@ TEST_MATRIX = ROOT / "tests/fixtures/test_matrix.yaml"
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 
 
+@pytest.mark.default_stack
 def test_plan_for_the_default_stack(loaded: LoadedMatrix) -> None:
     plan = plan_build(loaded, "a3", arch="aarch64", use_default_ca=False)
     assert plan.base_image == "quay.io/ascend/cann:8.3.rc1-a3-ubuntu22.04-py3.11"
@@ -44,7 +45,8 @@ def test_mirror_and_local_base(loaded: LoadedMatrix) -> None:
     plan = plan_build(
         loaded, "a2-box16", mirrors=Mirrors({"base_registry": "quay.nju.edu.cn/ascend"}, {"base_registry": "flag"}), use_default_ca=False
     )
-    assert plan.base_image == "quay.nju.edu.cn/ascend/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
+    stack = loaded.matrix.stacks[loaded.default_stack()]
+    assert plan.base_image == f"quay.nju.edu.cn/ascend/cann:{stack.cann.lower()}-910b-{stack.os[0]}-py{stack.python}"
     assert dict(plan.buildargs)["BASE_IMAGE"] == plan.base_image
     assert "swr.cn-south-1.myhuaweicloud.com/ascendhub/cann" in plan.base_mirrors
     with pytest.raises(InputError, match="give one"):

@@ -55,9 +55,10 @@ BAD_MATRICES: list[tuple[str, list[tuple[str, str]], str, str | None]] = [
     ("unknown-sku", [("    skus: [a2-box16, 900-podc]  #", "    skus: [a2-box16, 800t-a2]  #")], "unknown SKU '800t-a2'", "800t-a2"),
     (
         "two-defaults",
-        [("    description: CANN 8.5.0 line", "    default: true\n    description: CANN 8.5.0 line")],
+        # the last stack of the file, after wherever the default is: the rule reports the later one
+        [("    description: OpenRLHF 0.7.5 on Ascend", "    default: true\n    description: OpenRLHF 0.7.5 on Ascend")],
         "more than one default stack",
-        "default: true\n    description: CANN 8.5.0",
+        "default: true\n    description: OpenRLHF 0.7.5",
     ),
     ("no-default", [("    default: true\n", "")], "no stack is marked `default: true`", None),
     ("duplicate-key", [("    cann: 9.1.0\n", "    cann: 9.1.0\n    cann: 9.0.0\n")], "duplicate key 'cann'", "cann: 9.0.0"),
@@ -171,7 +172,12 @@ BAD_INVOCATIONS: list[tuple[str, list[str], str, int]] = [
         "stack 'cann8.1' does not support SKU 'a3'",
         ExitCode.INVALID_INPUT,
     ),
-    ("unsupported-os", ["render", "--hw", "a3", "--os", "openeuler24.03"], "is not built on --os 'openeuler24.03'", ExitCode.INVALID_INPUT),
+    (
+        "unsupported-os",
+        ["render", "--hw", "a3", "--stack", "cann8.3", "--os", "openeuler24.03"],
+        "is not built on --os 'openeuler24.03'",
+        ExitCode.INVALID_INPUT,
+    ),
     ("no-hw", ["render"], "give --hw", ExitCode.INVALID_INPUT),
     ("all-with-hw", ["render", "--all", "--hw", "a3"], "drop --hw", ExitCode.INVALID_INPUT),
     ("show-unknown-stack", ["matrix", "show", "cann7"], "unknown stack 'cann7'", ExitCode.INVALID_INPUT),

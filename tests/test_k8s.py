@@ -21,7 +21,6 @@ from buildkit.k8s.validate import validate_documents
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.job import ImageJob, JobFacts
-from tests.conftest import default_verl
 from tests.hosttree import contract_paths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -483,7 +482,7 @@ def test_an_unreachable_registry_is_one_readable_warning_and_the_job_follows_sta
     proc = ascendkit("k8s", "render", "--hw", "a3", "--image", image, "--stack", "cann8.3")
     assert proc.returncode == 0, proc.stderr
     (warning,) = proc.stderr.splitlines()
-    verl = default_verl(load_matrix(ROOT / DEFAULT_MATRIX))
+    verl = load_matrix(ROOT / DEFAULT_MATRIX).matrix.stacks["cann8.3"].framework_version
     assert warning.startswith(f"ascendkit: warning: the job follows --stack cann8.3 (verl {verl}): could not read the image's labels: ")
     assert "registry 127.0.0.1:9: connection refused" in warning and len(warning) < 200, warning
     assert not any(noise in warning for noise in ("Errno", "Pool", "object at 0x", "Caused by"))

@@ -15,7 +15,7 @@ from packaging.version import Version
 from buildkit.image.render import context_file, context_paths, render_dockerfile
 from buildkit.matrix.load import LoadedMatrix, parse_matrix
 from buildkit.plan import RenderTarget, all_targets, plan_image, plan_target
-from tests.conftest import MATRIX, MATRIX_TEXT, ROOT, default_verl, edit
+from tests.conftest import MATRIX, MATRIX_TEXT, ROOT, edit
 
 
 def render(loaded: LoadedMatrix, hw: str, stack: str | None = None, os_name: str | None = None) -> str:
@@ -46,7 +46,6 @@ def test_acceptance_cann91_a2_box16_uses_910b_base(loaded: LoadedMatrix) -> None
 
 
 def test_committed_renders_are_the_default_stack(loaded: LoadedMatrix) -> None:
-    assert loaded.default_stack() == "cann8.3"
     for chip in ("a2", "a3"):
         committed = (ROOT / f"Dockerfile.{chip}").read_text()
         assert committed == render(loaded, chip)
@@ -88,10 +87,10 @@ def test_layers_go_from_least_to_most_volatile(loaded: LoadedMatrix) -> None:
 
 
 def test_bumping_verl_changes_only_the_last_layer(loaded: LoadedMatrix) -> None:
-    verl = default_verl(loaded)
+    verl = loaded.matrix.stacks["cann8.3"].framework_version
     major, minor, micro = Version(verl).release
     bumped = parse_matrix(edit(MATRIX_TEXT, f"      version: {verl}  #", f"      version: {major}.{minor}.{micro + 1}  #"), MATRIX)
-    before, after = instructions(render(loaded, "a3")), instructions(render(bumped, "a3"))
+    before, after = instructions(render(loaded, "a3", "cann8.3")), instructions(render(bumped, "a3", "cann8.3"))
     changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
     verl_step = next(i for i, line in enumerate(before) if f"verl=={verl}" in line)
     label = next(i for i, line in enumerate(before) if line.startswith("LABEL"))
@@ -100,7 +99,7 @@ def test_bumping_verl_changes_only_the_last_layer(loaded: LoadedMatrix) -> None:
 
 
 def test_every_pip_layer_sources_the_build_env(loaded: LoadedMatrix) -> None:
-    text = render(loaded, "a3")
+    text = render(loaded, "a3", "cann8.3")
     assert "ARG PYTORCH_INDEX_URL=https://download.pytorch.org/whl/cpu\n" in text
     # Every pip layer sources the same helper, so sdist builds resolve torch the way the torch layer did.
     pip_layers = [i for i in instructions(text) if i.startswith("RUN") and "ascendkit_install " in i]
@@ -116,7 +115,7 @@ def test_every_pip_layer_sources_the_build_env(loaded: LoadedMatrix) -> None:
 
 
 def test_cuda_triton_removed_before_triton_ascend(loaded: LoadedMatrix) -> None:
-    text = render(loaded, "a3")
+    text = render(loaded, "a3", "cann8.3")
     uninstall = text.index("python3 -m pip uninstall -y triton triton-ascend;")
     install = text.index("triton-ascend==3.2.0;")
     assert uninstall < install
@@ -133,7 +132,7 @@ def test_stack_without_triton_ascend_has_no_triton_step(loaded: LoadedMatrix) ->
 
 
 def test_vllm_and_vllm_ascend_built_from_source(loaded: LoadedMatrix) -> None:
-    text = render(loaded, "a3")
+    text = render(loaded, "a3", "cann8.3")
     assert "VLLM_TARGET_DEVICE=empty ASCENDKIT_NO_BINARY=vllm ascendkit_install vllm vllm==0.11.0;" in text
     assert (
         'COMPILE_CUSTOM_KERNELS=1 SOC_VERSION="${SOC_VERSION}" ASCENDKIT_LAUNCHER=/usr/local/bin/ascendkit-entrypoint '
@@ -145,13 +144,17 @@ def test_vllm_and_vllm_ascend_built_from_source(loaded: LoadedMatrix) -> None:
 
 
 def test_pip_layers_install_their_lock_section_with_hashes(loaded: LoadedMatrix) -> None:
-    text = render(loaded, "a3")
+    text = render(loaded, "a3", "cann8.3")
     # each pip layer COPYs its own section of both arches' locks right before it runs
     for layer in ("uv", "torch", "triton-ascend", "build", "vllm", "vllm-ascend", "git", "transformers", "ascend-tools", "verl"):
         copy = f"COPY locks/cann8.3/{layer}-aarch64.txt locks/cann8.3/{layer}-x86_64.txt /etc/ascendkit/locks/\n"
         assert text.count(copy) == 1, layer
     verl_copy = text.index("COPY locks/cann8.3/verl-aarch64.txt")
-    assert text.index("# 14. verl") < verl_copy < text.index(f"ascendkit_install verl verl=={default_verl(loaded)}")
+    assert (
+        text.index("# 14. verl")
+        < verl_copy
+        < text.index(f"ascendkit_install verl verl=={loaded.matrix.stacks['cann8.3'].framework_version}")
+    )
 
 
 @pytest.mark.parametrize(("stack", "abi"), [("cann8.3", 0), ("cann8.5", 1)])
@@ -212,7 +215,7 @@ def test_labels_one_per_component(loaded: LoadedMatrix) -> None:
 
 
 def test_git_checkouts_pinned_and_recorded(loaded: LoadedMatrix) -> None:
-    text = render(loaded, "a3")
+    text = render(loaded, "a3", "cann8.3")
     assert (
         "ascendkit_git_clone GITCODE_URL Ascend/MindSpeed.git /tmp/MindSpeed;" in text
     )  # the ARG by name: a mirror's credentials stay unprinted
@@ -330,10 +333,10 @@ def test_the_sglang_image_builds_sglang_with_its_npu_project_and_fetches_the_chi
 
 
 def test_the_tools_layer_comes_after_transformers_and_the_switch_leaves_it_out(loaded: LoadedMatrix) -> None:
-    text = render(loaded, "a3")
+    text = render(loaded, "a3", "cann8.3")
     tools = text.index("ascendkit_install ascend-tools mindstudio-probe==26.2.0 msprof-analyze==26.2.0 ais-bench-benchmark==3.1.20260630")
     assert text.index("ascendkit_install transformers ") < tools < text.index("ascendkit_install verl ")
     assert 'io.ascendkit.version.msprobe="26.2.0"' in text and 'io.ascendkit.version.ais-bench="3.1.20260630"' in text
     off = parse_matrix(edit(MATRIX_TEXT, "    cann: 8.3.RC1\n", "    cann: 8.3.RC1\n    ascend_tools: false\n"), MATRIX)
-    without = render(off, "a3")
+    without = render(off, "a3", "cann8.3")
     assert "ascend-tools" not in without and "msprobe" not in without

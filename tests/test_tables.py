@@ -12,6 +12,7 @@ from buildkit.matrix.tables import format_table, skus_table, stacks_table, suppo
 from tests.conftest import MATRIX
 
 MATRIX_STACKS = tuple(load_matrix(MATRIX).matrix.stacks)
+DEFAULT = load_matrix(MATRIX).default_stack()  # wherever `default: true` is: these tests follow it
 
 
 def test_markdown_stack_table(loaded: LoadedMatrix) -> None:
@@ -19,7 +20,8 @@ def test_markdown_stack_table(loaded: LoadedMatrix) -> None:
     lines = text.splitlines()
     assert lines[0].startswith("| stack | CANN | Python | torch / torch_npu |")
     assert len(lines) == 2 + len(loaded.matrix.stacks)
-    row = next(line for line in lines if line.startswith("| cann8.3 (default) |"))
+    assert sum(line.startswith(f"| {DEFAULT} (default) |") for line in lines) == 1
+    row = next(line for line in lines if line.startswith("| cann8.3 "))
     assert "| 2.7.1 / 2.7.1 | 0.22.1 | 3.2.0 | vLLM 0.11.0, vllm-ascend 0.11.0 |" in row
     sglang = next(line for line in lines if line.startswith("| sglang-cann8.5 |"))
     assert "| SGLang 0.5.10, sgl-kernel-npu 2026.02.01 |" in sglang
@@ -54,13 +56,13 @@ def test_list_json(runner: CliRunner) -> None:
     rows = json.loads(result.stdout)
     assert [r["stack"] for r in rows] == list(MATRIX_STACKS)
     assert {r["stack"]: r["rollout"] for r in rows}["sglang-cann8.5"] == "SGLang 0.5.10"
-    assert [r["stack"] for r in rows if r["default"]] == ["cann8.3"]
+    assert [r["stack"] for r in rows if r["default"]] == [DEFAULT]
 
 
 def test_list_table_for_people(runner: CliRunner) -> None:
     result = runner.invoke(app, ["matrix", "list", "--matrix", str(MATRIX)])
     assert result.exit_code == 0
-    assert "cann8.3 (default)" in result.stdout
+    assert f"{DEFAULT} (default)" in result.stdout
     assert "2.10.0.post4" in result.stdout  # piped output is not truncated
 
 
@@ -95,7 +97,7 @@ def test_show_for_people_lists_known_issue(runner: CliRunner) -> None:
 def test_validate_ok(runner: CliRunner) -> None:
     result = runner.invoke(app, ["matrix", "validate", "--matrix", str(MATRIX)])
     assert result.exit_code == 0
-    assert "valid" in result.stdout and f"{len(MATRIX_STACKS)} stacks (default cann8.3)" in result.stdout
+    assert "valid" in result.stdout and f"{len(MATRIX_STACKS)} stacks (default {DEFAULT})" in result.stdout
     assert "warning:" in result.stderr
     data = json.loads(runner.invoke(app, ["matrix", "validate", "--json", "--matrix", str(MATRIX)]).stdout)
     assert data["valid"] is True and data["warnings"]  # a known issue, git refs that are not commits

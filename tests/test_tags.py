@@ -15,8 +15,11 @@ def test_full_tag() -> None:
 
 
 def test_aliases_for_default_and_other_stacks(loaded: LoadedMatrix) -> None:
-    default = loaded.matrix.stacks["cann8.3"]
-    assert alias_tags("cann8.3", default, "a2", "ubuntu22.04") == ["cann8.3-a2-ubuntu22.04", "cann8.3-a2", "latest-a2"]
+    name = loaded.default_stack()
+    default = loaded.matrix.stacks[name]
+    chip, os_name = loaded.matrix.stack_chips(default)[0], default.os[0]
+    assert alias_tags(name, default, chip, os_name) == [f"{name}-{chip}-{os_name}", f"{name}-{chip}", f"latest-{chip}"]
+    assert name != "cann9.1", "the other stack below is not the default"
     other = loaded.matrix.stacks["cann9.1"]
     assert alias_tags("cann9.1", other, "a3", "ubuntu22.04") == ["cann9.1-a3-ubuntu22.04", "cann9.1-a3"]
     assert alias_tags("cann9.1", other, "a3", "openeuler24.03") == ["cann9.1-a3-openeuler24.03"]

@@ -121,9 +121,9 @@ def test_k8s_job_composes_with_the_stacks_verl(loaded: LoadedMatrix, stack_id: s
     assert {o.split("=")[0] for o in overrides} == {o.split("=")[0] for o in smoke.overrides}
 
 
-def test_default_stack_needs_and_gets_the_device_override(loaded: LoadedMatrix) -> None:
+def test_a_verl_without_npu_autodetection_needs_and_gets_the_device_override(loaded: LoadedMatrix) -> None:
     """verl 0.6.1 (cann8.3) has no NPU auto-detection: without the override its job waits for GPUs."""
-    default = next(s for s, st in loaded.matrix.stacks.items() if st.default)
+    default = "cann8.3"
     verl = loaded.matrix.stacks[default].framework_version
     assert "auto_set_device" not in (config_dir(verl).parent / "main_ppo.py").read_text(encoding="utf-8")
     job = _smoke_job(loaded, default, "a3")
