@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.accuracy.compare import Comparison, compare_runs, load_run
+from buildkit.doctor.base import Check
 from buildkit.fsio import output_dir
 from buildkit.image.build import run_build
 from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, plan_build
 from buildkit.image.engine import connect
 from buildkit.image.progress import Reporter
 from buildkit.image.render import render_dockerfile
-from buildkit.image.verify import Check, collect_facts
+from buildkit.image.verify import collect_facts
 from buildkit.image.verify import compare as compare_facts
 from buildkit.k8s.render import render as render_k8s
 from buildkit.k8s.request import Manifests

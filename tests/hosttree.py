@@ -10,8 +10,8 @@ import os
 import stat
 from pathlib import Path
 
-from buildkit.run.doctor.base import DRIVER_VERSION
-from buildkit.run.doctor.contract import TOPO_DIR, Piece, contract_for
+from buildkit.doctor.base import DRIVER_VERSION
+from buildkit.doctor.contract import TOPO_DIR, Piece, contract_for
 
 DEVICE_GID = 1000  # HwHiAiUser's group, the matrix's default device_gid
 UB_NODES = {"/dev/uburma": ("ub0", "ub1"), "/dev/ummu": ("ummu0",)}  # STAND-IN names: one node or two per directory

@@ -86,26 +86,26 @@ def test_every_outcome_against_a_fake_index(index_url: str) -> None:
     matrix = load_matrix(TEST_MATRIX).matrix
     checks = check_matrix(matrix, IndexClient(retries=0), index_urls={"pypi": index_url, "pypi-again": index_url}, git_timeout=5)
     by = {(c.arch, c.component): c for c in checks if c.stack == "teststack"}
-    assert by[("x86_64", "torch")].status == "found"
+    assert by[("x86_64", "torch")].finding == "found"
     torch_arm = by[("aarch64", "torch")]
-    assert torch_arm.status == "missing"
+    assert torch_arm.finding == "missing"
     assert torch_arm.detail == f"tomli==2.0.0 is on {index_url} but has no file for aarch64, Python 3.11; available: 2.0.1"
-    assert by[("x86_64", "vllm")].status == "found"  # sdist-only, built from source
+    assert by[("x86_64", "vllm")].finding == "found"  # sdist-only, built from source
     assert by[("x86_64", "vllm_ascend")].detail.startswith(f"iniconfig==2.0.0 has no sdist on {index_url} to build from")
     assert by[("x86_64", "vllm_ascend")].available == ("1.1.1",)
-    assert by[("x86_64", "transformers")].status == "missing"  # requires-python excludes 3.11
+    assert by[("x86_64", "transformers")].finding == "missing"  # requires-python excludes 3.11
     assert by[("x86_64", "verl")].detail == f"no project idna on {index_url}"
-    assert by[("x86_64", "triton_ascend")].status == "found"  # 0.2.13 fine; the yanked 0.2.14 is not offered
+    assert by[("x86_64", "triton_ascend")].finding == "found"  # 0.2.13 fine; the yanked 0.2.14 is not offered
     # the tools stand-in (mccabe) is not on the fake index either: two more missing
     assert summarize([c for c in checks if c.stack == "teststack"]) == {"found": 9, "missing": 9, "unverified": 0, "conflict": 0}
     archives = [c for c in checks if c.stack == "teststack-sglang" and c.component == "sgl_kernel_npu"]
     assert [c.package for c in archives] == ["sgl-kernel-npu-standin-910b-x86_64.zip", "sgl-kernel-npu-standin-a3-x86_64.zip"]
-    assert all(c.status == "unverified" for c in archives), "its git host (github.com) is not reachable here"
+    assert all(c.finding == "unverified" for c in archives), "its git host (github.com) is not reachable here"
     openrlhf = {c.component: c for c in checks if c.stack == "teststack-openrlhf"}
-    assert openrlhf["deepspeed"].status == "found", "docopt, sdist-only, is built from source as DeepSpeed is"
+    assert openrlhf["deepspeed"].finding == "found", "docopt, sdist-only, is built from source as DeepSpeed is"
     assert openrlhf["ring_attn_ascend"].detail == f"no project colorama on {index_url}"
     source = openrlhf["openrlhf"]  # a checkout: its commit asked of its git host, which CI cannot reach
-    assert source.status == "unverified" and source.detail.startswith("git host unreachable: git fetch failed")
+    assert source.finding == "unverified" and source.detail.startswith("git host unreachable: git fetch failed")
     assert source.source == "https://github.com/ascendkit-standin/OpenRLHF.git@12e2a08edffda11502c61db53dfa9cc7b647b14f"
 
 
@@ -116,9 +116,9 @@ def test_unreachable_index_is_unverified_not_missing(index_url: str) -> None:
     )
     checks = [c for c in checks if c.stack == "teststack"]
     torch = next(c for c in checks if c.component == "torch" and c.arch == "x86_64")
-    assert torch.status == "found"  # x86_64 torch uses the other (reachable) index
+    assert torch.finding == "found"  # x86_64 torch uses the other (reachable) index
     others = [c for c in checks if c.component != "torch" or c.arch != "x86_64"]
-    assert {c.status for c in others} == {"unverified"}
+    assert {c.finding for c in others} == {"unverified"}
     assert others[0].detail.startswith("index 127.0.0.1:9: connection refused; use a mirror")
 
 
@@ -139,11 +139,11 @@ def test_shipped_matrix_on_real_pypi(runner: CliRunner) -> None:
     report = json.loads(result.stdout)
     matrix = load_matrix(MATRIX).matrix
     on_pypi = [r for r in report["results"] if r["source"] == matrix.indexes["pypi"].url]
-    assert on_pypi and {r["status"] for r in on_pypi} == {"found"}, [r for r in on_pypi if r["status"] != "found"]
+    assert on_pypi and {r["finding"] for r in on_pypi} == {"found"}, [r for r in on_pypi if r["finding"] != "found"]
     assert {r["arch"] for r in on_pypi} == {"aarch64", "x86_64"}
     assert report["summary"]["missing"] == 0
     elsewhere = [r for r in report["results"] if r["source"] != matrix.indexes["pypi"].url]
-    assert all(r["status"] in ("found", "unverified") for r in elsewhere)
+    assert all(r["finding"] in ("found", "unverified") for r in elsewhere)
     expected = ExitCode.UNVERIFIED if report["summary"]["unverified"] else ExitCode.OK
     assert result.exit_code == expected == report["exit_code"]
 
@@ -188,6 +188,6 @@ def test_a_release_archive_is_found_or_missing_where_its_host_serves_it(tmp_path
         found = _check_archive(client, f"{base}/sgl-kernel-npu-standin-a3-x86_64.zip", "s", "x86_64", archive, "ab" * 32)
         unhashed = _check_archive(client, f"{base}/sgl-kernel-npu-standin-a3-x86_64.zip", "s", "x86_64", archive, "")
         missing = _check_archive(client, f"{base}/sgl-kernel-npu-standin-a9-x86_64.zip", "s", "x86_64", archive, "ab" * 32)
-    assert (found.status, found.detail) == ("found", "")
-    assert unhashed.status == "found" and unhashed.detail.startswith("no sha256 recorded")
-    assert missing.status == "missing" and missing.detail.startswith("no release asset sgl-kernel-npu-standin-a9-x86_64.zip")
+    assert (found.finding, found.detail) == ("found", "")
+    assert unhashed.finding == "found" and unhashed.detail.startswith("no sha256 recorded")
+    assert missing.finding == "missing" and missing.detail.startswith("no release asset sgl-kernel-npu-standin-a9-x86_64.zip")

@@ -37,13 +37,13 @@ def test_tighter_tolerance_fails_and_exits_1(runner: CliRunner) -> None:
     result = runner.invoke(app, ["compare", str(NPU), str(GPU), "--metric", "critic/rewards/mean", "--tolerance", "1", "--json"])
     assert result.exit_code == ExitCode.CHECK_FAILED
     data = json.loads(result.stdout)
-    assert data["pass"] is False
+    assert data["status"] == "error"
     assert data["metrics"]["critic/rewards/mean"] == {
         "mean_abs_error": pytest.approx(0.014),
         "mean_abs_error_pct": pytest.approx(1.4),
         "steps": 5,
         "tolerance_pct": 1.0,
-        "pass": False,
+        "status": "error",
     }
     assert data["throughput_ratio"] == pytest.approx(1150 / 2100)
 

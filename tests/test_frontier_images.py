@@ -62,10 +62,10 @@ def test_the_sglang_image_is_built_from_the_npu_project_and_the_chips_archive(do
     manifest = _manifest(sglang_built)
     assert manifest["passed"]
     checks = {c["name"]: c for c in manifest["checks"]}
-    assert checks["lock"]["status"] == "pass", "every layer hash-locked, the archive's sha256 known"
+    assert checks["lock"]["status"] == "ok", "every layer hash-locked, the archive's sha256 known"
     assert checks[f"package {DIST}"]["actual"] == "0.5.10"
     for wheel in ("ak_kernel_memory_saver", "ak_kernel_ops"):
-        assert checks[f"package {wheel}"]["status"] == "pass" and checks[f"package {wheel}"]["actual"] == "1.0"
+        assert checks[f"package {wheel}"]["status"] == "ok" and checks[f"package {wheel}"]["actual"] == "1.0"
     assert manifest["labels"]["io.ascendkit.rollout"] == "sglang"
     script = (
         "import importlib.util as u, json, ak_sglang_npu, ak_kernel_ops, ak_kernel_memory_saver, six; "

@@ -1,4 +1,4 @@
-"""The host contract (buildkit/run/doctor/host_contract.json) held to upstream: Ascend Docker Runtime's
+"""The host contract (buildkit/doctor/host_contract.json) held to upstream: Ascend Docker Runtime's
 mount list and device rules, the device plugin's resource names and environment, vllm-ascend's
 `docker run` blocks for A2/A3 and the 950, verl's multi-node environment; read from the files
 themselves (tests/fixtures/upstream/ascend-host/, see tests/upstream_host.py). Every difference must
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from buildkit.doctor.contract import HCCL_ROOTINFO, TOPO_DIR, ChipContract, chips, contract_for, raw
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.run.doctor.contract import HCCL_ROOTINFO, TOPO_DIR, ChipContract, chips, contract_for, raw
 from tests.conftest import ROOT
 from tests.upstream_host import BASE_LIST, load_facts
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from buildkit.doctor.contract import HCCL_ROOTINFO, TOPO_DIR, contract_for
 from buildkit.errors import InputError
 from buildkit.matrix.load import load_matrix
 from buildkit.run.container import run_container
 from buildkit.run.devices import host_config_args, plan_devices
-from buildkit.run.doctor.contract import HCCL_ROOTINFO, TOPO_DIR, contract_for
 from buildkit.run.job import JobFacts
 from buildkit.run.smoke import SmokeRequest, run_smoke
 from tests.conftest import TEST_MATRIX, DockerEnv, build_and_push

@@ -42,12 +42,12 @@ def test_the_image_is_built_from_its_pinned_source_for_npu_and_verified(openrlhf
     manifest = _manifest(openrlhf_built)
     assert manifest["passed"]
     checks = {c["name"]: c for c in manifest["checks"]}
-    assert checks["checkout openrlhf"]["actual"] == COMMIT and checks["checkout openrlhf"]["status"] == "pass"
+    assert checks["checkout openrlhf"]["actual"] == COMMIT and checks["checkout openrlhf"]["status"] == "ok"
     assert checks["package openrlhf"]["actual"] == "0.7.5", "the checkout's own version file"
-    assert checks["openrlhf requirements"]["status"] == "pass", "built with TARGET_DEVICE=NPU: none of the CUDA-only packages"
+    assert checks["openrlhf requirements"]["status"] == "ok", "built with TARGET_DEVICE=NPU: none of the CUDA-only packages"
     patch = checks["patch iniconfig iniconfig/__init__.py"]
-    assert patch["status"] == "pass" and patch["actual"].startswith("commented out at line 25 of 2.0.0")
-    assert checks["lock"]["status"] == "pass" and checks["package docopt"]["actual"] == "0.6.2"
+    assert patch["status"] == "ok" and patch["actual"].startswith("commented out at line 25 of 2.0.0")
+    assert checks["lock"]["status"] == "ok" and checks["package docopt"]["actual"] == "0.6.2"
     assert manifest["labels"]["io.ascendkit.framework"] == "openrlhf"
     assert manifest["labels"]["io.ascendkit.commit.openrlhf"] == COMMIT
 

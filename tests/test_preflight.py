@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from buildkit.doctor.base import HCCN_CONF, NODE_ENV, Environment
+from buildkit.doctor.contract import contract_for
+from buildkit.doctor.report import run as run_doctor
 from buildkit.errors import ExitCode
 from buildkit.k8s.pod import PREFLIGHT_DONE
 from buildkit.k8s.render import as_documents, render
@@ -21,9 +24,6 @@ from buildkit.k8s.request import K8sRequest
 from buildkit.k8s.validate import validate_documents
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.run.doctor.base import HCCN_CONF, NODE_ENV, Environment
-from buildkit.run.doctor.contract import contract_for
-from buildkit.run.doctor.report import run as run_doctor
 from buildkit.run.job import JobFacts
 from tests.conftest import DockerEnv
 from tests.test_doctor import GOOD_ENV, INFO, FakeTorch, FakeTorchNpu, _hccn_tool, image_root
@@ -133,8 +133,8 @@ def test_the_summary_names_each_bad_node_its_failing_check_and_what_to_do(cluste
     assert lines[0].split() == ["node", "verdict", "check", "detail"]
     rows = [line.split()[:3] for line in lines[1:] if line.startswith("node-")]
     assert rows == [
-        ["node-d", "FAIL", "driver"],
-        ["node-e", "FAIL", "NPU"],  # "NPU links"
+        ["node-d", "ERROR", "driver"],
+        ["node-e", "ERROR", "NPU"],  # "NPU links"
         ["node-a", "OK", "-"],
         ["node-b", "OK", "-"],
         ["node-c", "OK", "-"],
@@ -231,4 +231,4 @@ def test_the_rendered_preflight_container_runs_in_the_image_and_its_log_is_judge
     proc = ascendkit("k8s", "preflight", "-", stdin=_kubectl_logs({"p1x2y": log}))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     row = next(line for line in proc.stdout.splitlines() if line.startswith("node-x"))
-    assert row.split()[:3] == ["node-x", "FAIL", "NPUs"] and "no /dev/davinci* in the pod" in row
+    assert row.split()[:3] == ["node-x", "ERROR", "NPUs"] and "no /dev/davinci* in the pod" in row

@@ -21,6 +21,7 @@ import pytest
 import requests
 
 from buildkit.accuracy.metrics import StepMetrics, parse_log
+from buildkit.doctor.base import RUNTIME_ENV, Check
 from buildkit.errors import InputError
 from buildkit.framework import framework
 from buildkit.frameworks.openrlhf import ARGS_CHECK
@@ -35,7 +36,6 @@ from buildkit.run.devices import (
     plan_devices,
     prepare_data_dir,
 )
-from buildkit.run.doctor.base import RUNTIME_ENV, Check
 from buildkit.run.job import MODEL_DIR, SMOKE_FILES, JobFacts
 from buildkit.run.report import judge, write_reports
 from buildkit.run.smoke import SmokeRequest, run_smoke
@@ -276,7 +276,7 @@ def _report_data(outcome: str) -> dict[str, object]:
                     "mean_abs_error_pct": None,
                     "steps": 2,
                     "tolerance_pct": 4.0,
-                    "pass": False,
+                    "status": "error",
                 }
             },
             "throughput_ratio": 0.5,
@@ -716,7 +716,7 @@ def test_composition_errors_say_what_to_do() -> None:
 
 
 def test_a_failed_job_with_a_known_hccl_code_gets_its_explanation_in_the_report(tmp_path: Path) -> None:
-    """The code, what it means and the first thing to check, from buildkit/run/doctor/error_codes.json."""
+    """The code, what it means and the first thing to check, from buildkit/doctor/error_codes.json."""
     engine = FakeEngine(0, LOGS / "npu_hccl_ei0006.log", job_code=1)
     report = run_smoke(cast(Any, engine), smoke_request(tmp_path))
     assert (report.outcome, report.exit_code) == ("failed", 1)

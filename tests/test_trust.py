@@ -313,6 +313,6 @@ def test_an_index_member_the_registry_lacks_is_a_failed_check_and_is_not_signed(
         digest = registry.put_manifest("verl", "idx", index, OCI_INDEX)
         sign_digest(registry, "verl", digest, signer)
         _, checks = verify_image(f"{host}/verl:idx", signer.public, lambda _: None)
-        assert [(c.name, c.ok) for c in checks] == [(f"signature {digest}", True), (f"member {missing}", False)]
+        assert [(c.name, c.status) for c in checks] == [(f"signature {digest}", "ok"), (f"member {missing}", "error")]
         with pytest.raises(PublishFailed, match="which the registry does not serve"):
             sign_tree(registry, "verl", registry.get_manifest("verl", "idx"), signer)  # type: ignore[arg-type]

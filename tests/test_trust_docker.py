@@ -116,18 +116,18 @@ def _skopeo_admits(signed: Signed, ref: str, key: Path) -> subprocess.CompletedP
 def test_verify_accepts_what_publish_and_sign_signed_with_no_engine(signed: Signed) -> None:
     code, report, stderr = _verify(signed, f"{signed.repo}:idx", signed.keys / "cosign.pub")
     assert code == 0, stderr
-    checks = {c["check"]: c for c in report["checks"]}
+    checks = {c["name"]: c for c in report["checks"]}
     assert report["ok"] and report["image"] == f"{signed.repo}@{signed.index}"
     for name in (f"signature {signed.index}", f"signature {signed.member}", f"provenance {signed.member}"):
-        assert checks[name]["ok"], checks
-    assert checks[f"sbom {signed.member}"]["ok"] and checks[f"matrix {signed.member}"]["ok"], checks
+        assert checks[name]["status"] == "ok", checks
+    assert checks[f"sbom {signed.member}"]["status"] == checks[f"matrix {signed.member}"]["status"] == "ok", checks
     assert "the matrix's" in checks[f"matrix {signed.member}"]["detail"]
 
 
 def test_verify_with_another_key_names_every_failing_check(signed: Signed) -> None:
     code, report, stderr = _verify(signed, f"{signed.repo}:idx", signed.other / "cosign.pub")
     assert code == 1
-    failed = [c["check"] for c in report["checks"] if not c["ok"]]
+    failed = [c["name"] for c in report["checks"] if c["status"] == "error"]
     assert failed == [f"signature {signed.index}", f"signature {signed.member}", f"provenance {signed.member}"]
     assert all(name in stderr for name in failed)
 
@@ -135,8 +135,8 @@ def test_verify_with_another_key_names_every_failing_check(signed: Signed) -> No
 def test_verify_refuses_an_unsigned_image(signed: Signed) -> None:
     code, report, _ = _verify(signed, signed.unsigned, signed.keys / "cosign.pub")
     assert code == 1
-    assert [c["detail"] for c in report["checks"] if c["check"].startswith("signature")] == ["no signature attached"]
-    provenance = next(c for c in report["checks"] if c["check"].startswith("provenance"))
+    assert [c["detail"] for c in report["checks"] if c["name"].startswith("signature")] == ["no signature attached"]
+    provenance = next(c for c in report["checks"] if c["name"].startswith("provenance"))
     assert "not signed" in provenance["detail"], "published without a key: the provenance is there, unsigned"
 
 
@@ -174,7 +174,7 @@ def test_skopeo_signs_with_a_keygen_key_and_verify_accepts_that_signature_alone(
     assert payload is not None and json.loads(payload)["critical"]["identity"]["docker-reference"] == f"{host}/{copy}:by-skopeo"
     code, report, stderr = _verify(signed, f"{host}/{copy}:by-skopeo", signed.keys / "cosign.pub")
     assert code == 0, stderr
-    assert report["checks"][0]["check"] == f"signature {signed.member}" and report["checks"][0]["ok"]
+    assert report["checks"][0]["name"] == f"signature {signed.member}" and report["checks"][0]["status"] == "ok"
 
 
 def test_a_key_skopeo_generated_signs_with_ascendkit_and_skopeo_admits_it(signed: Signed) -> None:
@@ -190,10 +190,10 @@ def test_a_key_skopeo_generated_signs_with_ascendkit_and_skopeo_admits_it(signed
     env = dataclasses.replace(signed.env, env={**signed.env.env, "COSIGN_PASSWORD": "their passphrase"})
     env.ascendkit("sign", f"{signed.repo}:idx", "--key", str(where / "theirs.private"), cwd=signed.workdir, check=True)
     code, report, _ = _verify(signed, f"{signed.repo}:idx", where / "theirs.pub")
-    signatures = [c for c in report["checks"] if c["check"].startswith("signature")]
-    assert len(signatures) == 2 and all(c["ok"] for c in signatures), report
-    provenance = next(c for c in report["checks"] if c["check"].startswith("provenance"))
-    assert code == 1 and not provenance["ok"], "keygen's key signed the provenance, not theirs"
+    signatures = [c for c in report["checks"] if c["name"].startswith("signature")]
+    assert len(signatures) == 2 and all(c["status"] == "ok" for c in signatures), report
+    provenance = next(c for c in report["checks"] if c["name"].startswith("provenance"))
+    assert code == 1 and provenance["status"] == "error", "keygen's key signed the provenance, not theirs"
     admitted = _skopeo_admits(signed, f"{signed.repo}:idx", where / "theirs.pub")
     assert admitted.returncode == 0, admitted.stderr
 
@@ -229,7 +229,7 @@ def test_a_mirror_carries_signatures_and_provenance_and_sign_key_signs_it_for_it
     signed.env.ascendkit("mirror", f"{signed.repo}:idx", copied, cwd=signed.workdir, check=True)
     code, report, _ = _verify(signed, copied, signed.keys / "cosign.pub")
     assert code == 1
-    failing = {c["check"]: c["detail"] for c in report["checks"] if not c["ok"]}
+    failing = {c["name"]: c["detail"] for c in report["checks"] if c["status"] == "error"}
     assert set(failing) == {f"signature {signed.index}", f"signature {signed.member}"}, "the provenance travelled and still holds"
     assert all(f"signed for repository {signed.repo}" in detail for detail in failing.values())
     key = str(signed.keys / "cosign.key")

@@ -73,26 +73,26 @@ def test_the_expectations_come_from_the_matrix() -> None:
 
 def test_an_image_as_built_passes() -> None:
     assert _status(_facts()) == {
-        "checkout openrlhf": ("pass", COMMIT),
-        "openrlhf requirements": ("pass", "none of them (4 requirements)"),
-        "patch vllm-ascend vllm_ascend/platform.py": ("pass", "commented out at line 48 of 0.8.5rc1"),
+        "checkout openrlhf": ("ok", COMMIT),
+        "openrlhf requirements": ("ok", "none of them (4 requirements)"),
+        "patch vllm-ascend vllm_ascend/platform.py": ("ok", "commented out at line 48 of 0.8.5rc1"),
     }
 
 
 def test_another_commit_a_gpu_build_or_a_lost_patch_fails() -> None:
     wrong = _status(_facts(git_revisions=f"openrlhf {COMMIT} {'f' * 40}\n"))
-    assert wrong["checkout openrlhf"] == ("fail", "f" * 40)
+    assert wrong["checkout openrlhf"] == ("error", "f" * 40)
     gpu = _status(_facts(requires={"openrlhf": ["torch", "flash-attn==2.7.4.post1", "pynvml>=12.0.0", "ray[default]==2.43.0"]}))
-    assert gpu["openrlhf requirements"] == ("fail", "requires flash-attn, pynvml"), "built without TARGET_DEVICE=NPU"
-    assert _status(_facts(requires={}))["openrlhf requirements"] == ("fail", "not an installed distribution")
+    assert gpu["openrlhf requirements"] == ("error", "requires flash-attn, pynvml"), "built without TARGET_DEVICE=NPU"
+    assert _status(_facts(requires={}))["openrlhf requirements"] == ("error", "not an installed distribution")
     assert _status(_facts(patches=()))["patch vllm-ascend vllm_ascend/platform.py"] == (
-        "fail",
+        "error",
         "not applied (no record in /etc/ascendkit/patches.json)",
     )
     edited = ({**RECORD, "sha256_after": "a" * 64, "sha256_now": "b" * 64},)
-    assert _status(_facts(patches=edited))["patch vllm-ascend vllm_ascend/platform.py"] == ("fail", "the file changed after the patch")
+    assert _status(_facts(patches=edited))["patch vllm-ascend vllm_ascend/platform.py"] == ("error", "the file changed after the patch")
     other = ({**RECORD, "comment_out": "x = 1", "sha256_after": "a" * 64, "sha256_now": "a" * 64},)
-    assert _status(_facts(patches=other))["patch vllm-ascend vllm_ascend/platform.py"][0] == "fail"
+    assert _status(_facts(patches=other))["patch vllm-ascend vllm_ascend/platform.py"][0] == "error"
 
 
 USER = {
@@ -114,26 +114,26 @@ def _user_checks(**changes: Any) -> dict[str, tuple[str, str]]:
 
 def test_the_image_runs_as_its_user_who_can_write_read_and_import() -> None:
     assert _user_checks() == {
-        "user in config": ("pass", "1000:1000"),
-        "user": ("pass", "HwHiAiUser 1000:1000"),
-        "user can write": ("pass", "/home/HwHiAiUser, /workspace"),
-        "user can read": ("pass", "all"),
-        "user can import": ("pass", "3 modules of 2 pinned packages found"),
+        "user in config": ("ok", "1000:1000"),
+        "user": ("ok", "HwHiAiUser 1000:1000"),
+        "user can write": ("ok", "/home/HwHiAiUser, /workspace"),
+        "user can read": ("ok", "all"),
+        "user can import": ("ok", "3 modules of 2 pinned packages found"),
     }
 
 
 def test_root_a_missing_passwd_entry_or_unreadable_files_fail_naming_them() -> None:
-    assert _user_checks(config_user="")["user in config"] == ("fail", "(root)")
-    assert _user_checks(name=None, uid=1000)["user"] == ("fail", "(no passwd entry) 1000:1000")
-    assert _user_checks(gid=0)["user"] == ("fail", "HwHiAiUser 1000:0")
-    assert _user_checks(writable={"/home/HwHiAiUser": True, "/workspace": False})["user can write"] == ("fail", "cannot write /workspace")
+    assert _user_checks(config_user="")["user in config"] == ("error", "(root)")
+    assert _user_checks(name=None, uid=1000)["user"] == ("error", "(no passwd entry) 1000:1000")
+    assert _user_checks(gid=0)["user"] == ("error", "HwHiAiUser 1000:0")
+    assert _user_checks(writable={"/home/HwHiAiUser": True, "/workspace": False})["user can write"] == ("error", "cannot write /workspace")
     unreadable = {"count": 31, "first": ["/opt/verl/", "/usr/lib/python3/dist-packages/x.py"]}
     assert _user_checks(unreadable=unreadable)["user can read"] == (
-        "fail",
+        "error",
         "31 unreadable: /opt/verl/, /usr/lib/python3/dist-packages/x.py",
     )
     imports = {"torch": {"torch": "not found on sys.path"}, "uv": {"uv": ""}}
-    assert _user_checks(imports=imports)["user can import"] == ("fail", "cannot import torch (torch): not found on sys.path")
+    assert _user_checks(imports=imports)["user can import"] == ("error", "cannot import torch (torch): not found on sys.path")
 
 
 def test_the_expected_user_comes_from_the_matrix(tmp_path: Path) -> None:
@@ -173,15 +173,15 @@ def test_every_stack_expects_vllm_ascends_custom_ops(tmp_path: Path) -> None:
 
 def test_an_extension_whose_libraries_resolve_passes_and_the_drivers_are_allowed() -> None:
     found = {"file": SO, "needed": ["libtorch.so", "libascendcl.so", "libascend_hal.so", "libc.so.6"], "unresolved": ["libascend_hal.so"]}
-    assert _extension(found) == ("pass", f"{SO}: 4 libraries resolve (libascend_hal.so from the host's driver)")
+    assert _extension(found) == ("ok", f"{SO}: 4 libraries resolve (libascend_hal.so from the host's driver)")
 
 
 def test_a_build_without_its_extension_or_with_unresolved_libraries_fails_naming_the_component() -> None:
     status, actual = _extension({"file": None, "error": "no vllm_ascend_C.*.so in /site/vllm_ascend"})
-    assert status == "fail" and actual.startswith("missing: no vllm_ascend_C.*.so") and "its kernels were not compiled" in actual
-    assert _extension(None)[0] == "fail", "not probed is not passed"
+    assert status == "error" and actual.startswith("missing: no vllm_ascend_C.*.so") and "its kernels were not compiled" in actual
+    assert _extension(None)[0] == "error", "not probed is not passed"
     status, actual = _extension({"file": SO, "needed": ["libascendcl.so", "libopapi.so"], "unresolved": ["libopapi.so"]})
-    assert (status, actual) == ("fail", f"{SO}: libopapi.so not found in the image (nor the driver's)")
+    assert (status, actual) == ("error", f"{SO}: libopapi.so not found in the image (nor the driver's)")
 
 
 def test_a_tool_that_does_not_import_fails_verification_naming_the_component() -> None:
@@ -189,11 +189,11 @@ def test_a_tool_that_does_not_import_fails_verification_naming_the_component() -
     expected = replace(_expected(), imports=(("msprobe", "msprobe"), ("ais_bench", "ais_bench")))
     facts = _facts(imported={"msprobe": "", "ais_bench": "ModuleNotFoundError: No module named 'pyext'"})
     checks = {c.name: c for c in compare(facts, expected) if c.name.startswith("import ")}
-    assert (checks["import msprobe"].status, checks["import msprobe"].actual) == ("pass", "imported")
-    assert checks["import ais_bench"].status == "fail" and checks["import ais_bench"].expected == "ais-bench imports"
+    assert (checks["import msprobe"].status, checks["import msprobe"].actual) == ("ok", "imported")
+    assert checks["import ais_bench"].status == "error" and checks["import ais_bench"].expected == "ais-bench imports"
     assert checks["import ais_bench"].actual == "ModuleNotFoundError: No module named 'pyext'"
     missing = {c.name: c for c in compare(_facts(), expected) if c.name.startswith("import ")}
-    assert missing["import msprobe"].status == "fail" and missing["import msprobe"].actual == "not probed"
+    assert missing["import msprobe"].status == "error" and missing["import msprobe"].actual == "not probed"
 
 
 def test_the_shipped_tools_are_imported_where_a_stack_carries_them() -> None:

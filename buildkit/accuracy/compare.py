@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.accuracy.metrics import StepMetrics, is_finite, metric_names, parse_log, series
+from buildkit.doctor.base import Check
 from buildkit.errors import InputError
 from buildkit.framework import Gate, all_gates
 from buildkit.fsio import read_input_bytes, read_input_text
@@ -48,6 +49,13 @@ class MetricResult:
     tolerance_pct: float
     passed: bool
 
+    @property
+    def check(self) -> Check:
+        """The metric's gate as a check: ok within its tolerance, error beyond it."""
+        got = f"{self.mean_abs_error_pct:.3f}" if is_finite(self.mean_abs_error) else "not finite"
+        detail = f"mean absolute error x100 {got} over {self.steps} steps (tolerance {self.tolerance_pct:g})"
+        return Check(f"baseline gate: {self.name}", "ok" if self.passed else "error", detail)
+
     def describe(self) -> dict[str, Any]:
         finite = is_finite(self.mean_abs_error)  # a NaN/inf in either run fails the metric; JSON gets null
         return {
@@ -55,7 +63,7 @@ class MetricResult:
             "mean_abs_error_pct": self.mean_abs_error_pct if finite else None,
             "steps": self.steps,
             "tolerance_pct": self.tolerance_pct,
-            "pass": self.passed,
+            "status": self.check.status,
         }
 
 
@@ -75,7 +83,7 @@ class Comparison:
             "pct_unit": PCT_UNIT,
             "throughput_ratio": self.throughput_ratio,
             "throughput_steps": self.throughput_steps,
-            "pass": self.passed,
+            "status": "ok" if self.passed else "error",
         }
 
 

@@ -15,7 +15,7 @@ def doctor(
     links: Annotated[bool, typer.Option("--links", help="Fail when an NPU port's link is not UP (hccn_tool; multi-node jobs).")] = False,
 ) -> None:
     """Check pins, the CANN environment, the driver, the NPUs and their links here (exit 1: failed, 10: no devices, preflight only)."""
-    from buildkit.run.doctor.report import format_report, run
+    from buildkit.doctor.report import format_report, run
 
     code, report = run(links=links)
     if as_json:

@@ -255,7 +255,7 @@ def k8s_preflight(
         raise InputError("--node-info - and the logs on - cannot both be stdin: give the node list as a file")
     runtimes = read_node_runtimes(node_info) if node_info else None
     verdicts, problems = summarize(read_reports(sources), expect, runtimes)
-    failed = bool(problems) or any(v.verdict == "fail" for v in verdicts)
+    failed = bool(problems) or any(v.verdict == "error" for v in verdicts)
     if as_json:
         print_json({"passed": not failed, "nodes": [v.describe() for v in verdicts], "problems": problems})
     else:

@@ -249,14 +249,14 @@ def _print_verify_table(checks: list[PinCheck], counts: dict[str, int]) -> None:
         table.add_column(component.replace("_", "-"), justify="center")
     rows: dict[tuple[str, str], dict[str, str]] = {}
     for c in checks:
-        rows.setdefault((c.stack, c.arch), {})[c.component] = _MARK[c.status]
+        rows.setdefault((c.stack, c.arch), {})[c.component] = _MARK[c.finding]
     for (stack_id, arch_name), cells in rows.items():
         table.add_row(f"{stack_id} / {arch_name}", *(cells.get(component, "") for component in components))
     out.print(table)
     for c in checks:
-        if c.status != "found":
+        if c.finding != "found":
             what = "all pins together" if c.component == COMPONENT_SET else f"{c.package}=={c.version}"
-            out.print(f"{_MARK[c.status]} {c.stack} {c.arch} {what}: {c.detail}")
+            out.print(f"{_MARK[c.finding]} {c.stack} {c.arch} {what}: {c.detail}")
     out.print(f"{counts['found']} found, {counts['missing']} missing, {counts['conflict']} conflicting, {counts['unverified']} unverified")
 
 

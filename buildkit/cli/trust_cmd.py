@@ -88,7 +88,7 @@ def verify(
         return None if stack is None else expected_packages(stack)
 
     where, checks = verify_image(image, public, stack_pins)
-    failed = [c for c in checks if not c.ok]
+    failed = [c for c in checks if c.failed]
     if as_json:
         print_json({"image": where, "key": public.keyid, "ok": not failed, "checks": [c.describe() for c in checks]})
     else:
@@ -96,7 +96,7 @@ def verify(
         for column in ("check", "result", "detail"):
             table.add_column(column)
         for check in checks:
-            table.add_row(check.name, "ok" if check.ok else "FAILED", check.detail)
+            table.add_row(check.name, "FAILED" if check.failed else check.status, check.detail)
         out.print(table)
     if failed:
         typer.echo(f"ascendkit: {where}: failed: {', '.join(c.name for c in failed)}", err=True)

@@ -19,6 +19,7 @@ import requests
 from docker.errors import DockerException, NotFound
 
 from buildkit.cancel import deferred, interrupted
+from buildkit.doctor.base import Check
 from buildkit.errors import BuildFailed, Unavailable, VerifyFailed
 from buildkit.fsio import write_atomic
 from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, host_arch
@@ -29,7 +30,7 @@ from buildkit.image.record import build_record
 from buildkit.image.render import SECRETS_ARG, context_paths
 from buildkit.image.sbom import BaseImage, dumps, sbom_document, sbom_path
 from buildkit.image.secrets import SecretServer
-from buildkit.image.verify import Check, collect_facts, compare, failures
+from buildkit.image.verify import collect_facts, compare, failures
 from buildkit.imageref import split_ref
 from buildkit.reach import engine_said
 from buildkit.resources import PACKAGE_DIR

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.arch import DOCKER_ARCH, Arch, normalize_arch
+from buildkit.doctor.base import Check
 from buildkit.errors import InputError
 from buildkit.fsio import check_output_dir
 from buildkit.image.render import build_context, render_context
 from buildkit.image.secrets import BuildSecrets
-from buildkit.image.verify import Check, Expected
+from buildkit.image.verify import Expected
 from buildkit.imageref import IMAGE_REFERENCE
 from buildkit.lock.inputs import LockTarget, lock_inputs
 from buildkit.lock.lockfile import LockFile, lock_problem, read_lock, section_texts

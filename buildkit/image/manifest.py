@@ -10,10 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from buildkit.doctor.base import Check
 from buildkit.errors import InputError
 from buildkit.fsio import write_atomic
 from buildkit.image.buildrecord import SCHEMA_VERSION, read_record
-from buildkit.image.verify import Check, Expected, ImageFacts, failures
+from buildkit.image.verify import Expected, ImageFacts, failures
 
 
 def expected_fingerprint(expected: Expected) -> str:
@@ -59,7 +60,7 @@ def manifest_data(facts: ImageFacts, expected: Expected, checks: list[Check], re
         "passed": not failures(checks),
         "expected_sha256": expected_fingerprint(expected),
         "doctor": facts.doctor_report,
-        "checks": [c.__dict__ for c in checks],
+        "checks": [c.describe() for c in checks],
         "labels": dict(sorted(facts.labels.items())),
         "packages": [{"name": n, "version": v} for n, v in sorted(facts.packages.items())],
     }
@@ -92,7 +93,7 @@ def manifest_markdown(data: dict[str, Any]) -> str:
     ]
     out = "\n".join(lines) + "\n" + _md_rows(iter(summary))
     out += "\n## Checks\n\n| check | expected | found | result |\n|---|---|---|---|\n"
-    out += _md_rows((c["name"], c["expected"], c["actual"], c["status"]) for c in data["checks"])
+    out += _md_rows((c["name"], c.get("expected", ""), c.get("actual", c.get("detail", "")), c["status"]) for c in data["checks"])
     out += "\n## Python packages\n\n| package | version |\n|---|---|\n"
     out += _md_rows((p["name"], p["version"]) for p in data["packages"])
     return out

@@ -52,7 +52,7 @@ SECRETS_ARG = "ftp_proxy"
 # same as in the package): the in-image doctor (a directory: its modules and its table of error codes)
 # and the scripts in buildkit/image/files/.
 CONTEXT_FILES = {
-    "doctor": "buildkit/run/doctor/",
+    "doctor": "buildkit/doctor/",
     "entrypoint": "buildkit/image/files/entrypoint.sh",
     "build_env": "buildkit/image/files/build-env.sh",
     "in_image_cli": "buildkit/image/files/ascendkit.sh",

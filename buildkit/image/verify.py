@@ -10,17 +10,16 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import docker
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion
 
 from buildkit.arch import normalize_arch
+from buildkit.doctor.base import Check
 from buildkit.errors import VerifyFailed
 from buildkit.image.probe import run_in_image, run_probe
-
-Status = Literal["pass", "fail", "absent"]
 
 
 @dataclass(frozen=True)
@@ -63,12 +62,10 @@ class Expected:
         return tuple(module for _, module in self.imports)
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    expected: str
-    actual: str
-    status: Status
+def _compared(name: str, expected: str, actual: str, status: str) -> Check:
+    """A check of the image against the plan: what was expected, what was found."""
+    detail = actual if status == "ok" else f"expected {expected}, found {actual}"
+    return Check(name, status, detail, expected=expected, actual=actual)
 
 
 @dataclass(frozen=True)
@@ -175,7 +172,7 @@ def version_matches(installed: str | None, pinned: str) -> bool:
 
 def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
     def check(name: str, want: str, got: str | None, ok: bool) -> Check:
-        return Check(name, want, got if got is not None else "(missing)", "pass" if ok else "fail")
+        return _compared(name, want, got if got is not None else "(missing)", "ok" if ok else "error")
 
     python = ".".join(facts.python.split(".")[:2])
     os_id = f"{facts.os_release.get('ID', '?')}{facts.os_release.get('VERSION_ID', '')}"
@@ -193,7 +190,7 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
         check("os", expected.os_name, os_id, os_id == expected.os_name),
     ]
     if facts.cann_version is None:
-        checks.append(Check("cann", expected.cann, "no CANN version file in the image", "absent"))
+        checks.append(_compared("cann", expected.cann, "no CANN version file in the image", "warn"))
     else:
         checks.append(check("cann", expected.cann, facts.cann_version, facts.cann_version.lower() == expected.cann.lower()))
     home = facts.env.get("ASCEND_HOME_PATH")
@@ -222,7 +219,9 @@ def compare(facts: ImageFacts, expected: Expected) -> list[Check]:
         got_text = "all at their locked versions" if not wrong else "not as locked: " + ", ".join(wrong[:10])
         checks.append(check("lock", want, got_text, not wrong))
     elif expected.unresolved_lock:
-        checks.append(Check("lock", "hash-locked install", f"{expected.unresolved_lock} is unresolved: pins installed unhashed", "absent"))
+        checks.append(
+            _compared("lock", "hash-locked install", f"{expected.unresolved_lock} is unresolved: pins installed unhashed", "warn")
+        )
     checks += _source_checks(facts, expected)
     checks += extension_checks(facts, expected)
     checks += user_checks(facts, expected)
@@ -243,15 +242,15 @@ def _source_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
     commits = {parts[0]: parts[2] for parts in (line.split() for line in facts.git_revisions.splitlines()) if len(parts) == 3}
     for name, commit in expected.commits:
         got = commits.get(name)
-        checks.append(Check(f"checkout {name}", commit, got or "(not recorded)", "pass" if got == commit else "fail"))
+        checks.append(_compared(f"checkout {name}", commit, got or "(not recorded)", "ok" if got == commit else "error"))
     for name, left_out in expected.leaves_out:
         required = {_requirement_name(r) for r in facts.requires.get(name, [])}
         found = sorted(required & {normalize(n) for n in left_out})
         if name not in facts.requires:
-            checks.append(Check(f"{name} requirements", f"none of {', '.join(left_out)}", "not an installed distribution", "fail"))
+            checks.append(_compared(f"{name} requirements", f"none of {', '.join(left_out)}", "not an installed distribution", "error"))
         else:
             got = "requires " + ", ".join(found) if found else f"none of them ({len(required)} requirements)"
-            checks.append(Check(f"{name} requirements", f"none of {', '.join(left_out)}", got, "fail" if found else "pass"))
+            checks.append(_compared(f"{name} requirements", f"none of {', '.join(left_out)}", got, "error" if found else "ok"))
     for package, file, line in expected.patches:
         record = next(
             (p for p in facts.patches if normalize(str(p.get("package"))) == normalize(package) and p.get("file") == file),
@@ -265,7 +264,7 @@ def _source_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
             got, ok = "the file changed after the patch", False
         else:
             got, ok = f"commented out at line {record.get('line')} of {record.get('version')}", True
-        checks.append(Check(f"patch {package} {file}", f"{line.strip()!r} commented out", got, "pass" if ok else "fail"))
+        checks.append(_compared(f"patch {package} {file}", f"{line.strip()!r} commented out", got, "ok" if ok else "error"))
     return checks
 
 
@@ -286,10 +285,10 @@ def extension_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
         want = f"{module} built, its libraries resolvable"
         if not found.get("file"):
             got = f"missing: {found.get('error') or 'not found'} (the build produced no {module}: its kernels were not compiled)"
-            checks.append(Check(f"extension {component}", want, got, "fail"))
+            checks.append(_compared(f"extension {component}", want, got, "error"))
             continue
         if found.get("error"):
-            checks.append(Check(f"extension {component}", want, f"{found['file']}: {found['error']}", "fail"))
+            checks.append(_compared(f"extension {component}", want, f"{found['file']}: {found['error']}", "error"))
             continue
         unresolved = [lib for lib in found.get("unresolved") or [] if lib not in DRIVER_LIBRARIES]
         driver = [lib for lib in found.get("unresolved") or [] if lib in DRIVER_LIBRARIES]
@@ -298,7 +297,7 @@ def extension_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
             got = f"{found['file']}: {', '.join(unresolved)} not found in the image (nor the driver's)"
         else:
             got = f"{found['file']}: {needed} libraries resolve" + (f" ({', '.join(driver)} from the host's driver)" if driver else "")
-        checks.append(Check(f"extension {component}", want, got, "fail" if unresolved else "pass"))
+        checks.append(_compared(f"extension {component}", want, got, "error" if unresolved else "ok"))
     return checks
 
 
@@ -312,25 +311,27 @@ def user_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
     want = f"{name} {uid}:{gid}"
     got = f"{seen.get('name') or '(no passwd entry)'} {seen.get('uid')}:{seen.get('gid')}"
     checks = [
-        Check("user in config", f"{uid}:{gid}", facts.config_user or "(root)", "pass" if facts.config_user == f"{uid}:{gid}" else "fail"),
-        Check("user", want, got, "pass" if got == want else "fail"),
+        _compared(
+            "user in config", f"{uid}:{gid}", facts.config_user or "(root)", "ok" if facts.config_user == f"{uid}:{gid}" else "error"
+        ),
+        _compared("user", want, got, "ok" if got == want else "error"),
     ]
     writable = seen.get("writable") or {}
     blocked = sorted(path for path, ok in writable.items() if not ok)
     places = f"home {seen.get('home')} and the workdir"
     checks.append(
-        Check(
+        _compared(
             "user can write",
             places,
             "cannot write " + ", ".join(blocked) if blocked else ", ".join(sorted(writable)),
-            "fail" if blocked or not writable else "pass",
+            "error" if blocked or not writable else "ok",
         )
     )
     unreadable = seen.get("unreadable") or {}
     count = int(unreadable.get("count", 0))
     listed = ", ".join(unreadable.get("first") or [])
     checks.append(
-        Check("user can read", "every installed file", f"{count} unreadable: {listed}" if count else "all", "fail" if count else "pass")
+        _compared("user can read", "every installed file", f"{count} unreadable: {listed}" if count else "all", "error" if count else "ok")
     )
     imports = seen.get("imports") or {}
     # a distribution with no module (only scripts) has nothing to import; a missing one fails its package check
@@ -338,15 +339,15 @@ def user_checks(facts: ImageFacts, expected: Expected) -> list[Check]:
     modules = sum(len(m) for m in imports.values())
     found = f"{modules} modules of {len(imports)} pinned packages found"
     checks.append(
-        Check(
+        _compared(
             "user can import",
             "every pinned package's modules",
             "cannot import " + "; ".join(missing) if missing else found,
-            "fail" if missing else "pass",
+            "error" if missing else "ok",
         )
     )
     return checks
 
 
 def failures(checks: list[Check]) -> list[Check]:
-    return [c for c in checks if c.status == "fail"]
+    return [c for c in checks if c.failed]

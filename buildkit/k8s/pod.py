@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from buildkit.doctor.base import HCCN_CONF, NODE_ENV
+from buildkit.doctor.contract import EVERY_POD_ENV, contract_for
 from buildkit.k8s.request import (
     APP_LABEL,
     HOST_ARCH,
@@ -16,14 +18,12 @@ from buildkit.k8s.request import (
 )
 from buildkit.plan import WORKSPACE
 from buildkit.run.devices import SHM_SIZE
-from buildkit.run.doctor.base import HCCN_CONF, NODE_ENV
-from buildkit.run.doctor.contract import EVERY_POD_ENV, contract_for
 from buildkit.run.job import SMOKE_FILES
 
 
 def host_volumes(request: K8sRequest) -> list[tuple[str, str, str]]:
     """The host paths the pod mounts itself, as hostPath volumes (volume name, path, hostPath type):
-    what its chip's contract (buildkit/run/doctor/host_contract.json) gives the container and the
+    what its chip's contract (buildkit/doctor/host_contract.json) gives the container and the
     node's Ascend Docker Runtime does not (``--node-runtime``). Devices come from the device plugin."""
     contract = contract_for(request.sku.chip)
     ascend = request.node_runtime == "ascend"

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from buildkit.doctor.base import Check
+from buildkit.doctor.host import zstd_verdict
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_text
 from buildkit.k8s import NODE_RUNTIMES
-from buildkit.run.doctor.base import Check
-from buildkit.run.doctor.host import zstd_verdict
 
 # kubectl logs --prefix: "[pod/NAME/CONTAINER] " in front of every line
 _PREFIX = re.compile(r"^\[pod/(?P<pod>[^/\]]+)/[^\]]*\] ?")
@@ -45,7 +45,7 @@ NO_DEVICES = "the device plugin gave the pod no NPUs: check the node's device pl
 @dataclass(frozen=True)
 class NodeVerdict:
     node: str
-    verdict: str  # "ok", "warn" or "fail"
+    verdict: str  # the worst status of its checks: "ok", "warn" or "error" (a Check's)
     check: str  # the first failing (or warning) check; "" when all passed
     detail: str
     remedy: str
@@ -150,16 +150,16 @@ def _judge(source: str, report: dict[str, Any], zstd: Check | None) -> NodeVerdi
     node = str(report.get("node") or source)
     checks = [c for c in report["checks"] if isinstance(c, dict)]
     if zstd is not None and not any(c.get("name") == zstd.name for c in checks):
-        checks.append(dataclasses.asdict(zstd))
+        checks.append(zstd.describe())
     failed = [c for c in checks if c.get("status") == "error"]
     warned = [c for c in checks if c.get("status") == "warn"]
     if failed:
         first = failed[0]
         name = str(first.get("name"))
         more = f" (and {', '.join(str(c.get('name')) for c in failed[1:])})" if len(failed) > 1 else ""
-        return NodeVerdict(node, "fail", name + more, str(first.get("detail", "")), REMEDIES.get(name, "see the check's detail"))
+        return NodeVerdict(node, "error", name + more, str(first.get("detail", "")), REMEDIES.get(name, "see the check's detail"))
     if report.get("devices") == 0 or report.get("exit_code") == 10:
-        return NodeVerdict(node, "fail", "NPUs", "no /dev/davinci* in the pod", NO_DEVICES)
+        return NodeVerdict(node, "error", "NPUs", "no /dev/davinci* in the pod", NO_DEVICES)
     if warned:
         first = warned[0]
         return NodeVerdict(node, "warn", str(first.get("name")), str(first.get("detail", "")), REMEDIES.get(str(first.get("name")), ""))
@@ -177,7 +177,7 @@ def summarize(
         node = str(report.get("node") or source)
         verdict = dataclasses.replace(judge(source, report, (runtimes or {}).get(node, "")), node_runtime=_node_runtime(report))
         latest[verdict.node] = verdict
-    verdicts = sorted(latest.values(), key=lambda v: ({"fail": 0, "warn": 1, "ok": 2}[v.verdict], v.node))
+    verdicts = sorted(latest.values(), key=lambda v: ({"error": 0, "warn": 1, "ok": 2}[v.verdict], v.node))
     problems = []
     if expect is not None and len(verdicts) < expect:
         problems.append(
@@ -197,7 +197,7 @@ def format_table(verdicts: list[NodeVerdict], problems: list[str]) -> str:
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)) + "  " + row[3])
         if verdict is not None and verdict.remedy:
             lines.append(" " * (sum(widths) + 6) + "what to do: " + verdict.remedy)
-    failed = sum(v.verdict == "fail" for v in verdicts)
+    failed = sum(v.verdict == "error" for v in verdicts)
     warned = sum(v.verdict == "warn" for v in verdicts)
     lines += [f"! {problem}" for problem in problems]
     known = [v for v in verdicts if v.zstd is not None]

@@ -24,6 +24,7 @@ import requests
 from packaging.version import Version
 
 from buildkit.arch import ARCHES
+from buildkit.doctor.base import Check
 from buildkit.lock.gitsource import GitSourceReader
 from buildkit.lock.index import IndexClient, IndexUnreachable, ProjectMissing, installable, target_tags
 from buildkit.lock.inputs import CheckoutSpec, LockFailed, LockTarget, lock_inputs
@@ -33,7 +34,8 @@ from buildkit.lock.sdist import SdistReader
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import GitPin, Matrix, PypiPin, Stack, WheelArchive
 
-Status = Literal["found", "missing", "unverified", "conflict"]
+Finding = Literal["found", "missing", "unverified", "conflict"]  # what the index said of the pin
+CHECK_STATUS = {"found": "ok", "missing": "error", "conflict": "error", "unverified": "warn"}  # as a Check
 COMPONENT_SET = "co-resolution"  # the row of a (stack, arch) that checks every pin resolves together
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 
@@ -46,12 +48,18 @@ class PinCheck:
     package: str
     version: str
     source: str  # index URL or git URL
-    status: Status
+    finding: Finding
     detail: str = ""
     available: tuple[str, ...] = field(default=())
 
+    @property
+    def check(self) -> Check:
+        """The pin's availability as a check: a missing or conflicting pin fails, an unverified one warns."""
+        what = "every pin together" if self.component == COMPONENT_SET else f"{self.package}=={self.version}"
+        return Check(f"{self.stack} {self.arch} {what}", CHECK_STATUS[self.finding], self.detail or self.finding)
+
     def describe(self) -> dict[str, object]:
-        return {**self.__dict__, "available": list(self.available)}
+        return {**self.__dict__, "available": list(self.available), "status": self.check.status}
 
 
 def _check_pypi(client: IndexClient, index_url: str, stack_id: str, stack: Stack, arch: str, component: str, pin: PypiPin) -> PinCheck:
@@ -84,12 +92,12 @@ def _check_pypi(client: IndexClient, index_url: str, stack_id: str, stack: Stack
     return _with(base, "missing", f"{reason}; available: {', '.join(available) or 'nothing installable'}", available)
 
 
-def _with(check: PinCheck, status: Status, detail: str, available: tuple[str, ...] = ()) -> PinCheck:
-    return PinCheck(check.stack, check.arch, check.component, check.package, check.version, check.source, status, detail, available)
+def _with(check: PinCheck, finding: Finding, detail: str, available: tuple[str, ...] = ()) -> PinCheck:
+    return PinCheck(check.stack, check.arch, check.component, check.package, check.version, check.source, finding, detail, available)
 
 
 @functools.lru_cache(maxsize=256)
-def _ls_remote(url: str, ref: str, timeout: float) -> tuple[Status, str]:
+def _ls_remote(url: str, ref: str, timeout: float) -> tuple[Finding, str]:
     """One ``git ls-remote`` per repository and ref, however many stacks and arches pin it."""
     try:
         proc = subprocess.run(
@@ -140,8 +148,8 @@ def _check_archive(client: IndexClient, url: str, stack_id: str, arch: str, arch
 
 def _check_git(url: str, stack_id: str, arch: str, component: str, pin: GitPin, timeout: float) -> PinCheck:
     base = PinCheck(stack_id, arch, component, component.replace("_", "-"), pin.ref, url, "found")
-    status, detail = _ls_remote(url, pin.ref, timeout)
-    return base if status == "found" else _with(base, status, detail)
+    finding, detail = _ls_remote(url, pin.ref, timeout)
+    return base if finding == "found" else _with(base, finding, detail)
 
 
 def check_matrix(
@@ -201,7 +209,7 @@ def check_matrix(
 
 
 def summarize(checks: list[PinCheck]) -> dict[str, int]:
-    return {status: sum(1 for c in checks if c.status == status) for status in ("found", "missing", "unverified", "conflict")}
+    return {finding: sum(1 for c in checks if c.finding == finding) for finding in ("found", "missing", "unverified", "conflict")}
 
 
 def check_together(
@@ -228,7 +236,7 @@ def check_together(
         base = PinCheck(stack_id, arch, COMPONENT_SET, "every pin", "", "uv pip compile", "found")
         pip_components = loaded.matrix.stacks[stack_id].pins()
         rows = [c for c in checks if (c.stack, c.arch) == key and c.component in pip_components]
-        if any(c.status != "found" for c in rows):
+        if any(c.finding != "found" for c in rows):
             return _with(base, "unverified", "not attempted: a pin is missing or its index did not answer")
         target = LockTarget(stack_id, arch)  # type: ignore[arg-type]  # arches come from the matrix
         if not fresh and lock_problem(loaded.root, lock_inputs(loaded, target)) is None:

@@ -1,5 +1,5 @@
 """What a smoke container gets on an NPU host: exactly the SKU's devices and the host's driver files,
-as its chip's host contract lists them (buildkit/run/doctor/host_contract.json), the environment the
+as its chip's host contract lists them (buildkit/doctor/host_contract.json), the environment the
 contract derives from the SKU, the groups its user needs to open the devices, and a data directory
 it can write."""
 
@@ -11,17 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from buildkit.doctor.contract import TOPO_DIR, TOPO_ENV, contract_for
 from buildkit.errors import InputError
 from buildkit.matrix.model import Sku
 from buildkit.plan import USER_LABEL
-from buildkit.run.doctor.contract import TOPO_DIR, TOPO_ENV, contract_for
 
 SHM_SIZE = "16g"  # what verl's NPU CI gives its containers
 
 
 @dataclass(frozen=True)
 class DevicePlan:
-    """What the container gets from the host (the chip's contract: buildkit/run/doctor/host_contract.json,
+    """What the container gets from the host (the chip's contract: buildkit/doctor/host_contract.json,
     as this host has it). No NPUs at all means a preflight-only run."""
 
     npus: tuple[str, ...]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from buildkit.accuracy.metrics import STEP_TIME, StepParser
-from buildkit.run.doctor.codes import code_pattern, codes_in, error_codes
+from buildkit.doctor.codes import code_pattern, codes_in, error_codes
 from buildkit.text import strip_ansi
 
 # Ray is up: what ray.init prints locally, or on connecting to a cluster (KubeRay, ray start).

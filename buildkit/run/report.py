@@ -11,9 +11,9 @@ from typing import Any
 
 from buildkit.accuracy.compare import PCT_UNIT
 from buildkit.accuracy.metrics import StepMetrics, is_finite, series
+from buildkit.doctor.base import Check
 from buildkit.framework import UNLABELLED, Gate, title_of
 from buildkit.fsio import write_atomic
-from buildkit.run.doctor.base import Check
 
 
 def judge(steps: list[StepMetrics], requested: int, gate: Gate) -> list[Check]:
@@ -153,7 +153,8 @@ def _comparison_lines(comparison: dict[str, Any]) -> list[str]:
     for name, m in comparison["metrics"].items():
         error = "n/a" if m["mean_abs_error"] is None else f"{m['mean_abs_error']:.6g}"
         pct = "n/a" if m["mean_abs_error_pct"] is None else f"{m['mean_abs_error_pct']:.3f}"
-        lines.append(f"| `{name}` | {m['steps']} | {error} | {pct} | {m['tolerance_pct']:g} | {'pass' if m['pass'] else 'FAIL'} |")
+        result = "FAIL" if m["status"] == "error" else "pass"
+        lines.append(f"| `{name}` | {m['steps']} | {error} | {pct} | {m['tolerance_pct']:g} | {result} |")
     ratio = comparison.get("throughput_ratio")
     lines += ["", f"%: {comparison.get('pct_unit', PCT_UNIT)}."]
     lines += ["", f"Throughput ratio (NPU / baseline): {'n/a' if ratio is None else f'{ratio:.3f}'}"]

@@ -31,6 +31,7 @@ from docker.errors import DockerException, ImageNotFound
 
 from buildkit.accuracy.compare import Comparison, compare_runs
 from buildkit.accuracy.metrics import StepMetrics, parse_log
+from buildkit.doctor.base import EXIT_NO_DEVICES, RUNTIME_ENV, Check
 from buildkit.errors import ExitCode, InputError, OutputError, Unavailable
 from buildkit.framework import UNLABELLED, framework, title_of
 from buildkit.plan import LABEL_PREFIX
@@ -39,7 +40,6 @@ from buildkit.resources import SMOKE_DIR
 from buildkit.run.configcheck import run_config_check
 from buildkit.run.container import engine_runtime, run_container
 from buildkit.run.devices import DevicePlan, device_groups, host_config_args, image_user, prepare_data_dir
-from buildkit.run.doctor.base import EXIT_NO_DEVICES, RUNTIME_ENV, Check
 from buildkit.run.job import (
     DATA_DIR,
     GENERATED_DATA,
@@ -345,7 +345,5 @@ class _Run:
             title = f"{self.what} smoke on {request.sku_id}: {request.image}"
             plot_runs(steps, request.baseline, request.out / "report.png", title=title)
             self.data["files"]["plot"] = "report.png"
-        failed = [c.name for c in checks if c.status == "error"]
-        if comparison is not None and not comparison.passed:
-            failed += [f"baseline gate: {m.name}" for m in comparison.metrics if not m.passed]
-        return failed
+        gates = [m.check for m in comparison.metrics] if comparison is not None else []
+        return [c.name for c in [*checks, *gates] if c.failed]

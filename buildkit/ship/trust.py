@@ -16,9 +16,9 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from buildkit.doctor.base import Check
 from buildkit.errors import InputError
 from buildkit.image.sbom import loads
 from buildkit.image.verify import normalize, version_matches
@@ -36,14 +36,8 @@ Say = Callable[[str], None]
 StackPins = Callable[[str], dict[str, str] | None]  # stack id -> its pins (distribution -> version), None when unknown
 
 
-@dataclass(frozen=True)
-class TrustCheck:
-    name: str
-    ok: bool
-    detail: str
-
-    def describe(self) -> dict[str, Any]:
-        return {"check": self.name, "ok": self.ok, "detail": self.detail}
+def _trust(name: str, ok: bool, detail: str) -> Check:
+    return Check(name, "ok" if ok else "error", detail)
 
 
 def stage_trust(
@@ -92,11 +86,11 @@ def resolve(ref: str) -> tuple[Registry, str, Manifest]:
     return registry, repository, manifest
 
 
-def _signature(registry: Registry, repository: str, digest: str, key: PublicKey) -> TrustCheck:
+def _signature(registry: Registry, repository: str, digest: str, key: PublicKey) -> Check:
     name = f"signature {digest}"
     found = attached(registry, repository, digest, "sig", SIMPLE_SIGNING)
     if not found:
-        return TrustCheck(name, False, "no signature attached")
+        return _trust(name, False, "no signature attached")
     why = []
     for payload, notes in found:
         claim = read_simple_signing(payload)
@@ -113,11 +107,11 @@ def _signature(registry: Registry, repository: str, digest: str, key: PublicKey)
         elif claim.repository != f"{registry.host}/{repository}":
             why.append(f"signed for repository {claim.repository}")
         else:
-            return TrustCheck(name, True, f"signed by {key.where} (key {key.keyid[:12]}) for {claim.repository}")
-    return TrustCheck(name, False, f"{len(found)} signature(s), none valid: {'; '.join(sorted(set(why)))}")
+            return _trust(name, True, f"signed by {key.where} (key {key.keyid[:12]}) for {claim.repository}")
+    return _trust(name, False, f"{len(found)} signature(s), none valid: {'; '.join(sorted(set(why)))}")
 
 
-def _provenance(registry: Registry, repository: str, digest: str, key: PublicKey) -> tuple[TrustCheck, dict[str, Any] | None]:
+def _provenance(registry: Registry, repository: str, digest: str, key: PublicKey) -> tuple[Check, dict[str, Any] | None]:
     name = f"provenance {digest}"
     found = [
         data
@@ -125,7 +119,7 @@ def _provenance(registry: Registry, repository: str, digest: str, key: PublicKey
         if notes.get(PREDICATE_ANNOTATION) == SLSA_PROVENANCE
     ]
     if not found:
-        return TrustCheck(name, False, "no SLSA provenance attached"), None
+        return _trust(name, False, "no SLSA provenance attached"), None
     why = []
     for data in found:
         opened, reason = open_envelope(data, key)
@@ -138,8 +132,8 @@ def _provenance(registry: Registry, repository: str, digest: str, key: PublicKey
         elif digest.removeprefix("sha256:") not in subjects:
             why.append(f"its subject is {', '.join(str(s) for s in subjects)}, not this image")
         else:
-            return TrustCheck(name, True, f"SLSA v1, signed by {key.where}, {len(pins_of(opened))} pins"), opened
-    return TrustCheck(name, False, "; ".join(why)), None
+            return _trust(name, True, f"SLSA v1, signed by {key.where}, {len(pins_of(opened))} pins"), opened
+    return _trust(name, False, "; ".join(why)), None
 
 
 def _labels(registry: Registry, repository: str, manifest: Manifest) -> dict[str, str]:
@@ -150,15 +144,13 @@ def _labels(registry: Registry, repository: str, manifest: Manifest) -> dict[str
         return {}
 
 
-def _materials(
-    registry: Registry, repository: str, manifest: Manifest, provenance: dict[str, Any], stack_pins: StackPins
-) -> list[TrustCheck]:
+def _materials(registry: Registry, repository: str, manifest: Manifest, provenance: dict[str, Any], stack_pins: StackPins) -> list[Check]:
     digest = manifest.digest
     pins = pins_of(provenance)
     checks = []
     sbom_data = fetch_sbom(registry, repository, digest)
     if sbom_data is None:
-        checks.append(TrustCheck(f"sbom {digest}", False, "no SBOM attached"))
+        checks.append(_trust(f"sbom {digest}", False, "no SBOM attached"))
     else:
         document = loads(sbom_data, f"{registry.host}/{repository}@{digest} SBOM")
         versions = {  # the Python distributions only: an OS package may share a name
@@ -172,16 +164,16 @@ def _materials(
             if not version_matches(versions.get(normalize(n)), v)
         ]
         detail = f"all {len(pins)} pins at their versions" if not wrong else "differs: " + ", ".join(wrong[:8])
-        checks.append(TrustCheck(f"sbom {digest}", bool(pins) and not wrong, detail if pins else "the provenance records no pins"))
+        checks.append(_trust(f"sbom {digest}", bool(pins) and not wrong, detail if pins else "the provenance records no pins"))
     stack = _labels(registry, repository, manifest).get("io.ascendkit.stack", "")
     said = provenance.get("predicate", {}).get("buildDefinition", {}).get("externalParameters", {}).get("stack")
     expected = stack_pins(stack) if stack else None
     if not stack:
-        checks.append(TrustCheck(f"matrix {digest}", False, "the image's labels name no matrix stack (io.ascendkit.stack)"))
+        checks.append(_trust(f"matrix {digest}", False, "the image's labels name no matrix stack (io.ascendkit.stack)"))
     elif said != stack:
-        checks.append(TrustCheck(f"matrix {digest}", False, f"the labels name stack {stack}, the provenance {said}"))
+        checks.append(_trust(f"matrix {digest}", False, f"the labels name stack {stack}, the provenance {said}"))
     elif expected is None:
-        checks.append(TrustCheck(f"matrix {digest}", False, f"stack {stack} is not in the matrix"))
+        checks.append(_trust(f"matrix {digest}", False, f"stack {stack} is not in the matrix"))
     else:
         want = {normalize(n): v for n, v in expected.items()}
         got = {normalize(n): v for n, v in pins.items()}
@@ -193,7 +185,7 @@ def _materials(
             if not wrong
             else f"stack {stack} differs: " + ", ".join(wrong[:8])
         )
-        checks.append(TrustCheck(f"matrix {digest}", not wrong, detail))
+        checks.append(_trust(f"matrix {digest}", not wrong, detail))
     return checks
 
 
@@ -213,13 +205,13 @@ def registry_provenance(ref: str, arch: str | None) -> tuple[dict[str, Any], str
     raise InputError(f"{where}: no SLSA provenance is attached (`ascendkit publish` attaches it)")
 
 
-def verify_image(ref: str, key: PublicKey, stack_pins: StackPins) -> tuple[str, list[TrustCheck]]:
+def verify_image(ref: str, key: PublicKey, stack_pins: StackPins) -> tuple[str, list[Check]]:
     """Every check of image ``ref`` (an index: it and each member), with no engine."""
     registry, repository, top = resolve(ref)
     checks = []
     for digest, manifest in reversed(walk(registry, repository, top)):  # the index first, then its members
         if manifest is None:
-            checks.append(TrustCheck(f"member {digest}", False, "the index lists it; the registry does not serve it"))
+            checks.append(_trust(f"member {digest}", False, "the index lists it; the registry does not serve it"))
             continue
         checks.append(_signature(registry, repository, digest, key))
         if manifest.is_index:

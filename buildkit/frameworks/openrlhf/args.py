@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from buildkit.run.doctor.base import Check
+from buildkit.doctor.base import Check
 
 MARK = "ASCENDKIT-ARGS "  # what openrlhf_args.py prints before the arguments' JSON
 # The Ascend fork's docs list the hybrid engine as unsupported on NPU (docs/ascend/ascend.md, the

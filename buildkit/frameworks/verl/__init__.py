@@ -15,8 +15,8 @@ from buildkit.frameworks.verl.config import check_config, check_sft_config, pars
 from buildkit.frameworks.verl.releases import DEVICE_OVERRIDE, older
 
 if TYPE_CHECKING:
+    from buildkit.doctor.base import Check
     from buildkit.matrix.model import Compat
-    from buildkit.run.doctor.base import Check
 
 REWARD = "critic/rewards/mean"  # GRPO's
 THROUGHPUT = "perf/throughput"  # GRPO's: tokens / (seconds x devices)

@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
+from buildkit.doctor.base import Check
 from buildkit.frameworks.verl.releases import needs_device_override
 from buildkit.matrix.yamlsource import YamlTooLarge, check_yaml_size
-from buildkit.run.doctor.base import Check
 
 _TOP_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*:(\s|$)")
 

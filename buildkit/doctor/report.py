@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +69,7 @@ def run(
         "driver": driver,
         "node_runtime": node_runtime(where, in_pod),
         "image": info,
-        "checks": [asdict(c) for c in checks],
+        "checks": [c.describe() for c in checks],
     }
 
 

@@ -1,4 +1,4 @@
-"""``python -m buildkit.run.doctor`` on a host; ``python3 /usr/local/lib/ascendkit/doctor`` inside an image,
+"""``python -m buildkit.doctor`` on a host; ``python3 /usr/local/lib/ascendkit/doctor`` inside an image,
 where this directory is the package and nothing else of ascendkit is installed."""
 
 import sys

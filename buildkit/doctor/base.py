@@ -24,11 +24,31 @@ HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"  # from the host's driver
 LINK_TIMEOUT_S = 20
 
 
+STATUSES = ("ok", "warn", "error", "skip")  # every check's status, in every report ascendkit writes
+
+
 @dataclass(frozen=True)
 class Check:
+    """The result of one check, wherever ascendkit checks something: doctor here and on a node, an
+    image's verification against its plan, a job's config, a training run, a signature, a node's
+    preflight. ``status`` is one of :data:`STATUSES`: ``error`` fails what the check guards, ``warn``
+    is reported and passes, ``skip`` did not apply. Where the check compares, ``expected`` and
+    ``actual`` say with what (they are left out of reports when empty)."""
+
     name: str
     status: str  # "ok", "warn", "error" or "skip"
     detail: str
+    expected: str = ""
+    actual: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "error"
+
+    def describe(self) -> dict[str, str]:
+        """The check as reports write it: name, status and detail, and what it compared where it did."""
+        data = {"name": self.name, "status": self.status, "detail": self.detail}
+        return {**data, **({"expected": self.expected, "actual": self.actual} if self.expected or self.actual else {})}
 
 
 @dataclass(frozen=True)
