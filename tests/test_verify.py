@@ -8,7 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from buildkit.doctor.base import Check
 from buildkit.image.buildplan import plan_build
+from buildkit.image.manifest import recorded_check
 from buildkit.image.verify import Expected, ImageFacts, compare
 from buildkit.matrix.load import load_matrix
 from buildkit.plan import plan_image, plan_target
@@ -203,3 +205,13 @@ def test_the_shipped_tools_are_imported_where_a_stack_carries_them() -> None:
     assert plan.expected.import_modules == ("msprobe", "msprof_analyze", "ais_bench")
     nine = plan_build(loaded, "a3", stack="cann9.1", arch="aarch64", use_default_ca=False)
     assert [m for _, m in nine.expected.imports] == ["msprobe", "msprof_analyze"], "ais-bench is left out of the NumPy 2 line"
+
+
+def test_a_check_recorded_before_the_one_vocabulary_reads_in_it() -> None:
+    """Build manifests written before checks had one vocabulary (pass, fail, absent; no detail) still read."""
+    old = recorded_check({"name": "python", "expected": "3.11", "actual": "3.11", "status": "pass"})
+    assert (old.status, old.detail, old.expected, old.actual) == ("ok", "3.11", "3.11", "3.11")
+    assert recorded_check({"name": "cann", "expected": "8.3.RC1", "actual": "none", "status": "absent"}).status == "warn"
+    assert recorded_check({"name": "user", "expected": "a", "actual": "b", "status": "fail"}).failed
+    new = Check("lock", "warn", "expected x, found y", expected="x", actual="y")
+    assert recorded_check(new.describe()) == new

@@ -24,7 +24,7 @@ from buildkit.errors import BuildFailed, Unavailable, VerifyFailed
 from buildkit.fsio import write_atomic
 from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, host_arch
 from buildkit.image.engine import connect, remove_containers
-from buildkit.image.manifest import manifest_data, verified_before, write_manifest
+from buildkit.image.manifest import manifest_data, recorded_check, verified_before, write_manifest
 from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
 from buildkit.image.record import build_record
 from buildkit.image.render import SECRETS_ARG, context_paths
@@ -145,7 +145,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     if before is not None and sbom.is_file():  # an unchanged image, verified against the same matrix: tag it
         with deferred():
             _tag(client, image_id, plan.refs)
-        checks = [Check(**check) for check in before["checks"]]
+        checks = [recorded_check(check) for check in before["checks"]]
         record = build_record(plan, base_of(client, plan.base_image))
         if before.get("build") != record:  # provenance says what this build ran from (this commit, these build args)
             with deferred():

@@ -43,6 +43,19 @@ def verified_before(directory: Path, name: str, image_id: str, expected: Expecte
     return record.as_dict() if (directory / f"{name}.md").is_file() else None
 
 
+# A record written before the one check vocabulary said pass, fail or absent, and had no detail.
+_OLD_STATUS = {"pass": "ok", "fail": "error", "absent": "warn"}
+
+
+def recorded_check(data: dict[str, Any]) -> Check:
+    """A check as a build manifest recorded it (those written before the one vocabulary included)."""
+    status = str(data.get("status", ""))
+    expected, actual = str(data.get("expected", "")), str(data.get("actual", ""))
+    return Check(
+        str(data.get("name", "")), _OLD_STATUS.get(status, status), str(data.get("detail", actual)), expected=expected, actual=actual
+    )
+
+
 def manifest_data(facts: ImageFacts, expected: Expected, checks: list[Check], refs: list[str]) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
