@@ -206,10 +206,12 @@ def matrix_verify(
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
-    """Check that every pin exists on its index for each arch and Python, and that each stack's pins
-    resolve together (exit 1: missing or conflicting, 8: unverified)."""
-    from buildkit.lock.availability import check_matrix, check_together, summarize
+    """Check that every pin exists on its index for each arch and Python, that each pin meets what the
+    others declare they require, and that each stack's pins resolve together (exit 1: missing or
+    conflicting, 8: unverified)."""
+    from buildkit.lock.availability import check_agreement, check_matrix, check_together, summarize
     from buildkit.lock.index import IndexClient
+    from buildkit.lock.metadata import MetadataReader, index_reader
     from buildkit.lock.relock import index_urls_for
     from buildkit.matrix.load import load_matrix, resolve_stack
 
@@ -225,6 +227,12 @@ def matrix_verify(
     checks = check_matrix(loaded.matrix, client, stacks=stacks, arches=[arch] if arch else None, index_urls=index_urls)
     if not no_resolve:
         checks += check_together(loaded, checks, index_urls, ca_bundle=ca, fresh=fresh)
+    agreed, warnings = check_agreement(
+        loaded, index_reader(MetadataReader(client), index_urls), stacks=stacks, arches=[arch] if arch else None
+    )
+    checks += agreed
+    for warning in warnings:
+        typer.echo(f"ascendkit: warning: {warning}", err=True)
     counts = summarize(checks)
     failed = counts["missing"] or counts["conflict"]
     code = ExitCode.CHECK_FAILED if failed else ExitCode.UNVERIFIED if counts["unverified"] else ExitCode.OK
@@ -240,7 +248,7 @@ _MARK = {"found": "✓", "missing": "✗", "unverified": "?", "conflict": "✗"}
 
 
 def _print_verify_table(checks: list[PinCheck], counts: dict[str, int]) -> None:
-    from buildkit.lock.availability import COMPONENT_SET
+    from buildkit.lock.availability import COMPONENT_AGREE, COMPONENT_SET
 
     components = list(dict.fromkeys(c.component for c in checks))
     table = RichTable(title="Pins on their indexes, and each stack resolved as a whole (✓ found, ✗ missing/conflict, ? unverified)")
@@ -255,7 +263,9 @@ def _print_verify_table(checks: list[PinCheck], counts: dict[str, int]) -> None:
     out.print(table)
     for c in checks:
         if c.finding != "found":
-            what = "all pins together" if c.component == COMPONENT_SET else f"{c.package}=={c.version}"
+            what = {COMPONENT_SET: "all pins together", COMPONENT_AGREE: "the pins' requirements"}.get(
+                c.component, f"{c.package}=={c.version}"
+            )
             out.print(f"{_MARK[c.finding]} {c.stack} {c.arch} {what}: {c.detail}")
     out.print(f"{counts['found']} found, {counts['missing']} missing, {counts['conflict']} conflicting, {counts['unverified']} unverified")
 

@@ -25,6 +25,7 @@ from packaging.version import Version
 
 from buildkit.arch import ARCHES
 from buildkit.doctor.base import Check
+from buildkit.lock.agreement import Reader, check_stack
 from buildkit.lock.gitsource import GitSourceReader
 from buildkit.lock.index import IndexClient, IndexUnreachable, ProjectMissing, installable, target_tags
 from buildkit.lock.inputs import CheckoutSpec, LockFailed, LockTarget, lock_inputs
@@ -37,6 +38,7 @@ from buildkit.matrix.model import GitPin, Matrix, PypiPin, Stack, WheelArchive
 Finding = Literal["found", "missing", "unverified", "conflict"]  # what the index said of the pin
 CHECK_STATUS = {"found": "ok", "missing": "error", "conflict": "error", "unverified": "warn"}  # as a Check
 COMPONENT_SET = "co-resolution"  # the row of a (stack, arch) that checks every pin resolves together
+COMPONENT_AGREE = "declared-requirements"  # the row of a (stack, arch) that checks the pins meet each other's requirements
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 
 
@@ -55,7 +57,9 @@ class PinCheck:
     @property
     def check(self) -> Check:
         """The pin's availability as a check: a missing or conflicting pin fails, an unverified one warns."""
-        what = "every pin together" if self.component == COMPONENT_SET else f"{self.package}=={self.version}"
+        what = {COMPONENT_SET: "every pin together", COMPONENT_AGREE: "the pins' requirements"}.get(
+            self.component, f"{self.package}=={self.version}"
+        )
         return Check(f"{self.stack} {self.arch} {what}", CHECK_STATUS[self.finding], self.detail or self.finding)
 
     def describe(self) -> dict[str, object]:
@@ -250,3 +254,33 @@ def check_together(
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(one, targets))
+
+
+def check_agreement(
+    loaded: LoadedMatrix, reader: Reader, *, stacks: Iterable[str] | None = None, arches: Iterable[str] | None = None
+) -> tuple[list[PinCheck], list[str]]:
+    """One row per (stack, arch): does every pin meet what the others declare they require
+    (:mod:`buildkit.lock.agreement`)? A disagreement the stack does not override is a conflict;
+    pins whose metadata could not be read leave the row unverified. Returns the rows and a warning
+    per override that no longer overrides anything."""
+    rows: list[PinCheck] = []
+    warnings: list[str] = []
+    wanted = list(arches) if arches is not None else list(ARCHES)
+    for stack_id in stacks if stacks is not None else list(loaded.matrix.stacks):
+        stack = loaded.matrix.stacks[stack_id]
+        for arch in (a for a in wanted if a in stack.arches):
+            found, unused, unread = check_stack(stack_id, stack, arch, functools.partial(reader, stack, arch))
+            base = PinCheck(stack_id, arch, COMPONENT_AGREE, "every pin", "", "the pins' metadata", "found")
+            conflicts = [d for d in found if not d.overridden]
+            if conflicts:
+                rows.append(_with(base, "conflict", "; ".join(d.message() for d in conflicts)))
+            elif unread:
+                rows.append(_with(base, "unverified", f"the metadata of {', '.join(unread)} could not be read"))
+            else:
+                overridden = sum(d.overridden for d in found)
+                rows.append(_with(base, "found", f"every requirement met ({overridden} by the stack's overrides)" if overridden else ""))
+            warnings += [
+                f"{stack_id} {arch}: the override of {name} overrides nothing (every pin's requirement allows its pin): remove it"
+                for name in unused
+            ]
+    return rows, sorted(set(warnings))

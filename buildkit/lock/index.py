@@ -42,6 +42,7 @@ class DistFile:
     yanked: bool
     url: str = ""  # absolute
     sha256: str | None = None
+    core_metadata: bool = False  # the index serves its METADATA beside it, at url + ".metadata" (PEP 658/714)
 
 
 @dataclass(frozen=True)
@@ -76,11 +77,13 @@ def target_tags(arch: str, python: str) -> frozenset[Tag]:
     return frozenset(tags)
 
 
-def _parse_file(filename: str, requires_python: str | None, yanked: bool, url: str = "", sha256: str | None = None) -> DistFile | None:
+def _parse_file(
+    filename: str, requires_python: str | None, yanked: bool, url: str = "", sha256: str | None = None, metadata: bool = False
+) -> DistFile | None:
     try:
         if filename.endswith(".whl"):
             _, version, _, tags = parse_wheel_filename(filename)
-            return DistFile(filename, version, "wheel", frozenset(tags), requires_python, yanked, url, sha256)
+            return DistFile(filename, version, "wheel", frozenset(tags), requires_python, yanked, url, sha256, metadata)
         if filename.endswith((".tar.gz", ".zip")):
             _, version = parse_sdist_filename(filename)
             return DistFile(filename, version, "sdist", frozenset(), requires_python, yanked, url, sha256)
@@ -92,7 +95,7 @@ def _parse_file(filename: str, requires_python: str | None, yanked: bool, url: s
 class _Anchors(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.files: list[tuple[str, str | None, bool, str]] = []
+        self.files: list[tuple[str, str | None, bool, str, bool]] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag != "a":
@@ -100,7 +103,8 @@ class _Anchors(html.parser.HTMLParser):
         attributes = dict(attrs)
         href = attributes.get("href") or ""
         name = urllib.parse.unquote(urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1])
-        self.files.append((name, attributes.get("data-requires-python"), "data-yanked" in attributes, href))
+        metadata = any(attributes.get(a) not in (None, "false") for a in ("data-core-metadata", "data-dist-info-metadata"))
+        self.files.append((name, attributes.get("data-requires-python"), "data-yanked" in attributes, href, metadata))
 
 
 class IndexClient:
@@ -158,17 +162,18 @@ class IndexClient:
             for entry in response.json().get("files", []):
                 url = urllib.parse.urljoin(page_url, entry.get("url", ""))
                 sha256 = (entry.get("hashes") or {}).get("sha256")
-                parsed = _parse_file(entry["filename"], entry.get("requires-python"), bool(entry.get("yanked")), url, sha256)
+                metadata = bool(entry.get("core-metadata") or entry.get("data-dist-info-metadata"))
+                parsed = _parse_file(entry["filename"], entry.get("requires-python"), bool(entry.get("yanked")), url, sha256, metadata)
                 if parsed:
                     files.append(parsed)
         else:
             anchors = _Anchors()
             anchors.feed(response.text)
-            for filename, requires_python, yanked, href in anchors.files:
+            for filename, requires_python, yanked, href, metadata in anchors.files:
                 url, _, fragment = urllib.parse.urljoin(page_url, html.unescape(href)).partition("#")
                 sha256 = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else None
                 python = html.unescape(requires_python) if requires_python else None
-                parsed = _parse_file(html.unescape(filename), python, yanked, url, sha256)
+                parsed = _parse_file(html.unescape(filename), python, yanked, url, sha256, metadata)
                 if parsed:
                     files.append(parsed)
         return Project(name, tuple(files))
