@@ -9,6 +9,7 @@ import http.server
 import io
 import json
 import random
+import re
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -17,9 +18,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from buildkit.lock import relock
 from buildkit.lock.agreement import check_stack, disagreements, environment
 from buildkit.lock.availability import COMPONENT_AGREE, check_agreement
 from buildkit.lock.index import DistFile, IndexClient
+from buildkit.lock.inputs import LockFailed, LockTarget
 from buildkit.lock.metadata import Declared, MetadataReader, MetadataUnavailable, parse_metadata
 from buildkit.matrix.load import LoadedMatrix, parse_matrix
 from buildkit.matrix.model import Stack
@@ -185,3 +188,11 @@ def test_the_store_has_no_stale_files(loaded: LoadedMatrix) -> None:
     names = {name_of(component, pin, arch) for _, arch, component, pin in wanted(loaded)}
     stale = {p.name for p in STORE.iterdir()} - names
     assert not stale, f"vendored files no pin of the matrix reads: {sorted(stale)}; run `python -m tests.upstream_metadata vendor`"
+
+
+def test_lock_names_a_disagreement_before_it_asks_the_resolver(monkeypatch: pytest.MonkeyPatch, loaded: LoadedMatrix) -> None:
+    unfixed = parse_matrix(_without_cann91_override(MATRIX_TEXT), MATRIX)
+    monkeypatch.setattr(relock, "index_reader", lambda metadata, urls: READ)
+    with pytest.raises(LockFailed, match=f"the pins disagree, so the resolver was not asked: {re.escape(UNFIXED_CANN91)}"):
+        relock._check_agreement(unfixed, LockTarget("cann9.1", "aarch64"), MetadataReader(IndexClient()), {})
+    relock._check_agreement(loaded, LockTarget("cann9.1", "aarch64"), MetadataReader(IndexClient()), {})  # fixed: nothing to say

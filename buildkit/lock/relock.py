@@ -30,10 +30,12 @@ from pathlib import Path
 
 from buildkit.errors import InputError
 from buildkit.fsio import write_atomic
+from buildkit.lock.agreement import check_stack
 from buildkit.lock.gitsource import GitSourceReader
 from buildkit.lock.index import IndexClient, IndexUnreachable, ProjectMissing
 from buildkit.lock.inputs import LockFailed, LockInputs, LockTarget, lock_inputs
 from buildkit.lock.lockfile import lock_problem, render_lock, render_unresolved, write_sections
+from buildkit.lock.metadata import MetadataReader, index_reader
 from buildkit.lock.resolve import resolve
 from buildkit.lock.sdist import SdistReader, public_url
 from buildkit.matrix.load import LoadedMatrix
@@ -99,6 +101,7 @@ def lock_one(
         if reason is not None:
             text, status, detail, count = render_unresolved(inputs, reason), "unresolved", reason, 0
         else:
+            _check_agreement(loaded, target, MetadataReader(client, reader), index_urls)
             sources = [
                 reader.metadata(index_urls[_index_of(inputs, dist)], dist, version, inputs.project_of(dist))
                 for dist, version in inputs.source_builds
@@ -133,6 +136,21 @@ def lock_one(
             write_atomic(path, text)
         changed = bool(write_sections(loaded, target)) or changed
     return LockOutcome(target, status, detail, count, changed, time.monotonic() - started)
+
+
+def _check_agreement(loaded: LoadedMatrix, target: LockTarget, metadata: MetadataReader, index_urls: dict[str, str]) -> None:
+    """Before uv is asked: the pins meet each other's declared requirements (or the stack overrides
+    them), so a conflict is named as the matrix has it, not as a resolver's search reports it."""
+    stack = loaded.matrix.stacks[target.stack_id]
+    read = index_reader(metadata, index_urls)
+    found, _, _ = check_stack(target.stack_id, stack, target.arch, lambda component, pin: read(stack, target.arch, component, pin))
+    conflicts = [d.message() for d in found if not d.overridden]
+    if conflicts:
+        raise LockFailed(
+            "the pins disagree, so the resolver was not asked: "
+            + "; ".join(conflicts)
+            + " (change a pin, or name the package in the stack's overrides with the reason)"
+        )
 
 
 def _index_of(inputs: LockInputs, dist: str) -> str:
