@@ -26,8 +26,10 @@ from buildkit.run.job import (
     load_job,
     spec_for,
 )
+from tests.conftest import TEST_MATRIX
 
-MATRIX = load_matrix()
+MATRIX = load_matrix(TEST_MATRIX)  # the behaviour of jobs: the test stacks' SKUs (16 and 8 NPUs) and facts
+SHIPPED = load_matrix()
 SKUS = MATRIX.matrix.skus
 FACTS = JobFacts.of(MATRIX.matrix.compat)
 FIRST = FACTS.compat.verl_npu_autodetect
@@ -73,7 +75,7 @@ def test_the_file_follows_the_images_framework_and_release() -> None:
         job_file(OPENRLHF, "dpo", FACTS)
 
 
-@pytest.mark.parametrize(("sku_id", "npus", "batch"), [("a3", 16, 32), ("a2-box16", 16, 32), ("900-podc", 8, 16)])
+@pytest.mark.parametrize(("sku_id", "npus", "batch"), [("a3", 16, 32), ("a2-box16", 16, 32), ("350", 8, 16)])
 def test_per_sku_values_come_from_the_matrix(sku_id: str, npus: int, batch: int) -> None:
     argv = _job(sku_id, steps=3).argv
     assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
@@ -87,7 +89,7 @@ def test_per_sku_values_come_from_the_matrix(sku_id: str, npus: int, batch: int)
     assert not [a for a in argv if "{" in a or "}" in a], "every placeholder is filled"
 
 
-@pytest.mark.parametrize(("sku_id", "npus"), [("a3", 16), ("900-podc", 8)])
+@pytest.mark.parametrize(("sku_id", "npus"), [("a3", 16), ("350", 8)])
 def test_the_sft_job_is_torchrun_on_one_node_with_lora(sku_id: str, npus: int) -> None:
     job = _job(sku_id, job="sft", steps=5)
     assert job.argv[:6] == ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={npus}", "-m", "verl.trainer.fsdp_sft_trainer"]
@@ -104,7 +106,7 @@ def test_the_sft_job_is_torchrun_on_one_node_with_lora(sku_id: str, npus: int) -
         _job(sku_id, job="sft", steps=5, nnodes=2)
 
 
-@pytest.mark.parametrize(("sku_id", "nodes", "actors", "engines"), [("a2-box16", 1, 8, 8), ("900-podc", 1, 4, 4), ("a2-box16", 3, 8, 24)])
+@pytest.mark.parametrize(("sku_id", "nodes", "actors", "engines"), [("a2-box16", 1, 8, 8), ("350", 1, 4, 4), ("a2-box16", 3, 8, 24)])
 def test_openrlhf_splits_each_node_between_the_actor_and_vllm(sku_id: str, nodes: int, actors: int, engines: int) -> None:
     job = _openrlhf(sku_id, steps=5, nnodes=nodes)
     flags = dict((f.split("=", 1)[0], f.split("=", 1)[1]) if "=" in f else (f, "") for f in job.overrides)
@@ -123,7 +125,7 @@ def test_openrlhf_splits_each_node_between_the_actor_and_vllm(sku_id: str, nodes
 
 
 def test_openrlhf_starts_a_ray_head_with_the_nodes_npus_on_one_node_only() -> None:
-    one = _openrlhf("900-podc", steps=5)
+    one = _openrlhf("350", steps=5)
     assert one.ray_npus == 8
     shell = one.shell(generate_data=True)
     steps = shell.removeprefix("set -e; ").split("; ")
@@ -131,7 +133,7 @@ def test_openrlhf_starts_a_ray_head_with_the_nodes_npus_on_one_node_only() -> No
     assert shlex.split(steps[1])[:3] == ["ray", "start", "--head"]
     assert json.loads(shlex.split(steps[1])[-1].removeprefix("--resources=")) == {"NPU": 8}
     assert steps[2].startswith("exec python3 -m openrlhf.cli.train_ppo_ray ")
-    assert _openrlhf("900-podc", steps=5, nnodes=2).ray_npus == 0, "on several nodes KubeRay or the Volcano head starts Ray"
+    assert _openrlhf("350", steps=5, nnodes=2).ray_npus == 0, "on several nodes KubeRay or the Volcano head starts Ray"
     assert _job(steps=5).ray_npus == 0, "verl starts its own Ray"
 
 
@@ -146,7 +148,7 @@ def test_the_device_follows_the_images_verl_and_the_users_overrides_come_last() 
 def test_every_shipped_stack_with_an_old_verl_gets_the_override_from_the_fact_alone() -> None:
     """No per-stack list: a stack's verl release and compat.verl_npu_autodetect decide."""
     expected = {"cann8.1": True, "cann8.2": True, "cann8.3": True, "cann8.5": False, "cann9.1": False, "sglang-cann8.5": False}
-    got = {s: needs_device_override(st.framework_version, FIRST) for s, st in MATRIX.matrix.stacks.items() if st.framework == "verl"}
+    got = {s: needs_device_override(st.framework_version, FIRST) for s, st in SHIPPED.matrix.stacks.items() if st.framework == "verl"}
     assert got == expected
     assert needs_device_override("0.6.99", "0.7.0") and not needs_device_override("0.7.0", "0.7.0")
     assert needs_device_override("not-a-version", "0.7.0")
@@ -161,7 +163,7 @@ def test_tensor_parallel_must_divide_the_npus() -> None:
         build_job(spec, SKUS["a2-box16"], OPENRLHF, facts=FACTS, steps=1)
 
 
-@pytest.mark.parametrize(("sku_id", "nodes", "steps", "rows"), [("a3", 1, 5, 256), ("a2-box16", 2, 5, 320), ("900-podc", 4, 10, 640)])
+@pytest.mark.parametrize(("sku_id", "nodes", "steps", "rows"), [("a3", 1, 5, 256), ("a2-box16", 2, 5, 320), ("350", 4, 10, 640)])
 def test_the_data_holds_every_steps_batch(sku_id: str, nodes: int, steps: int, rows: int) -> None:
     job = _job(sku_id, steps=steps, nnodes=nodes)
     assert job.train_rows == rows and job.train_rows >= job.batch * steps
@@ -206,8 +208,8 @@ def test_the_grpo_job_selects_the_images_rollout_engine() -> None:
     spec = spec_for(ImageJob("cann8.5", "0.7.1"), "grpo", FACTS)
     vllm = build_job(spec, SKUS["a3"], ImageJob("cann8.5", "0.7.1"), facts=FACTS, steps=2)
     assert "actor_rollout_ref.rollout.name=vllm" in vllm.overrides and "HCCL_HOST_SOCKET_PORT_RANGE" not in vllm.env
-    stack = MATRIX.matrix.stacks["sglang-cann8.5"]
-    image = ImageJob.of("sglang-cann8.5", stack)
+    stack = MATRIX.matrix.stacks["teststack-sglang"]
+    image = ImageJob.of("teststack-sglang", stack)
     assert image.rollout == "sglang"
     sglang = build_job(spec, SKUS["a3"], image, facts=FACTS, steps=2, extra=("trainer.test_freq=-1",))
     assert "actor_rollout_ref.rollout.name=sglang" in sglang.overrides
