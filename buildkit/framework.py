@@ -125,11 +125,21 @@ def frameworks() -> dict[str, Framework]:
     found: dict[str, Framework] = {}
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
         module = importlib.import_module(f"{PLUGINS}.{info.name}")
-        plugin = getattr(module, "FRAMEWORK", None)
-        if not isinstance(plugin, Framework) or plugin.name != info.name:
-            raise TypeError(f"{module.__name__}.FRAMEWORK must be a Framework named {info.name!r}")
-        found[info.name] = plugin
+        found[info.name] = checked(getattr(module, "FRAMEWORK", None), f"{module.__name__}.FRAMEWORK", info.name)
     return found
+
+
+def checked(plugin: object, where: str, name: str) -> Framework:
+    """A plug-in as the registry takes it: a Framework named for its package, with a gate for every
+    smoke job (found when ascendkit starts, not after a job trained and had nothing to be judged by)."""
+    if not isinstance(plugin, Framework) or plugin.name != name:
+        raise TypeError(f"{where} must be a Framework named {name!r}")
+    ungated = [job for job in plugin.jobs if not any(g.job == f"{name} {job}" for g in plugin.gates)]
+    if ungated:
+        raise TypeError(
+            f"{where}: no gate for its {', '.join(ungated)} smoke job (gates: {', '.join(g.job for g in plugin.gates) or 'none'})"
+        )
+    return plugin
 
 
 def framework(name: str) -> Framework:

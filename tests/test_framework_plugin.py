@@ -129,3 +129,22 @@ def test_compare_judges_its_logs_by_its_gate(copy: Path, tmp_path: Path) -> None
     assert judged.returncode == 0, judged.stdout + judged.stderr
     tolerances = {name: m["tolerance_pct"] for name, m in json.loads(judged.stdout)["metrics"].items()}
     assert tolerances == {"toy/reward": 3.0, "toy/loss": 1.5}, "ToyRL's gate, not verl's or OpenRLHF's"
+
+
+def test_a_plugin_without_a_gate_for_one_of_its_jobs_is_refused_when_ascendkit_starts() -> None:
+    from buildkit.framework import Framework, Gate, checked, frameworks
+
+    class Ungated(Framework):
+        name = "ungated"
+        title = "Ungated"
+        install = "index"
+        jobs = ("grpo", "sft")
+        arguments = "hydra"
+        check_style = "hydra"
+        gates = (Gate("ungated grpo", "reward", ("loss",), None, 2.0, 2.0),)
+
+    with pytest.raises(TypeError, match=r"x.FRAMEWORK: no gate for its sft smoke job \(gates: ungated grpo\)"):
+        checked(Ungated(), "x.FRAMEWORK", "ungated")
+    with pytest.raises(TypeError, match="must be a Framework named 'other'"):
+        checked(Ungated(), "x.FRAMEWORK", "other")
+    assert set(frameworks()) == {"openrlhf", "verl"}, "the shipped plug-ins pass the same check"
