@@ -70,7 +70,7 @@ def disagreements(stack_id: str, stack: Stack, arch: str, declared: Mapping[str,
             try:
                 requirement = Requirement(line)
             except InvalidRequirement:
-                continue  # a malformed line is the publisher's problem: pip skips it too
+                continue  # a line packaging cannot parse is not judged here (the resolver will say what it makes of it)
             required = canonicalize_name(requirement.name)
             if required == name or required not in pins or (requirement.marker is not None and not requirement.marker.evaluate(env)):
                 continue
