@@ -421,7 +421,7 @@ def test_matrix_verify_resolves_each_stack_as_a_whole(tmp_path: Path, runner: Cl
     ok = runner.invoke(app, ["matrix", "verify", "--matrix", str(TEST_MATRIX), "--arch", "aarch64", "--json"])
     assert ok.exit_code == 0, ok.output
     [together] = [r for r in json.loads(ok.stdout)["results"] if r["component"] == "co-resolution"]
-    assert together["status"] == "found"
+    assert together["finding"] == "found" and together["status"] == "ok"
     assert together["detail"] == "locks/teststack-aarch64.txt is current: 23 packages resolved from these pins"
 
     # every pin exists, but they cannot be installed together: a conflict, exit 1, the old lock untouched
@@ -431,7 +431,7 @@ def test_matrix_verify_resolves_each_stack_as_a_whole(tmp_path: Path, runner: Cl
     data = json.loads(bad.stdout)
     assert data["summary"]["conflict"] == 1 and data["summary"]["missing"] == 0
     [together] = [r for r in data["results"] if r["component"] == "co-resolution"]
-    assert together["status"] == "conflict" and "six" in together["detail"]
+    assert together["finding"] == "conflict" and together["status"] == "error" and "six" in together["detail"]
 
 
 # --- a framework built from a git checkout: its requirements read at the pinned commit ----------------
