@@ -68,6 +68,7 @@ def test_moving_the_default_fails_no_test_but_the_default_stacks_own(tmp_path: P
             sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
             "-m", "not docker and not network and not default_stack",
             "--ignore", "tests/test_matrix_moves.py",
+            f"--basetemp={tmp_path / 't'}",  # its own, short (socket paths) and pruned by no other session
         ],
         cwd=copy,
         env=env,
