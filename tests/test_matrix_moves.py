@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -63,19 +64,23 @@ def test_moving_the_default_fails_no_test_but_the_default_stacks_own(tmp_path: P
     env = {**os.environ, "PYTHONPATH": str(copy), "COLUMNS": "250"}
     rendered = subprocess.run([sys.executable, "-m", "buildkit", "render", "--all"], cwd=copy, env=env, capture_output=True, text=True)
     assert rendered.returncode == 0, rendered.stderr
-    inner = subprocess.run(
-        [
-            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-            "-m", "not docker and not network and not default_stack",
-            "--ignore", "tests/test_matrix_moves.py",
-            f"--basetemp={tmp_path / 't'}",  # its own, short (socket paths) and pruned by no other session
-        ],
-        cwd=copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=INNER_TIMEOUT_S,
-    )  # fmt: skip
+    inner_root = Path(tempfile.gettempdir()) / f"ak-moved-{os.getpid()}"
+    try:
+        inner = subprocess.run(
+            [
+                sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                "-m", "not docker and not network and not default_stack",
+                "--ignore", "tests/test_matrix_moves.py",
+                f"--basetemp={inner_root}",  # its own, short (socket paths) and pruned by no other session
+            ],
+            cwd=copy,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=INNER_TIMEOUT_S,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(inner_root, ignore_errors=True)
     failed = [line for line in inner.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
     assert inner.returncode == 0, f"with the default on {new}:\n" + "\n".join(failed or inner.stdout.splitlines()[-30:])
 
