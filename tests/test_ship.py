@@ -133,7 +133,7 @@ def test_index_only_with_the_images_gone_from_the_engine(docker_env: DockerEnv, 
         ref = f"{shipped['repo']}:{index_name(shipped)}"
         checked = docker_env.ascendkit("verify", ref, "--key", str(pub), "--matrix", str(TEST_MATRIX), "--json", cwd=shipped["workdir"])
         assert checked.returncode == 0, checked.stdout + checked.stderr
-        names = [c["check"].split()[0] for c in json.loads(checked.stdout)["checks"]]
+        names = [c["name"].split()[0] for c in json.loads(checked.stdout)["checks"]]
         assert names.count("signature") == 3 and names.count("provenance") == names.count("matrix") == names.count("sbom") == 2
     finally:  # the other tests keep using these images: pull them back with all their tags
         for result in results.values():
