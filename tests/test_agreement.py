@@ -30,7 +30,7 @@ from tests.conftest import MATRIX, MATRIX_TEXT
 from tests.upstream_metadata import STORE, from_index, name_of, vendored, wanted
 
 READ = vendored()
-UNFIXED_CANN91 = "vllm-ascend 0.23.0 requires transformers==5.5.4, and the stack pins transformers 5.10.4"
+UNFIXED_CANN91 = "vllm-ascend 0.23.0.post1 requires transformers==5.5.4, and the stack pins transformers 5.10.4"
 
 
 def _without_cann91_override(text: str) -> str:
