@@ -96,7 +96,7 @@ def run_config_check(
     name = CONFIG_FILES[job.check_style]
     write_atomic(out / name, text)
     failed = [c for c in checks if c.status == "error"]
-    section.update(config=name, checks=[c.__dict__ for c in checks], passed=not failed)
+    section.update(config=name, checks=[c.describe() for c in checks], passed=not failed)
     if failed:
         section["error"] = "; ".join(f"{c.name}: {c.detail}" for c in failed)
     return section

@@ -338,7 +338,7 @@ class _Run:
                 self.data["comparison"] = comparison.describe()
             except InputError as exc:  # e.g. the runs share no step: a failed gate, not a lost report
                 checks.append(Check("baseline gate", "error", str(exc)))
-        self.data["checks"] = [c.__dict__ for c in checks]
+        self.data["checks"] = [c.describe() for c in checks]
         if steps:
             from buildkit.accuracy.plot import plot_runs
 
