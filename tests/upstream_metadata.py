@@ -17,19 +17,17 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from buildkit.lock.index import IndexClient
-from buildkit.lock.metadata import Declared, MetadataReader, index_reader
+from buildkit.lock.metadata import Declared, MetadataReader, Reader, index_reader
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.matrix.model import PypiPin, Stack
 from tests.conftest import MATRIX, ROOT
 
 STORE = ROOT / "tests" / "fixtures" / "upstream" / "metadata"
-Reader = Callable[[Stack, str, str, PypiPin], Declared | None]
 
 
 def name_of(component: str, pin: PypiPin, arch: str) -> str:

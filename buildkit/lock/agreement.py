@@ -114,9 +114,6 @@ def unused_overrides(stack: Stack, found: list[Disagreement], complete: bool) ->
     return sorted(name for name in stack.overrides if canonicalize_name(name) in pins and canonicalize_name(name) not in needed)
 
 
-Reader = Callable[[Stack, str, str, PypiPin], "Declared | None"]  # (stack, arch, component, pin) -> its declared requirements
-
-
 def check_stack(
     stack_id: str, stack: Stack, arch: str, read: Callable[[str, PypiPin], Declared | None]
 ) -> tuple[list[Disagreement], list[str], list[str]]:

@@ -25,11 +25,12 @@ from packaging.version import Version
 
 from buildkit.arch import ARCHES
 from buildkit.doctor.base import Check
-from buildkit.lock.agreement import Reader, check_stack
+from buildkit.lock.agreement import check_stack
 from buildkit.lock.gitsource import GitSourceReader
 from buildkit.lock.index import IndexClient, IndexUnreachable, ProjectMissing, installable, target_tags
 from buildkit.lock.inputs import CheckoutSpec, LockFailed, LockTarget, lock_inputs
 from buildkit.lock.lockfile import lock_problem, read_lock
+from buildkit.lock.metadata import Reader
 from buildkit.lock.relock import lock_one
 from buildkit.lock.sdist import SdistReader
 from buildkit.matrix.load import LoadedMatrix

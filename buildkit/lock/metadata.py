@@ -10,7 +10,6 @@ from __future__ import annotations
 import email.parser
 import io
 import json
-import threading
 import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -22,6 +21,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from buildkit.errors import AscendkitError
+from buildkit.fsio import write_atomic
 from buildkit.lock.index import DistFile, IndexClient, IndexUnreachable, ProjectMissing, installable, target_tags
 from buildkit.lock.sdist import SdistReader, cache_dir, public_url
 from buildkit.matrix.model import PypiPin, Stack
@@ -52,6 +52,11 @@ class Declared:
         python_spec = None if python is None else str(python)
         source, sha256 = str(data["source"]), str(data.get("sha256") or "")
         return cls(str(data["dist"]), str(data["version"]), tuple(map(str, requires)), python_spec, source, sha256)
+
+
+# How the checks ask for a pin's declared requirements: (stack, arch, component, pin) -> them, or None
+# where they cannot be read here.
+Reader = Callable[[Stack, str, str, PypiPin], Declared | None]
 
 
 class MetadataUnavailable(Exception):
@@ -112,26 +117,20 @@ class _Ranges(io.RawIOBase):
 
 
 class MetadataReader:
-    """Declared requirements of releases on their indexes; thread-safe, cached on disk."""
+    """Declared requirements of releases on their indexes; thread-safe, cached on disk (each file
+    written whole, so concurrent readers of one release never see half of it)."""
 
     def __init__(self, client: IndexClient, sdists: SdistReader | None = None, cache: Path | None = None) -> None:
         self.client = client
         self.sdists = sdists or SdistReader(client)
         self.cache = cache or cache_dir() / "metadata"
-        self._lock = threading.Lock()
 
     def for_pin(self, index_url: str, component: str, pin: PypiPin, arch: str, python: str) -> Declared:
         """What a pin declares as the stack installs it: a source build's from its sdist (its project
         file and extras where the matrix names them, as the lock reads it), else its wheel's."""
         if pin.build_from_source:
             project = (pin.project_file, pin.extras) if pin.project_file is not None else None
-            try:
-                sdist = self.sdists.metadata(index_url, pin.dist(component), pin.version, project)
-            except (AscendkitError, IndexUnreachable) as exc:
-                raise MetadataUnavailable(str(exc)) from None
-            return Declared(
-                pin.dist(component), pin.version, sdist.requires, None, f"{sdist.filename}: {sdist.requires_from}", sdist.sha256
-            )
+            return self._from_sdist(index_url, pin.dist(component), pin.version, project)
         return self.declared(index_url, pin.dist(component), pin.version, target_tags(arch, python), python)
 
     def declared(self, index_url: str, dist: str, version: str, tags: frozenset[Tag], python: str) -> Declared:
@@ -146,19 +145,22 @@ class MetadataReader:
         if chosen is None:
             if not any(f.kind == "sdist" for f in files):
                 raise MetadataUnavailable(f"{public_url(index_url)} has no file of {dist}=={version}")
-            try:
-                sdist = self.sdists.metadata(index_url, dist, version)
-            except AscendkitError as exc:
-                raise MetadataUnavailable(str(exc)) from None
-            return Declared(dist, version, sdist.requires, None, f"{sdist.filename}: {sdist.requires_from}", sdist.sha256)
+            return self._from_sdist(index_url, dist, version, None)
         cached = self.cache / f"{chosen.sha256 or canonicalize_name(chosen.filename)}.json"
         if cached.is_file():
             return Declared.from_json(json.loads(cached.read_text(encoding="utf-8")))
         found = parse_metadata(self._wheel_metadata(chosen), dist, version, chosen.filename, chosen.sha256 or "")
-        with self._lock:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            cached.write_text(json.dumps(found.to_json(), indent=1) + "\n", encoding="utf-8")
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(cached, json.dumps(found.to_json(), indent=1) + "\n")
         return found
+
+    def _from_sdist(self, index_url: str, dist: str, version: str, project: tuple[str, tuple[str, ...]] | None) -> Declared:
+        """What an sdist declares, read as the lock reads it (``project``: the project file and extras it builds with)."""
+        try:
+            sdist = self.sdists.metadata(index_url, dist, version, project)
+        except (AscendkitError, IndexUnreachable) as exc:
+            raise MetadataUnavailable(str(exc)) from None
+        return Declared(dist, version, sdist.requires, None, f"{sdist.filename}: {sdist.requires_from}", sdist.sha256)
 
     def _wheel_metadata(self, wheel: DistFile) -> str:
         session, timeout = self.client.session, self.client.timeout
@@ -188,7 +190,7 @@ def _same(file: DistFile, version: str) -> bool:
         return str(file.version) == version
 
 
-def index_reader(reader: MetadataReader, index_urls: dict[str, str]) -> Callable[[Stack, str, str, PypiPin], Declared | None]:
+def index_reader(reader: MetadataReader, index_urls: dict[str, str]) -> Reader:
     """What each pin declares, from its index for the arch (``index_urls``: index name -> URL, mirrors
     applied); None for a pin whose metadata cannot be read here (its index unreachable, no file)."""
 
