@@ -248,7 +248,10 @@ def check_together(
             lock = read_lock(loaded.root / target.path)
             if lock.resolved:
                 return _with(base, "found", f"{target.path} is current: {len(lock.packages)} packages resolved from these pins")
-        outcome = lock_one(loaded, target, client=client, reader=reader, index_urls=index_urls, ca_bundle=ca_bundle, write=False)
+        # the pins' agreement has a row of its own (check_agreement): the resolver alone answers this one
+        outcome = lock_one(
+            loaded, target, client=client, reader=reader, index_urls=index_urls, ca_bundle=ca_bundle, write=False, agreement=False
+        )
         if outcome.status == "resolved":
             return _with(base, "found", outcome.detail)
         return _with(base, "conflict" if outcome.status == "failed" else "unverified", outcome.detail)

@@ -90,6 +90,7 @@ def lock_one(
     write: bool = True,
     git: GitSourceReader | None = None,
     exclude_newer: str | None = None,
+    agreement: bool = True,  # first hold the pins to each other's requirements (matrix verify has a row of its own)
 ) -> LockOutcome:
     started = time.monotonic()
     inputs = lock_inputs(loaded, target)
@@ -101,7 +102,8 @@ def lock_one(
         if reason is not None:
             text, status, detail, count = render_unresolved(inputs, reason), "unresolved", reason, 0
         else:
-            _check_agreement(loaded, target, MetadataReader(client, reader), index_urls)
+            if agreement:
+                _check_agreement(loaded, target, MetadataReader(client, reader), index_urls)
             sources = [
                 reader.metadata(index_urls[_index_of(inputs, dist)], dist, version, inputs.project_of(dist))
                 for dist, version in inputs.source_builds
