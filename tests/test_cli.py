@@ -31,6 +31,13 @@ BAD_MATRICES: list[tuple[str, list[tuple[str, str]], str, str | None]] = [
     ),
     ("unknown-top-level-key", [("schema_version: 1\n", "schema_version: 1\nstakcs: {}\n")], "unknown key 'stakcs'", "stakcs:"),
     ("unknown-pin-key", [("    verl:\n      version: ", "    verl:\n      verison: ")], "unknown key 'verison'", "verison:"),
+    # a key no framework plug-in owns, its value a well-formed pin: unknown all the same, where it stands
+    (
+        "unknown-framework-key",
+        [("    verl:\n      version: ", "    verll:\n      version: ")],
+        "unknown key 'verll' (did you mean 'verl'?)",
+        "verll:",
+    ),
     ("wrong-type-int", [("    npus_per_node: 8\n", "    npus_per_node: eight\n")], "expected an integer", "npus_per_node: eight"),
     ("python-unquoted", [('    python: "3.10"\n', "    python: 3.10\n")], 'quote the value as written: "3.10"', "python: 3.10"),
     (

@@ -70,8 +70,12 @@ def parse_matrix(text: str, path: Path) -> LoadedMatrix:
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
         raise MatrixError(syntax + [_structure_finding(err, source) for err in _stanza_errors(exc.errors())]) from None
-    if syntax:
-        raise MatrixError(syntax)
+    # a key no plug-in owns whose value happens to read as a stanza: as unknown as any other
+    unknown = [
+        _unknown_key(("stacks", sid, key)) for sid, stack in matrix.stacks.items() for key in stack.frameworks if key not in frameworks()
+    ]
+    if syntax or unknown:
+        raise MatrixError(syntax + [_structure_finding(err, source) for err in unknown])
     findings = [
         Finding(
             source.locate(v.path),
@@ -155,10 +159,15 @@ def _stanza_errors(errors: list[ErrorDetails]) -> list[ErrorDetails]:
         if str(loc[2]) not in frameworks():
             if key not in unknown:
                 unknown.add(key)
-                out.append({**err, "loc": key, "type": "extra_forbidden", "msg": "unknown key"})
+                out.append(_unknown_key(key))
             continue
         out.append({**err, "loc": (*key, *(p for p in loc[3:4] if p not in STANZA_TAGS), *loc[4:])})
     return out
+
+
+def _unknown_key(loc: tuple[str | int, ...]) -> ErrorDetails:
+    """An error as pydantic reports a key a model forbids: the one way an unknown key is said."""
+    return {"type": "extra_forbidden", "loc": loc, "msg": "unknown key", "input": None}
 
 
 def _allowed_keys(loc: PathKey) -> list[str]:
