@@ -99,8 +99,9 @@ def repo_copy(tmp_path: Path) -> Path:
         "docs/matrix.md", "docs/cli.md", "docs/hardware.md", "Dockerfile.a2", "Dockerfile.a3", "compat_matrix.schema.json",
         "build_manifest.schema.json",
     )  # fmt: skip
-    for name in ("compat_matrix.yaml", *generated):
+    for name in ("compat_matrix.yaml", "docs/verl-parity.md", *generated):
         shutil.copy2(ROOT / name, dest / name)
+    shutil.copytree(ROOT / "upstream", dest / "upstream")  # the vendored files the parity page reads
     shutil.copytree(ROOT / "docs" / "repositories", dest / "docs" / "repositories")
     shutil.copytree(ROOT / "dockerfiles", dest / "dockerfiles")
     shutil.copytree(ROOT / "locks", dest / "locks")

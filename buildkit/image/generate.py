@@ -1,6 +1,7 @@
 """Every file the repository keeps generated from the matrix, and the drift check over them:
 the Dockerfiles, the lock sections, the matrix's JSON schema, the support tables of docs/matrix.md, a page per
-image repository (docs/repositories/) and the CI workflow.
+image repository (docs/repositories/), the page that holds the stacks to verl's images (docs/verl-parity.md) and
+the CI workflow.
 
 ``ascendkit render --all`` writes them; ``ascendkit render --check`` re-renders them in memory and
 reports a unified diff for each committed file that differs, is missing, or is left over, and a
@@ -19,12 +20,14 @@ from buildkit.errors import InputError
 from buildkit.fsio import output_dir, write_all_atomic
 from buildkit.image.buildrecord import RECORD_SCHEMA_FILE, record_schema_text
 from buildkit.image.overview import OVERVIEW_DIR, overview_pages
+from buildkit.image.paritypage import PARITY_PAGE, parity_page
 from buildkit.image.render import render_dockerfile
 from buildkit.image.workflow import ACTIONLINT_CONFIG, WORKFLOW_FILE, render_actionlint_config, render_workflow
 from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import lock_problem, section_texts
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Matrix
+from buildkit.matrix.parity import UPSTREAM_DIR
 from buildkit.matrix.tables import support_tables
 from buildkit.plan import DOCKERFILES_DIR, LOCKS_DIR, RenderTarget, all_targets, plan_image
 from buildkit.resources import TEMPLATES_DIR
@@ -84,6 +87,8 @@ def expected_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR, extr
     files.append(GeneratedFile(ACTIONLINT_CONFIG, render_actionlint_config(loaded)))
     if (loaded.root / OVERVIEW_DIR).parent.is_dir():  # a checkout with docs/: a page per image repository
         files += [GeneratedFile(path, text) for path, text in overview_pages(loaded)]
+    if (loaded.root / UPSTREAM_DIR / "SOURCES.json").is_file() and (loaded.root / PARITY_PAGE).parent.is_dir():
+        files.append(GeneratedFile(PARITY_PAGE, parity_page(loaded)))  # a checkout with the vendored upstream files
     page = loaded.root / TABLES_FILE
     if page.is_file():
         files.append(GeneratedFile(TABLES_FILE, page_with_tables(page.read_text(encoding="utf-8"), loaded.matrix, page)))

@@ -27,10 +27,20 @@ from buildkit.matrix.fields import (
     VersionSpecifier,
     tag_template,
 )
-from buildkit.matrix.sources import FrameworkSource, SourcePatch, WheelArchive
+from buildkit.matrix.sources import FrameworkSource, SourcePatch, UpstreamImages, WheelArchive
 
 # re-exported: the matrix's models live here
-__all__ = ["CannDrivers", "Compat", "FrameworkSource", "Frozen", "KnownIssue", "OpenRlhfLine", "SourcePatch", "WheelArchive"]
+__all__ = [
+    "CannDrivers",
+    "Compat",
+    "FrameworkSource",
+    "Frozen",
+    "KnownIssue",
+    "OpenRlhfLine",
+    "SourcePatch",
+    "UpstreamImages",
+    "WheelArchive",
+]
 
 
 class PackageIndex(Frozen):
@@ -242,6 +252,9 @@ class Stack(Frozen):
     )
     env: dict[Annotated[StrictStr, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], StrictStr] = Field(default={})
     ascend_tools: StrictBool = Field(default=True, description="false leaves the tools (msprobe, msprof_analyze, ais_bench) out")
+    upstream: UpstreamImages | None = Field(
+        default=None, description="the upstream images (verl's Ascend Dockerfiles) the stack corresponds to"
+    )
 
     def pins(self) -> dict[str, PypiPin]:
         """The PyPI-style pins by component name, in install order, absent ones left out (and the

@@ -3,7 +3,7 @@ a release archive, and lines patched out of installed distributions (see :mod:`m
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, StrictStr
 
@@ -65,3 +65,39 @@ class SourcePatch(Frozen):
     file: RelativePath = Field(description="the file, relative to the distribution's root in site-packages")
     comment_out: StrictStr = Field(min_length=1, description="the line as it stands in the file (surrounding whitespace ignored)")
     reason: StrictStr = Field(min_length=1, description="why, with its source: shown in the Dockerfile and the SBOM")
+
+
+# What a stack is compared on with the upstream images it corresponds to (buildkit.matrix.parity).
+ParityComponent = Literal[
+    "cann",
+    "python",
+    "os",
+    "chip",
+    "torch",
+    "torch_npu",
+    "torchvision",
+    "triton_ascend",
+    "vllm",
+    "vllm_ascend",
+    "sglang",
+    "transformers",
+    "mindspeed",
+    "megatron_lm",
+    "mbridge",
+    "verl",
+]
+
+
+class UpstreamImages(Frozen):
+    """The upstream images a stack stands for (verl's Ascend images, as their Dockerfiles build them), and
+    why the stack differs from them where it does: the parity page and its test hold every other
+    component of the stack to what those Dockerfiles install."""
+
+    images: tuple[RelativePath, ...] = Field(
+        min_length=1,
+        description="vendored Dockerfiles under upstream/ (upstream/SOURCES.json), e.g. verl/main/Dockerfile.ascend_9.0.0_a3_v0.8.0",
+    )
+    differences: dict[ParityComponent, StrictStr] = Field(
+        default={},
+        description="component -> why the stack differs from these images there (each difference needs one; a stale one is refused)",
+    )

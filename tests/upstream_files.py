@@ -1,0 +1,100 @@
+"""The upstream files the repository reads at render time (``upstream/``), vendored from git snapshots.
+
+verl publishes its Ascend images' Dockerfiles in ``docker/ascend/`` with the table of their tags
+(``supported_tags.md``); those Dockerfiles install vllm-ascend's ``requirements.txt`` and verl's
+``requirements-npu.txt`` from the branches they clone. ``upstream/SOURCES.json`` names each vendored
+file's repository, branch, commit, git blob and sha256; ``tests/test_verl_parity.py`` checks every
+sha256. After upstream moves, with local clones of both repositories:
+
+    python -m tests.upstream_files vendor VERL_GIT_DIR VLLM_ASCEND_GIT_DIR
+
+rewrites ``upstream/`` from the refs below (then commit it, re-run ``ascendkit render --all`` and
+read the parity page's diff).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+UPSTREAM = ROOT / "upstream"
+VERL = "https://github.com/verl-project/verl"
+VLLM_ASCEND = "https://github.com/vllm-project/vllm-ascend"
+
+# (repository, its key in the local clones, branch, the paths to take from its head)
+WANTED: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    (VERL, "verl", "main", ("docker/ascend/*", "requirements-npu.txt")),
+    # supported_tags.md points the v0.6.1 and v0.7.0 release images at their release branches' Dockerfiles.
+    (VERL, "verl", "release/v0.6.1", ("docker/ascend/Dockerfile.ascend_8.2.rc1_*", "requirements-npu.txt")),
+    (VERL, "verl", "release/v0.7.0", ("docker/ascend/Dockerfile.ascend_8.3.rc1_*", "requirements-npu.txt")),
+    (VERL, "verl", "release/v0.7.1", ("requirements-npu.txt",)),
+    (VERL, "verl", "release/v0.8.0", ("requirements-npu.txt",)),
+    # vllm-ascend's tags and release branches the Dockerfiles clone: the requirements.txt they install.
+    (VLLM_ASCEND, "vllm-ascend", "v0.9.1", ("requirements.txt",)),
+    (VLLM_ASCEND, "vllm-ascend", "v0.11.0rc1", ("requirements.txt",)),
+    (VLLM_ASCEND, "vllm-ascend", "v0.11.0", ("requirements.txt",)),
+    (VLLM_ASCEND, "vllm-ascend", "releases/v0.13.0", ("requirements.txt",)),
+    (VLLM_ASCEND, "vllm-ascend", "releases/v0.18.0", ("requirements.txt",)),
+    (VLLM_ASCEND, "vllm-ascend", "releases/v0.23.0", ("requirements.txt",)),
+)
+
+
+def _git(git_dir: Path, *args: str) -> str:
+    return subprocess.run(["git", "--git-dir", str(git_dir), *args], check=True, capture_output=True, text=True).stdout
+
+
+def vendor(clones: dict[str, Path]) -> list[dict[str, str]]:
+    entries = []
+    for repository, key, branch, patterns in WANTED:
+        git_dir = clones[key]
+        kind = "tags" if branch.startswith("v") else "heads"
+        commit = _git(git_dir, "rev-parse", f"refs/{kind}/{branch}^{{commit}}").strip()
+        listed = _git(git_dir, "ls-tree", "-r", commit).splitlines()
+        for line in sorted(listed):
+            meta, path = line.split("\t", 1)
+            if not any(path == p or (p.endswith("*") and path.startswith(p[:-1])) for p in patterns):
+                continue
+            blob = meta.split()[2]
+            data = subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "blob", blob], check=True, capture_output=True).stdout
+            name = path.rsplit("/", 1)[-1]
+            file = f"{key}/{branch}/{name}"
+            target = UPSTREAM / file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            entries.append(
+                {
+                    "file": file,
+                    "repository": repository,
+                    "branch": branch,
+                    "path": path,
+                    "commit": commit,
+                    "blob": blob,
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "license": "Apache-2.0",
+                }
+            )
+    about = (
+        "Upstream files ascendkit reads: verl's Ascend Dockerfiles and their tag table, and the requirement files those "
+        "Dockerfiles install. The parity page (docs/verl-parity.md) and `ascendkit matrix import` read them; "
+        "tests/test_verl_parity.py checks each sha256. Vendor again with `python -m tests.upstream_files vendor`."
+    )
+    (UPSTREAM / "SOURCES.json").write_text(json.dumps({"about": about, "files": entries}, indent=2) + "\n", encoding="utf-8")
+    return entries
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[0] != "vendor":
+        print(__doc__, file=sys.stderr)
+        return 2
+    entries = vendor({"verl": Path(argv[1]), "vllm-ascend": Path(argv[2])})
+    print(f"vendored {len(entries)} files into {UPSTREAM}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
