@@ -68,7 +68,7 @@ BAD_MATRICES: list[tuple[str, list[tuple[str, str]], str, str | None]] = [
         "default: true\n    description: OpenRLHF 0.7.5",
     ),
     ("no-default", [("    default: true\n", "")], "no stack is marked `default: true`", None),
-    ("duplicate-key", [("    cann: 9.1.0\n", "    cann: 9.1.0\n    cann: 9.0.0\n")], "duplicate key 'cann'", "cann: 9.0.0"),
+    ("duplicate-key", [("    cann: 9.1.0\n", "    cann: 9.1.0\n    cann: 9.0.1\n")], "duplicate key 'cann'", "cann: 9.0.1"),
     ("missing-field", [("    cann: 8.5.0\n", "")], "stacks.cann8.5.cann: required field is missing", None),
     ("invalid-version", [("      version: 2.10.0\n", "      version: 2.10.x\n")], "is not a PEP 440 version", "version: 2.10.x"),
     (

@@ -40,7 +40,7 @@ WANTED: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     (VLLM_ASCEND, "vllm-ascend", "v0.11.0", ("requirements.txt",)),
     (VLLM_ASCEND, "vllm-ascend", "releases/v0.13.0", ("requirements.txt",)),
     (VLLM_ASCEND, "vllm-ascend", "releases/v0.18.0", ("requirements.txt",)),
-    (VLLM_ASCEND, "vllm-ascend", "releases/v0.23.0", ("requirements.txt",)),
+    (VLLM_ASCEND, "vllm-ascend", "releases/v0.23.0", ("requirements.txt", "Dockerfile")),  # its own image, for matrix import
 )
 
 

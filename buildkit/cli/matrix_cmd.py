@@ -299,3 +299,57 @@ def matrix_schema(
 
     text = generate.schema_text()
     write_output(output, text)
+
+
+@matrix_app.command("import", short_help="Propose a stack from an upstream Ascend Dockerfile.")
+@user_errors
+def matrix_import(
+    dockerfile: Annotated[
+        Path, typer.Argument(help="An upstream Ascend Dockerfile: verl's docker/ascend/Dockerfile.ascend_* (vllm-ascend's may fit).")
+    ],
+    stack_id: Annotated[str | None, typer.Option("--id", help="The new stack's id (default: from the Dockerfile's name).")] = None,
+    ref: Annotated[
+        str | None,
+        typer.Option("--ref", help="The branch the Dockerfile comes from: what its clone of verl without --branch gets (default: main)."),
+    ] = None,
+    repo: Annotated[
+        str, typer.Option("--repo", help="The repository the Dockerfile belongs to, which `COPY .` brings in: verl or vllm-ascend.")
+    ] = "verl",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the proposal to FILE instead of stdout.")] = None,
+    matrix: MatrixPath = DEFAULT_MATRIX,
+) -> None:
+    """Read an upstream Ascend Dockerfile and print a stack for `stacks:` with its pins, base image and chip.
+
+    The requirement files it installs from vllm-ascend's and verl's branches are read from upstream/ beside the
+    matrix where vendored there. Settings a pin needs beyond its version come from the matrix's nearest stack;
+    values the Dockerfile does not pin, and what has no place in the matrix, are said in comments.
+    Exit 0: the proposal validates with the matrix; 1: it does not yet (the findings follow it, on stderr).
+    """
+    from buildkit.matrix.importer import findings, propose
+    from buildkit.matrix.load import load_matrix
+    from buildkit.matrix.parity import UPSTREAM_DIR, Vendored
+    from buildkit.matrix.upstream import read_dockerfile
+
+    loaded = load_matrix(matrix)
+    try:
+        text = dockerfile.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{dockerfile}: cannot read the Dockerfile: {exc}") from None
+    vendored = Vendored.load(loaded.root) if (loaded.root / UPSTREAM_DIR / "SOURCES.json").is_file() else None
+    upstream = (loaded.root / UPSTREAM_DIR).resolve()
+    key = dockerfile.resolve().relative_to(upstream).as_posix() if dockerfile.resolve().is_relative_to(upstream) else ""
+    if vendored is not None and key in vendored.sources and ref is None:  # a vendored file: read as the parity page reads it
+        image, source = vendored.image(key), key
+    else:
+        requirements = vendored.requirements if vendored else None
+        image = read_dockerfile(str(dockerfile), text, requirements, default_ref=ref or "main", own_repo=repo)
+        source = str(dockerfile)
+    proposal = propose(loaded.matrix, image, source, stack_id)
+    problems = findings(matrix.read_text(encoding="utf-8"), matrix, proposal)
+    if write_output(output, proposal.text()):
+        out.print(f"wrote {output}")
+    if problems:
+        typer.echo(f"matrix validate, with {proposal.stack_id} added, would say:", err=True)
+        for finding in problems:
+            typer.echo(f"  {finding.field}: {finding.message}" + (f" [{finding.rule}]" if finding.rule else ""), err=True)
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))

@@ -60,7 +60,8 @@ class Vendored:
     def image(self, file: str) -> UpstreamImage:
         """What the Dockerfile ``file`` installs; a clone of its own repository without a branch gets the
         branch the Dockerfile was vendored from (its repository as of that Dockerfile)."""
-        return read_dockerfile(file, self.text(file), self.requirements, default_ref=self.sources[file]["branch"])
+        own = file.split("/", 1)[0]  # the repository the file was vendored from (verl, vllm-ascend)
+        return read_dockerfile(file, self.text(file), self.requirements, default_ref=self.sources[file]["branch"], own_repo=own)
 
     def commit(self, file: str) -> str:
         return str(self.sources[file]["commit"])

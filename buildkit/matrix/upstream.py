@@ -59,6 +59,7 @@ _BASE = re.compile(
     r"^(?P<registry>\S+?)/cann:(?P<cann>[0-9]+\.[0-9]+\.[0-9a-z]+)-(?P<chip>[0-9a-z]+)-(?P<os>[a-z]+[0-9.]+)-py(?P<python>3\.[0-9]+)$"
 )
 _COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
+_RELEASE_ASSET = re.compile(r"^https?://[^/]+/[^/]+/(?P<repo>[^/]+)/releases/download/(?P<release>[^/]+)/(?P<file>[^/]+\.zip)$")
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class UpstreamImage:
     base: BaseTag | None = None
     pins: dict[str, UpstreamPin] = field(default_factory=dict)
     unmapped: list[str] = field(default_factory=list)  # steps and pins with no matrix component, each with its line
+    archives: dict[str, str] = field(default_factory=dict)  # component -> the release archive it was downloaded as
 
 
 Requirements = Callable[[str, str, str], "tuple[str, str] | None"]  # (repo, ref, file) -> (label, text)
@@ -120,14 +122,17 @@ class _Clone:
 
 
 class _Reader:
-    def __init__(self, name: str, requirements: Requirements | None, default_ref: str) -> None:
+    def __init__(self, name: str, requirements: Requirements | None, default_ref: str, own_repo: str) -> None:
         self.image = UpstreamImage(name)
         self.requirements = requirements
         self.default_ref = default_ref  # what a clone of the Dockerfile's own repository without --branch gets
+        self.own_repo = own_repo  # the repository the Dockerfile belongs to (verl), and COPY . brings in
         self.values: dict[str, str] = {}
         self.clones: dict[str, _Clone] = {}
         self.cwd = ""
-        self.branches: list[bool] = []  # per open if: whether it is a branch an aarch64 build does not take
+        # per open if: True inside a branch an aarch64 build does not take (an x86_64 test), False inside its
+        # counterpart, None where the test is not about the arch (both branches are read)
+        self.branches: list[bool | None] = []
         self.line = 0
 
     def where(self) -> str:
@@ -138,6 +143,7 @@ class _Reader:
         if kind in ("spec", "unpinned") and current is not None:
             return  # a range or a bare name does not move what an earlier step pinned
         self.image.pins[component] = UpstreamPin(component, value, kind, where or self.where())
+        self.image.archives.pop(component, None)
 
     def instruction(self, lines: list[tuple[int, str]]) -> None:
         self.line = lines[0][0]
@@ -149,6 +155,10 @@ class _Reader:
         elif keyword in ("ARG", "ENV"):
             for m in re.finditer(r"([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S*)", " ".join(f for _, f in body)):
                 self.values.setdefault(m.group(1), m.group(2).strip("\"'"))
+        elif keyword in ("COPY", "ADD") and rest.split()[:1] == ["."] and len(rest.split()) == 2:
+            directory = self.path(rest.split()[1])  # the build context: the Dockerfile's repository, at its ref
+            self.clones[directory] = _Clone(self.own_repo, self.default_ref)
+            self.cloned(directory)
         elif keyword == "RUN":
             self.cwd = ""
             self.branches = []
@@ -166,7 +176,8 @@ class _Reader:
         self.line = numbers[0]
         head = words[0]
         if head in ("if", "elif"):  # a branch an aarch64 build skips: one that tests for x86_64
-            x86 = "x86_64" in " ".join(words[1:])
+            test = " ".join(words[1:])
+            x86 = True if "x86_64" in test else False if "aarch64" in test else None
             if head == "if":
                 self.branches.append(x86)
             elif self.branches:
@@ -176,7 +187,7 @@ class _Reader:
             if self.branches:
                 self.branches.pop()
             return
-        if head == "else" and self.branches:
+        if head == "else" and self.branches and self.branches[-1] is not None:
             self.branches[-1] = not self.branches[-1]
         while words and (words[0] in ("then", "else", "do", "done") or ("=" in words[0] and len(words) > 1)):
             words, numbers = words[1:], numbers[1:]  # the command after a keyword or VAR=value assignments
@@ -184,18 +195,28 @@ class _Reader:
             return
         head, self.line = words[0], numbers[0]
         installs = (head in ("pip", "pip3") and words[1:2] == ["install"]) or (head == "git" and words[1:2] == ["clone"])
-        if any(self.branches):
+        if any(b is True for b in self.branches):
             if installs:
                 self.image.unmapped.append(f"{self.where()}: x86_64 only, not read: {' '.join(words)}")
             return
         if head == "cd" and len(words) > 1:
-            self.cwd = "" if words[1].startswith("/") else posixpath.normpath(posixpath.join(self.cwd, words[1])).lstrip(".")
+            self.cwd = self.path(words[1])
         elif head == "git" and len(words) > 1:
             self.git(words[1:])
         elif head in ("pip", "pip3") and words[1:2] == ["install"]:
             self.pip(words[2:])
         elif head in ("python", "python3") and words[1:4] == ["-m", "pip", "install"]:
             self.pip(words[4:])
+        elif head in ("wget", "curl"):
+            self.download(words[1:])
+
+    def download(self, args: list[str]) -> None:
+        """A release archive of a component's repository (sgl-kernel-npu's kernels): its release is the pin."""
+        for arg in args:
+            m = _RELEASE_ASSET.match(arg)
+            if m is not None and (component := COMPONENT_OF_REPO.get(m["repo"].lower())) is not None:
+                self.pin(component, m["release"], "ref")
+                self.image.archives[component] = m["file"]
 
     def git(self, args: list[str]) -> None:
         if args[0] == "clone":
@@ -213,14 +234,18 @@ class _Reader:
             if not positional:
                 return
             repo = positional[0].rstrip("/").removesuffix(".git").rsplit("/", 1)[-1]
-            directory = positional[1] if len(positional) > 1 else repo
-            self.clones[directory] = _Clone(repo.lower(), ref or (self.default_ref if repo.lower() == "verl" else ""))
+            directory = self.path(positional[1] if len(positional) > 1 else repo)
+            self.clones[directory] = _Clone(repo.lower(), ref or (self.default_ref if repo.lower() == self.own_repo else ""))
             self.cloned(directory)
         elif args[0] == "checkout" and len(args) > 1 and self.cwd in self.clones:
             clone = self.clones[self.cwd]
-            own = clone.repo == "verl" and args[-1] in ("main", "master")  # the repository's default branch, as of the Dockerfile
+            own = clone.repo == self.own_repo and args[-1] in ("main", "master")  # the repository's default branch, as of the Dockerfile
             clone.ref = self.default_ref if own else args[-1]
             self.cloned(self.cwd)
+
+    def path(self, given: str) -> str:
+        """A path as the build sees it, relative to / (a Dockerfile's working directory is / unless WORKDIR says)."""
+        return posixpath.normpath(posixpath.join("/", self.cwd, given)).lstrip("/")
 
     def cloned(self, directory: str) -> None:
         clone = self.clones[directory]
@@ -255,7 +280,7 @@ class _Reader:
 
     def clone_at(self, directory: str) -> str | None:
         """The clone a local path installs from: the clone directory that holds it."""
-        path = posixpath.normpath(posixpath.join(self.cwd, directory)).lstrip("./") or ""
+        path = self.path(directory)
         for name in self.clones:
             if path == name or path.startswith(name + "/"):
                 return name
@@ -339,10 +364,13 @@ def _ref_pin(component: str, ref: str) -> tuple[str, PinKind]:
     return (release, "branch") if "/" in ref else (release, "version")
 
 
-def read_dockerfile(name: str, text: str, requirements: Requirements | None = None, default_ref: str = "") -> UpstreamImage:
-    """What the Dockerfile ``name`` installs on aarch64. ``default_ref`` is the branch a clone of the Dockerfile's
-    own repository (verl) gets without ``--branch``: the Dockerfile's own branch."""
-    reader = _Reader(name, requirements, default_ref)
+def read_dockerfile(
+    name: str, text: str, requirements: Requirements | None = None, default_ref: str = "", own_repo: str = "verl"
+) -> UpstreamImage:
+    """What the Dockerfile ``name`` installs on aarch64. ``own_repo`` is the repository it belongs to (its build
+    context); ``default_ref`` is that repository's branch the Dockerfile comes from, which a clone of it without
+    ``--branch`` (or ``COPY .``) gets."""
+    reader = _Reader(name, requirements, default_ref, own_repo)
     for lines in logical_lines(text):
         reader.instruction(lines)
     return reader.image
