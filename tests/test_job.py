@@ -147,7 +147,15 @@ def test_the_device_follows_the_images_verl_and_the_users_overrides_come_last() 
 
 def test_every_shipped_stack_with_an_old_verl_gets_the_override_from_the_fact_alone() -> None:
     """No per-stack list: a stack's verl release and compat.verl_npu_autodetect decide."""
-    expected = {"cann8.1": True, "cann8.2": True, "cann8.3": True, "cann8.5": False, "cann9.1": False, "sglang-cann8.5": False}
+    expected = {
+        "cann8.1": True,
+        "cann8.2": True,
+        "cann8.3": True,
+        "cann8.5": False,
+        "cann9.0": False,
+        "cann9.1": False,
+        "sglang-cann8.5": False,
+    }
     got = {s: needs_device_override(st.framework_version, FIRST) for s, st in SHIPPED.matrix.stacks.items() if st.framework == "verl"}
     assert got == expected
     assert needs_device_override("0.6.99", "0.7.0") and not needs_device_override("0.7.0", "0.7.0")

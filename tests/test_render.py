@@ -89,7 +89,9 @@ def test_layers_go_from_least_to_most_volatile(loaded: LoadedMatrix) -> None:
 def test_bumping_verl_changes_only_the_last_layer(loaded: LoadedMatrix) -> None:
     verl = loaded.matrix.stacks["cann8.3"].framework_version
     major, minor, micro = Version(verl).release
-    bumped = parse_matrix(edit(MATRIX_TEXT, f"      version: {verl}  #", f"      version: {major}.{minor}.{micro + 1}  #"), MATRIX)
+    start = MATRIX_TEXT.index("  cann8.3:\n")
+    text = MATRIX_TEXT[:start] + edit(MATRIX_TEXT[start:], f"      version: {verl}  #", f"      version: {major}.{minor}.{micro + 1}  #")
+    bumped = parse_matrix(text, MATRIX)
     before, after = instructions(render(loaded, "a3", "cann8.3")), instructions(render(bumped, "a3", "cann8.3"))
     changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
     verl_step = next(i for i, line in enumerate(before) if f"verl=={verl}" in line)
