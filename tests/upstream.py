@@ -55,6 +55,10 @@ WHEEL_MEMBERS = {
         "verl/workers/reward_manager/naive.py",
         "verl/utils/dataset/rl_dataset.py",
         "verl/utils/import_utils.py",
+        # rollout replay: where a run dumps its rollouts and where a replaying run looks for them
+        "verl/utils/rollout_skip*.py",  # absent before 0.6 (no replay)
+        "verl/utils/skip/*.py",
+        "verl/utils/debug/metrics*.py",
     ),
 }
 SDIST_MEMBERS = {"vllm-ascend": ("setup.py",)}
