@@ -82,13 +82,29 @@ def compare(
     throughput_steps: Annotated[
         int, typer.Option("--throughput-steps", min=1, max=MAX_STEPS, help="Steps averaged for the throughput ratio.")
     ] = 4,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of reward, loss and throughput per step.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of the judged metrics per step (with their bands).")] = None,
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method",
+            help="seeds: the seeds' mean absolute error (any two runs); replay: against the GPU run whose rollouts the NPU run "
+            "replayed; regression: against an earlier NPU run (verl's nightly); identical: two NPU runs of one replay.",
+        ),
+    ] = "seeds",
     as_json: JsonFlag = False,
 ) -> None:
-    """The seeds' accuracy gate: mean absolute error per metric, and the throughput ratio (exit 1 on fail)."""
+    """Judge an NPU run against a reference run by one method (exit 1 when it fails; docs/smoke.md says what each proves)."""
     from buildkit.accuracy.compare import PCT_UNIT, compare_runs, load_run
+    from buildkit.accuracy.methods import METHODS
     from buildkit.accuracy.plot import plot_runs
 
+    if method not in METHODS:
+        raise InputError(f"--method {method!r}: one of {', '.join(METHODS)}")
+    if method != "seeds":
+        if metric or tolerance:
+            raise InputError(f"--metric and --tolerance set the seeds' gate; --method {method} has its own (docs/smoke.md)")
+        _judge(method, npu_log, baseline, plot, as_json)
+        return
     metrics, tolerances = metric or [], tolerance or []
     if len(metrics) != len(tolerances):
         raise InputError(f"give one --tolerance per --metric ({len(metrics)} metric(s), {len(tolerances)} tolerance(s))")
@@ -119,6 +135,35 @@ def compare(
         out.print(f"throughput ratio (first {throughput_steps} steps, NPU / baseline): {ratio}")
         out.print("PASS" if result.passed else "FAIL")
     if not result.passed:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
+
+
+def _judge(method: str, npu_log: Path, reference: Path, plot: Path | None, as_json: bool) -> None:
+    from buildkit.accuracy.compare import load_run
+    from buildkit.accuracy.methods import JUDGES
+    from buildkit.accuracy.plot import plot_verdict
+
+    if plot is not None:
+        check_output_file(plot)
+    verdict = JUDGES[method](load_run(npu_log), load_run(reference))  # type: ignore[index]
+    if plot is not None:
+        second = "earlier NPU run" if method == "regression" else "second NPU run" if method == "identical" else "GPU"
+        plot_verdict(verdict, plot, title=f"{npu_log.name} vs {reference.name}", labels=("NPU", second))
+    if as_json:
+        print_json(verdict.describe())
+    else:
+        table = RichTable(title=f"{npu_log} against {reference}, method {method}")
+        for column in ("metric", "measured", "value", "steps", "bound", "result"):
+            table.add_column(column)
+        for r in verdict.results:
+            value = "not finite" if r.worst is None else f"{r.worst:.6g}"
+            word = {"ok": "pass", "error": "FAIL", "reported": "not counted"}[r.status]
+            table.add_row(r.name, r.measure, value, str(len(r.steps)), r.bound, word)
+        out.print(table)
+        for note in verdict.notes:
+            out.print(f"note: {note}")
+        out.print("PASS" if verdict.passed else "FAIL")
+    if not verdict.passed:
         raise typer.Exit(int(ExitCode.CHECK_FAILED))
 
 
