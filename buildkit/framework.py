@@ -65,6 +65,46 @@ class CheckContext:
     steps: int
 
 
+class ReplayUnavailable(InputError):
+    """A framework, or this release of it, cannot replay rollouts (or not the way asked); the message says why."""
+
+
+@dataclass(frozen=True)
+class ReplayEvidence:
+    """What a run's log says it did at each rollout: read a dump, or generate its own."""
+
+    loaded: tuple[str, ...]  # where each read came from (a path, or a step)
+    missed: tuple[str, ...]
+
+    def verdict(self, steps: int) -> str | None:
+        """None when every step replayed; else what went wrong, in words."""
+        if self.missed:
+            return f"the run found no dump for {len(self.missed)} rollout(s) ({', '.join(self.missed[:3])}) and generated its own"
+        if len(self.loaded) < steps:
+            return f"the run read a dump for {len(self.loaded)} of {steps} steps; the rest never reached replay"
+        return None
+
+
+class Replay:
+    """How one release of a framework dumps a run's rollouts and replays them in another run (docs/smoke.md,
+    "Precision alignment"). Both runs append the same :meth:`overrides`; each side sets :meth:`env`."""
+
+    def steps(self, steps: int) -> int:
+        """The steps a replay runs: ``steps``, or refused (ReplayUnavailable) beyond what the release replays soundly."""
+        return steps
+
+    def overrides(self, steps: int, dump_dir: str) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def env(self, side: Literal["gpu", "npu"], expansion_mode: str | None) -> dict[str, str]:
+        """The deterministic environment of ``side`` (``expansion_mode``: the image's HCCL_OP_EXPANSION_MODE)."""
+        raise NotImplementedError
+
+    def evidence(self, lines: list[str]) -> ReplayEvidence:
+        """Where the log says the run read a dump and where it generated instead."""
+        raise NotImplementedError
+
+
 class Framework:
     """One RL framework. A plug-in subclasses this, sets the class attributes and overrides the hooks
     whose default does not fit."""
@@ -116,6 +156,10 @@ class Framework:
 
     def gate(self, job: str) -> Gate:
         return next(g for g in self.gates if g.job == f"{self.name} {job}")
+
+    def replay(self, version: str | None) -> Replay:
+        """How this release replays rollouts; refused (ReplayUnavailable), with the reason, where it cannot."""
+        raise ReplayUnavailable(f"{self.title} has no rollout replay: compare its runs by the seeds' rule or against an earlier NPU run")
 
 
 @functools.cache

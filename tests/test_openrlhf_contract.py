@@ -164,6 +164,7 @@ def test_the_smoke_job_parses_with_the_forks_own_parser(standin: Path, stack_id:
     assert args["critic_pretrain"] is None, "group_norm: OpenRLHF drops the critic"
     assert args["pretrain"] == "/smoke/model" and args["use_kl_loss"] and args["colocate_actor_ref"]
     assert job.ray_npus == npus
+    assert args["seed"] == 42 and args["full_determinism"] is True, "what OpenRLHF has for comparable runs (no replay)"
 
 
 @pytest.mark.parametrize(("stack_id", "sku_id"), STACK_SKUS)

@@ -18,15 +18,9 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
+from buildkit.framework import ReplayUnavailable
 from buildkit.frameworks.verl.config import check_config
-from buildkit.frameworks.verl.replay import (
-    NPU_ENV_HCCL,
-    NPU_ENV_LCCL,
-    ReplayUnavailable,
-    deterministic_env,
-    evidence,
-    scheme_for,
-)
+from buildkit.frameworks.verl.replay import NPU_ENV_HCCL, NPU_ENV_LCCL, deterministic_env, evidence, scheme_for
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.run.job import ImageJob, JobFacts
 from buildkit.run.replay import ReplaySides, compose_replay, differing_names, dump_names
@@ -212,7 +206,7 @@ def test_what_cannot_replay_is_refused_with_the_reason(loaded: LoadedMatrix) -> 
         _sides(loaded, "cann8.1")
     with pytest.raises(ReplayUnavailable, match=r"only step 1 is a replay. Run --steps 1"):
         _sides(loaded, "cann8.3", steps=3)
-    with pytest.raises(Exception, match="OpenRLHF dumps no rollouts"):
+    with pytest.raises(ReplayUnavailable, match=r"OpenRLHF 0\.7\.5 has no rollout replay: it dumps no rollouts"):
         _sides(loaded, "openrlhf-cann8.1")
     with pytest.raises(Exception, match=r"--gpus 6: the job's rollout tensor parallelism 2 must divide it|does not split over 6 GPUs"):
         stack = loaded.matrix.stacks["cann9.0"]

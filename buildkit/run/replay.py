@@ -1,5 +1,5 @@
 """Both sides of a deterministic replay, composed from the one GRPO job file: the GPU run that dumps its rollouts
-and the NPU run that replays them (:mod:`buildkit.frameworks.verl.replay` holds each verl release's keys).
+and the NPU run that replays them (the framework plug-in says each release's keys: :meth:`Framework.replay`).
 
 The two runs must agree on every name verl builds the dump's location from (experiment, project, the batch, ``n``,
 the prompt and response lengths), so both are built from the same job file for the same NPU SKU: the GPU run takes
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from buildkit.errors import InputError
-from buildkit.frameworks.verl.replay import DUMP_DIR, deterministic_env, replay_overrides, replay_steps, scheme_for
+from buildkit.framework import framework
 from buildkit.matrix.model import Sku
 from buildkit.run.job import GENERATED_DATA, MODEL_DIR, ImageJob, Job, JobFacts, build_job, spec_for
 
@@ -26,6 +26,7 @@ NAME_KEYS = {
     "max_response_length": "data.max_response_length",
 }
 GEN_BATCH = "data.gen_batch_size"  # used instead of the train batch where a job sets it
+DUMP_DIR = "/smoke/replay"  # where both runs see the dump directory in a container (the NPU's mount is read-only)
 
 
 def override_values(overrides: tuple[str, ...]) -> dict[str, str]:
@@ -90,17 +91,12 @@ def compose_replay(
     dump_dir: str = DUMP_DIR,
 ) -> ReplaySides:
     """The GPU run (on ``gpus`` devices per node) and the NPU run (on ``sku``) of one replay of the GRPO job."""
-    if image.framework != "verl":
-        raise InputError(
-            f"{image.framework} has no rollout replay: OpenRLHF dumps no rollouts and logs no rollout probabilities; "
-            "compare its runs by the seeds' rule or against an earlier NPU run (--method seeds|regression)"
-        )
-    scheme_for(image.version)  # refuses a verl that cannot replay, with the reason
-    steps = replay_steps(image.version, steps)
+    replay = framework(image.framework).replay(image.version)  # refused, with the reason, where it cannot replay
+    steps = replay.steps(steps)
     spec = spec_for(image, "grpo", facts)
     npu = build_job(spec, sku, image, facts=facts, steps=steps, model=model, data=data)
-    keys = replay_overrides(image.version, steps, dump_dir)
-    npu = replace(npu, overrides=(*npu.overrides, *keys), env={**npu.env, **deterministic_env("npu", expansion_mode)})
+    keys = replay.overrides(steps, dump_dir)
+    npu = replace(npu, overrides=(*npu.overrides, *keys), env={**npu.env, **replay.env("npu", expansion_mode)})
     if gpus < 1 or gpus % spec.tensor_parallel:
         raise InputError(f"--gpus {gpus}: the job's rollout tensor parallelism {spec.tensor_parallel} must divide it")
     samples = npu.batch * spec.samples_per_prompt
@@ -119,7 +115,7 @@ def compose_replay(
     gpu = replace(
         npu,
         overrides=_replaced(tuple(o for o in npu.overrides if o not in ascend_only), changes),
-        env={**spec.env, **deterministic_env("gpu")},
+        env={**spec.env, **replay.env("gpu", None)},
         appended=tuple(o for o in npu.appended if not o.startswith("trainer.device=")),
         ray_npus=0,
     )

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from buildkit.framework import CheckContext, Framework, Gate
+from buildkit.framework import CheckContext, Framework, Gate, Replay, ReplayUnavailable
 from buildkit.frameworks.openrlhf.args import check_args, parse_printed_args
 from buildkit.frameworks.openrlhf.rules import matches_stack
 from buildkit.run.job import SMOKE_FILES
@@ -48,6 +48,15 @@ class OpenRlhf(Framework):
             return "the check exited 0 but printed no parsed arguments (is the module an OpenRLHF training entry point?)"
         checks = check_args(args, npus_per_node=context.npus_per_node, nnodes=context.nnodes, steps=context.steps)
         return checks, json.dumps(args, indent=2) + "\n"
+
+    def replay(self, version: str | None) -> Replay:
+        # OpenRLHF 0.7.5 (the fork's train_ppo_ray.py, ppo_trainer.py, experience_maker.py): no rollout dump or
+        # replay, no rollout log-probabilities or mismatch metric, and shuffling always on (seeded by --seed).
+        raise ReplayUnavailable(
+            f"OpenRLHF {version or ''}".rstrip() + " has no rollout replay: it dumps no rollouts, logs no rollout probabilities and "
+            "always shuffles (seeded by --seed); its smoke job runs with --seed and --full_determinism, and is compared by "
+            "the seeds' rule or against an earlier NPU run (--method seeds|regression)"
+        )
 
     def rules(self) -> dict[str, Callable[[Matrix], Iterator[Violation]]]:
         return {"openrlhf-matches-stack": matches_stack}

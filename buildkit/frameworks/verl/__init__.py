@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from buildkit.framework import CheckContext, Framework, Gate
 from buildkit.frameworks.verl.config import check_config, check_sft_config, parse_printed_config
 from buildkit.frameworks.verl.releases import DEVICE_OVERRIDE, older
+from buildkit.frameworks.verl.replay import VerlReplay
 
 if TYPE_CHECKING:
     from buildkit.doctor.base import Check
@@ -58,6 +59,9 @@ class Verl(Framework):
         if context.job == "sft":
             return check_sft_config(config, verl=context.version, first_engine=context.compat.verl_sft_trainer), text
         return check_config(config, verl=context.version, first_autodetect=context.compat.verl_npu_autodetect), text
+
+    def replay(self, version: str | None) -> VerlReplay:
+        return VerlReplay(version)
 
 
 FRAMEWORK = Verl()

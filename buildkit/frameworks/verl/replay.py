@@ -28,7 +28,7 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
-from buildkit.errors import InputError
+from buildkit.framework import Replay, ReplayEvidence, ReplayUnavailable
 
 Scheme = Literal["single", "per-step", "tq"]
 Side = Literal["gpu", "npu"]
@@ -65,10 +65,6 @@ NPU_ENV_LCCL = {
 }
 # The GPU side: cuBLAS's deterministic workspace (CUDA's reproducibility notes) and vLLM in-process.
 GPU_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-
-
-class ReplayUnavailable(InputError):
-    """This verl release cannot replay rollouts, or not the way asked; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -166,22 +162,6 @@ def deterministic_env(side: Side, expansion_mode: str | None = None) -> dict[str
     return dict(NPU_ENV_LCCL if (expansion_mode or "").upper() == "AIV" else NPU_ENV_HCCL)
 
 
-@dataclass(frozen=True)
-class ReplayEvidence:
-    """What verl's log says it did at each rollout: read a dump, or generate one."""
-
-    loaded: tuple[str, ...]  # where each read came from (a path, or a step)
-    missed: tuple[str, ...]
-
-    def verdict(self, steps: int) -> str | None:
-        """None when every step replayed; else what went wrong, in words."""
-        if self.missed:
-            return f"verl found no dump for {len(self.missed)} rollout(s) ({', '.join(self.missed[:3])}) and generated its own"
-        if len(self.loaded) < steps:
-            return f"verl read a dump for {len(self.loaded)} of {steps} steps; the rest never reached replay"
-        return None
-
-
 def evidence(verl: str | None, lines: list[str]) -> ReplayEvidence:
     scheme = scheme_for(verl)
     loaded, missed = [], []
@@ -192,3 +172,23 @@ def evidence(verl: str | None, lines: list[str]) -> ReplayEvidence:
         elif (m := scheme.missed.search(line)) is not None:
             missed.append(m.groupdict().get("where") or f"step {m.group('step')}")
     return ReplayEvidence(tuple(loaded), tuple(missed))
+
+
+class VerlReplay(Replay):
+    """:class:`buildkit.framework.Replay` for one verl release."""
+
+    def __init__(self, version: str | None) -> None:
+        scheme_for(version)  # refused here, with the reason, where the release cannot replay
+        self.version = version
+
+    def steps(self, steps: int) -> int:
+        return replay_steps(self.version, steps)
+
+    def overrides(self, steps: int, dump_dir: str) -> tuple[str, ...]:
+        return replay_overrides(self.version, steps, dump_dir)
+
+    def env(self, side: Side, expansion_mode: str | None) -> dict[str, str]:
+        return deterministic_env(side, expansion_mode)
+
+    def evidence(self, lines: list[str]) -> ReplayEvidence:
+        return evidence(self.version, lines)
