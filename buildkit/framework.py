@@ -89,9 +89,10 @@ class Replay:
     """How one release of a framework dumps a run's rollouts and replays them in another run (docs/smoke.md,
     "Precision alignment"). Both runs append the same :meth:`overrides`; each side sets :meth:`env`."""
 
-    def steps(self, steps: int) -> int:
-        """The steps a replay runs: ``steps``, or refused (ReplayUnavailable) beyond what the release replays soundly."""
-        return steps
+    def steps(self, steps: int | None) -> int:
+        """The steps a replay runs: ``steps`` (None: the release's default), or refused (ReplayUnavailable) beyond
+        what the release replays soundly."""
+        return 5 if steps is None else steps
 
     def overrides(self, steps: int, dump_dir: str) -> tuple[str, ...]:
         raise NotImplementedError

@@ -95,7 +95,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "compare": (
         ("buildkit.cli.metrics_cmd",),
-        "The seeds' accuracy gate: mean absolute error per metric, and the throughput ratio (exit 1 on fail).",
+        "Judge an NPU run against a reference run by one method (exit 1 when it fails; docs/smoke.md says what each proves).",
     ),
     "plan": (
         ("buildkit.cli.plan_cmd",),
@@ -135,7 +135,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         "Read verl and OpenRLHF console logs.",
     ),
     "baseline": (
-        ("buildkit.cli.metrics_cmd",),
+        ("buildkit.cli.metrics_cmd", "buildkit.cli.replay_cmd"),
         "Baselines from real GPU runs.",
     ),
 }

@@ -84,7 +84,7 @@ def compose_replay(
     *,
     facts: JobFacts,
     gpus: int,
-    steps: int,
+    steps: int | None,
     expansion_mode: str | None = None,
     model: str = MODEL_DIR,
     data: str = GENERATED_DATA,

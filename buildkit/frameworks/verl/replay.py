@@ -181,7 +181,9 @@ class VerlReplay(Replay):
         scheme_for(version)  # refused here, with the reason, where the release cannot replay
         self.version = version
 
-    def steps(self, steps: int) -> int:
+    def steps(self, steps: int | None) -> int:
+        if steps is None:  # as many as the release replays soundly, at most the smoke job's default
+            return scheme_for(self.version).steps_replayed or 5
         return replay_steps(self.version, steps)
 
     def overrides(self, steps: int, dump_dir: str) -> tuple[str, ...]:
