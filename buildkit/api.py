@@ -211,7 +211,7 @@ def smoke(
     *,
     stack: str | None = None,
     job: str = "grpo",
-    steps: int = 5,
+    steps: int | None = None,
     check_only: bool = False,
     config_check: bool = True,
     model_path: Path | None = None,

@@ -79,6 +79,7 @@ class Comparison:
 
     def describe(self) -> dict[str, Any]:
         return {
+            "method": "seeds",
             "metrics": {m.name: m.describe() for m in self.metrics},
             "pct_unit": PCT_UNIT,
             "throughput_ratio": self.throughput_ratio,

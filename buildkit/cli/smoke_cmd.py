@@ -45,9 +45,16 @@ def smoke(
         SmokeJob,
         typer.Option("--job", help="grpo (verl or OpenRLHF, from the image) or sft (verl: LoRA SFT, seed 000). See smoke_tests/."),
     ] = "grpo",
-    steps: Annotated[int, typer.Option("--steps", min=1, max=MAX_STEPS, help="Training steps.")] = 5,
+    steps: Annotated[
+        int | None, typer.Option("--steps", min=1, max=MAX_STEPS, help="Training steps (default 5; a replay: its bundle's).")
+    ] = None,
     baseline: Annotated[
-        Path | None, typer.Option("--baseline", exists=True, dir_okay=False, help="A GPU run's log or baseline file: apply the gate.")
+        Path | None,
+        typer.Option(
+            "--baseline",
+            exists=True,
+            help="A GPU run's log or baseline file (the seeds' gate), or a sealed replay bundle (`baseline replay`): replay it.",
+        ),
     ] = None,
     timeout: Annotated[
         float, typer.Option("--timeout", min=1, max=MAX_SECONDS, callback=finite, help="Seconds for doctor and the job together.")

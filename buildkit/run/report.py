@@ -143,6 +143,8 @@ def _check_lines(data: dict[str, Any], framework_title: str) -> list[str]:
 
 
 def _comparison_lines(comparison: dict[str, Any]) -> list[str]:
+    if comparison.get("method", "seeds") != "seeds":
+        return _verdict_lines(comparison)
     lines = [
         "",
         "## Against the baseline",
@@ -158,6 +160,24 @@ def _comparison_lines(comparison: dict[str, Any]) -> list[str]:
     ratio = comparison.get("throughput_ratio")
     lines += ["", f"%: {comparison.get('pct_unit', PCT_UNIT)}."]
     lines += ["", f"Throughput ratio (NPU / baseline): {'n/a' if ratio is None else f'{ratio:.3f}'}"]
+    return lines
+
+
+def _verdict_lines(verdict: dict[str, Any]) -> list[str]:
+    """A comparison by replay, regression or identical (buildkit.accuracy.methods): per metric what was measured, the
+    bound, the verdict; then what was not counted and why."""
+    lines = [
+        "",
+        f"## Against the baseline: method {verdict['method']}",
+        "",
+        "| metric | measured | value | steps | bound | result |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, m in verdict["metrics"].items():
+        value = "not finite" if m["worst"] is None else f"{m['worst']:.6g}"
+        result = {"ok": "pass", "error": "FAIL", "reported": "not counted"}[m["status"]]
+        lines.append(f"| `{name}` | {_cell(m['measure'])} | {value} | {len(m['steps'])} | {_cell(m['bound'])} | {result} |")
+    lines += [""] + [f"- {_cell(note)}" for note in verdict.get("notes", [])]
     return lines
 
 

@@ -48,12 +48,14 @@ from buildkit.run.job import (
     SMOKE_FILES,
     ImageJob,
     Job,
+    JobSpec,
     build_job,
     check_overrides,
     spec_for,
 )
 from buildkit.run.jobwatch import JobWatch
 from buildkit.run.report import judge, write_reports
+from buildkit.run.smokereplay import judge_replay_run, replay_job, replay_mounts
 from buildkit.run.smokerequest import SmokeRequest, check_request
 
 __all__ = ["SmokeReport", "SmokeRequest", "check_image_chip", "image_job_of", "run_smoke"]  # SmokeRequest: where it always was
@@ -67,7 +69,7 @@ class SmokeReport:
     data: dict[str, Any]
 
 
-def _image_labels(client: docker.APIClient, ref: str) -> tuple[str, dict[str, str], str]:
+def _image_labels(client: docker.APIClient, ref: str) -> tuple[str, dict[str, str], str, dict[str, str]]:
     try:
         info = client.inspect_image(ref)
     except ImageNotFound:
@@ -81,7 +83,8 @@ def _image_labels(client: docker.APIClient, ref: str) -> tuple[str, dict[str, st
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"cannot inspect {ref}: {engine_said(exc)}") from None
     config = info.get("Config") or {}
-    return str(info["Id"]), dict(config.get("Labels") or {}), str(config.get("User") or "")
+    env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+    return str(info["Id"]), dict(config.get("Labels") or {}), str(config.get("User") or ""), env
 
 
 def check_image_chip(ref: str, labels: dict[str, str], sku_id: str, chip_id: str) -> str | None:
@@ -107,10 +110,22 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
     report.md and a PNG to ``out``."""
     devices = check_request(request)
     deadline = time.monotonic() + request.timeout
-    image_id, labels, config_user = _image_labels(client, request.image)
+    image_id, labels, config_user, image_env = _image_labels(client, request.image)
     image = image_job_of(labels, check_image_chip(request.image, labels, request.sku_id, request.chip_id))
     spec = spec_for(image, request.job, request.facts)  # the image's framework decides which jobs it has
-    job = build_job(
+    if request.replay is not None:  # the NPU side of a replay, held to the bundle's names before anything runs
+        expansion = image_env.get("HCCL_OP_EXPANSION_MODE")
+        job = replay_job(request.replay, request.sku, image, request.facts, expansion, tuple(request.overrides), request.env)
+    else:
+        job = _job(request, spec, image)
+    user, groups, notes = _prepare_out(request, devices, labels, config_user)
+    run = _Run(client, request, devices, deadline, image_id, image, job, _host_config(request, devices, groups))
+    run.data = run.report_data(user, groups, notes)
+    return run.config_check() or run.doctor() or run.train(echo)
+
+
+def _job(request: SmokeRequest, spec: JobSpec, image: ImageJob) -> Job:
+    return build_job(
         spec,
         request.sku,
         image,
@@ -120,10 +135,6 @@ def run_smoke(client: docker.APIClient, request: SmokeRequest, echo: Callable[[s
         extra=check_overrides(list(request.overrides), image.framework),
         extra_env=request.env,
     )
-    user, groups, notes = _prepare_out(request, devices, labels, config_user)
-    run = _Run(client, request, devices, deadline, image_id, image, job, _host_config(request, devices, groups))
-    run.data = run.report_data(user, groups, notes)
-    return run.config_check() or run.doctor() or run.train(echo)
 
 
 def _prepare_out(
@@ -152,6 +163,8 @@ def _host_config(request: SmokeRequest, devices: DevicePlan, groups: tuple[int, 
         mounts[str(request.model_path.resolve())] = (MODEL_DIR, "ro")
     if request.data_path is not None:
         mounts[str(request.data_path.resolve())] = (DATA_DIR, "ro")
+    if request.replay is not None:
+        mounts.update(replay_mounts(request.replay))
     return host_config_args(devices, mounts, privileged=request.privileged, groups=groups)
 
 
@@ -307,9 +320,10 @@ class _Run:
             watch=watch,
             user=self.run_as,
         )
-        steps = parse_log((request.out / "job.log").read_text(encoding="utf-8", errors="replace").splitlines())
+        lines = (request.out / "job.log").read_text(encoding="utf-8", errors="replace").splitlines()
+        steps = parse_log(lines)
         self.data["job"].update(exit_code=result.exit_code, timed_out=result.timed_out, steps_logged=len(steps))
-        failed = self.judged(steps)
+        failed = self.judged_replay(lines, steps) if request.replay is not None else self.judged(steps)
         if result.stalled is not None:
             self.data["job"]["stall"] = result.stalled.describe()
             message = f"{result.stalled.summary}: killed and removed; likely: {result.stalled.causes[0]}"
@@ -326,6 +340,21 @@ class _Run:
         if failed:
             return self.finish("failed", ExitCode.CHECK_FAILED, "failed: " + ", ".join(failed))
         return self.finish("passed", ExitCode.OK, f"{request.steps} {self.what} steps trained and passed every check")
+
+    def judged_replay(self, lines: list[str], steps: list[StepMetrics]) -> list[str]:
+        """A replay's checks: the run's own, whether it replayed (verl's lines), and the replay method against the GPU run."""
+        request = self.request
+        assert request.replay is not None
+        checks = judge(steps, request.steps, framework(self.job.framework).gate(self.job.name))
+        replayed, verdict = judge_replay_run(request.replay, self.image, lines, steps)
+        self.data["checks"] = [c.describe() for c in [*checks, *replayed]]
+        if verdict is not None:
+            from buildkit.accuracy.plot import plot_verdict
+
+            self.data["comparison"] = verdict.describe()
+            plot_verdict(verdict, request.out / "report.png", title=f"{self.what} replay on {request.sku_id}: {request.image}")
+            self.data["files"]["plot"] = "report.png"
+        return [c.name for c in [*checks, *replayed] if c.failed]
 
     def judged(self, steps: list[StepMetrics]) -> list[str]:
         """The run's checks and its baseline gate into the report, and the plot; returns what failed."""

@@ -16,6 +16,7 @@ from buildkit.matrix.model import Sku
 from buildkit.run import MAX_SECONDS, MAX_STEPS
 from buildkit.run.devices import DevicePlan, plan_devices
 from buildkit.run.job import DATA_FILES, JobFacts
+from buildkit.run.replaybundle import Bundle
 
 
 @dataclass
@@ -31,6 +32,7 @@ class SmokeRequest:
     data_path: Path | None = None
     baseline: list[StepMetrics] | None = None
     baseline_name: str | None = None
+    replay: Bundle | None = None  # --baseline BUNDLE: the GPU run this one replays
     visible: list[int] | None = None
     privileged: bool = False
     as_root: bool = False  # --as-root: every container as root instead of the image's user
@@ -128,7 +130,7 @@ def make_request(
     image: str | None = None,
     stack: str | None = None,
     job: str = "grpo",
-    steps: int = 5,
+    steps: int | None = None,
     timeout: float = 1800.0,
     stall_timeout: float = 900.0,
     model_path: Path | None = None,
@@ -149,8 +151,14 @@ def make_request(
     from buildkit.accuracy.compare import load_run
     from buildkit.run.devices import parse_visible
     from buildkit.run.job import JobFacts, check_overrides
+    from buildkit.run.smokereplay import bundle_of, check_bundle_request
 
     sku_id, sku, chip_id = resolve_sku(loaded, hw, "smoke needs the SKU (its NPU count)")
+    bundle = bundle_of(baseline)  # a replay bundle fixes the job, the steps and the data
+    if bundle is not None:
+        steps = check_bundle_request(bundle, job=job, steps=steps, data_path=data_path, model_path=model_path)
+        data_path = bundle.data
+    steps = 5 if steps is None else steps
     if not 1 <= steps <= MAX_STEPS:
         raise InputError(f"--steps {steps}: from 1 to {MAX_STEPS}")
     for value, option in ((timeout, "--timeout"), (stall_timeout, "--stall-timeout")):
@@ -168,8 +176,9 @@ def make_request(
         timeout=timeout,
         model_path=model_path,
         data_path=data_path,
-        baseline=load_run(baseline) if baseline else None,
-        baseline_name=baseline.name if baseline else None,
+        baseline=bundle.steps if bundle is not None else load_run(baseline) if baseline else None,
+        baseline_name=f"{baseline.name} (replay bundle)" if bundle is not None and baseline else baseline.name if baseline else None,
+        replay=bundle,
         visible=parse_visible(devices) if devices is not None else None,
         privileged=privileged,
         as_root=as_root,
