@@ -20,9 +20,10 @@ from buildkit.run.smoke import run_smoke
 from buildkit.run.smokereplay import check_bundle_request
 from buildkit.run.smokerequest import make_request
 from tests.conftest import MATRIX
+from tests.openrlhf_log import openrlhf_log
 from tests.test_replay import verl_skip_module
 from tests.test_replay_bundle import _compose, _run_on_the_gpu_machine
-from tests.test_smoke import FakeEngine, smoke_request
+from tests.test_smoke import LOGS, OPENRLHF_LABELS, FakeEngine, _openrlhf_request, smoke_request
 from tests.upstream import compose_ppo_trainer
 
 LABELS = {"io.ascendkit.chip": "a3", "io.ascendkit.stack": "cann9.0", "io.ascendkit.version.verl": "0.8.0"}
@@ -133,3 +134,16 @@ def test_what_would_not_replay_is_refused_before_anything_runs(bundle: Bundle, t
         check_only=True,
     )
     assert request.replay is not None and request.steps == 3 and request.data_path == bundle.data
+
+
+def test_the_report_says_whether_the_images_framework_can_replay(tmp_path: Path) -> None:
+    (tmp_path / "verl").mkdir()
+    report = run_smoke(cast(Any, FakeEngine(0, LOGS / "npu_old_verl.log")), smoke_request(tmp_path / "verl"))
+    assert report.data["replay"].startswith("available: `ascendkit baseline replay`")
+    (tmp_path / "o").mkdir()
+    log = tmp_path / "openrlhf.log"
+    log.write_text(openrlhf_log(5))
+    report = run_smoke(cast(Any, FakeEngine(0, log, labels=OPENRLHF_LABELS)), _openrlhf_request(tmp_path / "o"))
+    assert report.exit_code == 0, report.message
+    assert report.data["replay"].startswith("not available: OpenRLHF 0.7.5 has no rollout replay: it dumps no rollouts")
+    assert "Replay of a GPU run's rollouts (precision alignment): not available" in (tmp_path / "o" / "out" / "report.md").read_text()

@@ -139,6 +139,8 @@ def _check_lines(data: dict[str, Any], framework_title: str) -> list[str]:
         lines += ["", f"## Doctor: {doctor.get('outcome', '?')}", "", *_check_table(doctor.get("checks", []))]
     if data["checks"]:
         lines += ["", "## Training checks", "", *_check_table(data["checks"])]
+    if data.get("replay"):
+        lines += ["", f"Replay of a GPU run's rollouts (precision alignment): {_cell(data['replay'])}."]
     return lines
 
 

@@ -55,7 +55,7 @@ from buildkit.run.job import (
 )
 from buildkit.run.jobwatch import JobWatch
 from buildkit.run.report import judge, write_reports
-from buildkit.run.smokereplay import judge_replay_run, replay_job, replay_mounts
+from buildkit.run.smokereplay import judge_replay_run, replay_job, replay_mounts, replay_note
 from buildkit.run.smokerequest import SmokeRequest, check_request
 
 __all__ = ["SmokeReport", "SmokeRequest", "check_image_chip", "image_job_of", "run_smoke"]  # SmokeRequest: where it always was
@@ -231,6 +231,7 @@ class _Run:
             "doctor": None,
             "checks": [],
             "comparison": None,
+            "replay": replay_note(self.request.replay, self.image),
             "files": {},
         }
 

@@ -79,3 +79,14 @@ def judge_replay_run(bundle: Bundle, image: ImageJob, lines: list[str], steps: l
     except InputError as exc:
         return [*checks, Check("replay gate", "error", str(exc))], None
     return [*checks, *(r.check for r in verdict.results)], verdict
+
+
+def replay_note(bundle: Bundle | None, image: ImageJob) -> str:
+    """For the report: what this run replayed, or whether the image's framework could replay a GPU run at all."""
+    if bundle is not None:
+        return f"replaying {bundle.root.name} ({bundle.plan.framework} {bundle.plan.version}, {bundle.plan.steps} step(s))"
+    try:
+        framework(image.framework).replay(image.version)
+    except InputError as exc:
+        return f"not available: {exc}"
+    return "available: `ascendkit baseline replay` makes the GPU side, `smoke --baseline BUNDLE` replays it"
