@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 from buildkit.accuracy.compare import gate_of
 from buildkit.accuracy.methods import Verdict
@@ -44,12 +45,7 @@ def plot_runs(npu: list[StepMetrics], baseline: list[StepMetrics] | None, path: 
             axis.legend(fontsize=8)
     if title:
         figure.suptitle(title)
-    png = io.BytesIO()
-    try:
-        figure.savefig(png, format="png", dpi=100, metadata={"Software": None})
-    finally:
-        plt.close(figure)
-    write_atomic(path, png.getvalue())
+    _save(figure, path)
 
 
 def plot_verdict(verdict: Verdict, path: Path, title: str = "", labels: tuple[str, str] = ("NPU", "GPU")) -> None:
@@ -91,6 +87,13 @@ def plot_verdict(verdict: Verdict, path: Path, title: str = "", labels: tuple[st
     for axis in axes[len(judged) :]:
         axis.set_visible(False)
     figure.suptitle(f"{title}  [method: {verdict.method}]" if title else f"method: {verdict.method}")
+    _save(figure, path)
+
+
+def _save(figure: Any, path: Path) -> None:
+    """The figure as a PNG at ``path`` (written whole, no software tag: the same plot gives the same bytes), closed."""
+    import matplotlib.pyplot as plt
+
     png = io.BytesIO()
     try:
         figure.savefig(png, format="png", dpi=100, metadata={"Software": None})
