@@ -7,6 +7,7 @@ them can pass vacuously. Every `ascendkit` command line of the workflow is parse
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -21,7 +22,7 @@ from typer.testing import CliRunner
 
 from buildkit.cli import app
 from buildkit.image import generate
-from buildkit.image.workflow import ACTIONS, WORKFLOW_FILE, job_id
+from buildkit.image.workflow import ACTIONS, MATRIX_PARTS, WORKFLOW_FILE, ci_matrix, job_id
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.plan import plan_fleet
 from tests.conftest import MATRIX, ROOT
@@ -39,36 +40,62 @@ def run_scripts(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(name, step) for name, job in data["jobs"].items() for step in job["steps"] if "run" in step]
 
 
-def test_one_build_job_per_target_and_an_index_per_group(loaded: LoadedMatrix) -> None:
+def test_every_job_takes_its_matrix_from_the_plan(loaded: LoadedMatrix) -> None:
     jobs = workflow()["jobs"]
+    assert list(jobs) == ["plan", "build", "index", "smoke", "describe"]
+    assert 'ascendkit plan --ci github --stacks "$STACKS"' in jobs["plan"]["steps"][-1]["run"]
+    for part in MATRIX_PARTS:
+        job = jobs[part]
+        assert job["strategy"] == {"fail-fast": False, "matrix": f"${{{{ fromJSON(needs.plan.outputs.{part}) }}}}"}
+        assert job["runs-on"] == "${{ matrix.runner }}" and "plan" in job["needs"]
+        assert f"needs.plan.outputs.{part}-count != '0'" in job["if"], "GitHub refuses an empty matrix: the job is skipped instead"
+    assert jobs["index"]["needs"] == ["plan", "build"] and jobs["smoke"]["needs"] == ["plan", "index"]
+    matrix = ci_matrix(loaded)
     fleet = plan_fleet(loaded)
-    builds = {name for name in jobs if name.startswith("build-")}
-    assert builds == {job_id("build", p.stack_id, p.chip_id, p.os_name, p.arch) for p in fleet}
-    for plan in fleet:
-        job = jobs[job_id("build", plan.stack_id, plan.chip_id, plan.os_name, plan.arch)]
-        assert job["runs-on"] == list(loaded.matrix.ci.build_runners[plan.arch])  # native, per arch
-        index = jobs[job_id("index", plan.stack_id, plan.chip_id, plan.os_name)]
-        assert job_id("build", plan.stack_id, plan.chip_id, plan.os_name, plan.arch) in index["needs"]
-        assert plan.stack_id in job["if"]
-    for name, job in jobs.items():
-        if name.startswith("index-"):
-            group = name.removeprefix("index-")
-            assert sorted(job["needs"]) == sorted(n for n in builds if n.startswith(f"build-{group}-"))
-        if name.startswith("smoke-"):
-            assert "self-hosted" in job["runs-on"] and "inputs.smoke" in job["if"]
+    built = sorted((e["stack"], e["chip"], e["os"], e["arch"]) for e in matrix["build"])
+    assert built == sorted((p.stack_id, p.chip_id, p.os_name, p.arch) for p in fleet)
+    for entry in matrix["build"]:
+        assert entry["runner"] == list(loaded.matrix.ci.build_runners[entry["arch"]])  # native, per arch
+    groups = {job_id(p.stack_id, p.chip_id, p.os_name) for p in fleet}
+    assert sorted(e["group"] for e in matrix["index"]) == sorted(groups)
+    assert {(e["group"], e["sku"]) for e in matrix["smoke"]} == {
+        (job_id(p.stack_id, p.chip_id, p.os_name), s) for p in fleet for s in p.skus
+    }
+    assert all("self-hosted" in e["runner"] for e in matrix["smoke"]) and "inputs.smoke" in jobs["smoke"]["if"]
+    assert [e["framework"] for e in matrix["describe"]] == ["openrlhf", "verl"]
+
+
+def test_the_workflow_does_not_grow_with_the_matrix(repo_copy: Path, runner: CliRunner) -> None:
+    """A stack added to a copy of the repository: the plan grows, the regenerated workflow is the same file."""
+    matrix = repo_copy / "compat_matrix.yaml"
+    text = matrix.read_text(encoding="utf-8")
+    start = text.index("  cann9.0:\n")
+    block = text[start : text.index("\n  cann9.1:\n", start) + 1]
+    matrix.write_text(text.replace(block, block + block.replace("  cann9.0:\n", "  cann9.0-again:\n", 1), 1), encoding="utf-8")
+    before = WORKFLOW.read_text(encoding="utf-8")
+    generate.write_all(load_matrix(matrix))
+    assert (repo_copy / WORKFLOW_FILE).read_text(encoding="utf-8") == before
+    grown = ci_matrix(load_matrix(matrix))
+    shipped = ci_matrix(load_matrix(MATRIX))
+    assert len(grown["build"]) == len(shipped["build"]) + 4 and len(grown["smoke"]) == len(shipped["smoke"]) + 3
+    assert len(before.splitlines()) < 400, "the workflow is small: its jobs are computed, not written out"
+    listed = runner.invoke(app, ["plan", "--ci", "github", "--stacks", "cann9.0-again,cann8.3", "--matrix", str(matrix)])
+    assert listed.exit_code == 0, listed.output
+    assert {e["stack"] for e in json.loads(listed.stdout)["build"]} == {"cann9.0-again", "cann8.3"}
+    wrong = runner.invoke(app, ["plan", "--ci", "github", "--stacks", "cann9.9", "--matrix", str(matrix)])
+    assert wrong.exit_code == 2 and "no stack cann9.9" in wrong.stderr
 
 
 def test_each_image_runs_the_smoke_jobs_of_its_framework(loaded: LoadedMatrix) -> None:
     """verl images: GRPO then SFT (which runs even when GRPO failed; each has its report); OpenRLHF: GRPO."""
-    jobs = workflow()["jobs"]
-    for plan in plan_fleet(loaded, arch="aarch64"):
-        for sku_id in plan.skus:
-            steps = jobs[job_id("smoke", plan.stack_id, plan.chip_id, plan.os_name, sku_id)]["steps"]
-            runs = [s for s in steps if "smoke test on the NPUs" in s.get("name", "")]
-            wanted = ["grpo", "sft"] if plan.framework == "verl" else ["grpo"]
-            assert [s["run"].split("--job ")[1].split()[0] for s in runs] == wanted, (plan.stack_id, sku_id)
-            assert "if" not in runs[0] and all(s["if"] == "!cancelled()" for s in runs[1:])
-            assert all(f"--out smoke-out/{job}" in s["run"] for job, s in zip(wanted, runs, strict=True))
+    for entry in ci_matrix(loaded)["smoke"]:
+        assert entry["jobs"] == ("grpo sft" if entry["framework"] == "verl" else "grpo"), entry
+    steps = workflow()["jobs"]["smoke"]["steps"]
+    runs = [s for s in steps if "smoke test on the NPUs" in s.get("name", "")]
+    assert [s["run"].split("--job ")[1].split()[0] for s in runs] == ["grpo", "sft"]
+    assert runs[0]["if"] == "contains(format(' {0} ', matrix.jobs), ' grpo ')"
+    assert runs[1]["if"] == "!cancelled() && contains(format(' {0} ', matrix.jobs), ' sft ')"
+    assert all(f"--out smoke-out/{job}" in s["run"] for job, s in zip(["grpo", "sft"], runs, strict=True))
 
 
 def test_hardening_that_the_linters_do_not_decide_alone() -> None:
@@ -80,7 +107,7 @@ def test_hardening_that_the_linters_do_not_decide_alone() -> None:
             assert re.search(r"uses: [\w.-]+/[\w.-]+@[0-9a-f]{40}  # v\d+\.\d+\.\d+$", line), line
     assert {m for m in re.findall(r"uses: ([\w.-]+/[\w.-]+)@", text)} == {repo for repo, _, _ in ACTIONS.values()}
     for name, job in data["jobs"].items():
-        pushes = any("--push" in s["run"] or "publish" in s["run"] for _, s in run_scripts({"jobs": {name: job}}))
+        pushes = any("--push" in s["run"] or "ascendkit publish" in s["run"] for _, s in run_scripts({"jobs": {name: job}}))
         assert job["permissions"].get("packages") == ("write" if pushes else None), name
         assert "write" not in {v for k, v in job["permissions"].items() if k != "packages"}, name
     for name, step in run_scripts(data):
@@ -127,7 +154,7 @@ def test_the_committed_workflow_passes_every_linter() -> None:
 
 
 CHECKOUT = "actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1  # v7.0.1"
-FIRST_BUILD = "ascendkit build --hw a2 --stack cann8.1 --os ubuntu22.04 --arch aarch64 --quiet\n"
+FIRST_BUILD = 'ascendkit build --hw "$CHIP" --stack "$STACK" --os "$OS" --arch "$ARCH" --quiet\n'
 
 
 @pytest.mark.parametrize(
@@ -159,6 +186,7 @@ def test_each_planted_defect_is_caught(tmp_path: Path, defect: str, old: str, ne
 # ---- every ascendkit command line of the workflow exists -----------------------------------------
 
 SAMPLE_ENV = {
+    "STACKS": "all",  # the workflow's input
     "ASCENDKIT_REGISTRY": "registry.example.com/ml",
     "IMAGE": "registry.example.com/ml/verl@sha256:" + "a" * 64,
     "ASCENDKIT_SMOKE_MODEL": str(ROOT / "smoke_tests"),  # smoke checks the directory exists; the weights are on the NPU host
@@ -166,14 +194,19 @@ SAMPLE_ENV = {
 
 
 def command_lines() -> list[list[str]]:
-    """Every `ascendkit ...` command of every run: script, split as bash would, with sample env values."""
+    """Every `ascendkit ...` command the workflow runs, once per entry of its job's matrix (as `plan --ci github`
+    computes it), split as bash would, with the entry's and sample env values in place of the variables."""
+    data, matrix = workflow(), ci_matrix(load_matrix(MATRIX))
     commands = []
-    for _, step in run_scripts(workflow()):
-        script = step["run"].replace("\\\n", " ")
-        for line in script.splitlines():
-            if line.strip().startswith("ascendkit "):
-                words = shlex.split(line.split(">", 1)[0])
-                commands.append([re.sub(r"\$(\w+)", lambda m: SAMPLE_ENV[m[1]], w) for w in words[1:]])
+    for name, step in run_scripts(data):
+        entries = matrix.get(name, [{}])
+        for entry in entries:
+            values = {**SAMPLE_ENV, **{key: str(entry[key.lower()]) for key in step.get("env", {}) if key.lower() in entry}}
+            script = step["run"].replace("\\\n", " ")
+            for line in script.splitlines():
+                if line.strip().startswith("ascendkit "):
+                    words = shlex.split(line.split(">", 1)[0])
+                    commands.append([re.sub(r"\$(\w+)", lambda m, v=values: v[m[1]], w) for w in words[1:]])  # type: ignore[misc]
     return commands
 
 
@@ -189,7 +222,7 @@ def parse(argv: list[str]) -> Any:
 def test_every_command_line_parses() -> None:
     commands = command_lines()
     kinds = {argv[0] for argv in commands}
-    assert kinds == {"build", "publish", "smoke", "describe"}
+    assert kinds == {"plan", "build", "publish", "smoke", "describe"}
     for argv in commands:
         parse(argv)  # an unknown flag or a bad value raises here
 
@@ -215,25 +248,23 @@ def test_publish_command_line_reads_the_manifest_dir(runner: CliRunner, tmp_path
 
 
 def test_each_framework_repository_gets_its_overview_page_as_description() -> None:
-    """After the index jobs of its framework: the page render --all writes, where the registry keeps one."""
-    jobs = workflow()["jobs"]
+    """After the index jobs, the page render --all writes, where the registry keeps one."""
+    job = workflow()["jobs"]["describe"]
+    assert job["needs"] == ["plan", "index"]
     for framework in ("verl", "openrlhf"):
-        job = jobs[f"describe-{framework}"]
-        assert set(job["needs"]) == {j for j in jobs if j.startswith("index-") and framework in jobs[j]["steps"][-1]["run"]}
         (command,) = [c for c in command_lines() if c[0] == "describe" and c[1].endswith(f"/{framework}")]
         page = command[command.index("--page") + 1]
         assert page == f"docs/repositories/{framework}.md" and (ROOT / page).is_file() and "--if-supported" in command
-        assert "secrets.REGISTRY_API_TOKEN" in job["steps"][-1]["env"]["ASCENDKIT_REGISTRY_TOKEN"], "secrets reach it through env only"
+    assert "secrets.REGISTRY_API_TOKEN" in job["steps"][-1]["env"]["ASCENDKIT_REGISTRY_TOKEN"], "secrets reach it through env only"
 
 
 def test_everything_pushed_is_signed_with_a_key_that_reaches_ascendkit_through_env_only() -> None:
     jobs = workflow()["jobs"]
     pushing = [(name, step) for name, step in run_scripts({"jobs": jobs}) if "--push" in step["run"] or "--index-only" in step["run"]]
-    assert pushing and len(pushing) == len([j for j in jobs if j.startswith(("build-", "index-"))])
+    assert [name for name, _ in pushing] == ["build", "index"]
     for name, step in pushing:
         assert "--sign-key env://COSIGN_PRIVATE_KEY" in step["run"], name
-        assert step["env"] == {
-            "COSIGN_PRIVATE_KEY": "${{ secrets.COSIGN_PRIVATE_KEY }}",
-            "COSIGN_PASSWORD": "${{ secrets.COSIGN_PASSWORD }}",
-        }
+        secrets = {k: v for k, v in step["env"].items() if "secrets." in v}
+        assert secrets == {"COSIGN_PRIVATE_KEY": "${{ secrets.COSIGN_PRIVATE_KEY }}", "COSIGN_PASSWORD": "${{ secrets.COSIGN_PASSWORD }}"}
+        assert all(v.startswith("${{ matrix.") for k, v in step["env"].items() if k not in secrets), "the rest: the job's matrix entry"
         assert jobs[name]["environment"] == "registry", f"{name}: the key is the registry environment's secret"

@@ -47,6 +47,13 @@ def plan(
         str | None, typer.Option("--repo", help="Image repository the tags are shown in (default ascendkit/<framework>).")
     ] = None,
     as_json: JsonFlag = False,
+    ci: Annotated[
+        str | None,
+        typer.Option("--ci", help="github: print the CI workflow's job matrix as JSON (what .github/workflows/images.yml runs over)."),
+    ] = None,
+    stacks: Annotated[
+        str | None, typer.Option("--stacks", help="With --ci: the stacks, comma separated, or all (the workflow's input).")
+    ] = None,
     matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """List the build targets (stack, chip, OS, arch) with base image, tags, lock status and SKUs."""
@@ -55,6 +62,9 @@ def plan(
     from buildkit.matrix.load import load_matrix
     from buildkit.plan import plan_fleet
 
+    if ci is not None or stacks is not None:
+        _ci_matrix(ci, stacks, (every, stack, hw, os_name, arch, repository, as_json), matrix)
+        return
     if every == any(v is not None for v in (stack, hw, os_name, arch)):
         raise InputError("give --all, or narrow with --stack/--hw/--os/--arch (not both)")
     loaded = load_matrix(matrix)
@@ -70,3 +80,21 @@ def plan(
     for t in targets:
         table.add_row(t["stack"], t["chip"], t["os"], t["arch"], ",".join(t["skus"]), t["base_image"], t["lock_status"], t["tags"][0])
     out.print(table)
+
+
+def _ci_matrix(ci: str | None, stacks: str | None, others: tuple[object, ...], matrix: Path) -> None:
+    import json
+
+    from buildkit.image.workflow import ci_matrix
+    from buildkit.matrix.load import load_matrix
+
+    if ci != "github":
+        raise InputError(
+            f"--ci {ci!r}: github (the one CI system whose workflow computes its matrix)" if ci else "--stacks goes with --ci github"
+        )
+    if any(o not in (None, False) for o in others):
+        raise InputError("--ci github prints the whole CI matrix: narrow it with --stacks only")
+    wanted = None if stacks in (None, "all") else {s.strip() for s in (stacks or "").split(",") if s.strip()}
+    if wanted is not None and not wanted:
+        raise InputError("--stacks: a comma separated list of stacks, or all")
+    print(json.dumps(ci_matrix(load_matrix(matrix), wanted), separators=(",", ":")))
