@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -49,7 +50,11 @@ def plan(
     as_json: JsonFlag = False,
     ci: Annotated[
         str | None,
-        typer.Option("--ci", help="github: print the CI workflow's job matrix as JSON (what .github/workflows/images.yml runs over)."),
+        typer.Option(
+            "--ci",
+            help="github: the GitHub workflow's job matrix as JSON (what .github/workflows/images.yml runs over); "
+            "gitlab: the child pipeline ci/gitlab/images.gitlab-ci.yml runs, as YAML.",
+        ),
     ] = None,
     stacks: Annotated[
         str | None, typer.Option("--stacks", help="With --ci: the stacks, comma separated, or all (the workflow's input).")
@@ -85,16 +90,19 @@ def plan(
 def _ci_matrix(ci: str | None, stacks: str | None, others: tuple[object, ...], matrix: Path) -> None:
     import json
 
+    from buildkit.image.gitlab import child_pipeline, dump
     from buildkit.image.workflow import ci_matrix
     from buildkit.matrix.load import load_matrix
 
-    if ci != "github":
-        raise InputError(
-            f"--ci {ci!r}: github (the one CI system whose workflow computes its matrix)" if ci else "--stacks goes with --ci github"
-        )
+    if ci not in ("github", "gitlab"):
+        raise InputError(f"--ci {ci!r}: github or gitlab" if ci else "--stacks goes with --ci github or --ci gitlab")
     if any(o not in (None, False) for o in others):
-        raise InputError("--ci github prints the whole CI matrix: narrow it with --stacks only")
+        raise InputError(f"--ci {ci} prints the whole CI plan: narrow it with --stacks only")
     wanted = None if stacks in (None, "all") else {s.strip() for s in (stacks or "").split(",") if s.strip()}
     if wanted is not None and not wanted:
         raise InputError("--stacks: a comma separated list of stacks, or all")
-    print(json.dumps(ci_matrix(load_matrix(matrix), wanted), separators=(",", ":")))
+    loaded = load_matrix(matrix)
+    if ci == "gitlab":  # the child pipeline that ci/gitlab/images.gitlab-ci.yml triggers
+        sys.stdout.write(dump(child_pipeline(loaded, wanted)))
+        return
+    print(json.dumps(ci_matrix(loaded, wanted), separators=(",", ":")))

@@ -1,7 +1,7 @@
 """Every file the repository keeps generated from the matrix, and the drift check over them:
 the Dockerfiles, the lock sections, the matrix's JSON schema, the support tables of docs/matrix.md, a page per
-image repository (docs/repositories/), the page that holds the stacks to verl's images (docs/verl-parity.md) and
-the CI workflow.
+image repository (docs/repositories/), the page that holds the stacks to verl's images (docs/verl-parity.md), the
+GitHub workflow and the GitLab pipeline (ci/gitlab/).
 
 ``ascendkit render --all`` writes them; ``ascendkit render --check`` re-renders them in memory and
 reports a unified diff for each committed file that differs, is missing, or is left over, and a
@@ -19,6 +19,7 @@ from pathlib import Path
 from buildkit.errors import InputError
 from buildkit.fsio import output_dir, write_all_atomic
 from buildkit.image.buildrecord import RECORD_SCHEMA_FILE, record_schema_text
+from buildkit.image.gitlab import GITLAB_FILE, render_gitlab
 from buildkit.image.overview import OVERVIEW_DIR, overview_pages
 from buildkit.image.paritypage import PARITY_PAGE, parity_page
 from buildkit.image.render import render_dockerfile
@@ -84,6 +85,7 @@ def expected_outputs(loaded: LoadedMatrix, templates: Path = TEMPLATES_DIR, extr
     files.append(GeneratedFile(SCHEMA_FILE, schema_text()))
     files.append(GeneratedFile(RECORD_SCHEMA_FILE, record_schema_text()))
     files.append(GeneratedFile(WORKFLOW_FILE, render_workflow(loaded)))
+    files.append(GeneratedFile(GITLAB_FILE, render_gitlab(loaded)))
     files.append(GeneratedFile(ACTIONLINT_CONFIG, render_actionlint_config(loaded)))
     if (loaded.root / OVERVIEW_DIR).parent.is_dir():  # a checkout with docs/: a page per image repository
         files += [GeneratedFile(path, text) for path, text in overview_pages(loaded)]
