@@ -107,6 +107,8 @@ def install_packages(arm64: bool) -> None:
         "skopeo": "skopeo",
         "ctr": "containerd",
         "htpasswd": "apache2-utils",  # a registry that demands a login (test_credentials_docker.py)
+        "rsync": "rsync",  # gitlab-ci-local copies the project into each job's build directory with it
+        "npm": "npm",  # installs gitlab-ci-local (below)
     }
     if arm64:
         wanted["qemu-aarch64-static"] = "qemu-user-static"
@@ -119,6 +121,24 @@ def install_packages(arm64: bool) -> None:
     log(f"installing {' '.join(missing)}")
     run("apt-get", "update", "-qq")
     run("apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+# gitlab-ci-local runs a .gitlab-ci.yml on this machine with the shell executor (tests/test_gitlab_local.py). 4.65.0 is
+# the last release that runs on the Node.js of Debian 12 (later ones use Set.prototype.union, Node 22).
+GITLAB_CI_LOCAL = "gitlab-ci-local@4.65.0"
+
+
+def install_gitlab_ci_local() -> Path:
+    """The pinned gitlab-ci-local, from npm, under the services' state (installed once)."""
+    prefix = STATE / "node"
+    exe = prefix / "node_modules" / ".bin" / "gitlab-ci-local"
+    stamp = prefix / "installed"
+    if not exe.exists() or not stamp.is_file() or stamp.read_text() != GITLAB_CI_LOCAL:
+        log(f"installing {GITLAB_CI_LOCAL}")
+        prefix.mkdir(parents=True, exist_ok=True)
+        run("npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--silent", GITLAB_CI_LOCAL)
+        stamp.write_text(GITLAB_CI_LOCAL)
+    return exe
 
 
 def _alive(pid_file: Path) -> bool:
@@ -355,6 +375,7 @@ def start(arm64: bool) -> None:
             "ASCENDKIT_CONTAINERD": str(containerd_socket()),
             "ASCENDKIT_STANDIN_IMAGE": standins["amd64"].result(),
             "ASCENDKIT_SKOPEO_SIGSTORE": str(skopeo_sigstore(STATE)),  # bookworm's skopeo has sigstore cut out
+            "ASCENDKIT_GITLAB_CI_LOCAL": str(install_gitlab_ci_local()),
         }
         if arm64:
             env["ASCENDKIT_STANDIN_IMAGE_ARM64"] = standins["arm64"].result()

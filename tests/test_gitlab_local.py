@@ -1,0 +1,115 @@
+"""The GitLab pipeline executed, not only validated: gitlab-ci-local (npm, pinned in tests/services.py) runs
+ci/gitlab/images.gitlab-ci.yml with the shell executor in a clone of this repository, against the test stack: the plan
+job writes the child pipeline; then the child's build job for the test image builds and verifies it on the real
+engine and pushes it, signed, to the local registry, which skopeo reads back.
+
+gitlab-ci-local does not run `trigger:` jobs (its job list has no `ascendkit-images`): the child pipeline the plan job
+wrote is run directly with `--file`, which is what GitLab's trigger does with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from buildkit.image.gitlab import CHILD_FILE, GITLAB_FILE
+from tests.conftest import ROOT, DockerEnv
+
+pytestmark = pytest.mark.docker
+
+STACK, CHIP, OS = "teststack", "a3", "debian12"
+PASSWORD = "gitlab pipeline test passphrase"
+
+
+def _gitlab_ci_local() -> str:
+    exe = os.environ.get("ASCENDKIT_GITLAB_CI_LOCAL")
+    if not exe or not Path(exe).exists():
+        if os.environ.get("CI", "").lower() in ("1", "true") or os.environ.get("ASCENDKIT_REQUIRE_DOCKER") == "1":
+            pytest.fail("ASCENDKIT_GITLAB_CI_LOCAL is not set: `make test` installs gitlab-ci-local")
+        pytest.skip("ASCENDKIT_GITLAB_CI_LOCAL is not set: `make test` (tests/services.py) installs gitlab-ci-local")
+    return exe
+
+
+def _project(tmp: Path) -> Path:
+    """A clone of this repository that includes the pipeline, as a GitLab project would."""
+    project = tmp / "project"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(project)], check=True)
+    (project / ".gitlab-ci.yml").write_text(f"include:\n  - local: {GITLAB_FILE}\n", encoding="utf-8")
+    git = ["git", "-C", str(project), "-c", "user.email=ci@example.com", "-c", "user.name=ci"]
+    subprocess.run([*git, "remote", "set-url", "origin", "https://gitlab.example.com/ml/ascendkit.git"], check=True)
+    subprocess.run([*git, "add", ".gitlab-ci.yml"], check=True)
+    subprocess.run([*git, "commit", "--quiet", "-m", "include the ascendkit pipeline"], check=True)
+    return project
+
+
+def _run(exe: str, project: Path, variables: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [exe, "--cwd", str(project), *(a for k, v in variables.items() for a in ("--variable", f"{k}={v}")), *args]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # python3: this interpreter
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1800, env=env)
+
+
+def test_the_pipeline_runs_plans_builds_and_pushes_the_test_image(docker_env: DockerEnv, tmp_path: Path) -> None:
+    exe = _gitlab_ci_local()
+    project = _project(tmp_path)
+    keys = tmp_path / "keys"
+    env = {**docker_env.env, "COSIGN_PASSWORD": PASSWORD}
+    subprocess.run([str(Path(sys.executable).with_name("ascendkit")), "keygen", "-o", str(keys)], env=env, check=True, capture_output=True)
+    common = {"ASCENDKIT_MATRIX": "tests/fixtures/test_matrix.yaml", "ASCENDKIT_STACKS": STACK}
+
+    planned = _run(exe, project, common, "ascendkit-plan")
+    assert planned.returncode == 0 and "PASS  ascendkit-plan" in planned.stdout, planned.stdout[-3000:] + planned.stderr[-2000:]
+    child = project / ".gitlab-ci-local" / "artifacts" / "ascendkit-plan" / CHILD_FILE
+    jobs = yaml.safe_load(child.read_text(encoding="utf-8"))
+    build = f"build-{STACK}-{CHIP}-{OS}-x86_64"
+    assert build in jobs and f"index-{STACK}-{CHIP}-{OS}" in jobs, sorted(jobs)
+    shutil.copy2(child, project / CHILD_FILE)  # what GitLab's trigger runs: the plan job's artifact
+
+    repo = f"gl-{uuid.uuid4().hex[:8]}"
+    private = (keys / "cosign.key").read_text(encoding="utf-8")
+    variables = {
+        **common,
+        "ASCENDKIT_PUSH": "true",
+        "ASCENDKIT_REGISTRY": f"{docker_env.registry}/{repo}",
+        "ASCENDKIT_BUILD_ARGS": f"--base-image {docker_env.standin}",
+        "REGISTRY_USERNAME": "ci",
+        "REGISTRY_PASSWORD": "the local registry asks for none",
+        "COSIGN_PRIVATE_KEY": private,
+        "COSIGN_PASSWORD": PASSWORD,
+        "DOCKER_HOST": docker_env.env.get("DOCKER_HOST", ""),
+        "DOCKER_CONFIG": str(tmp_path / "docker-config"),  # docker login writes here, not to the machine's config
+        "ASCENDKIT_CACHE": docker_env.env["ASCENDKIT_CACHE"],
+    }
+    ran = _run(exe, project, variables, "--file", CHILD_FILE, build)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 0 and f"PASS  {build}" in ran.stdout, output[-5000:]
+    assert private.splitlines()[1] not in output and PASSWORD not in output, "the key and its password never reach the log"
+    manifests = sorted((project / ".gitlab-ci-local" / "artifacts" / build / "manifests").glob("*.json"))
+    assert manifests, "the build job kept its build manifest"
+    manifest = json.loads(manifests[0].read_text(encoding="utf-8"))
+    pushed = json.dumps(manifest)
+    assert f"{docker_env.registry}/{repo}/verl" in pushed, "pushed to $ASCENDKIT_REGISTRY/<framework>"
+    digest = next(v for k, v in _walk(manifest) if isinstance(v, str) and v.startswith("sha256:") and "digest" in k)
+    inspected = subprocess.run(
+        ["skopeo", "inspect", "--tls-verify=false", f"docker://{docker_env.registry}/{repo}/verl@{digest}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert inspected.returncode == 0, inspected.stderr
+    labels = json.loads(inspected.stdout)["Labels"]
+    assert labels["io.ascendkit.stack"] == STACK and labels["io.ascendkit.chip"] == CHIP
+
+
+def _walk(node: object, key: str = "") -> list[tuple[str, object]]:
+    """Every (key, value) of a JSON document, depth first."""
+    if isinstance(node, dict):
+        return [pair for k, v in node.items() for pair in [(str(k), v), *_walk(v, str(k))]]
+    if isinstance(node, list):
+        return [pair for item in node for pair in _walk(item, key)]
+    return []
