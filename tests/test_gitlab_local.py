@@ -51,9 +51,9 @@ def _project(tmp: Path) -> Path:
 
 
 def _run(exe: str, project: Path, variables: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [exe, "--cwd", str(project), *(a for k, v in variables.items() for a in ("--variable", f"{k}={v}")), *args]
+    argv = [exe, *(a for k, v in variables.items() for a in ("--variable", f"{k}={v}")), *args]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # python3: this interpreter
-    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1800, env=env)
+    return subprocess.run(argv, cwd=project, capture_output=True, text=True, check=False, timeout=1800, env=env)
 
 
 def test_the_pipeline_runs_plans_builds_and_pushes_the_test_image(docker_env: DockerEnv, tmp_path: Path) -> None:
@@ -91,12 +91,11 @@ def test_the_pipeline_runs_plans_builds_and_pushes_the_test_image(docker_env: Do
     output = ran.stdout + ran.stderr
     assert ran.returncode == 0 and f"PASS  {build}" in ran.stdout, output[-5000:]
     assert private.splitlines()[1] not in output and PASSWORD not in output, "the key and its password never reach the log"
-    manifests = sorted((project / ".gitlab-ci-local" / "artifacts" / build / "manifests").glob("*.json"))
-    assert manifests, "the build job kept its build manifest"
-    manifest = json.loads(manifests[0].read_text(encoding="utf-8"))
-    pushed = json.dumps(manifest)
-    assert f"{docker_env.registry}/{repo}/verl" in pushed, "pushed to $ASCENDKIT_REGISTRY/<framework>"
-    digest = next(v for k, v in _walk(manifest) if isinstance(v, str) and v.startswith("sha256:") and "digest" in k)
+    kept = project / ".gitlab-ci-local" / "artifacts" / build / "manifests"
+    (record,) = [p for p in kept.glob("*.json") if not p.name.endswith(".cdx.json")]  # the build manifest (beside its SBOM)
+    published = json.loads(record.read_text(encoding="utf-8"))["published"]
+    assert published["repository"] == f"{docker_env.registry}/{repo}/verl", "pushed to $ASCENDKIT_REGISTRY/<framework>"
+    digest = published["digest"]
     inspected = subprocess.run(
         ["skopeo", "inspect", "--tls-verify=false", f"docker://{docker_env.registry}/{repo}/verl@{digest}"],
         capture_output=True, text=True, check=False,
@@ -104,12 +103,3 @@ def test_the_pipeline_runs_plans_builds_and_pushes_the_test_image(docker_env: Do
     assert inspected.returncode == 0, inspected.stderr
     labels = json.loads(inspected.stdout)["Labels"]
     assert labels["io.ascendkit.stack"] == STACK and labels["io.ascendkit.chip"] == CHIP
-
-
-def _walk(node: object, key: str = "") -> list[tuple[str, object]]:
-    """Every (key, value) of a JSON document, depth first."""
-    if isinstance(node, dict):
-        return [pair for k, v in node.items() for pair in [(str(k), v), *_walk(v, str(k))]]
-    if isinstance(node, list):
-        return [pair for item in node for pair in _walk(item, key)]
-    return []
