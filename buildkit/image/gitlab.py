@@ -6,7 +6,7 @@ pipeline (:func:`child_pipeline`, from the plan), and ``ascendkit-images`` trigg
 ``trigger: include: artifact:``). The child has a build job per (stack, chip, OS, arch) on a runner tagged for its
 arch, an index job per (stack, chip, OS) after its builds, a smoke job per image and SKU on an NPU runner tagged for
 the SKU, and a description job per framework. Registries, mirrors and the signing key come from CI/CD variables
-(docs/ci.md): GitLab's own registry by default (``$CI_REGISTRY_IMAGE``, ``$CI_REGISTRY_USER``), SWR or Harbor by
+(docs/ci-gitlab.md): GitLab's own registry by default (``$CI_REGISTRY_IMAGE``, ``$CI_REGISTRY_USER``), SWR or Harbor by
 setting ``ASCENDKIT_REGISTRY`` and the login variables. A value reaches a script only as an environment variable.
 """
 
@@ -32,7 +32,7 @@ HEADER = """\
 #     - local: ci/gitlab/images.gitlab-ci.yml
 # and run a pipeline (web, API or schedule) with ASCENDKIT_PUSH / ASCENDKIT_SMOKE set as you want. It does not change
 # when the matrix does: `ascendkit plan --ci gitlab` writes the child pipeline (a job per image) when it runs.
-# CI/CD variables it reads (docs/ci.md): ASCENDKIT_REGISTRY (HOST/NAMESPACE; default $CI_REGISTRY_IMAGE),
+# CI/CD variables it reads (docs/ci-gitlab.md): ASCENDKIT_REGISTRY (HOST/NAMESPACE; default $CI_REGISTRY_IMAGE),
 # REGISTRY_USERNAME / REGISTRY_PASSWORD (default GitLab's $CI_REGISTRY_USER / $CI_REGISTRY_PASSWORD), ASCENDKIT_MEDIA_TYPES
 # (docker for registries that refuse OCI media types), COSIGN_PRIVATE_KEY / COSIGN_PASSWORD (protected and masked: every
 # push is signed), the mirrors (ASCENDKIT_PIP_INDEX_URL, ASCENDKIT_ASCEND_INDEX_URL, ASCENDKIT_BASE_REGISTRY, ...),
