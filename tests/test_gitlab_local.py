@@ -78,7 +78,8 @@ def test_the_pipeline_runs_plans_builds_and_pushes_the_test_image(docker_env: Do
         **common,
         "ASCENDKIT_PUSH": "true",
         "ASCENDKIT_REGISTRY": f"{docker_env.registry}/{repo}",
-        "ASCENDKIT_BUILD_ARGS": f"--base-image {docker_env.standin}",
+        # its own local repository: the session's other tests keep ascendkit/verl's tags for the image they built
+        "ASCENDKIT_BUILD_ARGS": f"--base-image {docker_env.standin} --repo {repo}/verl",
         "REGISTRY_USERNAME": "ci",
         "REGISTRY_PASSWORD": "the local registry asks for none",
         "COSIGN_PRIVATE_KEY": private,
@@ -87,7 +88,12 @@ def test_the_pipeline_runs_plans_builds_and_pushes_the_test_image(docker_env: Do
         "DOCKER_CONFIG": str(tmp_path / "docker-config"),  # docker login writes here, not to the machine's config
         "ASCENDKIT_CACHE": docker_env.env["ASCENDKIT_CACHE"],
     }
-    ran = _run(exe, project, variables, "--file", CHILD_FILE, build)
+    try:
+        ran = _run(exe, project, variables, "--file", CHILD_FILE, build)
+    finally:
+        for image in docker_env.client.images(name=f"{repo}/verl"):  # the tags this test made, not left behind
+            for tag in image.get("RepoTags") or []:
+                docker_env.client.remove_image(tag, noprune=True)
     output = ran.stdout + ran.stderr
     assert ran.returncode == 0 and f"PASS  {build}" in ran.stdout, output[-5000:]
     assert private.splitlines()[1] not in output and PASSWORD not in output, "the key and its password never reach the log"
