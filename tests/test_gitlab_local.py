@@ -63,6 +63,9 @@ def test_the_pipeline_runs_plans_builds_and_pushes_the_test_image(docker_env: Do
     env = {**docker_env.env, "COSIGN_PASSWORD": PASSWORD}
     subprocess.run([str(Path(sys.executable).with_name("ascendkit")), "keygen", "-o", str(keys)], env=env, check=True, capture_output=True)
     common = {"ASCENDKIT_MATRIX": "tests/fixtures/test_matrix.yaml", "ASCENDKIT_STACKS": STACK}
+    pushed_commit = _run(exe, project, common, "--list")
+    assert "ascendkit-plan" not in pushed_commit.stdout, "a push to the project builds nothing: the fleet is built when asked"
+    common["CI_PIPELINE_SOURCE"] = "web"  # run from the web UI
 
     planned = _run(exe, project, common, "ascendkit-plan")
     assert planned.returncode == 0 and "PASS  ascendkit-plan" in planned.stdout, planned.stdout[-3000:] + planned.stderr[-2000:]

@@ -47,6 +47,8 @@ LOGIN = (
 REGISTRY_DEFAULT = 'export ASCENDKIT_REGISTRY="${ASCENDKIT_REGISTRY:-$CI_REGISTRY_IMAGE}"'
 SIGN = '--sign-key env://COSIGN_PRIVATE_KEY ${ASCENDKIT_MEDIA_TYPES:+--media-types "$ASCENDKIT_MEDIA_TYPES"}'
 PUSHING = '$ASCENDKIT_PUSH == "true"'
+# The fleet is built when asked (the web UI, the API, a schedule, a trigger), never on every push to the project.
+ON_DEMAND = "$CI_PIPELINE_SOURCE =~ /^(web|api|schedule|trigger|pipeline)$/"
 
 
 def parent_pipeline() -> dict[str, Any]:
@@ -64,12 +66,14 @@ def parent_pipeline() -> dict[str, Any]:
         "stages": ["plan", "images"],
         "ascendkit-plan": {
             "stage": "plan",
+            "rules": [{"if": ON_DEMAND}],
             "tags": [*BUILD_TAGS, "x86_64"],
             "script": [INSTALL, f'ascendkit plan --ci gitlab --stacks "$ASCENDKIT_STACKS" > {CHILD_FILE}'],
             "artifacts": {"paths": [CHILD_FILE], "expire_in": "1 week"},
         },
         "ascendkit-images": {
             "stage": "images",
+            "rules": [{"if": ON_DEMAND}],
             "needs": ["ascendkit-plan"],
             "trigger": {
                 "include": [{"artifact": CHILD_FILE, "job": "ascendkit-plan"}],

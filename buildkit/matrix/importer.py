@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from buildkit.errors import Finding, InputError, MatrixError
 from buildkit.matrix.load import parse_matrix
@@ -77,7 +77,10 @@ def _exact(pin: UpstreamPin | None) -> str | None:
     """The release a pin names, if it names one: an exact version, or a release branch's release."""
     if pin is None or pin.kind not in ("version", "branch"):
         return None
-    return Version(pin.value).public if pin.kind == "version" else pin.value
+    try:
+        return Version(pin.value).public if pin.kind == "version" else pin.value
+    except InvalidVersion:  # a wheel or a specifier naming no PEP 440 version: nothing to pin by
+        return None
 
 
 def _nearest(matrix: Matrix, image: UpstreamImage, chip: str | None) -> str | None:
