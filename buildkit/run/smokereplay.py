@@ -27,7 +27,7 @@ from buildkit.run.replaybundle import Bundle, is_bundle, load_bundle, model_mism
 def bundle_of(baseline: Path | None) -> Bundle | None:
     """The replay bundle ``--baseline`` names, checked against its manifest; None for a log or baseline file."""
     if baseline is not None and baseline.is_dir() and not is_bundle(baseline):
-        raise InputError(f"--baseline {baseline}: a directory, but not a replay bundle (no replay.json: `ascendkit baseline replay` writes one)")
+        raise InputError(f"--baseline {baseline}: a directory but not a replay bundle (no replay.json; `baseline replay` writes one)")
     return load_bundle(baseline) if baseline is not None and is_bundle(baseline) else None
 
 
