@@ -153,8 +153,7 @@ def propose(matrix: Matrix, image: UpstreamImage, source: str, stack_id: str | N
                 proposal.unmapped.append(f"{component}: required, and neither the Dockerfile nor a stack names a release")
                 continue
             version = mine.version
-            said = f"{pin.describe()} at {pin.where}" if pin is not None else "not pinned"
-            proposal.notes[component] = f"the Dockerfile: {said}; {version} from stack {proposal.nearest}"
+            _filled(proposal, component, pin, version, "not pinned")
         proposal.stanza[component] = _pypi(_template(matrix, near, component, version), version)
     for component in GIT_ORDER:
         pin = image.pins.get(component)
@@ -177,6 +176,12 @@ def propose(matrix: Matrix, image: UpstreamImage, source: str, stack_id: str | N
     return proposal
 
 
+def _filled(proposal: Proposal, key: str, pin: UpstreamPin | None, version: str, absent: str) -> None:
+    """Say on the line that ``key`` took ``version`` from the nearest stack, and what the Dockerfile had instead."""
+    said = f"{pin.describe()} at {pin.where}" if pin is not None else absent
+    proposal.notes[key] = f"the Dockerfile: {said}; {version} from stack {proposal.nearest}"
+
+
 def _framework(proposal: Proposal, image: UpstreamImage, near: Stack | None) -> None:
     pin = image.pins.get(FRAMEWORK)
     version = _exact(pin)
@@ -186,8 +191,7 @@ def _framework(proposal: Proposal, image: UpstreamImage, near: Stack | None) -> 
             proposal.unmapped.append(f"{FRAMEWORK}: no release named, and no stack to take one from")
             return
         version = fallback.version
-        said = f"{pin.describe()} at {pin.where}" if pin is not None else "not installed"
-        proposal.notes[FRAMEWORK] = f"the Dockerfile: {said}; {version} from stack {proposal.nearest}"
+        _filled(proposal, FRAMEWORK, pin, version, "not installed")
     proposal.stanza[FRAMEWORK] = {"version": version}
 
 
