@@ -106,6 +106,7 @@ def repo_copy(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / "dockerfiles", dest / "dockerfiles")
     shutil.copytree(ROOT / "locks", dest / "locks")
     shutil.copytree(ROOT / ".github", dest / ".github")
+    shutil.copytree(ROOT / "ci", dest / "ci")  # the GitLab pipeline render --all writes
     return dest
 
 
