@@ -139,6 +139,13 @@ def test_a_key_in_the_environment_is_read_by_name(monkeypatch: pytest.MonkeyPatc
     assert private_pem.decode() not in repr(signer), "a signer's repr never shows the key"
     with pytest.raises(InputError, match=r"\$UNSET_KEY is not set"):
         keys.load_signer("env://UNSET_KEY", PASSWORD)
+    # a masked GitLab variable holds one line: the PEM base64-encoded (base64 -w0 cosign.key)
+    monkeypatch.setenv("MASKED_KEY", base64.b64encode(private_pem).decode())
+    masked = keys.load_signer("env://MASKED_KEY", PASSWORD)
+    assert masked.where == "$MASKED_KEY (base64)" and masked.public.pem() == public_pem
+    monkeypatch.setenv("NOT_A_KEY", "c2VjcmV0")  # base64 of something that is not a PEM key
+    with pytest.raises(InputError, match=r"\$NOT_A_KEY holds neither a PEM key nor a PEM key base64-encoded"):
+        keys.load_signer("env://NOT_A_KEY", PASSWORD)
 
 
 def test_signatures_are_deterministic_and_verify(signer: keys.Signer) -> None:

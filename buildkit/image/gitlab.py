@@ -34,9 +34,10 @@ HEADER = """\
 # when the matrix does: `ascendkit plan --ci gitlab` writes the child pipeline (a job per image) when it runs.
 # CI/CD variables it reads (docs/ci-gitlab.md): ASCENDKIT_REGISTRY (HOST/NAMESPACE; default $CI_REGISTRY_IMAGE),
 # REGISTRY_USERNAME / REGISTRY_PASSWORD (default GitLab's $CI_REGISTRY_USER / $CI_REGISTRY_PASSWORD), ASCENDKIT_MEDIA_TYPES
-# (docker for registries that refuse OCI media types), COSIGN_PRIVATE_KEY / COSIGN_PASSWORD (protected and masked: every
-# push is signed), the mirrors (ASCENDKIT_PIP_INDEX_URL, ASCENDKIT_ASCEND_INDEX_URL, ASCENDKIT_BASE_REGISTRY, ...),
-# ASCENDKIT_SMOKE_MODEL (the model's directory on the NPU hosts) and ASCENDKIT_BUILD_ARGS (more options for every build).
+# (docker for registries that refuse OCI media types), COSIGN_PRIVATE_KEY (base64 -w0 cosign.key) / COSIGN_PASSWORD
+# (protected and masked: every push is signed), the mirrors (ASCENDKIT_PIP_INDEX_URL, ASCENDKIT_ASCEND_INDEX_URL,
+# ASCENDKIT_BASE_REGISTRY, ...), ASCENDKIT_SMOKE_MODEL (the model's directory on the NPU hosts) and ASCENDKIT_BUILD_ARGS
+# (more options for every build).
 """
 
 INSTALL = f'python3 -m venv {VENV} && {VENV}/bin/python -m pip install --quiet . && export PATH="$PWD/{VENV}/bin:$PATH"'

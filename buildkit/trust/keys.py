@@ -144,13 +144,22 @@ def generate(password: bytes) -> tuple[bytes, bytes]:
 
 
 def read_key_source(source: str) -> tuple[bytes, str]:
-    """The bytes of ``--key``/``--sign-key``: a file, or ``env://VAR`` (the PEM in an environment variable)."""
+    """The bytes of ``--key``/``--sign-key``: a file, or ``env://VAR``: the PEM in an environment variable, or the PEM
+    base64-encoded on one line (what a masked GitLab CI/CD variable can hold: it refuses several lines)."""
     if source.startswith(ENV_PREFIX):
         name = source.removeprefix(ENV_PREFIX)
         value = os.environ.get(name, "")
         if not value.strip():
             raise InputError(f"{source}: ${name} is not set or empty")
-        return value.encode(), f"${name}"
+        if "-----BEGIN" in value:
+            return value.encode(), f"${name}"
+        try:
+            decoded = base64.b64decode("".join(value.split()), validate=True)
+        except ValueError:
+            decoded = b""
+        if b"-----BEGIN" not in decoded:
+            raise InputError(f"{source}: ${name} holds neither a PEM key nor a PEM key base64-encoded")
+        return decoded, f"${name} (base64)"
     path = Path(source)
     return read_input_bytes(path, "key"), str(path)
 
