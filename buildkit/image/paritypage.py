@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.parity import ImageParity, Row, Vendored, parities, problems
+from buildkit.matrix.upstream import CHIP_OF_CANN
 from buildkit.plan import full_tag
 
 PARITY_PAGE = "docs/verl-parity.md"
@@ -66,13 +67,10 @@ def _file_for(image: VerlImage, vendored: Vendored) -> str:
     return f"verl/main/{name}" if f"verl/main/{name}" in vendored.sources else ""
 
 
-_DEVICE_CHIP = {"910b": "a2", "a3": "a3", "950": "a5"}
-
-
 def _for_device(image: VerlImage, parity: ImageParity, found: list[ImageParity]) -> tuple[ImageParity, str]:
     """The stack's image for the row's device: where verl's table links the other chip's file (its v0.7.0 rows
     do), the sibling built for the device, with a note saying so."""
-    chip = _DEVICE_CHIP.get(image.device.lower())
+    chip = CHIP_OF_CANN.get(image.device.lower())  # verl's table names devices as the CANN base tags do
     if parity.image.base is None or chip is None or parity.image.base.chip == chip:
         return parity, ""
     for other in found:
