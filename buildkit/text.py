@@ -1,4 +1,4 @@
-"""Text from programs we run, made readable: terminal control sequences taken out."""
+"""Text from programs we run, made readable (terminal control sequences taken out), and text put in a Markdown table."""
 
 from __future__ import annotations
 
@@ -10,3 +10,8 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 def strip_ansi(text: str) -> str:
     return ANSI_ESCAPE.sub("", text)
+
+
+def md_cell(text: object) -> str:
+    """``text`` as one Markdown table cell: its pipes escaped, its line breaks made spaces."""
+    return str(text).replace("|", "\\|").replace("\n", " ")

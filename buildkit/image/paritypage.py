@@ -13,6 +13,7 @@ from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.parity import ImageParity, Row, Vendored, parities, problems
 from buildkit.matrix.upstream import CHIP_OF_CANN
 from buildkit.plan import full_tag
+from buildkit.text import md_cell as _cell
 
 PARITY_PAGE = "docs/verl-parity.md"
 TAGS_FILE = "verl/main/supported_tags.md"
@@ -53,10 +54,6 @@ def verl_images(text: str) -> list[VerlImage]:
             VerlImage(section, row.get("device", ""), row.get("cann base image", ""), row.get("inference backend", ""), extra, tag, linked)
         )
     return images
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _file_for(image: VerlImage, vendored: Vendored) -> str:

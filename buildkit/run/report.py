@@ -14,6 +14,7 @@ from buildkit.accuracy.metrics import StepMetrics, is_finite, series
 from buildkit.doctor.base import Check
 from buildkit.framework import UNLABELLED, Gate, title_of
 from buildkit.fsio import write_atomic
+from buildkit.text import md_cell as _cell
 
 
 def judge(steps: list[StepMetrics], requested: int, gate: Gate) -> list[Check]:
@@ -70,10 +71,6 @@ def _devices_cell(devices: list[str]) -> str:
     if len(devices) <= 4:
         return ", ".join(devices)
     return f"{len(devices)} NPUs: {devices[0]} .. {devices[-1]}"
-
-
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def report_markdown(data: dict[str, Any]) -> str:
