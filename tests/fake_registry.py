@@ -43,6 +43,11 @@ class Store:
     # connection after reading half of a request's body (or at once)
     script: list[tuple[int, dict[str, str]] | str] = field(default_factory=list)
     served: dict[str, bytes] = field(default_factory=dict)  # path -> a body to serve as is (a wrong one, say)
+    uploads: dict[str, bytearray] = field(default_factory=dict)  # upload session -> the bytes it holds
+    chunks: bool = True  # False: PATCH is answered 405, as by a registry that takes blobs whole only
+    forgets_cut_uploads: bool = False  # True: a session whose PATCH ended early is dropped, as distribution does
+    cut_patches: set[int] = field(default_factory=set)  # PATCHes (1 = the first) whose connection is cut half-way
+    patches: int = 0
 
 
 def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
@@ -130,6 +135,10 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
                 if names and len(names) == int(query.get("n", ["1000"])[0]):
                     headers["Link"] = f'</v2/{repo}/tags/list?n={len(names)}&last={names[-1]}>; rel="next"'
                 return self._send(200, json.dumps({"name": repo, "tags": names}).encode(), headers)
+            if kind == "blobs/uploads":
+                if ref not in store.uploads:
+                    return self._send(404, b'{"errors":[{"code":"BLOB_UPLOAD_UNKNOWN"}]}')
+                return self._send(204, headers=self._where(repo, ref))
             if kind == "blobs" and ref in store.blobs:
                 return self._send(200, store.blobs[ref], {"Docker-Content-Digest": ref})
             if kind == "manifests":
@@ -158,7 +167,41 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
             mount = query.get("mount", [""])[0]
             if mount and mount in store.blobs:
                 return self._send(201, headers={"Docker-Content-Digest": mount})
-            return self._send(202, headers={"Location": f"/v2/{repo}/blobs/uploads/{uuid.uuid4().hex}"})
+            session = uuid.uuid4().hex
+            store.uploads[session] = bytearray()
+            return self._send(202, headers={"Location": f"/v2/{repo}/blobs/uploads/{session}", "Range": "0-0"})
+
+        def do_PATCH(self) -> None:
+            """A chunk: refused at a range that is not where the session stands; cut half-way when asked."""
+            if self._unauthorized() or self._scripted():
+                return
+            repo, _, session, _ = self._route()
+            length = int(self.headers.get("Content-Length", "0"))
+            if not store.chunks:
+                self.rfile.read(length)
+                return self._send(405, b'{"errors":[{"code":"UNSUPPORTED"}]}')
+            held = store.uploads.get(session)
+            if held is None:
+                self.rfile.read(length)
+                return self._send(404, b'{"errors":[{"code":"BLOB_UPLOAD_UNKNOWN"}]}')
+            start = int(self.headers.get("Content-Range", "0-0").split("-")[0])
+            if start != len(held):
+                self.rfile.read(length)
+                return self._send(416, b'{"errors":[{"code":"RANGE_INVALID"}]}', self._where(repo, session))
+            store.patches += 1
+            if store.patches in store.cut_patches:
+                held += self.rfile.read(length // 2)
+                if store.forgets_cut_uploads:
+                    del store.uploads[session]
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return None
+            held += self.rfile.read(length)
+            return self._send(202, headers=self._where(repo, session))
+
+        def _where(self, repo: str, session: str) -> dict[str, str]:
+            held = len(store.uploads[session])
+            return {"Location": f"/v2/{repo}/blobs/uploads/{session}", "Range": f"0-{max(0, held - 1)}"}
 
         def do_DELETE(self) -> None:
             self._route()
@@ -171,9 +214,13 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             digest = "sha256:" + hashlib.sha256(body).hexdigest()
             if kind == "blobs/uploads":
+                if ref not in store.uploads:
+                    return self._send(404, b'{"errors":[{"code":"BLOB_UPLOAD_UNKNOWN"}]}')
+                whole = bytes(store.uploads.pop(ref)) + body
+                digest = "sha256:" + hashlib.sha256(whole).hexdigest()
                 if query.get("digest", [""])[0] != digest:
                     return self._send(400, b'{"errors":[{"code":"DIGEST_INVALID"}]}')
-                store.blobs[digest] = body
+                store.blobs[digest] = whole
                 return self._send(201, headers={"Docker-Content-Digest": digest})
             if kind != "manifests":
                 return self._send(404)

@@ -12,7 +12,12 @@ Modes (``MODES``):
   cut half-way through the body, after that half reached the registry;
 * ``slow``: every answer comes ``delay`` seconds late;
 * ``mixed``: all of them at once (503 and 429 alternating on one request in three);
-* ``down``: every request answered 503 (a registry that stays down).
+* ``down``: every request answered 503 (a registry that stays down);
+* ``cut``: the connection that carries the ``cut_after``-th byte of request bodies is reset there,
+  once, in the manner of a front proxy that holds each request body until it is whole (nginx's
+  default, ``proxy_request_buffering on``): the registry never sees the request that was cut;
+* ``cut-through``: the same cut, the bytes before it reaching the registry first (nginx with
+  request buffering off, as Harbor configures it).
 
 Each request is forwarded on a connection of its own, bodies streamed both ways (blobs of
 hundreds of MB pass through), the Host header kept, so the upload locations the registry hands
@@ -44,6 +49,8 @@ class Faults:
     drop_every: int = 0  # cut the connection of every Nth write half-way through its body
     delay: float = 0.0  # seconds before every answer
     refuse: Callable[[str, str], bool] | None = None  # (method, path) -> answer 503, always
+    cut_after: int = 0  # reset the connection carrying this byte of all request bodies, once (0: never)
+    cut_through: bool = False  # the bytes before the cut reach the registry (else the cut request never does)
 
 
 MODES: dict[str, Faults] = {
@@ -54,6 +61,8 @@ MODES: dict[str, Faults] = {
     "slow": Faults(delay=0.3),
     "mixed": Faults(status_every=3, statuses=(503, 429), retry_after="1", drop_every=4, delay=0.1),
     "down": Faults(status_every=1),
+    "cut": Faults(cut_after=200 << 20),
+    "cut-through": Faults(cut_after=200 << 20, cut_through=True),
 }
 
 
@@ -66,6 +75,11 @@ class Proxy:
     lock: threading.Lock = field(default_factory=threading.Lock)
     requests: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     writes: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    body_bytes: int = 0  # request body bytes that reached the proxy (or were promised, for a request under way)
+    received: int = 0  # request body bytes read from clients (what they sent, as the other end counts it)
+    writes_in_flight: int = 0
+    most_writes_in_flight: int = 0  # the most requests with a body under way at once
+    cut: bool = False
 
 
 def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
@@ -97,6 +111,8 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 if not piece:
                     return
                 remaining -= len(piece)
+                with proxy.lock:
+                    proxy.received += len(piece)
                 yield piece
 
         def _answer(self, status: int, headers: dict[str, str] | None = None) -> None:
@@ -129,11 +145,43 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             if is_write and faults.drop_every:
                 with proxy.lock:
                     drop = next(proxy.writes) % faults.drop_every == 0
+            cut_at = None
+            if faults.cut_after and is_write:
+                length = int(self.headers.get("Content-Length") or 0)
+                with proxy.lock:
+                    start, proxy.body_bytes = proxy.body_bytes, proxy.body_bytes + length
+                    if not proxy.cut and start + length > faults.cut_after:
+                        proxy.cut, cut_at = True, faults.cut_after - start
             if faults.delay:
                 time.sleep(faults.delay)
-            self._forward(drop)
+            with proxy.lock:
+                proxy.writes_in_flight += is_write
+                proxy.most_writes_in_flight = max(proxy.most_writes_in_flight, proxy.writes_in_flight)
+            try:
+                if cut_at is not None and not faults.cut_through:
+                    return self._cut_here(cut_at)
+                self._forward(drop, cut_at)
+            finally:
+                with proxy.lock:
+                    proxy.writes_in_flight -= is_write
 
-        def _forward(self, drop: bool) -> None:
+        def _reset(self) -> None:
+            """Close our side with a reset, not an answer: the client sees its connection drop."""
+            self.close_connection = True
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.connection.close()
+
+        def _cut_here(self, cut_at: int) -> None:
+            """Read the body up to the cut, forward none of it, and reset the connection."""
+            taken = 0
+            for piece in self._body_reader():
+                taken += len(piece)
+                if taken >= cut_at:
+                    break
+            self._count("cut")
+            self._reset()
+
+        def _forward(self, drop: bool, cut_at: int | None = None) -> None:
             upstream = http.client.HTTPConnection(proxy.upstream, timeout=300)
             upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
             chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
@@ -145,15 +193,14 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             upstream.endheaders()
             length = int(self.headers.get("Content-Length") or 0)
             sent = 0
+            stop_at = length // 2 if drop else cut_at
             for piece in self._body_reader():
-                if drop and (sent + len(piece) >= length // 2 or chunked):
-                    piece = piece[: max(0, length // 2 - sent)]
+                if stop_at is not None and (sent + len(piece) >= stop_at or chunked):
+                    piece = piece[: max(0, stop_at - sent)]
                     upstream.send(piece)
-                    self._count("dropped")
+                    self._count("dropped" if drop else "cut")
                     upstream.close()  # the registry sees its client vanish mid-upload
-                    self.close_connection = True
-                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                    self.connection.close()  # and so does ours: a reset, not an answer
+                    self._reset()  # and so does ours
                     return
                 upstream.send(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
                 sent += len(piece)

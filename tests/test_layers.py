@@ -11,13 +11,14 @@ import json
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zstandard
 from docker.errors import APIError
 
 from buildkit.errors import PublishFailed, Unavailable
-from buildkit.ship.layers import GZIP, SMALL, ZSTD, export
+from buildkit.ship.layers import GZIP, SMALL, ZSTD, Compression, export
 
 BIG = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(SMALL // 16))  # 2 MiB: spooled to disk
 SMALL_LAYER = b"a small layer\n" * 100
@@ -68,11 +69,11 @@ def oci_archive() -> bytes:
 
 
 class FakeEngine:
-    def __init__(self, archive: bytes, chunk: int) -> None:
-        self.archive, self.chunk = archive, chunk
+    def __init__(self, archive: bytes, chunk: int, image_id: str = IMAGE_ID) -> None:
+        self.archive, self.chunk, self.image_id = archive, chunk, image_id
 
     def get_image(self, image: str, chunk_size: int) -> Iterator[bytes]:
-        assert image == IMAGE_ID
+        assert image == self.image_id
         for start in range(0, len(self.archive), self.chunk):
             yield self.archive[start : start + self.chunk]
 
@@ -94,7 +95,7 @@ def test_the_config_and_every_wanted_layer_compressed(tmp_path: Path, archive: b
         data = blob.path.read_bytes()
         assert (blob.digest, blob.size) == (_digest(data), len(data))
         assert decompress(data) == layer
-    assert not list(tmp_path.glob("raw-*")), "the uncompressed layers are gone once compressed"
+    assert not list(tmp_path.glob("*.partial")), "nothing but the blobs is left"
 
 
 def test_only_what_is_wanted_is_compressed(tmp_path: Path) -> None:
@@ -145,3 +146,65 @@ def test_an_engine_that_stays_lost_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(Unavailable, match=r"exporting image sha256:\w+ from the engine failed"):
         export(engine, IMAGE_ID, {_digest(LAYERS[0]): (GZIP,)}, tmp_path, sleep=lambda _: None)  # type: ignore[arg-type]
     assert engine.exports == 3
+
+
+class Watching(FakeEngine):
+    """An engine that, before each chunk it sends, notes how much the spool holds."""
+
+    def __init__(self, archive: bytes, chunk: int, spool: Path, image_id: str) -> None:
+        super().__init__(archive, chunk, image_id)
+        self.spool, self.most, self.exports = spool, 0, 0
+
+    def get_image(self, image: str, chunk_size: int) -> Iterator[bytes]:
+        self.exports += 1
+        for chunk in super().get_image(image, chunk_size):
+            self.most = max(self.most, sum(p.stat().st_size for p in self.spool.iterdir()))
+            yield chunk
+
+
+ROUND = b"".join(b"usr/lib/python3/dist-packages/module_%05d.py 0644 root root\n" % (i % 3000) for i in range(150_000)) + b"\0" * SMALL
+ROUND_LAYERS = [_tar_of({"opt/big.bin": ROUND}), _tar_of({"opt/other.bin": ROUND[::-1] + b"x" * 50_000})]
+
+
+def _archive_of(layers: list[bytes]) -> tuple[str, bytes]:
+    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": [_digest(x) for x in layers]}}).encode()
+    files = {f"{i:03d}/layer.tar": layer for i, layer in enumerate(layers)} | {f"{_digest(config)[7:]}.json": config}
+    return _digest(config), _tar_of(files)
+
+
+def test_no_uncompressed_layer_is_written_to_disk(tmp_path: Path) -> None:
+    """A layer of 9 MiB that compresses more than 5-fold goes through in 64 KiB chunks: the spool never
+    holds more than the blobs it ends with (a raw copy would be 9 MiB)."""
+    image_id, archive = _archive_of(ROUND_LAYERS[:1])
+    engine = Watching(archive, 1 << 16, tmp_path, image_id)
+    wanted = {_digest(ROUND_LAYERS[0]): (GZIP, ZSTD)}
+    _, blobs = _export_of(engine, wanted, tmp_path)
+    compressed = sum(b.size for b in blobs[_digest(ROUND_LAYERS[0])].values())
+    assert compressed < len(ROUND) / 5
+    assert engine.most <= 1.1 * compressed + 65536, f"the spool held {engine.most} bytes for {compressed} bytes of blobs"
+
+
+def _export_of(engine: FakeEngine, wanted: dict[str, tuple[Compression, ...]], spool: Path, **kw: Any) -> Any:
+    return export(engine, engine.image_id, wanted, spool, **kw)  # type: ignore[arg-type]
+
+
+def test_a_layer_the_registries_have_is_read_past_and_one_of_its_size_exported_again(tmp_path: Path) -> None:
+    """Engines before 25 do not name layers by digest: the cache's sizes say which to read past.
+    A wanted layer that happens to have such a size costs a second export, not a wrong publish."""
+    image_id, archive = _archive_of(ROUND_LAYERS)
+    have, want = _digest(ROUND_LAYERS[0]), _digest(ROUND_LAYERS[1])
+    engine = Watching(archive, 1 << 20, tmp_path, image_id)
+    _, blobs = _export_of(engine, {want: (GZIP,)}, tmp_path, known_sizes={have: len(ROUND_LAYERS[0])})
+    assert list(blobs) == [want] and engine.exports == 1
+    assert len(list(tmp_path.glob("*.blob"))) == 1, "the layer the registries have was not compressed"
+    said: list[str] = []
+    engine = Watching(archive, 1 << 20, tmp_path, image_id)
+    _, blobs = _export_of(engine, {want: (GZIP,)}, tmp_path, known_sizes={have: len(ROUND_LAYERS[1])}, tell=said.append)
+    assert list(blobs) == [want] and engine.exports == 2
+    assert any("exporting again" in s for s in said)
+    assert gzip.decompress(blobs[want]["gzip"].open().read()) == ROUND_LAYERS[1]
+
+
+def test_an_oci_layout_layer_not_wanted_is_not_read(tmp_path: Path) -> None:
+    _, blobs = export(FakeEngine(oci_archive(), 4096), IMAGE_ID, {_digest(LAYERS[1]): (GZIP,)}, tmp_path)  # type: ignore[arg-type]
+    assert list(blobs) == [_digest(LAYERS[1])] and len(list(tmp_path.glob("*.blob"))) == 1

@@ -96,35 +96,94 @@ def test_unreachable_registry() -> None:
         registry.get_manifest("x", "y")
 
 
-def test_an_upload_cut_off_starts_a_new_session(fake: tuple[Registry, Store, list[float]]) -> None:
+MIB = 1 << 20
+LAYER = b"".join(hashlib.sha256(i.to_bytes(4, "big")).digest() for i in range(7 * MIB // 64))  # 3.5 MiB
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _upload(registry: Registry, data: bytes = LAYER) -> None:
+    registry.upload_blob("team/verl", _digest(data), len(data), lambda offset: io.BytesIO(data[offset:]))
+
+
+@pytest.fixture
+def one_mib_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASCENDKIT_UPLOAD_CHUNK_MB", "1")
+
+
+def _calls(store: Store, method: str) -> int:
+    return sum(r.startswith(method) for r in store.requests)
+
+
+@pytest.mark.usefixtures("one_mib_chunks")
+def test_a_blob_goes_up_in_chunks(fake: tuple[Registry, Store, list[float]]) -> None:
     registry, store, _ = fake
-    data = b"layer" * 100_000
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    store.script = [(202, {"Location": "/v2/team/verl/blobs/uploads/first"}), "drop"]
-    registry.upload_blob("team/verl", digest, len(data), lambda: io.BytesIO(data))
-    assert store.blobs[digest] == data
-    assert [r for r in store.requests if r.startswith(("POST", "PUT"))] == [
-        "POST /v2/team/verl/blobs/uploads/ (202)",
-        "PUT /v2/team/verl/blobs/uploads/first (drop)",
-        "POST /v2/team/verl/blobs/uploads/",
-        "PUT /v2/team/verl/blobs/uploads/" + store.requests[-1].rsplit("/", 1)[1],
-    ], "the cut-off session is not resumed: a new one starts"
+    _upload(registry)
+    assert store.blobs[_digest(LAYER)] == LAYER
+    assert _calls(store, "PATCH") == 4 and _calls(store, "PUT") == 1 and registry.sent == len(LAYER)
+
+
+@pytest.mark.usefixtures("one_mib_chunks")
+def test_a_chunk_cut_off_is_resumed_where_the_registry_stands(fake: tuple[Registry, Store, list[float]]) -> None:
+    """The third chunk is cut half-way, and half of it landed: the upload asks, and sends the rest from there."""
+    registry, store, _ = fake
+    store.cut_patches = {3}
+    _upload(registry)
+    assert store.blobs[_digest(LAYER)] == LAYER
+    assert "GET /v2/team/verl/blobs/uploads/" in "\n".join(store.requests), "it asked where the upload stands"
+    assert _calls(store, "POST") == 1, "one session throughout"
+    assert len(LAYER) < registry.sent <= len(LAYER) + MIB, "no more than one chunk sent twice"
+    assert registry.retried == 1 and registry.restarted == 0
+
+
+@pytest.mark.usefixtures("one_mib_chunks")
+def test_a_registry_that_drops_a_cut_upload_gets_the_blob_whole(fake: tuple[Registry, Store, list[float]]) -> None:
+    """As distribution does: the session is gone once part of a chunk landed. The blob goes again
+    from byte 0 in one request (chunks gain nothing there), and that is counted."""
+    registry, store, _ = fake
+    store.cut_patches, store.forgets_cut_uploads = {3}, True
+    _upload(registry)
+    assert store.blobs[_digest(LAYER)] == LAYER and registry.restarted == 1
+    assert _calls(store, "POST") == 2 and _calls(store, "PATCH") == 3
+    assert 2 * MIB + len(LAYER) < registry.sent <= 3 * MIB + len(LAYER), "two chunks and what left of the third, then the blob"
+
+
+@pytest.mark.usefixtures("one_mib_chunks")
+def test_a_registry_that_refuses_chunks_gets_the_blob_in_one_request(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, store, _ = fake
+    store.chunks = False
+    _upload(registry)
+    assert store.blobs[_digest(LAYER)] == LAYER and registry.retried == 0
+    assert _calls(store, "PATCH") == 1 and registry.sent == len(LAYER) + MIB, "the refused chunk, then the blob"
+
+
+@pytest.mark.usefixtures("one_mib_chunks")
+def test_a_token_that_expires_mid_upload_is_fetched_again(fake: tuple[Registry, Store, list[float]]) -> None:
+    registry, store, _ = fake
+    store.token = "first"
+    registry.get_manifest("team/verl", "t1")
+    store.token = "second"  # the first expired while the layer went up
+    _upload(registry)
+    assert store.blobs[_digest(LAYER)] == LAYER and registry.retried == 0
+    assert store.scopes[-1] == "repository:team/verl:pull,push"
 
 
 def test_an_upload_answered_429_waits_as_retry_after_says(fake: tuple[Registry, Store, list[float]]) -> None:
     registry, store, waits = fake
     data = b"y" * 1000
     store.script = [(202, {"Location": "/v2/team/verl/blobs/uploads/busy"}), (429, {"Retry-After": "7"})]
-    registry.upload_blob("team/verl", "sha256:" + hashlib.sha256(data).hexdigest(), len(data), lambda: io.BytesIO(data))
-    assert waits == [7.0] and store.blobs["sha256:" + hashlib.sha256(data).hexdigest()] == data
+    store.uploads["busy"] = bytearray()
+    _upload(registry, data)
+    assert waits == [7.0] and store.blobs[_digest(data)] == data
 
 
 def test_an_upload_that_never_lands_is_unavailable(fake: tuple[Registry, Store, list[float]]) -> None:
     registry, store, _ = fake
-    data = b"x" * 1000
-    store.script = [s for _ in range(4) for s in ((202, {"Location": "/v2/team/verl/blobs/uploads/u"}), (503, {}))]
+    store.script = [(202, {"Location": "/v2/team/verl/blobs/uploads/u"})] + [(503, {})] * 20
     with pytest.raises(Unavailable, match=r"uploading blob sha256:.*, 4 attempts"):
-        registry.upload_blob("team/verl", "sha256:" + hashlib.sha256(data).hexdigest(), len(data), lambda: io.BytesIO(data))
+        _upload(registry, b"x" * 1000)
 
 
 def test_put_blob_looks_first_and_mount_links_without_sending(fake: tuple[Registry, Store, list[float]]) -> None:

@@ -26,6 +26,7 @@ from buildkit.ship.registry import DOCKER_MANIFEST, IMAGE_MANIFESTS, INDEXES, OC
 from buildkit.ship.sign import walk
 from buildkit.ship.staged import StagedTag
 from buildkit.ship.trust import sign_tree
+from buildkit.ship.upload import each_at_once
 from buildkit.trust.keys import Signer
 
 Say = Callable[[str], None]
@@ -244,15 +245,19 @@ def mirror(
     # Blobs first: looked up, mounted on the same registry, else streamed across.
     blobs = dict.fromkeys(b for n in nodes.values() for b in _blobs(n.manifest))
     same_registry = source.registry.host == target.host
-    for digest, size in blobs:
+
+    def copy(blob: tuple[str, int]) -> str:
+        digest, size = blob
         if dry_run:  # what would happen: looked up, a mount tried first on the same registry
             there = destination.blob_size(target.repository, digest) is not None
-            how = "present" if there else "mounted" if same_registry else "sent"
-        else:  # the blob copy publish uses too
-            mounts = [source.repository] if same_registry else []
-            how = destination.ensure_blob(target.repository, digest, size, _opener(source, digest), mounts)
-            if how == "sent" and size > 1 << 20:
-                tell(f"{target.name}: sent blob {digest[:19]} ({size / 1e6:.0f} MB)")
+            return "present" if there else "mounted" if same_registry else "sent"
+        mounts = [source.repository] if same_registry else []  # the blob copy publish uses too
+        how = destination.ensure_blob(target.repository, digest, size, _opener(source, digest), mounts)
+        if how == "sent" and size > 1 << 20:
+            tell(f"{target.name}: sent blob {digest[:19]} ({size / 1e6:.0f} MB)")
+        return how
+
+    for (digest, size), how in zip(blobs, each_at_once(copy, blobs), strict=True):  # several at a time
         if how == "sent":
             outcome.sent.append((digest, size))
         else:
@@ -305,12 +310,20 @@ def _layer_types(manifest: Manifest) -> list[str]:
     return [str(p.get("mediaType")) for p in [body.get("config") or {}, *body.get("layers", [])]]
 
 
-def _opener(source: Source, digest: str) -> Callable[[], Any]:
-    """Each try of an upload reads the blob from the source afresh, as it is stored (no decoding)."""
+def _opener(source: Source, digest: str) -> Callable[[int], Any]:
+    """The blob read from the source as it is stored (no decoding), from where the destination's
+    upload stands: a range request, or the bytes before it read past where the source ignores ranges."""
 
-    def open_stream() -> Any:
-        response = source.registry.open_blob(source.repository, digest)
+    def open_stream(offset: int) -> Any:
+        response = source.registry.open_blob(source.repository, digest, offset)
         response.raw.decode_content = False
+        if offset and response.status_code != 206:
+            left = offset
+            while left > 0:
+                skipped = response.raw.read(min(left, 1 << 20))
+                if not skipped:
+                    break
+                left -= len(skipped)
         return response.raw
 
     return open_stream

@@ -14,6 +14,7 @@ members the registry serves."""
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, digest_of
 from buildkit.ship.sign import stage_signature
 from buildkit.ship.staged import StagedTag, write_all
 from buildkit.ship.trust import stage_trust
+from buildkit.ship.upload import each_at_once
 from buildkit.trust.keys import Signer
 
 Say = Callable[[str], None]
@@ -53,7 +55,7 @@ def _has(target: Target, digest: str, cache: CompressionCache) -> int | None:
     return target.registry.find_blob(target.ref.repository, digest, reversed(cache.seen(target.ref.host, digest)))
 
 
-def _send(target: Target, blob: Blob, cache: CompressionCache, tell: Say, present: set[tuple[str, str]]) -> None:
+def _send(target: Target, blob: Blob, *, cache: CompressionCache, tell: Say, present: set[tuple[str, str]]) -> None:
     """Make sure ``target`` has ``blob``: there already (``present`` holds what was found so this run), mounted, or sent."""
     if (target.name, blob.digest) not in present:
         mounts = reversed(cache.seen(target.ref.host, blob.digest))
@@ -114,7 +116,8 @@ def _gather(
         config = Blob(image.image_id, config_sizes[0])
     if wanted or config is None:
         tell(f"exporting {image.image_id[:19]} from the engine ({len(wanted)} of {len(set(diff_ids))} layers to compress)")
-        config_bytes, made = export(client, image.image_id, wanted, spool, tell=tell)
+        sizes = {d: size for d in diff_ids if d not in wanted and (size := cache.raw_size(d)) is not None}
+        config_bytes, made = export(client, image.image_id, wanted, spool, known_sizes=sizes, tell=tell)
         path = spool / "config.json"
         path.write_bytes(config_bytes)
         config = Blob(image.image_id, len(config_bytes), path)
@@ -122,7 +125,7 @@ def _gather(
             for name, blob in blobs.items():
                 compression = GZIP if name == "gzip" else ZSTD
                 known[(diff_id, name)] = blob
-                cache.put(compression, diff_id, blob)
+                cache.put(compression, diff_id, blob, blob.raw_size)
     layers = {c.name: [known[(diff_id, c.name)] for diff_id in diff_ids] for c in compressions}
     return _Blobs(config, layers, present)
 
@@ -188,9 +191,10 @@ def push_image(
                 for variant in options.compressions
             ]
             subjects: dict[tuple[str, str], Manifest] = {}
-            for target in targets:
-                for blob in [blobs.config, *{b.digest: b for layers in blobs.layers.values() for b in layers}.values()]:
-                    _send(target, blob, cache, tell, blobs.present)
+            every = [blobs.config, *{b.digest: b for layers in blobs.layers.values() for b in layers}.values()]
+            every.sort(key=lambda b: -b.size)  # the biggest first: it sets the pace
+            for target in targets:  # several blobs at a time
+                each_at_once(functools.partial(_send, target, cache=cache, tell=tell, present=blobs.present), every)
                 for variant, body, media_type in manifests:
                     subjects[(target.name, variant.name)] = _put_by_digest(target, body, media_type, image.image_id)
         finally:

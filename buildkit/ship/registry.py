@@ -19,10 +19,11 @@ import io
 import json
 import os
 import re
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import requests
 
@@ -30,6 +31,7 @@ from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.reach import cause, http_failure, registry_failure
 from buildkit.retry import MAX_WAIT, RETRIED_STATUS, TRANSIENT, RetryPolicy
 from buildkit.ship.credentials import Credentials, credentials_for, login_hint
+from buildkit.ship.upload import Opener, Upload
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -59,24 +61,6 @@ class Manifest:
 
 def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-class Sized:
-    """A stream of a known length as a request body: sent with Content-Length, never chunked."""
-
-    def __init__(self, stream: IO[bytes], length: int) -> None:
-        self.stream = stream
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def read(self, size: int = -1) -> bytes:
-        return self.stream.read(size)
-
-    def __iter__(self) -> Iterator[bytes]:
-        while chunk := self.stream.read(1 << 20):
-            yield chunk
 
 
 def host_url(host: str) -> str:
@@ -119,6 +103,9 @@ class Registry:
         self._credentials: Credentials | None = None
         self._looked_up = False  # the helper runs once per registry, when the registry first asks
         self.retried = 0  # calls tried again, for the summary and the tests
+        self.sent = 0  # blob bytes that left for this registry (a resent chunk counts twice)
+        self.restarted = 0  # uploads the registry dropped, sent again from byte 0
+        self._counting = threading.Lock()  # blobs go up several at a time
 
     # ---- transport ----------------------------------------------------------------------------
 
@@ -216,7 +203,7 @@ class Registry:
                 last = http_failure(response.status_code, response.content)
             if attempt >= self.retries:
                 break
-            self.retried += 1
+            self.count_retry()
             self._wait(attempt, response)
             attempt += 1
         what = path.lstrip("/").split("/")[-2] if path.count("/") >= 2 else path  # manifests, blobs, uploads, tags...
@@ -310,13 +297,15 @@ class Registry:
             raise PublishFailed(f"registry {self.host}: blob {digest[:19]} of {repository} does not match its digest")
         return response.content
 
-    def open_blob(self, repository: str, digest: str) -> requests.Response:
-        """A blob as a stream (the caller closes it); InputError when the registry does not have it."""
-        response = self.request("GET", f"/{repository}/blobs/{digest}", stream=True)
+    def open_blob(self, repository: str, digest: str, offset: int = 0) -> requests.Response:
+        """A blob as a stream (the caller closes it), from ``offset`` on where the registry serves
+        ranges (206; a 200 is the whole blob); InputError when the registry does not have it."""
+        headers = {"Range": f"bytes={offset}-"} if offset else None
+        response = self.request("GET", f"/{repository}/blobs/{digest}", stream=True, headers=headers)
         if response.status_code == 404:
             response.close()
             raise InputError(f"registry {self.host}: {repository} has no blob {digest}")
-        if response.status_code != 200:
+        if response.status_code not in (200, 206):
             raise self._failed(f"reading blob {digest[:19]} of {repository}", response)
         return response
 
@@ -332,38 +321,22 @@ class Registry:
     def _location(self, location: str) -> str:
         return self.base.removesuffix("/v2") + location if location.startswith("/") else location
 
-    def upload_blob(self, repository: str, digest: str, size: int, opener: Callable[[], IO[bytes]]) -> None:
-        """Upload a blob (``opener`` gives its bytes from the start, for each try) in one request, as
-        docker does. A try cut off mid-upload starts a new upload session: registries (distribution
-        among them) cancel a session whose data ended early, so it is not resumed."""
-        last = ""
-        for attempt in range(self.retries + 1):
-            started = self.request("POST", f"/{repository}/blobs/uploads/")
-            location = started.headers.get("Location", "")
-            if started.status_code != 202 or not location:
-                raise self._failed(f"starting an upload to {repository}", started)
-            target = self._location(location)
-            separator = "&" if "?" in target else "?"
-            done = None
-            try:
-                done = self.session.put(
-                    f"{target}{separator}digest={digest}",
-                    data=Sized(opener(), size),
-                    headers=self._headers(repository, {"Content-Type": "application/octet-stream"}),
-                    timeout=self.timeout,
-                )
-            except TRANSIENT as exc:
-                last = cause(exc)
-            else:
-                if done.status_code == 201:
-                    return
-                if done.status_code not in RETRIED_STATUS and done.status_code != 404:  # 404: the session was dropped
-                    raise self._failed(f"uploading blob {digest[:19]} to {repository}", done)
-                last = http_failure(done.status_code, done.content)
-            if attempt < self.retries:
-                self.retried += 1
-                self._wait(attempt, done)  # a 429 or 503 that says Retry-After is waited for as it asks
-        raise Unavailable(f"{registry_failure(self.host, last)} (uploading blob {digest[:19]}, {self.retries + 1} attempts)")
+    def upload_blob(self, repository: str, digest: str, size: int, opener: Opener) -> None:
+        """Upload a blob (``opener(offset)`` gives its bytes from ``offset`` on), in chunks that a
+        dropped connection does not make start again (:mod:`.upload` says how)."""
+        Upload(self, repository, digest, size, opener).run()
+
+    def count_retry(self) -> None:
+        with self._counting:
+            self.retried += 1
+
+    def count_sent(self, size: int) -> None:
+        with self._counting:
+            self.sent += size
+
+    def count_restart(self) -> None:
+        with self._counting:
+            self.restarted += 1
 
     def find_blob(self, repository: str, digest: str, mount_from: Iterable[str] = ()) -> int | None:
         """The size of ``digest`` in ``repository``: there already, or mounted from the first of
@@ -379,7 +352,7 @@ class Registry:
         return None
 
     def ensure_blob(
-        self, repository: str, digest: str, size: int, opener: Callable[[], IO[bytes]], mount_from: Iterable[str] = ()
+        self, repository: str, digest: str, size: int, opener: Opener, mount_from: Iterable[str] = ()
     ) -> Literal["present", "mounted", "sent"]:
         """The one blob copy publish and mirror share: found, else mounted, else uploaded; how it got there."""
         if self.blob_size(repository, digest) is not None:
@@ -393,5 +366,5 @@ class Registry:
         """A small blob from memory, unless the registry has it; returns its digest."""
         digest = digest_of(data)
         if self.blob_size(repository, digest) is None:
-            self.upload_blob(repository, digest, len(data), lambda: io.BytesIO(data))
+            self.upload_blob(repository, digest, len(data), lambda offset: io.BytesIO(data[offset:]))
         return digest
