@@ -1,10 +1,10 @@
 """How a layer is compressed: gzip as ISA-L's deflate in parallel 1 MiB blocks (python-isal), zstd
 with zstd's own worker threads; both on every core, and the same bytes whatever the core count.
 
-Chosen by measurement (docs/publishing.md, "Compression"; ``make bench``): on real binaries and
+Chosen by measurement (docs/shipping.md, "Compression"; ``make bench``): on real binaries and
 Python trees, zlib -6 (what ``docker push`` writes) costs 24 CPU s per GB on one core; pigz -6
 the same CPU spread over the cores; zlib-ng -6 12 s per GB, but its threaded writer gives other
-bytes for another thread count; ISA-L level 3 costs 3 s per GB for 4 % more bytes than zlib -6,
+bytes for another thread count; ISA-L level 3 costs 3 s per GB for 5 % more bytes than zlib -6,
 and its threaded writer compresses fixed blocks, each with the previous block's last 32 KiB as its
 dictionary, so the bytes depend on the block size only (fixed here). zstd -9 in multi-threaded
 mode splits the input into jobs whose size comes from the level alone: one worker or sixteen give
@@ -27,7 +27,7 @@ from buildkit.errors import InputError
 from buildkit.plan import variant_tag
 
 BLOCK = 1 << 20  # the gzip writer's block: its bytes depend on it, so it is never changed
-GZIP_LEVEL = 3  # ISA-L's best (0-3): 4 % more bytes than zlib -6 at an eighth of its CPU
+GZIP_LEVEL = 3  # ISA-L's best (0-3): 5 % more bytes than zlib -6 at an eighth of its CPU
 # zstd level 9, chosen by measurement (`make bench`, benchmarks/bench_ship.py): on the test image's
 # 707 MB base layer, beside gzip -6 (248 MB, 24 s), -3 gives 0.93x the bytes in 3 s, -9 0.80x in 11 s,
 # -19 0.70x in 227 s. Pulling costs the same at any level: -9 is the smallest that still compresses
