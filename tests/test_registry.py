@@ -16,6 +16,7 @@ import requests
 from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.imageref import RegistryRef
 from buildkit.retry import retry_after
+from buildkit.ship.mirror import mirror
 from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, Registry
 from buildkit.ship.remote import image_labels
 from tests.fake_registry import Store, fake_registry
@@ -252,3 +253,10 @@ def test_image_labels_of_an_index_member_and_unreadable_answers(fake: tuple[Regi
         image_labels(f"{registry.host}/team/verl:broken", "x86_64")
     with pytest.raises(InputError, match="no registry host"):
         image_labels("ascendkit/verl:latest", "x86_64")
+
+
+@pytest.mark.parametrize("name", ["ASCENDKIT_UPLOAD_CHUNK_MB", "ASCENDKIT_UPLOAD_PARALLEL", "ASCENDKIT_COMPRESS_THREADS"])
+def test_a_shipping_setting_out_of_range_is_said_before_anything_is_sent(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv(name, "0")
+    with pytest.raises(InputError, match=f"{name}='0': give a whole number from 1 to"):
+        mirror("127.0.0.1:9/never/contacted:tag", "127.0.0.1:9/nor/this")

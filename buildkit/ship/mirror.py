@@ -26,7 +26,7 @@ from buildkit.ship.registry import DOCKER_MANIFEST, IMAGE_MANIFESTS, INDEXES, OC
 from buildkit.ship.sign import walk
 from buildkit.ship.staged import StagedTag
 from buildkit.ship.trust import sign_tree
-from buildkit.ship.upload import each_at_once
+from buildkit.ship.upload import check_settings, each_at_once
 from buildkit.trust.keys import Signer
 
 Say = Callable[[str], None]
@@ -191,6 +191,7 @@ def mirror(
     say: Say | None = None,
 ) -> MirrorOutcome:
     tell = say or (lambda _: None)
+    check_settings()
     source = parse_source(src)
     target, dst_tag = parse_destination(dst)
     destination = Registry(target.host)

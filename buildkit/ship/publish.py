@@ -40,7 +40,7 @@ from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, digest_of
 from buildkit.ship.sign import stage_signature
 from buildkit.ship.staged import StagedTag, write_all
 from buildkit.ship.trust import stage_trust
-from buildkit.ship.upload import each_at_once
+from buildkit.ship.upload import check_settings, each_at_once
 from buildkit.trust.keys import Signer
 
 Say = Callable[[str], None]
@@ -180,6 +180,7 @@ def push_image(
     and provenance. Three passes over the targets: blobs and manifests by digest; the attachments by
     digest; then, only when every registry holds all of it, every tag (the attachments' first)."""
     tell = say or (lambda _: None)
+    check_settings()  # a bad setting is said before minutes of compression, not after
     cache = CompressionCache.load()
     outcome = PublishOutcome()
     build = read_record(image.manifest).as_dict() if image.manifest is not None else {}
