@@ -177,7 +177,7 @@ def test_no_uncompressed_layer_is_written_to_disk(tmp_path: Path) -> None:
     holds more than the blobs it ends with (a raw copy would be 9 MiB)."""
     image_id, archive = _archive_of(ROUND_LAYERS[:1])
     engine = Watching(archive, 1 << 16, tmp_path, image_id)
-    wanted = {_digest(ROUND_LAYERS[0]): (GZIP, ZSTD)}
+    wanted: dict[str, tuple[Compression, ...]] = {_digest(ROUND_LAYERS[0]): (GZIP, ZSTD)}
     _, blobs = _export_of(engine, wanted, tmp_path)
     compressed = sum(b.size for b in blobs[_digest(ROUND_LAYERS[0])].values())
     assert compressed < len(ROUND) / 5

@@ -97,6 +97,7 @@ class Upload:
         self.chunk = chunk_size()
         self.stream: IO[bytes] | None = None
         self.failures = 0
+        self.reauthorized = 0  # tokens fetched again since the upload last moved on
         self.last = ""
 
     # ---- the conversation -----------------------------------------------------------------------
@@ -106,9 +107,11 @@ class Upload:
         response = registry.session.request(
             method, url, data=body, headers=registry._headers(self.repository, headers), timeout=registry.timeout
         )
-        if response.status_code == 401 and registry._authorize(response.headers.get("WWW-Authenticate", ""), self.repository):
-            raise _Again  # a token that expired during a long upload: fetched again, the request sent again
-        return response
+        if response.status_code == 401 and self.reauthorized < 2:
+            self.reauthorized += 1
+            if registry._authorize(response.headers.get("WWW-Authenticate", ""), self.repository):
+                raise _Again  # a token that expired during a long upload: fetched again, the request sent again
+        return response  # a 401 that a new token does not cure is the caller's to report
 
     def _start(self) -> _Session:
         started = self.registry.request("POST", f"/{self.repository}/blobs/uploads/")
@@ -209,7 +212,7 @@ class Upload:
         offset = _held(response) if response.headers.get("Range") else expected
         if offset != expected:  # the registry holds other than what was sent: go on from where it says
             self._close()
-        self.failures = 0
+        self.failures = self.reauthorized = 0
         return _Session(self.registry._location(location) if location else session.location, offset)
 
     def _whole(self) -> None:
