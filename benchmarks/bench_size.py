@@ -308,7 +308,13 @@ def compare(image_id: str, registry: str, registry2: str, run: str, tmp: Path) -
             tmp,
         ),
     ]
-    blobs = blob_bytes(registry2, f"bench-size-ours-{run}", "bench") + blob_bytes(registry2, f"bench-size-ours-{run}", "bench-zstd")
+    sizes = {
+        "ascendkit gzip": blob_bytes(registry2, f"bench-size-ours-{run}", "bench"),
+        "ascendkit zstd": blob_bytes(registry2, f"bench-size-ours-{run}", "bench-zstd"),
+        "skopeo gzip": blob_bytes(registry2, f"bench-size-skopeo-gzip-{run}", "t"),
+        "skopeo zstd": blob_bytes(registry2, f"bench-size-skopeo-zstd-{run}", "t"),
+    }
+    blobs = sizes["ascendkit gzip"] + sizes["ascendkit zstd"]
     ascendkit = str(Path(sys.executable).with_name("ascendkit"))
     source = f"{registry2}/bench-size-ours-{run}:bench-zstd"
     rows += [
@@ -330,7 +336,7 @@ def compare(image_id: str, registry: str, registry2: str, run: str, tmp: Path) -
     cuts = [
         resumed(source, f"{registry}/bench-size-cut-{mode}-{run}", zstd_bytes, through) for mode, through in (("a", False), ("b", True))
     ]
-    return rows, {"compressed_bytes": blobs, "resumed": cuts}
+    return rows, {"compressed_bytes": blobs, "image_bytes": sizes, "resumed": cuts}
 
 
 def report(rows: list[dict[str, Any]], extra: dict[str, Any], raw: int) -> None:
@@ -343,6 +349,7 @@ def report(rows: list[dict[str, Any]], extra: dict[str, Any], raw: int) -> None:
     publish, gzip_push, zstd_push, mirror, skopeo_all = rows
     blobs = extra["compressed_bytes"]
     skopeo_both = gzip_push["seconds"] + zstd_push["seconds"]
+    print("the images' blobs: " + ", ".join(f"{name} {size / MB:,.0f} MB" for name, size in extra["image_bytes"].items()))
     print("goals (issue 50):")
     print(f"  publish (both formats) / skopeo's two compressing pushes: {publish['seconds'] / skopeo_both:.2f}x wall (goal <= 1.0)")
     print(f"  mirror / skopeo copy --all: {mirror['seconds'] / skopeo_all['seconds']:.2f}x wall (goal <= 1.0)")

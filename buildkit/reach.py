@@ -32,6 +32,7 @@ _ERRNO = {
     errno.EPERM: PERMISSION_DENIED,
     errno.ETIMEDOUT: TIMED_OUT,
     errno.ECONNRESET: "connection reset",
+    errno.EPIPE: "connection dropped",  # the other end closed while we were still sending (an upload cut off)
     errno.EHOSTUNREACH: "no route to host",
     errno.ENETUNREACH: "network unreachable",
 }
@@ -49,6 +50,8 @@ _TEXT = (
     ("no such host", NAME_NOT_RESOLVED),
     ("Could not resolve host", NAME_NOT_RESOLVED),
     ("Connection refused", REFUSED),
+    ("RemoteDisconnected", "connection dropped"),
+    ("Connection aborted", "connection dropped"),
     ("connection refused", REFUSED),
     ("No such file or directory", SOCKET_NOT_FOUND),
     ("Permission denied", PERMISSION_DENIED),

@@ -105,8 +105,9 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _upload(registry: Registry, data: bytes = LAYER) -> None:
-    registry.upload_blob("team/verl", _digest(data), len(data), lambda offset: io.BytesIO(data[offset:]))
+def _upload(registry: Registry, data: bytes = LAYER, said: list[str] | None = None) -> None:
+    opener = lambda offset: io.BytesIO(data[offset:])  # noqa: E731
+    registry.upload_blob("team/verl", _digest(data), len(data), opener, None if said is None else said.append)
 
 
 @pytest.fixture
@@ -130,9 +131,10 @@ def test_a_blob_goes_up_in_chunks(fake: tuple[Registry, Store, list[float]]) -> 
 def test_a_chunk_cut_off_is_resumed_where_the_registry_stands(fake: tuple[Registry, Store, list[float]]) -> None:
     """The third chunk is cut half-way, and half of it landed: the upload asks, and sends the rest from there."""
     registry, store, _ = fake
-    store.cut_patches = {3}
-    _upload(registry)
+    store.cut_patches, said = {3}, list[str]()
+    _upload(registry, said=said)
     assert store.blobs[_digest(LAYER)] == LAYER
+    assert len(said) == 1 and said[0].endswith("resuming at 3 MB, where the registry stands"), said
     assert "GET /v2/team/verl/blobs/uploads/" in "\n".join(store.requests), "it asked where the upload stands"
     assert _calls(store, "POST") == 1, "one session throughout"
     assert len(LAYER) < registry.sent <= len(LAYER) + MIB, "no more than one chunk sent twice"
@@ -144,9 +146,10 @@ def test_a_registry_that_drops_a_cut_upload_gets_the_blob_whole(fake: tuple[Regi
     """As distribution does: the session is gone once part of a chunk landed. The blob goes again
     from byte 0 in one request (chunks gain nothing there), and that is counted."""
     registry, store, _ = fake
-    store.cut_patches, store.forgets_cut_uploads = {3}, True
-    _upload(registry)
+    store.cut_patches, store.forgets_cut_uploads, said = {3}, True, list[str]()
+    _upload(registry, said=said)
     assert store.blobs[_digest(LAYER)] == LAYER and registry.restarted == 1
+    assert "BLOB_UPLOAD" not in said[0] and said[0].endswith("sending it again, whole"), said
     assert _calls(store, "POST") == 2 and _calls(store, "PATCH") == 3
     assert 2 * MIB + len(LAYER) < registry.sent <= 3 * MIB + len(LAYER), "two chunks and what left of the third, then the blob"
 

@@ -253,7 +253,7 @@ def mirror(
             there = destination.blob_size(target.repository, digest) is not None
             return "present" if there else "mounted" if same_registry else "sent"
         mounts = [source.repository] if same_registry else []  # the blob copy publish uses too
-        how = destination.ensure_blob(target.repository, digest, size, _opener(source, digest), mounts)
+        how = destination.ensure_blob(target.repository, digest, size, _opener(source, digest), mounts, tell)
         if how == "sent" and size > 1 << 20:
             tell(f"{target.name}: sent blob {digest[:19]} ({size / 1e6:.0f} MB)")
         return how

@@ -59,7 +59,7 @@ def _send(target: Target, blob: Blob, *, cache: CompressionCache, tell: Say, pre
     """Make sure ``target`` has ``blob``: there already (``present`` holds what was found so this run), mounted, or sent."""
     if (target.name, blob.digest) not in present:
         mounts = reversed(cache.seen(target.ref.host, blob.digest))
-        how = target.registry.ensure_blob(target.ref.repository, blob.digest, blob.size, blob.open, mounts)
+        how = target.registry.ensure_blob(target.ref.repository, blob.digest, blob.size, blob.open, mounts, tell)
         if how == "sent" and blob.size > 1 << 20:
             tell(f"{target.name}: sent blob {blob.digest[:19]} ({blob.size / 1e6:.0f} MB)")
     cache.saw(target.ref.host, blob.digest, target.ref.repository)

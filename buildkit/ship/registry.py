@@ -321,10 +321,11 @@ class Registry:
     def _location(self, location: str) -> str:
         return self.base.removesuffix("/v2") + location if location.startswith("/") else location
 
-    def upload_blob(self, repository: str, digest: str, size: int, opener: Opener) -> None:
+    def upload_blob(self, repository: str, digest: str, size: int, opener: Opener, tell: Callable[[str], None] | None = None) -> None:
         """Upload a blob (``opener(offset)`` gives its bytes from ``offset`` on), in chunks that a
-        dropped connection does not make start again (:mod:`.upload` says how)."""
-        Upload(self, repository, digest, size, opener).run()
+        dropped connection does not make start again (:mod:`.upload` says how); ``tell`` hears of
+        each resumption."""
+        Upload(self, repository, digest, size, opener, tell).run()
 
     def count_retry(self) -> None:
         with self._counting:
@@ -352,14 +353,20 @@ class Registry:
         return None
 
     def ensure_blob(
-        self, repository: str, digest: str, size: int, opener: Opener, mount_from: Iterable[str] = ()
+        self,
+        repository: str,
+        digest: str,
+        size: int,
+        opener: Opener,
+        mount_from: Iterable[str] = (),
+        tell: Callable[[str], None] | None = None,
     ) -> Literal["present", "mounted", "sent"]:
         """The one blob copy publish and mirror share: found, else mounted, else uploaded; how it got there."""
         if self.blob_size(repository, digest) is not None:
             return "present"
         if self._mounted(repository, digest, mount_from) is not None:
             return "mounted"
-        self.upload_blob(repository, digest, size, opener)
+        self.upload_blob(repository, digest, size, opener, tell)
         return "sent"
 
     def put_blob(self, repository: str, data: bytes) -> str:

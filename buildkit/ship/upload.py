@@ -92,8 +92,11 @@ class _Session:
 class Upload:
     """One blob into one repository, in chunks; :meth:`run` returns once the registry holds it."""
 
-    def __init__(self, registry: Registry, repository: str, digest: str, size: int, opener: Opener) -> None:
+    def __init__(
+        self, registry: Registry, repository: str, digest: str, size: int, opener: Opener, tell: Callable[[str], None] | None = None
+    ) -> None:
         self.registry, self.repository, self.digest, self.size, self.opener = registry, repository, digest, size, opener
+        self.tell = tell or (lambda _: None)
         self.chunk = chunk_size()
         self.stream: IO[bytes] | None = None
         self.failures = 0
@@ -198,13 +201,16 @@ class Upload:
                 self.last = http_failure(response.status_code, response.content)
             self._failed(response)
             found = self._where(session)
+            what = f"{self.registry.host}/{self.repository}: blob {self.digest[:19]} ({self.size / 1e6:,.0f} MB)"
             if found is None:  # the registry dropped the session: resumed nowhere
                 if self.registry.blob_size(self.repository, self.digest) is not None:
                     return  # the last PUT landed before its answer was lost
                 self.registry.count_restart()
+                self.tell(f"{what}: the registry dropped the upload ({self.last}); sending it again, whole")
                 return self._whole()
             if found.offset != session.offset:
                 self.failures = 0  # it moved on: the tries are given back
+            self.tell(f"{what}: {self.last}; resuming at {found.offset / 1e6:,.0f} MB, where the registry stands")
             session = found
 
     def _moved(self, session: _Session, response: requests.Response, expected: int) -> _Session:
