@@ -5,8 +5,9 @@ Registries under load answer 503 and 429, drop connections mid-upload and answer
 is retried on a dropped or refused connection, a timeout, 408, 429 and 5xx, waiting as the
 registry's ``Retry-After`` asks (capped) or backing off exponentially; a registry that keeps failing
 ends the run as :class:`Unavailable` (exit 4) in one line that names it. The bound is per call:
-what already landed is never sent again (blobs are looked up by digest first), so a long push
-converges however many calls fail on the way. Anonymous, basic and bearer-token registries are
+what already landed is never sent again (blobs are looked up by digest first, and an upload cut
+off resumes where the registry stands: :mod:`.upload`), so a long push converges however many
+calls fail on the way. Anonymous, basic and bearer-token registries are
 supported, with the credentials Docker would send (:mod:`buildkit.ship.credentials`: credHelpers,
 credsStore, auths); a registry that still refuses names itself and the login command.
 """
