@@ -19,6 +19,9 @@ Modes (``MODES``):
 * ``cut-through``: the same cut, the bytes before it reaching the registry first (nginx with
   request buffering off, as Harbor configures it).
 
+The cadence counts requests as they arrive: it is deterministic for a client that sends one request
+at a time (``ASCENDKIT_UPLOAD_PARALLEL=1``), and the same density at random for one that sends several.
+
 Each request is forwarded on a connection of its own, bodies streamed both ways (blobs of
 hundreds of MB pass through), the Host header kept, so the upload locations the registry hands
 out point back at the proxy. ``proxy.counts`` says what was injected.

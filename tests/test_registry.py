@@ -185,7 +185,7 @@ def test_an_upload_answered_429_waits_as_retry_after_says(fake: tuple[Registry, 
 
 def test_an_upload_that_never_lands_is_unavailable(fake: tuple[Registry, Store, list[float]]) -> None:
     registry, store, _ = fake
-    store.script = [(202, {"Location": "/v2/team/verl/blobs/uploads/u"}), *[(503, {})] * 20]
+    store.script = [s for _ in range(4) for s in ((202, {"Location": "/v2/team/verl/blobs/uploads/u"}), (503, {}))]
     with pytest.raises(Unavailable, match=r"uploading blob sha256:.*, 4 attempts"):
         _upload(registry, b"x" * 1000)
 

@@ -163,7 +163,10 @@ class Upload:
 
     def run(self) -> None:
         try:
-            self._chunked()
+            if self.size <= self.chunk:
+                self._whole()  # one chunk or one request: the same bytes at stake, one request fewer
+            else:
+                self._chunked()
         finally:
             self._close()
 
@@ -222,7 +225,8 @@ class Upload:
         return _Session(self.registry._location(location) if location else session.location, offset)
 
     def _whole(self) -> None:
-        """The blob in one request per try, each try from byte 0 in a new session."""
+        """The blob in one request per try, each try from byte 0 in a new session; its own tries."""
+        self.failures = 0
         while True:
             session = self._start()
             response = None
