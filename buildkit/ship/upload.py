@@ -1,7 +1,8 @@
 """Blob uploads that survive a dropped connection: a blob goes up in chunks (the distribution API's
 ``PATCH`` with ``Content-Range``), and after a failure the upload asks the registry where it stands
 (``GET`` on the upload's location, its ``Range``) and goes on from there, so a connection cut at
-4.9 GB of a 5 GB layer costs the chunk in flight, not the layer.
+4.9 GB of a 5 GB layer costs the chunk in flight, not the layer. A blob no bigger than a chunk goes
+in one request: resuming it would send it all again anyway.
 
 A registry that refuses chunks (405, 501 on the first ``PATCH``) gets the blob in one ``PUT``. A
 registry that forgets an upload cut short (CNCF distribution, and so Harbor and GitLab's registry,
