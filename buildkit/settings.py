@@ -114,6 +114,14 @@ def split_credentials(url: str) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), url
 
 
+def env_whole_number(name: str, default: int, low: int, high: int) -> int:
+    """``$NAME`` as a whole number from ``low`` to ``high`` (``default`` when unset); InputError (exit 2) naming it otherwise."""
+    text = os.environ.get(name, str(default))
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise InputError(f"{name}={text!r}: give a whole number from {low} to {high}")
+    return int(text)
+
+
 def default_ca_bundle() -> Path | None:
     """The host's bundle when the environment names one (what a TLS-intercepting proxy needs)."""
     for name in ("PIP_CERT", "SSL_CERT_FILE"):

@@ -23,8 +23,8 @@ import isal
 import zstandard
 from isal import igzip_threaded
 
-from buildkit.errors import InputError
 from buildkit.plan import variant_tag
+from buildkit.settings import env_whole_number
 
 BLOCK = 1 << 20  # the gzip writer's block: its bytes depend on it, so it is never changed
 GZIP_LEVEL = 3  # ISA-L's best (0-3): 5 % more bytes than zlib -6 at an eighth of its CPU
@@ -39,11 +39,8 @@ def compress_threads() -> int:
     """Worker threads per compression: ``$ASCENDKIT_COMPRESS_THREADS``, default every core this
     process may use. Any count gives the same bytes; it moves only speed and memory (about 60 MB
     per zstd -9 worker)."""
-    text = os.environ.get("ASCENDKIT_COMPRESS_THREADS", "")
-    if text:
-        if not text.isdigit() or not 1 <= int(text) <= 256:
-            raise InputError(f"ASCENDKIT_COMPRESS_THREADS={text!r}: give a whole number from 1 to 256")
-        return int(text)
+    if os.environ.get("ASCENDKIT_COMPRESS_THREADS"):
+        return env_whole_number("ASCENDKIT_COMPRESS_THREADS", 1, 1, 256)
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux

@@ -18,7 +18,6 @@ import base64
 import hashlib
 import io
 import json
-import os
 import re
 import threading
 import time
@@ -31,6 +30,7 @@ import requests
 from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.reach import cause, http_failure, registry_failure
 from buildkit.retry import MAX_WAIT, RETRIED_STATUS, TRANSIENT, RetryPolicy
+from buildkit.settings import env_whole_number
 from buildkit.ship.credentials import Credentials, credentials_for, login_hint
 from buildkit.ship.upload import Opener, Upload
 
@@ -73,10 +73,7 @@ def host_url(host: str) -> str:
 def default_retries() -> int:
     """How many times a call is tried again: ``$ASCENDKIT_REGISTRY_RETRIES``, default 6 (about 45 s
     of a registry that stays down before the run ends)."""
-    text = os.environ.get("ASCENDKIT_REGISTRY_RETRIES", "6")
-    if not text.isdigit() or int(text) > 100:
-        raise InputError(f"ASCENDKIT_REGISTRY_RETRIES={text!r}: give a whole number from 0 to 100")
-    return int(text)
+    return env_whole_number("ASCENDKIT_REGISTRY_RETRIES", 6, 0, 100)
 
 
 class Registry:

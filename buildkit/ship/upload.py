@@ -18,7 +18,6 @@ on gives the tries back, so a long upload on a bad link finishes as long as it k
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -28,9 +27,10 @@ from typing import IO, TYPE_CHECKING, TypeVar
 
 import requests
 
-from buildkit.errors import InputError, PublishFailed, Unavailable
+from buildkit.errors import PublishFailed, Unavailable
 from buildkit.reach import cause, http_failure, registry_failure
 from buildkit.retry import RETRIED_STATUS, TRANSIENT
+from buildkit.settings import env_whole_number
 from buildkit.ship.compressors import compress_threads
 
 if TYPE_CHECKING:
@@ -43,21 +43,14 @@ _LOST = ("BLOB_UPLOAD_UNKNOWN", "BLOB_UPLOAD_INVALID")
 _OCTETS = {"Content-Type": "application/octet-stream"}
 
 
-def _whole_number(name: str, default: int, low: int, high: int) -> int:
-    text = os.environ.get(name, str(default))
-    if not text.isdigit() or not low <= int(text) <= high:
-        raise InputError(f"{name}={text!r}: give a whole number from {low} to {high}")
-    return int(text)
-
-
 def chunk_size() -> int:
     """Bytes per ``PATCH``: ``$ASCENDKIT_UPLOAD_CHUNK_MB`` MiB, default 64 (what a cut costs at most)."""
-    return _whole_number("ASCENDKIT_UPLOAD_CHUNK_MB", 64, 1, 4096) << 20
+    return env_whole_number("ASCENDKIT_UPLOAD_CHUNK_MB", 64, 1, 4096) << 20
 
 
 def parallel_uploads() -> int:
     """Blobs of one image sent at once: ``$ASCENDKIT_UPLOAD_PARALLEL``, default 4 (docker's is 5)."""
-    return _whole_number("ASCENDKIT_UPLOAD_PARALLEL", 4, 1, 32)
+    return env_whole_number("ASCENDKIT_UPLOAD_PARALLEL", 4, 1, 32)
 
 
 def check_settings() -> None:
