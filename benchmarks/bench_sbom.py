@@ -17,7 +17,7 @@ from pathlib import Path
 
 from buildkit.image.build import base_of, run_build
 from buildkit.image.buildplan import plan_build
-from buildkit.image.engine import connect
+from buildkit.image.engine import connect, engine_facts
 from buildkit.image.probe import run_probe
 from buildkit.image.sbom import dumps, sbom_document
 from buildkit.image.verify import collect_facts
@@ -45,13 +45,13 @@ def main() -> None:
             started = time.perf_counter()
             run_build(client, plan)
             rebuilds.append(time.perf_counter() - started)
-            facts = collect_facts(client, result.image_id)
+            facts = collect_facts(client, result.engine_id or result.image_id)
             started = time.perf_counter()
-            document = sbom_document(facts, plan.image, base_of(client, plan.base_image), plan.repository)
+            document = sbom_document(facts, plan.image, base_of(client, plan.base_image, engine_facts(client)), plan.repository)
             Path(out, "sbom.cdx.json").write_text(dumps(document), encoding="utf-8")
             sboms.append(time.perf_counter() - started)
             started = time.perf_counter()
-            run_probe(client, result.image_id)
+            run_probe(client, result.engine_id or result.image_id)
             probes.append(time.perf_counter() - started)
     rebuild, sbom, probe = (statistics.median(x) for x in (rebuilds, sboms, probes))
     target = max(3.0, 0.05 * rebuild)

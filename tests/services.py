@@ -3,24 +3,34 @@
     python -m tests.services start [--arm64]   # install what is missing, start, write the env file
     python -m tests.services stop              # stop what start started
 
-* dockerd from Debian's docker.io, on a private socket, data root and exec root;
-* two CNCF distribution registries (Debian's docker-registry) on 127.0.0.1, each with its own
-  storage: a publish to several registries, and a mirror from one to the other, are tested for
-  real (the second stands for the registry inside China beside quay.io);
+* the engines users run (docs/engines.md), each dockerd on a private socket, data root, exec root
+  and bridge, from Debian's own packages unpacked beside the system (tests/debian_packages.py, so
+  the same on Debian 12 and 13): **Docker 26.1.5 with the containerd image store** (trixie's
+  docker.io and containerd: what a fresh Docker 29 install and Docker Desktop use; every docker
+  test's engine), **Docker 20.10** (bookworm's: the graph-driver store and the legacy `docker save`
+  layout), and **Docker 26.1.5 on overlay2** (the OCI layout of uncompressed blobs). The latter two
+  run the tests marked ``engine_20_10`` and ``engine_overlay2``;
+* two CNCF distribution registries (Debian's docker-registry) on 127.0.0.1 per engine that runs
+  tests, each with its own storage: a publish to several registries, and a mirror from one to the
+  other, are tested for real (the second stands for the registry inside China beside quay.io), and
+  the engines' test runs at once never meet in a repository;
 * the stand-in CANN base image: Debian 12 with Python 3.11 and a clearly labelled placeholder of
   the CANN layout (set_env.sh scripts, a version file, no CANN binaries), made with debootstrap
   because the real CANN base cannot be pulled on these machines. With --arm64 an arm64 stand-in
   is made too, through qemu-user-static (both debootstraps run at once), and a second engine is
   started for the tests marked ``emulated``: on its own socket, data root and bridge, sharing
   only the registry with the first, the way the workflow's arm64 build runs on a runner of its
-  own. `make test` runs those tests there beside the others (tests/ci.py), so what they build,
-  remove and run never shows in the other tests' engine.
+  own (a Docker 20.10). `make test` runs those tests there beside the others (tests/ci.py), so
+  what they build, remove and run never shows in the other tests' engine.
 
 The env file (``$ASCENDKIT_SERVICES_DIR/env``, default /tmp/ascendkit-services/env) holds
 DOCKER_HOST, ASCENDKIT_REGISTRY, ASCENDKIT_REGISTRY2, ASCENDKIT_STANDIN_IMAGE[_ARM64],
+ASCENDKIT_ENGINE_HOSTS (every engine: ``name=unix://...`` pairs, for the tests that load one image
+into several), ASCENDKIT_DOCKER_CLI (trixie's docker CLI 26.1.5),
 ASCENDKIT_CONTAINERD (the socket of the engine's containerd, for `ctr` in the zstd tests and the
 benchmark), ASCENDKIT_SKOPEO_SIGSTORE (a skopeo with sigstore, tests/sigstore_skopeo.py) and,
-with --arm64, ASCENDKIT_EMULATED_DOCKER_HOST for the tests.
+with --arm64, ASCENDKIT_EMULATED_DOCKER_HOST for the tests. ``env.<engine>`` holds the same for
+each other engine (its DOCKER_HOST, registries and containerd).
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ import docker
 from docker.errors import NotFound
 
 from buildkit.fsio import sha256_of
+from tests import debian_packages
 from tests.sigstore_skopeo import skopeo_sigstore
 
 STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
@@ -53,12 +64,21 @@ ENV_FILE = STATE / "env"
 EMULATED_HOST_VAR = "ASCENDKIT_EMULATED_DOCKER_HOST"
 
 
+REGISTRY_PORT = int(os.environ.get("ASCENDKIT_REGISTRY_PORT", "5000"))
+TRIXIE_ENGINE = ("docker.io", "containerd", "docker-cli", "docker-buildx")  # Docker 26.1.5, containerd 1.7.24, buildx 0.13.1
+BOOKWORM_ENGINE = ("docker.io", "containerd")  # Docker 20.10.24, containerd 1.6.20
+
+
 @dataclass(frozen=True)
 class Engine:
-    """One dockerd: its files under STATE, and the bridge its containers attach to (None: docker0)."""
+    """One dockerd: its files under STATE, its packages, its store, the bridge its containers attach
+    to (None: docker0) and the registries its tests use."""
 
-    name: str  # "docker" (every test's engine), "docker-emulated" (the emulated tests')
+    name: str  # "docker" (every test's engine), "docker-20.10", "docker-overlay2", "docker-emulated"
+    suite: str  # the Debian suite its docker.io comes from: trixie (26.1.5) or bookworm (20.10)
+    containerd_store: bool = False
     bridge: tuple[str, str] | None = None  # (interface, gateway CIDR) made for it
+    registry_port: int = REGISTRY_PORT  # its registries: this port and the next
 
     @property
     def socket(self) -> Path:
@@ -72,12 +92,21 @@ class Engine:
     def host(self) -> str:
         return f"unix://{self.socket}"
 
+    @property
+    def registries(self) -> tuple[str, str]:
+        return ("registry", "registry2") if self.registry_port == REGISTRY_PORT else (f"registry-{self.name}", f"registry2-{self.name}")
 
-MAIN = Engine("docker")
+    def root(self) -> Path:
+        """Where its packages are unpacked."""
+        return debian_packages.unpacked(STATE, self.suite, TRIXIE_ENGINE if self.suite == "trixie" else BOOKWORM_ENGINE, "engine")
+
+
+MAIN = Engine("docker", "trixie", containerd_store=True)  # what a fresh Docker install gives users: every docker test
+LEGACY = Engine("docker-20.10", "bookworm", bridge=("ak-d2010", "10.215.0.1/24"), registry_port=REGISTRY_PORT + 10)
+OVERLAY2 = Engine("docker-overlay2", "trixie", bridge=("ak-overlay2", "10.216.0.1/24"), registry_port=REGISTRY_PORT + 20)
 # Its own bridge and subnet, so its iptables rules and addresses never meet docker0's.
-EMULATED = Engine("docker-emulated", bridge=("ascendkit-emu0", "10.213.0.1/24"))
-REGISTRY_PORT = int(os.environ.get("ASCENDKIT_REGISTRY_PORT", "5000"))
-REGISTRY2_PORT = REGISTRY_PORT + 1
+EMULATED = Engine("docker-emulated", "bookworm", bridge=("ascendkit-emu0", "10.213.0.1/24"))
+OTHERS = (LEGACY, OVERLAY2)  # the engines that run the tests marked for them (tests/ci.py)
 STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
 STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}
@@ -100,8 +129,12 @@ def run(*argv: str, **kwargs: object) -> None:
 
 def install_packages(arm64: bool) -> None:
     # skopeo: a registry client nobody here wrote, which the tests read pushed images back with
+    # The engines themselves are unpacked from Debian's archive (Engine.root); the system gives them
+    # runc (trixie's needs glibc 2.38: Debian 12's runc runs every engine here) and iptables.
     wanted = {
-        "dockerd": "docker.io",
+        "runc": "runc",
+        "iptables": "iptables",
+        "podman": "podman",  # its Docker-compatible API: load, save and publish from its archive (tests/test_engines.py)
         "docker-registry": "docker-registry",
         "debootstrap": "debootstrap",
         "skopeo": "skopeo",
@@ -172,9 +205,12 @@ def _make_bridge(interface: str, cidr: str) -> None:
 def start_dockerd(engine: Engine = MAIN) -> None:
     if _alive(engine.pid_file):
         return
-    log(f"starting dockerd on {engine.host}")
+    root = engine.root()
+    log(f"starting dockerd on {engine.host} ({engine.suite}: {(root / 'versions').read_text().splitlines()[1]})")
+    config = STATE / f"{engine.name}.json"  # not /etc/docker/daemon.json, which belongs to the machine
+    config.write_text(json.dumps({"features": {"containerd-snapshotter": engine.containerd_store}}) + "\n")
     argv = [
-        "dockerd",
+        str(root / "usr/sbin/dockerd"),
         "--host",
         engine.host,
         "--data-root",
@@ -183,14 +219,16 @@ def start_dockerd(engine: Engine = MAIN) -> None:
         str(STATE / f"{engine.name}-exec"),
         "--pidfile",
         str(engine.pid_file),
+        "--config-file",
+        str(config),
     ]
     if engine.bridge:
         _make_bridge(*engine.bridge)
-        config = STATE / f"{engine.name}.json"  # not /etc/docker/daemon.json, which is the first engine's
-        config.write_text("{}\n")
-        argv += ["--bridge", engine.bridge[0], "--config-file", str(config)]
-    with (STATE / f"dockerd{engine.name.removeprefix('docker')}.log").open("ab") as out:  # dockerd.log, dockerd-emulated.log
-        subprocess.Popen(argv, stdout=out, stderr=out, start_new_session=True)
+        argv += ["--bridge", engine.bridge[0]]
+    # Its own containerd, shims and docker-proxy first on the PATH; runc and iptables the system's.
+    path = f"{root / 'usr/bin'}:{root / 'usr/sbin'}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}:/usr/sbin:/sbin"
+    with (STATE / f"dockerd{engine.name.removeprefix('docker')}.log").open("ab") as out:  # dockerd.log, dockerd-20.10.log, ...
+        subprocess.Popen(argv, stdout=out, stderr=out, start_new_session=True, env={**os.environ, "PATH": path})
     _wait(f"dockerd ({engine.name})", lambda: docker.APIClient(base_url=engine.host).ping())
 
 
@@ -355,37 +393,57 @@ def build_standin(clients: list[docker.APIClient], deb_arch: str) -> str:
     return ref
 
 
+def engine_env(engine: Engine, standins: dict[str, str]) -> dict[str, str]:
+    """What the tests on ``engine`` are given: its socket, its registries, its containerd, the stand-in."""
+    return {
+        "DOCKER_HOST": engine.host,
+        "ASCENDKIT_REGISTRY": f"127.0.0.1:{engine.registry_port}",
+        "ASCENDKIT_REGISTRY2": f"127.0.0.1:{engine.registry_port + 1}",
+        "ASCENDKIT_CONTAINERD": str(containerd_socket(engine)),
+        "ASCENDKIT_STANDIN_IMAGE": standins["amd64"],
+    }
+
+
 def start(arm64: bool) -> None:
     STATE.mkdir(parents=True, exist_ok=True)
     install_packages(arm64)
-    engines = [MAIN, EMULATED] if arm64 else [MAIN]
+    engines = [MAIN, *OTHERS, *([EMULATED] if arm64 else [])]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the two suites' packages at once: downloads
+        list(pool.map(Engine.root, [MAIN, LEGACY]))
     for engine in engines:
         start_dockerd(engine)
-    start_registry()
-    start_registry("registry2", REGISTRY2_PORT)
+    for engine in [MAIN, *OTHERS]:
+        start_registry(engine.registries[0], engine.registry_port)
+        start_registry(engine.registries[1], engine.registry_port + 1)
     clients = [docker.APIClient(base_url=engine.host, timeout=600) for engine in engines]
     if arm64:
         enable_arm64_emulation()
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two debootstraps at once: mostly downloads and dpkg
-        standins = {arch: pool.submit(build_standin, clients, arch) for arch in (["amd64", "arm64"] if arm64 else ["amd64"])}
-        env = {
-            "DOCKER_HOST": MAIN.host,
-            "ASCENDKIT_REGISTRY": f"127.0.0.1:{REGISTRY_PORT}",
-            "ASCENDKIT_REGISTRY2": f"127.0.0.1:{REGISTRY2_PORT}",
-            "ASCENDKIT_CONTAINERD": str(containerd_socket()),
-            "ASCENDKIT_STANDIN_IMAGE": standins["amd64"].result(),
-            "ASCENDKIT_SKOPEO_SIGSTORE": str(skopeo_sigstore(STATE)),  # bookworm's skopeo has sigstore cut out
-            "ASCENDKIT_GITLAB_CI_LOCAL": str(install_gitlab_ci_local()),
-        }
+        arm64_clients = [c for c, e in zip(clients, engines, strict=True) if e in (MAIN, EMULATED)]
+        futures = {"amd64": pool.submit(build_standin, clients, "amd64")}
         if arm64:
-            env["ASCENDKIT_STANDIN_IMAGE_ARM64"] = standins["arm64"].result()
-            env[EMULATED_HOST_VAR] = EMULATED.host
+            futures["arm64"] = pool.submit(build_standin, arm64_clients, "arm64")
+        standins = {arch: future.result() for arch, future in futures.items()}
+    common = {
+        "ASCENDKIT_SKOPEO_SIGSTORE": str(skopeo_sigstore(STATE)),  # bookworm's skopeo has sigstore cut out
+        "ASCENDKIT_GITLAB_CI_LOCAL": str(install_gitlab_ci_local()),
+        "ASCENDKIT_DOCKER_CLI": str(MAIN.root() / "usr/bin/docker"),
+        "ASCENDKIT_ENGINE_HOSTS": " ".join(f"{e.name}={e.host}" for e in [MAIN, *OTHERS]),
+    }
+    env = {**engine_env(MAIN, standins), **common}
+    if arm64:
+        env["ASCENDKIT_STANDIN_IMAGE_ARM64"] = standins["arm64"]
+        env[EMULATED_HOST_VAR] = EMULATED.host
     ENV_FILE.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-    log(f"ready; environment in {ENV_FILE}")
+    for engine in OTHERS:
+        other = {**engine_env(engine, standins), **common}
+        (STATE / f"env.{engine.name}").write_text("".join(f"{k}={v}\n" for k, v in other.items()))
+    log(f"ready; environment in {ENV_FILE} (and env.<engine> beside it)")
 
 
 def stop() -> None:
-    for name in ("registry", "registry2", MAIN.name, EMULATED.name):
+    registries = [name for engine in (MAIN, *OTHERS) for name in engine.registries]
+    for name in (*registries, MAIN.name, *(e.name for e in OTHERS), EMULATED.name):
         pid_file = STATE / f"{name}.pid"
         if not _alive(pid_file):
             continue

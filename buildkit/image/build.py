@@ -13,6 +13,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import docker
 import requests
@@ -22,8 +23,9 @@ from buildkit.cancel import deferred, interrupted
 from buildkit.doctor.base import Check
 from buildkit.errors import BuildFailed, Unavailable, VerifyFailed
 from buildkit.fsio import write_atomic
+from buildkit.image.archive import ImageIdentity, identify
 from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, host_arch
-from buildkit.image.engine import connect, remove_containers
+from buildkit.image.engine import CONTAINERD_STORE, EngineFacts, connect, engine_facts, remove_containers
 from buildkit.image.manifest import manifest_data, recorded_check, verified_before, write_manifest
 from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
 from buildkit.image.record import build_record
@@ -109,14 +111,30 @@ def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -
     return progress.image_id
 
 
-def base_of(client: docker.APIClient, ref: str) -> BaseImage:
-    """The base as the engine has it: its registry digest when it was pulled, else its config digest."""
+def base_of(client: docker.APIClient, ref: str, engine: EngineFacts) -> BaseImage:
+    """The base as the engine has it: its registry digest when a registry gave it, else its config
+    digest (a base that was loaded, not pulled). The graph-driver stores record a repository digest
+    only from a pull or push; the containerd store gives every image one, made locally for a loaded
+    image, so there a digest counts only when the registry serves ``ref`` at that digest now."""
     inspect = client.inspect_image(ref)
     name = split_ref(ref)[0]
     digests = [d for d in inspect.get("RepoDigests") or [] if d.partition("@")[0] == name] or list(inspect.get("RepoDigests") or [])
     if digests:
-        return BaseImage(ref, sorted(digests)[0].partition("@")[2], True)
-    return BaseImage(ref, str(inspect["Id"]), False)
+        digest = sorted(digests)[0].partition("@")[2]
+        if engine.image_store != CONTAINERD_STORE or _registry_digest(ref) == digest:
+            return BaseImage(ref, digest, True)
+    return BaseImage(ref, identify(client, ref, inspect).config, False)
+
+
+def _registry_digest(ref: str, timeout: int = 20) -> str | None:
+    """The digest ``ref``'s registry serves it at, or None when the registry cannot say."""
+    quick = connect(timeout=timeout)
+    try:
+        return str(quick.inspect_distribution(ref)["Descriptor"]["digest"])
+    except (DockerException, requests.exceptions.RequestException, OSError, KeyError, TypeError):
+        return None
+    finally:
+        quick.close()
 
 
 def _tag(client: docker.APIClient, image_id: str, refs: list[str]) -> None:
@@ -130,8 +148,9 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     started = time.monotonic()
     progress = BuildProgress(reporter or QuietReporter())
     try:
+        engine = engine_facts(client)
         ensure_base_image(client, plan)
-        image_id = _build(client, plan, progress)
+        engine_id = _build(client, plan, progress)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (buildkit.cancel)
         fresh = connect(timeout=60)  # the build's own connection was closed to cancel it
         time.sleep(1)
@@ -140,42 +159,57 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     except BuildFailed:
         remove_containers(client, progress.containers)
         raise
+    except (DockerException, requests.exceptions.RequestException) as exc:
+        raise Unavailable(f"the engine failed: {engine_said(exc)}") from None
+    image = identify(client, engine_id)  # what the image is, whatever this engine calls it
     sbom = sbom_path(plan.manifest_dir, plan.manifest_name)
-    before = None if plan.reverify else verified_before(plan.manifest_dir, plan.manifest_name, image_id, plan.expected, plan.refs)
+    before = None if plan.reverify else verified_before(plan.manifest_dir, plan.manifest_name, image.config, plan.expected, plan.refs)
     if before is not None and sbom.is_file():  # an unchanged image, verified against the same matrix: tag it
         with deferred():
-            _tag(client, image_id, plan.refs)
+            _tag(client, image.engine_id, plan.refs)
         checks = [recorded_check(check) for check in before["checks"]]
-        record = build_record(plan, base_of(client, plan.base_image))
-        if before.get("build") != record:  # provenance says what this build ran from (this commit, these build args)
+        updates = {"build": build_record(plan, base_of(client, plan.base_image, engine)), **_engine_fields(before["image"], image, engine)}
+        if any(before.get(key) != value for key, value in updates.items()):  # what this build ran from and on (commit, args, engine)
             with deferred():
-                write_manifest(plan.manifest_dir, plan.manifest_name, {**before, "build": record})
+                write_manifest(plan.manifest_dir, plan.manifest_name, {**before, **updates})
         manifest = (plan.manifest_dir / f"{plan.manifest_name}.json", plan.manifest_dir / f"{plan.manifest_name}.md")
-        return _result(plan, image_id, started, progress, checks, manifest, sbom, "reused")
+        return _result(plan, image, started, progress, checks, manifest, sbom, "reused")
     try:
         facts = collect_facts(
-            client, image_id, plan.expected.distributions, plan.expected.modules, plan.expected.import_modules
+            client, image, plan.expected.distributions, plan.expected.modules, plan.expected.import_modules
         )  # its container is removed however it ends
     except KeyboardInterrupt as exc:
-        raise interrupted(exc, f"image {image_id[:19]} was built but not verified; nothing was tagged and no manifest written") from None
+        raise interrupted(
+            exc, f"image {image.config[:19]} was built but not verified; nothing was tagged and no manifest written"
+        ) from None
     checks = compare(facts, plan.expected)
-    base = base_of(client, plan.base_image)
-    data = {**manifest_data(facts, plan.expected, checks, plan.refs), "build": build_record(plan, base)}
+    base = base_of(client, plan.base_image, engine)
+    data = manifest_data(facts, plan.expected, checks, plan.refs)
+    data.update(build=build_record(plan, base), **_engine_fields(data["image"], image, engine))
     bad = failures(checks)
     with deferred():  # the manifest, the SBOM and every tag, or (stopped before this) none of them
         manifest_json, manifest_md = write_manifest(plan.manifest_dir, plan.manifest_name, data)
         if not bad:
             write_atomic(sbom, dumps(sbom_document(facts, plan.image, base, plan.repository)))
-            _tag(client, image_id, plan.refs)
+            _tag(client, image.engine_id, plan.refs)
     if bad:
         lines = "\n".join(f"    {c.name}: expected {c.expected}, found {c.actual}" for c in bad)
-        raise VerifyFailed(f"image {image_id[:19]} does not match the matrix; nothing was tagged:\n{lines}\n  manifest: {manifest_md}")
-    return _result(plan, image_id, started, progress, checks, (manifest_json, manifest_md), sbom, "ran")
+        raise VerifyFailed(f"image {image.config[:19]} does not match the matrix; nothing was tagged:\n{lines}\n  manifest: {manifest_md}")
+    return _result(plan, image, started, progress, checks, (manifest_json, manifest_md), sbom, "ran")
+
+
+def _engine_fields(recorded: dict[str, Any], image: ImageIdentity, engine: EngineFacts) -> dict[str, Any]:
+    """What the build manifest says of the engine: its facts, and the image as ``recorded`` with this
+    engine's ID of it where that is not the config digest."""
+    named = {k: v for k, v in recorded.items() if k != "engine_id"}
+    if image.engine_id != image.config:
+        named = {**named, "engine_id": image.engine_id}
+    return {"image": named, "engine": engine.describe()}
 
 
 def _result(
     plan: BuildPlan,
-    image_id: str,
+    image: ImageIdentity,
     started: float,
     progress: BuildProgress,
     checks: list[Check],
@@ -184,7 +218,8 @@ def _result(
     verification: str,
 ) -> BuildResult:
     return BuildResult(
-        image_id=image_id,
+        image_id=image.config,
+        engine_id=image.engine_id,
         refs=plan.refs,
         arch=plan.arch,
         duration_s=time.monotonic() - started,

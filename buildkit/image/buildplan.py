@@ -109,7 +109,7 @@ class BuildPlan:
 
 @dataclass(frozen=True)
 class BuildResult:
-    image_id: str
+    image_id: str  # the config digest: what the image is on every engine
     refs: list[str]
     arch: str
     duration_s: float
@@ -120,11 +120,13 @@ class BuildResult:
     manifest_md: Path
     sbom: Path
     verification: str = "ran"  # or "reused": the image ID and the expectations match a passed verification
+    engine_id: str = ""  # what the engine calls it (the containerd store: a manifest digest); "" when the config digest
 
     def describe(self) -> dict[str, Any]:
         return {
             "verification": self.verification,
             "image_id": self.image_id,
+            "engine_id": self.engine_id or self.image_id,
             "tags": self.refs,
             "arch": self.arch,
             "duration_s": round(self.duration_s, 1),

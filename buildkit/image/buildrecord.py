@@ -33,9 +33,26 @@ class _Open(BaseModel):
 
 
 class RecordedImage(_Open):
-    id: str = Field(description="The image ID (its config's digest): what was verified.")
+    id: str = Field(description="The image's config digest: what was verified, whichever engine holds it.")
+    engine_id: str = Field(
+        default="",
+        description="What the engine that built it calls it, where that is not the config digest "
+        "(Docker's containerd image store names an image by its manifest's digest).",
+    )
     tags: list[str] = Field(min_length=1, description="The local NAME:TAG references the build gave it, per arch.")
     architecture: str = ""
+
+
+class RecordedEngine(_Open):
+    """The engine a build ran on."""
+
+    product: str = Field(description="Docker Engine or Podman.")
+    version: str
+    api_version: str
+    image_store: str = Field(
+        description="containerd (Docker's containerd image store), graph driver (Docker's classic store) or containers-storage (Podman)."
+    )
+    storage_driver: str = ""
 
 
 class RecordedVariant(_Open):
@@ -86,6 +103,7 @@ class BuildRecord(_Open):
     labels: dict[str, str] = Field(default_factory=dict)
     packages: list[dict[str, str]] = Field(default_factory=list)
     build: dict[str, Any] = Field(default_factory=dict, description="What the build ran from: provenance's parameters.")
+    engine: RecordedEngine | None = Field(default=None, description="The engine the image was built and verified on.")
     published: RecordedPush | None = None
 
     @property

@@ -89,7 +89,7 @@ def build_each(
             first = str(exc).splitlines()[0]
             outcomes.append(TargetOutcome(name, "failed", time.monotonic() - started, exit_code=int(exc.exit_code), message=first))
             continue
-        size = client.inspect_image(result.image_id).get("Size")
+        size = client.inspect_image(result.engine_id or result.image_id).get("Size")
         outcomes.append(TargetOutcome(name, "built", time.monotonic() - started, size, result.image_id, digest, 0, result.refs[0]))
     return outcomes
 

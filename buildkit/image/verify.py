@@ -19,6 +19,7 @@ from packaging.version import InvalidVersion
 from buildkit.arch import normalize_arch
 from buildkit.doctor.base import Check
 from buildkit.errors import VerifyFailed
+from buildkit.image.archive import ImageIdentity, identify
 from buildkit.image.probe import run_in_image, run_probe
 
 
@@ -70,7 +71,7 @@ def _compared(name: str, expected: str, actual: str, status: str) -> Check:
 
 @dataclass(frozen=True)
 class ImageFacts:
-    image_id: str
+    image_id: str  # the config digest (buildkit.image.archive.ImageIdentity.config)
     architecture: str
     labels: dict[str, str]
     python: str
@@ -119,12 +120,16 @@ def parse_cann_version(files: dict[str, str | None]) -> tuple[str | None, str | 
 
 def collect_facts(
     client: docker.APIClient,
-    image_id: str,
+    image: str | ImageIdentity,
     distributions: tuple[str, ...] = (),
     extensions: tuple[str, ...] = (),
     imports: tuple[str, ...] = (),
 ) -> ImageFacts:
-    inspect = client.inspect_image(image_id)
+    """What the image holds, probed in short-lived containers; ``image`` a reference or an identity
+    already known (the facts name the image by its config digest, whatever the engine calls it)."""
+    inspect = client.inspect_image(image if isinstance(image, str) else image.engine_id)
+    identity = image if isinstance(image, ImageIdentity) else identify(client, image, inspect)
+    image_id = identity.engine_id
     probe = run_probe(client, image_id, distributions, extensions, imports)
     if probe.get("pip_list") is None:
         raise VerifyFailed(f"`pip list` failed in the image: {probe.get('pip_error', '')}")
@@ -135,7 +140,7 @@ def collect_facts(
     except ValueError:
         doctor_report = None
     return ImageFacts(
-        image_id=image_id,
+        image_id=identity.config,
         architecture=str(inspect.get("Architecture", "")),
         labels=dict((inspect.get("Config") or {}).get("Labels") or {}),
         python=str(probe["python"]),

@@ -22,6 +22,7 @@ import docker
 from buildkit.arch import DOCKER_ARCH
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_bytes
+from buildkit.image.archive import identify
 from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import MEDIA_TYPE, loads, sbom_path
 from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
@@ -158,6 +159,7 @@ def local_sbom(client: docker.APIClient, ref: str, manifest_dir: Path) -> tuple[
         raise InputError(f"{ref}: no SBOM at {path} (--manifest-dir: where its build wrote the manifest)")
     document = loads(read_input_bytes(path, "SBOM"), str(path))
     props = {p.get("name"): p.get("value") for p in document.get("metadata", {}).get("component", {}).get("properties", [])}
-    if props.get("ascendkit:image-id") != inspect["Id"]:
-        raise InputError(f"{path} describes image {props.get('ascendkit:image-id')}, not {ref} ({inspect['Id'][:19]}): rebuild it")
+    config = identify(client, ref, inspect).config  # the SBOM names the image by its config digest, on every engine
+    if props.get("ascendkit:image-id") != config:
+        raise InputError(f"{path} describes image {props.get('ascendkit:image-id')}, not {ref} ({config[:19]}): rebuild it")
     return document, str(path)

@@ -15,13 +15,15 @@ runner without pigz would give another.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 from dataclasses import dataclass
-from typing import IO, Protocol
+from typing import IO, Protocol, cast
 
 import isal
 import zstandard
-from isal import igzip_threaded
+from isal import igzip, igzip_threaded, isal_zlib
 
 from buildkit.plan import variant_tag
 from buildkit.settings import env_whole_number
@@ -134,3 +136,73 @@ GZIP = Compression("gzip", GZIP_LEVEL)
 ZSTD = Compression("zstd", ZSTD_LEVEL)
 # What --compression NAME publishes: gzip always (every runtime pulls it), zstd beside it on request.
 PUBLISHED = {"gzip": (GZIP,), "zstd": (GZIP, ZSTD)}
+
+
+# ---- reading a layer as an engine stored it --------------------------------------------------------
+
+# What a broken stream raises (an engine's connection failing raises what requests raises, and passes).
+_BROKEN: tuple[type[BaseException], ...] = (EOFError, igzip.BadGzipFile, cast(type[BaseException], isal_zlib.error), zstandard.ZstdError)
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+class _Counted(io.RawIOBase):
+    """A readable that hashes and counts the stored bytes as the decompressor takes them, its first
+    bytes (read to tell the format) handed out again first."""
+
+    def __init__(self, source: IO[bytes], head: bytes) -> None:
+        super().__init__()
+        self.source, self.head = source, head
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self.head:
+            data, self.head = self.head[: len(buffer)], self.head[len(buffer) :]
+        else:
+            data = self.source.read(len(buffer))
+        buffer[: len(data)] = data
+        self.sha.update(data)
+        self.size += len(data)
+        return len(data)
+
+
+class StoredLayer:
+    """A layer blob as an engine's archive holds it (gzip, zstd, or its plain tar: the containerd
+    image store keeps what it pulled or built compressed), read back as the layer itself in pieces
+    of at most ``BLOCK`` bytes; several gzip members or zstd frames are read as one. The stored
+    bytes' digest and size are taken on the way (:attr:`stored_digest`)."""
+
+    def __init__(self, source: IO[bytes]) -> None:
+        head = source.read(4)
+        self.counted = _Counted(source, head)
+        reader: IO[bytes]
+        if head.startswith(GZIP_MAGIC):
+            self.format = "gzip"
+            reader = igzip.IGzipFile(fileobj=io.BufferedReader(self.counted, BLOCK), mode="rb")  # type: ignore[no-untyped-call, assignment]
+        elif head.startswith(ZSTD_MAGIC):
+            self.format = "zstd"
+            reader = zstandard.ZstdDecompressor().stream_reader(self.counted, read_size=BLOCK, read_across_frames=True)  # type: ignore[arg-type]
+        else:
+            self.format = "none"
+            reader = self.counted  # type: ignore[assignment]
+        self.reader = reader
+
+    def read(self) -> bytes:
+        """The next piece of the layer; b"" at its end. A gzip stream cut short raises ValueError
+        (a zstd one does not: the layer's digest, checked against the config's DiffID, catches it)."""
+        try:
+            return self.reader.read(BLOCK)
+        except _BROKEN as exc:  # not the engine's connection failing
+            raise ValueError(f"the {self.format} stream is broken ({exc})") from None
+
+    @property
+    def stored_digest(self) -> str:
+        return "sha256:" + self.counted.sha.hexdigest()
+
+    @property
+    def stored_size(self) -> int:
+        return self.counted.size

@@ -12,6 +12,7 @@ import docker
 
 from buildkit.arch import normalize_arch
 from buildkit.errors import PublishFailed
+from buildkit.image.archive import ImageIdentity, identify
 from buildkit.image.buildrecord import RecordedPush, read_record, write_record
 from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import sbom_beside
@@ -22,11 +23,16 @@ from buildkit.plan import index_tag, tag_of
 class LocalImage:
     """A built, verified image and the tag names (``<name>-<arch>``) its build gave it."""
 
-    image_id: str
+    image_id: str  # its config's digest: what it is on every engine (buildkit.image.archive)
     arch: str
     arches: tuple[str, ...]  # every arch its stack is built for
     tag_names: tuple[str, ...]
     manifest: Path | None = None  # its build manifest; the SBOM sits beside it
+    engine_id: str = ""  # what the engine holding it calls it, where that is not the config digest (the containerd store)
+
+    @property
+    def identity(self) -> ImageIdentity:
+        return ImageIdentity(self.image_id, self.engine_id or self.image_id)
 
     @property
     def index_names(self) -> tuple[str, ...]:
@@ -44,16 +50,25 @@ def index_names(tag_names: tuple[str, ...], arch: str) -> tuple[str, ...]:
 
 def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> LocalImage:
     inspect, name = ascendkit_image(client, ref, "build it with `ascendkit build` first")
-    labels = inspect["Config"]["Labels"]
+    labels = (inspect.get("Config") or {}).get("Labels") or {}
     arch = normalize_arch(inspect.get("Architecture", ""))
     manifest_path = manifest_dir / f"{name}.json"
     if not manifest_path.is_file():
         raise PublishFailed(f"{ref}: no build manifest at {manifest_path}; only verified images are published (rebuild it)")
     record = read_record(manifest_path)
-    if record.image.id != inspect["Id"] or not record.passed:
-        raise PublishFailed(f"{ref}: {manifest_path} does not record a passed verification of image {inspect['Id'][:19]}; rebuild it")
+    # The record names the image by its config digest; this engine may call it otherwise (the containerd store).
+    engine_id = str(inspect["Id"])
+    if engine_id == record.image.id:
+        config = engine_id
+    elif record.image.engine_id and engine_id == record.image.engine_id:
+        config = record.image.id
+    else:
+        config = identify(client, ref, inspect).config
+    if record.image.id != config or not record.passed:
+        raise PublishFailed(f"{ref}: {manifest_path} does not record a passed verification of image {config[:19]}; rebuild it")
     names = tuple(tag_of(tag) for tag in record.image.tags)
-    return LocalImage(inspect["Id"], arch, tuple(labels.get("io.ascendkit.arches", arch).split(",")), names, manifest_path)
+    arches = tuple(labels.get("io.ascendkit.arches", arch).split(","))
+    return LocalImage(config, arch, arches, names, manifest_path, "" if engine_id == config else engine_id)
 
 
 def record_published(image: LocalImage, registries: dict[str, dict[str, Any]]) -> None:

@@ -22,18 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import docker
-import requests
-from docker.errors import DockerException
 
-from buildkit.errors import PublishFailed, Unavailable
+from buildkit.errors import PublishFailed
 from buildkit.fsio import read_input_bytes
 from buildkit.image.buildrecord import read_record
 from buildkit.imageref import RegistryRef
 from buildkit.plan import arch_tag
-from buildkit.reach import engine_said
 from buildkit.ship.attach import Attached, stage_sbom
 from buildkit.ship.compose import Form, image_manifest, index_manifest
-from buildkit.ship.layers import GZIP, ZSTD, Blob, Compression, CompressionCache, export
+from buildkit.ship.export import gather_blobs
+from buildkit.ship.layers import Blob, Compression, CompressionCache
 from buildkit.ship.local import LocalImage, record_published
 from buildkit.ship.options import Published, ShipOptions, Target
 from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, digest_of
@@ -49,12 +47,6 @@ Say = Callable[[str], None]
 # ---- blobs ------------------------------------------------------------------------------------------
 
 
-def _has(target: Target, digest: str, cache: CompressionCache) -> int | None:
-    """The size of ``digest`` in the target's repository, mounted from another repository of the same
-    registry the cache saw holding it where needed; None when the target still lacks it."""
-    return target.registry.find_blob(target.ref.repository, digest, reversed(cache.seen(target.ref.host, digest)))
-
-
 def _send(target: Target, blob: Blob, *, cache: CompressionCache, tell: Say, present: set[tuple[str, str]]) -> None:
     """Make sure ``target`` has ``blob``: there already (``present`` holds what was found so this run), mounted, or sent."""
     if (target.name, blob.digest) not in present:
@@ -63,71 +55,6 @@ def _send(target: Target, blob: Blob, *, cache: CompressionCache, tell: Say, pre
         if how == "sent" and blob.size > 1 << 20:
             tell(f"{target.name}: sent blob {blob.digest[:19]} ({blob.size / 1e6:.0f} MB)")
     cache.saw(target.ref.host, blob.digest, target.ref.repository)
-
-
-@dataclass
-class _Blobs:
-    config: Blob
-    layers: dict[str, list[Blob]]  # compression name -> the image's layers in order
-    present: set[tuple[str, str]]  # (target, digest) found there while gathering: not looked up again
-
-
-def _gather(
-    client: docker.APIClient,
-    image: LocalImage,
-    targets: list[Target],
-    options: ShipOptions,
-    cache: CompressionCache,
-    spool: Path,
-    tell: Say,
-) -> _Blobs:
-    """The image's blobs for every variant: from the cache where every target already has them,
-    else exported from the engine and compressed here."""
-    try:
-        diff_ids: list[str] = list(client.inspect_image(image.image_id)["RootFS"]["Layers"])
-    except (DockerException, requests.exceptions.RequestException) as exc:
-        raise Unavailable(f"reading image {image.image_id[:19]} from the engine failed: {engine_said(exc)}") from None
-    compressions = list(options.compressions)
-    known: dict[tuple[str, str], Blob] = {}
-    wanted: dict[str, tuple[Compression, ...]] = {}
-    present: set[tuple[str, str]] = set()
-
-    def everywhere(digest: str) -> list[int]:
-        """The sizes of ``digest`` in the targets that have it (looked up until one lacks it)."""
-        sizes = []
-        for target in targets:
-            size = _has(target, digest, cache)
-            if size is None:
-                break
-            present.add((target.name, digest))
-            sizes.append(size)
-        return sizes
-
-    for diff_id in dict.fromkeys(diff_ids):
-        for compression in compressions:
-            hit = cache.get(compression, diff_id)
-            if hit is not None and len(everywhere(hit.digest)) == len(targets):
-                known[(diff_id, compression.name)] = hit
-            else:
-                wanted[diff_id] = (*wanted.get(diff_id, ()), compression)
-    config_sizes = everywhere(image.image_id)
-    config: Blob | None = None
-    if len(config_sizes) == len(targets):
-        config = Blob(image.image_id, config_sizes[0])
-    if wanted or config is None:
-        tell(f"exporting {image.image_id[:19]} from the engine ({len(wanted)} of {len(set(diff_ids))} layers to compress)")
-        sizes = {d: size for d in diff_ids if d not in wanted and (size := cache.raw_size(d)) is not None}
-        config_bytes, made = export(client, image.image_id, wanted, spool, known_sizes=sizes, tell=tell)
-        path = spool / "config.json"
-        path.write_bytes(config_bytes)
-        config = Blob(image.image_id, len(config_bytes), path)
-        for diff_id, blobs in made.items():
-            for name, blob in blobs.items():
-                compression = GZIP if name == "gzip" else ZSTD
-                known[(diff_id, name)] = blob
-                cache.put(compression, diff_id, blob, blob.raw_size)
-    layers = {c.name: [known[(diff_id, c.name)] for diff_id in diff_ids] for c in compressions}
-    return _Blobs(config, layers, present)
 
 
 # ---- publishing one image ---------------------------------------------------------------------------
@@ -186,7 +113,7 @@ def push_image(
     build = read_record(image.manifest).as_dict() if image.manifest is not None else {}
     with tempfile.TemporaryDirectory(prefix="ascendkit-ship-") as tmp:
         try:
-            blobs = _gather(client, image, targets, options, cache, Path(tmp), tell)
+            blobs = gather_blobs(client, image, targets, options, cache, Path(tmp), tell)
             manifests = [
                 (variant, *image_manifest(blobs.config, blobs.layers[variant.name], options.form, variant.name))
                 for variant in options.compressions

@@ -122,5 +122,7 @@ def push_built(
 ) -> PublishOutcome:
     """What a build just verified and tagged, pushed as ``build --push`` and :func:`buildkit.build_and_push` do:
     the index over the arches the registries already have, not refused while one is missing."""
-    image = LocalImage(result.image_id, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags, result.manifest_json)
+    arches = tuple(loaded.matrix.stacks[plan.stack_id].arches)
+    engine_id = "" if result.engine_id in ("", result.image_id) else result.engine_id
+    image = LocalImage(result.image_id, plan.arch, arches, plan.tags, result.manifest_json, engine_id)
     return publish_image(client, image, list(push.targets), want_index=push.index, require_index=False, options=push.options, say=say)

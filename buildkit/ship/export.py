@@ -1,0 +1,325 @@
+"""An image's blobs for publishing, from the cache where every registry has them, else out of the
+engine: ``docker save`` read as it streams, whatever layout the engine writes
+(:mod:`buildkit.image.archive`). A layer the engine stored compressed (the containerd image store)
+is decompressed on the way; every layer's DiffID is taken from the decompressed stream and
+checked against the image's config, and the config against the digest the build verified. Each
+layer goes into its compressors (:mod:`.layers`) as it leaves the engine, so no uncompressed
+layer is ever written to disk."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import docker
+import requests
+from docker.errors import DockerException
+
+from buildkit.errors import PublishFailed, Unavailable
+from buildkit.image.archive import SMALL, ArchiveUnreadable, ImageIdentity, blob_digest, link_target, saved_image
+from buildkit.image.stream import ChunkReader, saved
+from buildkit.reach import engine_said
+from buildkit.ship.compressors import StoredLayer
+from buildkit.ship.layers import CHUNK, GZIP, ZSTD, Blob, Compressing, Compression, CompressionCache
+from buildkit.ship.local import LocalImage
+from buildkit.ship.options import ShipOptions, Target
+
+Say = Callable[[str], None]
+
+
+# ---- which blobs an image needs, and which the registries have --------------------------------------
+
+
+def has_blob(target: Target, digest: str, cache: CompressionCache) -> int | None:
+    """The size of ``digest`` in the target's repository, mounted from another repository of the same
+    registry the cache saw holding it where needed; None when the target still lacks it."""
+    return target.registry.find_blob(target.ref.repository, digest, reversed(cache.seen(target.ref.host, digest)))
+
+
+@dataclass
+class ImageBlobs:
+    config: Blob
+    layers: dict[str, list[Blob]]  # compression name -> the image's layers in order
+    present: set[tuple[str, str]]  # (target, digest) found there while gathering: not looked up again
+
+
+def gather_blobs(
+    client: docker.APIClient,
+    image: LocalImage,
+    targets: list[Target],
+    options: ShipOptions,
+    cache: CompressionCache,
+    spool: Path,
+    tell: Say,
+) -> ImageBlobs:
+    """The image's blobs for every variant: from the cache where every target already has them,
+    else exported from the engine and compressed here."""
+    try:
+        inspect = client.inspect_image(image.identity.engine_id)
+    except (DockerException, requests.exceptions.RequestException) as exc:
+        raise Unavailable(f"reading image {image.image_id[:19]} from the engine failed: {engine_said(exc)}") from None
+    diff_ids: list[str] = list((inspect.get("RootFS") or {}).get("Layers") or [])
+    compressions = list(options.compressions)
+    known: dict[tuple[str, str], Blob] = {}
+    wanted: dict[str, tuple[Compression, ...]] = {}
+    present: set[tuple[str, str]] = set()
+
+    def everywhere(digest: str) -> list[int]:
+        """The sizes of ``digest`` in the targets that have it (looked up until one lacks it)."""
+        sizes = []
+        for target in targets:
+            size = has_blob(target, digest, cache)
+            if size is None:
+                break
+            present.add((target.name, digest))
+            sizes.append(size)
+        return sizes
+
+    for diff_id in dict.fromkeys(diff_ids):
+        for compression in compressions:
+            hit = cache.get(compression, diff_id)
+            if hit is not None and len(everywhere(hit.digest)) == len(targets):
+                known[(diff_id, compression.name)] = hit
+            else:
+                wanted[diff_id] = (*wanted.get(diff_id, ()), compression)
+    config_sizes = everywhere(image.image_id)
+    config: Blob | None = None
+    if len(config_sizes) == len(targets):
+        config = Blob(image.image_id, config_sizes[0])
+    if wanted or config is None:
+        tell(f"exporting {image.image_id[:19]} from the engine ({len(wanted)} of {len(set(diff_ids))} layers to compress)")
+        sizes = {d: size for d in diff_ids if d not in wanted and (size := cache.raw_size(d)) is not None}
+        stored = {d: d for d in diff_ids} | {s: d for s, d in cache.stored_layers().items() if d in diff_ids}
+        exported = export(client, image.identity, wanted, spool, known_sizes=sizes, stored_layers=stored, tell=tell)
+        if json.loads(exported.config).get("rootfs", {}).get("diff_ids") != diff_ids:
+            raise PublishFailed(f"image {image.image_id[:19]}: the engine's inspect and its exported config list different layers")
+        path = spool / "config.json"
+        path.write_bytes(exported.config)
+        config = Blob(image.image_id, len(exported.config), path)
+        for stored_digest, diff_id in exported.stored.items():
+            if stored_digest != diff_id:
+                cache.stored_as(stored_digest, diff_id)
+        for diff_id, blobs in exported.layers.items():
+            for name, blob in blobs.items():
+                compression = GZIP if name == "gzip" else ZSTD
+                known[(diff_id, name)] = blob
+                cache.put(compression, diff_id, blob, blob.raw_size)
+    layers = {c.name: [known[(diff_id, c.name)] for diff_id in diff_ids] for c in compressions}
+    return ImageBlobs(config, layers, present)
+
+
+# ---- reading the engine's archive ------------------------------------------------------------------
+
+
+EXPORT_ATTEMPTS = 3  # an engine restarting mid-export (a daemon upgrade, an OOM kill) is waited for, twice
+
+
+@dataclass
+class Exported:
+    """What an export gave: the config's bytes, each wanted layer's blobs (DiffID -> compression name
+    -> blob), and which layer each blob of the engine's store named by its own digest holds."""
+
+    config: bytes
+    layers: dict[str, dict[str, Blob]]
+    stored: dict[str, str] = field(default_factory=dict)  # stored digest -> DiffID
+
+
+def export(
+    client: docker.APIClient,
+    image: ImageIdentity,
+    wanted: dict[str, tuple[Compression, ...]],
+    spool: Path,
+    *,
+    known_sizes: dict[str, int] | None = None,
+    stored_layers: Mapping[str, str] | None = None,
+    tell: Callable[[str], None] = lambda _: None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Exported:
+    """The config of ``image`` and, for each DiffID of ``wanted``, its layer compressed each way
+    asked, into ``spool``, as the export streams out of the engine.
+
+    What is read past unread: a blob named by a digest ``stored_layers`` (stored digest -> DiffID;
+    a DiffID names itself) maps to an unwanted layer; and, in a legacy archive, whose members are
+    named by ids that are not digests, a layer of one of ``known_sizes`` (the uncompressed sizes of
+    unwanted layers, from the cache). Any other layer is compressed on the way and dropped if it
+    was not wanted after all; a wanted layer that had one of those sizes is exported again. An
+    export the engine cuts off is started again (after 5 s, then 10 s); Unavailable when the
+    engine keeps failing."""
+    skip = set((known_sizes or {}).values())
+    result = Exported(b"", {})
+    attempt = 0
+    while True:
+        try:
+            config, stored = _export(
+                client, image, {d: w for d, w in wanted.items() if d not in result.layers}, spool, skip, stored_layers or {}, result, tell
+            )
+        except Unavailable as exc:
+            if attempt == EXPORT_ATTEMPTS - 1:
+                raise
+            tell(f"{exc}; exporting again in {5 * 2**attempt} s")
+            sleep(5 * 2**attempt)
+            attempt += 1
+            continue
+        result.config = config
+        result.stored.update(stored)
+        lacking = sorted(set(wanted) - set(result.layers))
+        if not lacking or not skip:
+            break
+        tell(f"{len(lacking)} layer(s) had the size of a layer the registries have: exporting again to compress them")
+        skip = set()
+    if lacking:
+        raise PublishFailed(f"exporting image {image.engine_id[:19]}: the engine's archive lacks layer {lacking[0]}")
+    return result
+
+
+class _Reading:
+    """One pass over an engine's archive: the small members kept, the large layers read through
+    their compressors as they pass, what each turned out to be."""
+
+    def __init__(
+        self, image: ImageIdentity, wanted: dict[str, tuple[Compression, ...]], spool: Path, found: dict[str, dict[str, Blob]]
+    ) -> None:
+        self.image, self.wanted, self.spool, self.found = image, wanted, spool, found
+        self.every_way = tuple({c.name: c for ways in wanted.values() for c in ways}.values())
+        self.small: dict[str, bytes] = {}
+        self.links: dict[str, str] = {}
+        self.names: set[str] = set()
+        self.read: dict[str, str] = {}  # member -> the DiffID its (decompressed) contents have
+        self.stored: dict[str, str] = {}  # stored digest -> DiffID, for blobs named by their digest
+        self.serial = 0
+        self.layer: Compressing | None = None
+
+    def lacking(self) -> bool:
+        return any(d not in self.found for d in self.wanted)
+
+    def where(self) -> str:
+        return f"exporting image {self.image.engine_id[:19]}"
+
+    def layer_from(self, name: str, source: IO[bytes], size: int, ways: tuple[Compression, ...], expected: str | None) -> str:
+        """Read member ``name`` (``size`` bytes as stored) as a layer through ``ways``; its DiffID,
+        checked against ``expected`` (the config's) and against the digest its name gives."""
+        self.serial += 1
+        self.layer = Compressing(ways, self.spool, self.serial)
+        stored = StoredLayer(source)
+        try:
+            while piece := stored.read():
+                self.layer.write(piece)
+            while stored.counted.read(CHUNK):  # a stream that ended early leaves the rest unread: counted, then refused
+                pass
+        except ValueError as exc:
+            raise PublishFailed(f"{self.where()}: {name}: {exc}") from None
+        named = blob_digest(name)
+        if stored.stored_size != size or (named is not None and stored.stored_digest != named):
+            raise PublishFailed(
+                f"{self.where()}: {name} holds {stored.stored_size} bytes of digest {stored.stored_digest}, not what its name "
+                "and size say: the engine's image store is damaged (`docker image rm` it and build or pull it again)"
+            )
+        diff_id = self.layer.diff_id
+        if expected is not None and diff_id != expected:
+            raise PublishFailed(
+                f"{self.where()}: {name} decompresses ({stored.format}) to layer {diff_id}, but the image's config lists {expected}"
+            )
+        if named is not None:
+            self.stored[named] = diff_id
+        keep = self.wanted.get(diff_id, ()) if diff_id not in self.found else ()
+        blobs, self.layer = self.layer.finish(self.spool, keep), None
+        if keep:
+            self.found[diff_id] = blobs
+        self.read[name] = diff_id
+        return diff_id
+
+    def member(
+        self,
+        archive: tarfile.TarFile,
+        member: tarfile.TarInfo,
+        skip: set[int],
+        stored_layers: Mapping[str, str],
+        tell: Callable[[str], None],
+    ) -> None:
+        if member.issym() or member.islnk():
+            self.links[member.name] = link_target(member)
+            return
+        if not member.isfile():
+            return
+        self.names.add(member.name)
+        source = archive.extractfile(member)
+        assert source is not None
+        if member.size <= SMALL:
+            self.small[member.name] = source.read()
+            return
+        named = blob_digest(member.name)
+        known = stored_layers.get(named, named if named in self.wanted else None) if named else None
+        if not self.lacking() or (known is not None and (known not in self.wanted or known in self.found)):
+            return  # nothing left to compress, or a layer every registry has: read past
+        if named is None and member.size in skip:
+            return  # most likely a layer every registry has: read past (a wanted one is exported again)
+        ways = self.wanted[known] if known is not None else self.every_way
+        tell(f"compressing a layer of {member.size / 1e6:.0f} MB as it leaves the engine: {', '.join(c.key for c in ways)}")
+        self.layer_from(member.name, source, member.size, ways, known)
+
+    def finish(self) -> bytes:
+        """After the last member: the config, checked to be the image's; each layer of the archive's
+        manifest checked against the config's DiffIDs, the small ones compressed now."""
+        try:
+            saved_as = saved_image(self.small, self.links)
+        except ArchiveUnreadable as exc:
+            raise PublishFailed(f"{self.where()}: the engine's archive is unreadable ({exc})") from None
+        config = self.small.get(saved_as.config)
+        if config is None or "sha256:" + hashlib.sha256(config).hexdigest() != self.image.config:
+            said = "lacks it" if config is None else f"holds {'sha256:' + hashlib.sha256(config).hexdigest()}"
+            raise PublishFailed(
+                f"{self.where()}: the engine's archive has no config with that digest ({self.image.config} was verified; it {said})"
+            )
+        try:
+            diff_ids = list(json.loads(config)["rootfs"]["diff_ids"])
+        except (ValueError, KeyError, TypeError):
+            raise PublishFailed(f"{self.where()}: its config lists no layers (rootfs.diff_ids)") from None
+        if len(diff_ids) != len(saved_as.layers):
+            raise PublishFailed(f"{self.where()}: the archive lists {len(saved_as.layers)} layers, the config {len(diff_ids)}")
+        for name, diff_id in zip(saved_as.layers, diff_ids, strict=True):
+            if name in self.small:
+                ways = self.wanted.get(diff_id, ()) if diff_id not in self.found else ()
+                data = self.small[name]
+                self.layer_from(name, io.BytesIO(data), len(data), ways, diff_id)
+            elif name in self.read and self.read[name] != diff_id:
+                raise PublishFailed(
+                    f"{self.where()}: {name} decompresses to layer {self.read[name]}, but the image's config lists {diff_id} there"
+                )
+            elif name not in self.names and diff_id in self.wanted and diff_id not in self.found:
+                raise PublishFailed(f"{self.where()}: the engine's archive lacks layer {diff_id} ({name})")
+        return config
+
+    def discard(self) -> None:
+        if self.layer is not None:
+            self.layer.discard()
+
+
+def _export(
+    client: docker.APIClient,
+    image: ImageIdentity,
+    wanted: dict[str, tuple[Compression, ...]],
+    spool: Path,
+    skip: set[int],
+    stored_layers: Mapping[str, str],
+    result: Exported,
+    tell: Callable[[str], None],
+) -> tuple[bytes, dict[str, str]]:
+    reading = _Reading(image, wanted, spool, result.layers)
+    try:
+        with saved(client, image.engine_id, CHUNK) as chunks, tarfile.open(fileobj=ChunkReader(chunks), mode="r|") as archive:  # type: ignore[call-overload]
+            for member in archive:
+                reading.member(archive, member, skip, stored_layers, tell)
+        return reading.finish(), reading.stored
+    except (DockerException, requests.exceptions.RequestException) as exc:
+        raise Unavailable(f"exporting image {image.engine_id[:19]} from the engine failed: {engine_said(exc)}") from None
+    except tarfile.TarError as exc:
+        raise PublishFailed(f"exporting image {image.engine_id[:19]}: the engine's archive is unreadable ({exc})") from None
+    finally:
+        reading.discard()
