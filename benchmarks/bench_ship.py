@@ -41,6 +41,7 @@ from buildkit.image.buildplan import plan_build
 from buildkit.image.engine import connect
 from buildkit.imageref import RegistryRef
 from buildkit.matrix.load import load_matrix
+from buildkit.ship.compressors import StoredLayer
 from buildkit.ship.layers import GZIP, ZSTD, Compression
 from buildkit.ship.local import LocalImage
 from buildkit.ship.options import ShipOptions, Target
@@ -62,11 +63,13 @@ def test_image(client: docker.APIClient, manifests: Path, standin: str) -> Local
     loaded = load_matrix(TEST_MATRIX)
     plan = plan_build(loaded, "a3", arch="x86_64", base_image=standin, repository="bench/verl", manifest_dir=manifests)
     result = run_build(client, plan)
-    return LocalImage(result.image_id, "x86_64", ("x86_64",), plan.tags, result.manifest_json)
+    engine_id = "" if result.engine_id == result.image_id else result.engine_id
+    return LocalImage(result.image_id, "x86_64", ("x86_64",), plan.tags, result.manifest_json, engine_id)
 
 
 def biggest_layer(client: docker.APIClient, image_id: str, dest: Path, limit: int | None) -> int:
-    """The largest layer of the image, uncompressed, into ``dest`` (its first ``limit`` bytes); its size."""
+    """The largest layer of the image, uncompressed (the containerd store may hold it compressed), into
+    ``dest`` (its first ``limit`` bytes); its size."""
     best: tuple[int, str] = (0, "")
     chunks = client.get_image(image_id, chunk_size=1 << 20)
     with tempfile.TemporaryFile() as archive:
@@ -79,10 +82,11 @@ def biggest_layer(client: docker.APIClient, image_id: str, dest: Path, limit: in
                     best = (member.size, member.name)
             source = tar.extractfile(best[1])
             assert source is not None
+            layer = StoredLayer(source)
             with dest.open("wb") as out:
-                remaining = limit or best[0]
-                while remaining > 0 and (piece := source.read(min(1 << 20, remaining))):
-                    out.write(piece)
+                remaining = limit or (1 << 62)
+                while remaining > 0 and (piece := layer.read()):
+                    out.write(piece[:remaining])
                     remaining -= len(piece)
     return dest.stat().st_size
 
@@ -206,14 +210,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-ship-") as tmp:
         os.environ["ASCENDKIT_CACHE"] = str(Path(tmp) / "cache")  # every layer compressed by this run, none remembered
         image = test_image(client, Path(tmp) / "manifests", env["ASCENDKIT_STANDIN_IMAGE"])
-        size = biggest_layer(client, image.image_id, Path(tmp) / "layer.tar", 64 << 20 if args.quick else None)
+        size = biggest_layer(client, image.identity.engine_id, Path(tmp) / "layer.tar", 64 << 20 if args.quick else None)
         level_rows = levels(Path(tmp) / "layer.tar", args.quick)
         side_by_side = gzip_vs_zstd(client, image, env["ASCENDKIT_REGISTRY2"], env["ASCENDKIT_CONTAINERD"], runs)
         small = build_small_image(client, Path(tmp) / "small") if args.quick else None
         faults = fault_modes(client, small or image, env["ASCENDKIT_REGISTRY2"])
         signed = signing(client, small or image, env["ASCENDKIT_REGISTRY2"])
         if small is not None:
-            client.remove_image(small.image_id, force=True)
+            client.remove_image(small.identity.engine_id, force=True)
 
     gzip_row = level_rows[0]
     print(f"compression of the test image's biggest layer ({size / 1e6:.0f} MB{', a sample' if args.quick else ''}):")

@@ -5,14 +5,22 @@ they can be.
 
 The jobs, and what each waits for::
 
-    job        waits for         runs
-    services   -                 python -m tests.services start [--arm64]: engines, registry, stand-ins
-    lint       -                 make lint
-    unit       lint              pytest -m "not docker and not network": no engine, every proxy dead, an empty cache
-    network    lint              pytest -m "network and not docker": what truly needs PyPI (resolving, downloading)
-    docker     lint, services    pytest -m "docker and not emulated", on the tests' engine
-    emulated   services          pytest -m emulated, on the emulated engine (only with --arm64)
-    bench      unit, docker      make bench-quick
+    job              waits for         runs
+    services         -                 python -m tests.services start [--arm64]: engines, registries, stand-ins
+    lint             -                 make lint
+    unit             lint              pytest -m "not docker and not network": no engine, every proxy dead, an empty cache
+    network          lint              pytest -m "network and not docker": what truly needs PyPI (resolving, downloading)
+    docker           lint, services    pytest -m "docker and not emulated", on Docker 26.1.5 with the containerd image store
+    docker-20.10     lint, services    pytest -m "docker and engine_20_10 and not emulated", on Docker 20.10
+    docker-overlay2  lint, services    pytest -m "docker and engine_overlay2 and not emulated", on Docker 26.1.5 on overlay2
+    emulated         services          pytest -m emulated, on the emulated engine (only with --arm64)
+    bench            unit, docker      make bench-quick
+
+Every docker test runs on the engine a fresh Docker install gives (the containerd image store);
+what differs between engines (build, load, export, publish, mirror, smoke, verify, the host-contract
+containers) runs on Docker 20.10 too, and export and publish on Docker 26 over overlay2 (the OCI
+layout of uncompressed blobs): each of those jobs has its engine, its registries and its env file
+(tests/services.py), so nothing one pushes or removes shows in another.
 
 The emulated tests (the default stack's real arm64 layers, installed and importing verl under
 qemu) take about as long as all the other jobs together: run beside them, the whole takes the
@@ -86,6 +94,16 @@ def services_env() -> dict[str, str]:
     return {key: value for key, value in pairs}
 
 
+def engine_env(name: str) -> Callable[[], dict[str, str]]:
+    """The env file `tests.services start` wrote for engine ``name`` (``env.<name>``)."""
+
+    def read() -> dict[str, str]:
+        path = ENV_FILE.with_name(f"env.{name}")
+        return {key: value for key, value in (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)}
+
+    return read
+
+
 def emulated_env() -> dict[str, str]:
     env = services_env()
     return {**env, "DOCKER_HOST": env[EMULATED_HOST_VAR]}
@@ -126,6 +144,8 @@ def jobs_for(arm64: bool) -> list[Job]:
         Job("unit", pytest_argv("unit", "not docker and not network"), needs=("lint",), env=offline_env),
         Job("network", pytest_argv("network", "network and not docker"), needs=("lint",)),
         Job("docker", pytest_argv("docker", "docker and not emulated" if arm64 else "docker"), ("lint", "services"), services_env),
+        Job("docker-20.10", pytest_argv("d2010", "docker and engine_20_10 and not emulated"), ("lint", "services"), engine_env("docker-20.10")),
+        Job("docker-overlay2", pytest_argv("overlay2", "docker and engine_overlay2 and not emulated"), ("lint", "services"), engine_env("docker-overlay2")),
         Job("bench", [*make, "bench-quick"], ("unit", "docker"), services_env),
     ]
     if arm64:

@@ -428,7 +428,7 @@ def start(arm64: bool) -> None:
         "ASCENDKIT_SKOPEO_SIGSTORE": str(skopeo_sigstore(STATE)),  # bookworm's skopeo has sigstore cut out
         "ASCENDKIT_GITLAB_CI_LOCAL": str(install_gitlab_ci_local()),
         "ASCENDKIT_DOCKER_CLI": str(MAIN.root() / "usr/bin/docker"),
-        "ASCENDKIT_ENGINE_HOSTS": " ".join(f"{e.name}={e.host}" for e in [MAIN, *OTHERS]),
+        "ASCENDKIT_ENGINE_HOSTS": ",".join(f"{e.name}={e.host}" for e in [MAIN, *OTHERS]),  # no spaces: the file is sourced by sh
     }
     env = {**engine_env(MAIN, standins), **common}
     if arm64:

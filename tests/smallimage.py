@@ -12,6 +12,7 @@ from pathlib import Path
 
 import docker
 
+from buildkit.image.archive import identify
 from buildkit.ship.local import LocalImage
 
 
@@ -32,8 +33,11 @@ def build_small_image(client: docker.APIClient, manifests: Path) -> LocalImage:
         image_id = event.get("aux", {}).get("ID", image_id)
     if not image_id:
         raise RuntimeError("the small image did not build")
+    identity = identify(client, image_id)  # the containerd store names it by its manifest's digest
     manifests.mkdir(parents=True, exist_ok=True)
     manifest = manifests / "fault-x86_64.json"
-    manifest.write_text(json.dumps({"passed": True, "image": {"id": image_id, "tags": ["x/faults:fault-x86_64"]}}))
+    recorded = {"id": identity.config, "engine_id": identity.engine_id, "tags": ["x/faults:fault-x86_64"]}
+    manifest.write_text(json.dumps({"passed": True, "image": recorded}))
     (manifests / "fault-x86_64.cdx.json").write_text('{"bomFormat": "CycloneDX", "specVersion": "1.6", "components": []}\n')
-    return LocalImage(image_id, "x86_64", ("x86_64",), ("fault-x86_64", "alias-x86_64"), manifest)
+    engine_id = "" if identity.engine_id == identity.config else identity.engine_id
+    return LocalImage(identity.config, "x86_64", ("x86_64",), ("fault-x86_64", "alias-x86_64"), manifest, engine_id)

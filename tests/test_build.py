@@ -67,7 +67,7 @@ def test_compiled_extensions_are_checked_and_a_build_without_them_fails_naming_t
     (ext,) = [c for c in manifest["checks"] if c["name"].startswith("extension")]
     assert ext["name"] == "extension vllm" and ext["status"] == "ok", ext
     assert "/markupsafe/_speedups.cpython-311-x86_64-linux-gnu.so: " in ext["actual"] and "libraries resolve" in ext["actual"]
-    facts = collect_facts(docker_env.client, built["image_id"], (), ("markupsafe._speedups", "iniconfig._kernels"))
+    facts = collect_facts(docker_env.client, built["engine_id"], (), ("markupsafe._speedups", "iniconfig._kernels"))
     claimed = Expected("teststack", "a3", ("a3",), "debian12", "x86_64", "3.11", "8.3.RC1", "b", (), (),
                        extensions=(("vllm", "markupsafe._speedups"), ("vllm_ascend", "iniconfig._kernels")))  # fmt: skip
     checks = {c.name: c for c in extension_checks(facts, claimed)}
@@ -152,7 +152,7 @@ def test_pip_and_uv_install_the_same_distributions(docker_env: DockerEnv, built:
         rows: dict[str, list[str]] = json.loads(out)
         return rows
 
-    with_uv, with_pip = installed(built["image_id"]), installed(by_pip["image_id"])
+    with_uv, with_pip = installed(built["engine_id"]), installed(by_pip["engine_id"])
     assert {name: row[0] for name, row in with_uv.items()} == {name: row[0] for name, row in with_pip.items()}
     lock = read_lock(TEST_MATRIX.parent / "locks" / "teststack-x86_64.txt")
     locked = {package.key for layer, package in lock.packages if layer != UV_LAYER}
@@ -224,7 +224,8 @@ def test_a_stopped_build_leaves_no_tag_container_or_manifest(
 
 
 def _scan_saved_image(env: DockerEnv, image_id: str, needles: dict[str, bytes]) -> dict[str, list[str]]:
-    """Every place (layer file, config, manifest) where each needle occurs in `docker save`."""
+    """Every place (layer file, config, manifest) where each needle occurs in `docker save`, in any
+    engine's layout: a layer is read as a tar once decompressed (the containerd store keeps it gzip)."""
     found: dict[str, list[str]] = {name: [] for name in needles}
     blob = b"".join(env.client.get_image(image_id))
     with tarfile.open(fileobj=io.BytesIO(blob)) as outer:
@@ -232,9 +233,14 @@ def _scan_saved_image(env: DockerEnv, image_id: str, needles: dict[str, bytes]) 
             data = outer.extractfile(member)
             if data is None:
                 continue
-            content = data.read()
-            if member.name.endswith("layer.tar"):
-                with tarfile.open(fileobj=io.BytesIO(content)) as layer:
+            stored = StoredLayer(data)
+            content = b"".join(iter(stored.read, b""))
+            try:
+                layer = tarfile.open(fileobj=io.BytesIO(content))
+            except tarfile.TarError:
+                layer = None
+            if layer is not None and member.name not in ("manifest.json", "index.json") and not content.startswith(b"{"):
+                with layer:
                     for entry in layer.getmembers():
                         handle = layer.extractfile(entry) if entry.isfile() else None
                         body = handle.read() if handle else b""
@@ -266,7 +272,7 @@ def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, tmp_path:
         "--no-cache", "--repo", "secrets/verl", "--json", "-q",
         cwd=tmp_path, check=True,
     )  # fmt: skip
-    image_id = json.loads(proc.stdout)["image_id"]
+    image_id = json.loads(proc.stdout)["engine_id"]  # what this engine calls it (the containerd store: a manifest digest)
     assert token not in proc.stdout + proc.stderr  # nor in the build's own log
 
     found = _scan_saved_image(

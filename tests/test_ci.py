@@ -98,20 +98,29 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def test_every_test_runs_in_exactly_one_job() -> None:
-    """The jobs' marker expressions split the suite: none left out, none run twice."""
+ENGINE_JOBS = {"docker-20.10": "engine_20_10", "docker-overlay2": "engine_overlay2"}  # each reruns the tests marked for its engine
+
+
+def test_every_test_runs_in_exactly_one_job_and_the_marked_ones_on_their_engine_too() -> None:
+    """The jobs' marker expressions split the suite: none left out, none run twice on one engine; a
+    docker test marked for another engine runs there as well, and only such a test."""
     for arm64 in (True, False):
         jobs = {job.name: job for job in jobs_for(arm64)}
         marks = {name: job.argv[job.argv.index("-m") + 1] for name, job in jobs.items() if job.argv[0].endswith("pytest")}
-        assert set(marks) == ({"unit", "network", "docker", "emulated"} if arm64 else {"unit", "network", "docker"})
-        for docker, emulated, network in itertools.product((True, False), repeat=3):
+        main = {name: expr for name, expr in marks.items() if name not in ENGINE_JOBS}
+        assert set(main) == ({"unit", "network", "docker", "emulated"} if arm64 else {"unit", "network", "docker"})
+        assert set(marks) - set(main) == set(ENGINE_JOBS)
+        for docker, emulated, network, *engines in itertools.product((True, False), repeat=3 + len(ENGINE_JOBS)):
             if emulated and not docker:
                 continue  # the emulated tests all need an engine
-            names = {"docker": docker, "emulated": emulated, "network": network}
+            names = {"docker": docker, "emulated": emulated, "network": network, **dict(zip(ENGINE_JOBS.values(), engines, strict=True))}
             # pytest's -m grammar (and, or, not over marker names) is a subset of Python's
-            chosen = [name for name, expr in marks.items() if eval(expr, {}, names)]
+            chosen = [name for name, expr in main.items() if eval(expr, {}, names)]
             assert len(chosen) == 1, (arm64, names, chosen)
+            for job, marker in ENGINE_JOBS.items():
+                assert eval(marks[job], {}, names) == (docker and names[marker] and not emulated), (job, names)
         assert jobs["emulated" if arm64 else "docker"].needs[-1] == "services"
+        assert all(jobs[job].needs == ("lint", "services") for job in ENGINE_JOBS)
 
 
 def test_a_job_that_cannot_start_fails_and_its_dependents_do_not_run(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ def guarded_registry(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFac
 def small_image(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImage]:
     image = build_small_image(docker_env.client, tmp_path_factory.mktemp("credential-manifests"))
     yield image
-    docker_env.client.remove_image(image.image_id, force=True)
+    docker_env.client.remove_image(image.identity.engine_id, force=True)
 
 
 def _skopeo_tags(repository: str) -> list[str]:

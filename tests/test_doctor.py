@@ -28,6 +28,7 @@ from buildkit.doctor.base import (
     devices,
 )
 from buildkit.doctor.codes import error_codes, explain
+from buildkit.doctor.engine import engine_from, engine_of_runtime, judge_engine
 from buildkit.doctor.host import check_hccn, driver_version, zstd_verdict
 from buildkit.doctor.report import format_report
 from buildkit.doctor.report import run as run_doctor
@@ -220,7 +221,7 @@ def test_the_package_runs_as_a_bare_directory_as_images_carry_it(tmp_path: Path)
 def test_doctor_inside_a_built_image(docker_env: DockerEnv, built: dict[str, Any]) -> None:
     """In the image, through its entrypoint, on a machine without NPUs: the documented outcome."""
     client = docker_env.client
-    container = client.create_container(built["image_id"], command=["ascendkit", "doctor", "--json"], network_disabled=True)
+    container = client.create_container(built["engine_id"], command=["ascendkit", "doctor", "--json"], network_disabled=True)
     try:
         client.start(container)
         code = client.wait(container, timeout=120)["StatusCode"]
@@ -458,3 +459,52 @@ def test_a_950_image_knows_its_family_beyond_the_socs_it_lists(tmp_path: Path, s
     FakeTorch.npu.soc = soc
     _, report = run_doctor(Environment(root, GOOD_ENV), torch_modules=(FakeTorch, FakeTorchNpu))
     assert statuses(report)["SoC"] == status
+
+
+# ---- the engine: what `docker version` and `docker info` answered on each engine the tests run ----------
+
+ENGINES = Path(__file__).parent / "fixtures" / "engines"  # the answers of the real engines (tests/services.py starts them)
+
+
+@pytest.mark.parametrize(
+    ("answers", "product", "store", "api"),
+    [
+        ("docker-26.1.5-containerd", "Docker Engine", "containerd", "1.45"),
+        ("docker-26.1.5-overlay2", "Docker Engine", "graph driver", "1.45"),
+        ("docker-20.10.24", "Docker Engine", "graph driver", "1.41"),
+        ("podman-4.3.1", "Podman", "containers-storage", "1.41"),
+    ],
+)
+def test_each_engine_s_own_answers_say_what_it_is(answers: str, product: str, store: str, api: str) -> None:
+    said = json.loads((ENGINES / f"{answers}.json").read_text())
+    engine = engine_from(said["version"], said["info"])
+    assert (engine["product"], engine["image_store"], engine["api_version"]) == (product, store, api)
+    verdict = judge_engine(engine)
+    assert verdict.status == ("warn" if answers == "docker-20.10.24" else "ok"), verdict
+    assert verdict.detail.startswith(f"{product} {engine['version']} (API {api}), {store} image store")
+
+
+def test_an_engine_that_leaves_empty_fields_out_is_read() -> None:
+    """API 1.52 (Docker 29) omits empty fields: nothing is assumed present."""
+    engine = engine_from({"Version": "29.0.1", "ApiVersion": "1.52"}, {})
+    assert engine == {
+        "product": "Docker Engine",
+        "version": "29.0.1",
+        "api_version": "1.52",
+        "image_store": "graph driver",
+        "storage_driver": "",
+    }
+
+
+@pytest.mark.parametrize(
+    ("runtime", "product", "api", "store"),
+    [
+        ("docker://26.1.5", "Docker Engine", "1.45", "not in the node list"),
+        ("docker://29.0.1", "Docker Engine", "1.52", "not in the node list"),
+        ("containerd://1.7.24", "containerd", "CRI", "containerd"),
+        ("cri-o://1.30.2", "CRI-O", "CRI", "containers-storage"),
+    ],
+)
+def test_a_node_s_runtime_says_what_it_can_of_its_engine(runtime: str, product: str, api: str, store: str) -> None:
+    engine = engine_of_runtime(runtime)
+    assert (engine["product"], engine["api_version"]) == (product, api) and engine["image_store"].startswith(store)

@@ -46,7 +46,7 @@ def one_blob_at_a_time(docker_env: DockerEnv, monkeypatch: pytest.MonkeyPatch) -
 def small_image(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImage]:
     image = build_small_image(docker_env.client, tmp_path_factory.mktemp("fault-manifests"))
     yield image
-    docker_env.client.remove_image(image.image_id, force=True)
+    docker_env.client.remove_image(image.identity.engine_id, force=True)
 
 
 @pytest.fixture(scope="module")

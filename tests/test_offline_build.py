@@ -51,7 +51,7 @@ def test_offline_build_installs_only_from_the_wheelhouse(docker_env: DockerEnv, 
     lock_check = next(c for c in manifest["checks"] if c["name"] == "lock")
     assert lock_check["status"] == "ok" and lock_check["actual"] == "all at their locked versions"
     # the loopback URL lived in the build's secret channel only
-    image = result["image_id"]
+    image = result["engine_id"]
     recorded = json.dumps(docker_env.client.history(image)) + json.dumps(docker_env.client.inspect_image(image))
     assert "127.0.0.1" not in recorded and "PIP_NO_INDEX" not in recorded
     assert docker_env.containers() == before

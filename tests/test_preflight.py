@@ -188,6 +188,11 @@ def test_the_node_list_says_which_nodes_pull_the_zstd_tags(cluster: dict[str, st
         "node-b": ("docker://20.10.24", False),
         "node-c": ("containerd://1.7.13", True),
     }
+    engines = {n["node"]: n["engine"] for n in data["nodes"]}
+    assert engines["node-b"]["product"] == "Docker Engine" and engines["node-b"]["api_version"] == "1.41"
+    assert engines["node-a"]["image_store"] == "containerd" and engines["node-a"]["version"] == "1.6.20"
+    assert "engine: Docker Engine 20.10.24 (API 1.41), image store: not in the node list: run `ascendkit doctor` on the node: 1 node(s)" in proc.stdout
+    assert "engine: containerd 1.6.20 (API CRI), image store: containerd: 1 node(s)" in proc.stdout
     (tmp_path / "pods.json").write_text('{"kind": "List", "items": []}')
     bad = ascendkit("k8s", "preflight", "-", "--node-info", str(tmp_path / "pods.json"), stdin=_kubectl_logs(good))
     assert bad.returncode == ExitCode.INVALID_INPUT and "no node with status.nodeInfo.containerRuntimeVersion" in bad.stderr
@@ -215,7 +220,7 @@ def test_the_rendered_preflight_container_runs_in_the_image_and_its_log_is_judge
     client = docker_env.client
     config = client.create_host_config(read_only=True, tmpfs={"/tmp": "", "/home/HwHiAiUser": "", "/workspace": ""})
     created = client.create_container(
-        built["image_id"], command=container["args"], environment=env, host_config=config, network_disabled=True
+        built["engine_id"], command=container["args"], environment=env, host_config=config, network_disabled=True
     )
     try:
         client.start(created)

@@ -104,11 +104,11 @@ def test_index_only_with_the_images_gone_from_the_engine(docker_env: DockerEnv, 
     results = shipped["results"]
     # A cached build of the same stack is the same image as other tests' (the session's `built`):
     # every tag it has, not only the ship build's, is put back afterwards.
-    tags = {r["image_id"]: client.inspect_image(r["image_id"])["RepoTags"] for r in results.values()}
+    tags = {r["engine_id"]: client.inspect_image(r["engine_id"])["RepoTags"] for r in results.values()}
     for result in results.values():
-        client.remove_image(result["image_id"], force=True, noprune=True)
+        client.remove_image(result["engine_id"], force=True, noprune=True)
     try:
-        assert not {i["Id"] for i in client.images()} & {r["image_id"] for r in results.values()}
+        assert not {i["Id"] for i in client.images()} & {r["engine_id"] for r in results.values()}
         proc = _index_only(docker_env, shipped["manifests"], shipped["repo"], "--dry-run")
         assert proc.returncode == 0, proc.stderr
         assert "nothing pushed" in proc.stderr and registry.get_manifest(repository, index_name(shipped)) is None
@@ -139,7 +139,7 @@ def test_index_only_with_the_images_gone_from_the_engine(docker_env: DockerEnv, 
         for result in results.values():
             name = shipped["repo"]
             client.pull(name, tag=result["digest"])
-            for ref in tags[result["image_id"]]:
+            for ref in tags[result["engine_id"]]:
                 repository_name, tag = ref.rsplit(":", 1)
                 client.tag(f"{name}@{result['digest']}", repository_name, tag, force=True)
 

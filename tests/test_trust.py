@@ -323,3 +323,18 @@ def test_an_index_member_the_registry_lacks_is_a_failed_check_and_is_not_signed(
         assert [(c.name, c.status) for c in checks] == [(f"signature {digest}", "ok"), (f"member {missing}", "error")]
         with pytest.raises(PublishFailed, match="which the registry does not serve"):
             sign_tree(registry, "verl", registry.get_manifest("verl", "idx"), signer)  # type: ignore[arg-type]
+
+
+def test_a_loaded_base_is_named_as_such_in_the_provenance(signer: keys.Signer) -> None:
+    """A base loaded into the engine, not pulled, has no registry digest: its config's digest is
+    recorded with the config's media type and said to be one, in a form in-toto's own Statement takes."""
+    build: dict[str, Any] = dict(BUILD["build"])
+    build["base_image"] = {"ref": "cann:local", "digest": "sha256:" + "56" * 32, "from_registry": False}
+    document = statement("127.0.0.1:5000/verl", DIGEST, {**BUILD, "build": build})
+    parsed = Envelope.from_dict(json.loads(dsse_envelope(document, signer)))
+    Statement.copy_from_pb(json_format.Parse(parsed.payload, statement_pb2.Statement())).validate()
+    base = next(d for d in document["predicate"]["buildDefinition"]["resolvedDependencies"] if d["name"] == "base-image")
+    assert base["mediaType"] == "application/vnd.oci.image.config.v1+json"
+    assert "not pulled" in base["annotations"]["ascendkit.base"]
+    pulled = next(d for d in statement("r/v", DIGEST, BUILD)["predicate"]["buildDefinition"]["resolvedDependencies"] if d["name"] == "base-image")
+    assert "mediaType" not in pulled and "annotations" not in pulled

@@ -10,6 +10,7 @@ from typing import Any
 
 from . import __doc__ as description
 from .base import DRIVER_VERSION, EXIT_FAILED, EXIT_NO_DEVICES, EXIT_OK, IMAGE_INFO, NODE_ENV, Check, Environment, devices
+from .engine import judge_engine, local_engine
 from .host import check_firmware, check_hccn, check_links, check_user, driver_version, judge_driver, node_runtimes, zstd_verdict
 from .software import check_cann_env, check_npus, check_pins
 from .topology import check_node_runtime, check_rootinfo, check_topology, node_runtime
@@ -57,7 +58,11 @@ def run(
         checks += check_links(where, found, required=links)
         checks += check_hccn(where, found)
         checks += check_topology(where, info.get("chip"), len(found))
-    checks += [zstd_verdict(runtime) for runtime in node_runtimes(where, on_host=not info and where.root == Path("/"))]
+    on_host = not info and where.root == Path("/")
+    engine = local_engine() if on_host else None  # the engine this host's images are pulled, built and run with
+    if engine is not None:
+        checks.append(judge_engine(engine))
+    checks += [zstd_verdict(runtime) for runtime in node_runtimes(where, on_host=on_host)]
     failed = any(c.status == "error" for c in checks)
     code = EXIT_FAILED if failed else EXIT_NO_DEVICES if not found else EXIT_OK
     outcome = "failed" if failed else "no Ascend devices: preflight passed, NPU checks not run" if not found else "ready"
@@ -68,6 +73,7 @@ def run(
         "devices": len(found),
         "driver": driver,
         "node_runtime": node_runtime(where, in_pod),
+        "engine": engine,
         "image": info,
         "checks": [c.describe() for c in checks],
     }

@@ -1,8 +1,10 @@
 """The Docker engine connection (DOCKER_HOST and friends honoured), failing fast when it is down,
-and what the engine is: product, version, API version and image store (:class:`EngineFacts`)."""
+and what the engine is: product, version, API version and image store (:class:`EngineFacts`, as
+:mod:`buildkit.doctor.engine` reads them)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from docker.errors import DockerException, NotFound
 from docker.utils import kwargs_from_env
 
 from buildkit.arch import normalize_arch
+from buildkit.doctor.engine import CONTAINERD_STORE, GRAPH_DRIVER_STORE, PODMAN_STORE, describe, engine_from
 from buildkit.errors import InputError, Unavailable
 from buildkit.reach import engine_failure
 
@@ -62,12 +65,6 @@ def ascendkit_image(client: docker.APIClient, ref: str, missing_hint: str) -> tu
     return inspect, f"{version}-{normalize_arch(str(inspect.get('Architecture', '')))}"
 
 
-CONTAINERD_STORE = "containerd"  # Docker's containerd image store: image IDs are manifest digests, saves hold compressed blobs
-GRAPH_DRIVER_STORE = "graph driver"  # Docker's classic store (overlay2, vfs, ...): image IDs are config digests
-PODMAN_STORE = "containers-storage"  # Podman's (through its Docker-compatible API)
-_SNAPSHOTTER = "io.containerd.snapshotter.v1"  # the driver-type `docker info` gives on the containerd store
-
-
 @dataclass(frozen=True)
 class EngineFacts:
     """What a build or publish ran on: recorded in the build manifest, printed by doctor."""
@@ -79,36 +76,18 @@ class EngineFacts:
     storage_driver: str  # overlay2, overlayfs (the containerd snapshotter), vfs, ...
 
     def describe(self) -> dict[str, str]:
-        return {
-            "product": self.product,
-            "version": self.version,
-            "api_version": self.api_version,
-            "image_store": self.image_store,
-            "storage_driver": self.storage_driver,
-        }
+        return dataclasses.asdict(self)
 
     def __str__(self) -> str:
-        return f"{self.product} {self.version} (API {self.api_version}), {self.image_store} image store ({self.storage_driver})"
+        return describe(self.describe())
 
 
 def engine_facts(client: docker.APIClient) -> EngineFacts:
-    """The engine behind ``client``, from its ``/version`` and ``/info`` (fields absent on older or
-    newer engines read as empty: API 1.52 leaves empty fields out)."""
-    version: dict[str, Any] = client.version() or {}
-    info: dict[str, Any] = client.info() or {}
-    components = {str(c.get("Name", "")) for c in version.get("Components") or [] if isinstance(c, dict)}
-    podman = any("podman" in name.lower() for name in components) or "podman" in str(version.get("Platform", {}).get("Name", "")).lower()
-    status = {str(pair[0]): str(pair[1]) for pair in info.get("DriverStatus") or [] if isinstance(pair, list | tuple) and len(pair) == 2}
-    if podman:
-        store = PODMAN_STORE
-    elif status.get("driver-type") == _SNAPSHOTTER:
-        store = CONTAINERD_STORE
-    else:
-        store = GRAPH_DRIVER_STORE
-    return EngineFacts(
-        "Podman" if podman else "Docker Engine",
-        str(version.get("Version") or info.get("ServerVersion") or ""),
-        str(version.get("ApiVersion") or ""),
-        store,
-        str(info.get("Driver") or ""),
-    )
+    """The engine behind ``client``, from its ``/version`` and ``/info``."""
+    return EngineFacts(**engine_from(client.version() or {}, client.info() or {}))
+
+
+__all__ = [
+    "BUILD_READ_TIMEOUT", "CONTAINERD_STORE", "GRAPH_DRIVER_STORE", "PODMAN_STORE", "EngineFacts", "ascendkit_image", "connect",
+    "engine_facts", "remove_containers",
+]  # fmt: skip

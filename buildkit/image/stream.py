@@ -20,8 +20,10 @@ def saved(client: docker.APIClient, image: str, chunk_size: int = CHUNK) -> Iter
     response = client.get(f"{client.base_url}/v{client.api_version}/images/{quote(image, safe='')}/get", stream=True)
     try:
         if response.status_code != 200:
-            message = response.text.strip()[:300]
-            raise docker.errors.APIError(f"{response.status_code} {response.reason}: {message}", response=response)
+            said = response.text.strip()
+            with contextlib.suppress(ValueError, AttributeError):
+                said = str(response.json().get("message") or said)  # the engine's JSON error
+            raise docker.errors.APIError(f"{response.status_code} {response.reason}", response=response, explanation=said[:500])
         yield response.iter_content(chunk_size)
     finally:
         response.close()

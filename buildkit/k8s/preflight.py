@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.doctor.base import Check
+from buildkit.doctor.engine import engine_of_runtime
 from buildkit.doctor.host import zstd_verdict
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_text
@@ -52,6 +53,7 @@ class NodeVerdict:
     runtime: str = ""  # the node's container runtime (containerd://1.6.20), from --node-info
     zstd: bool | None = None  # whether that runtime pulls the -zstd tags; None: not known
     node_runtime: str = ""  # "ascend" or "plain": what doctor saw of Ascend Docker Runtime in the pod
+    engine: dict[str, str] | None = None  # the node's engine as its runtime (from --node-info) says it: product, version, API, image store
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -63,6 +65,7 @@ class NodeVerdict:
             "runtime": self.runtime or None,
             "zstd": self.zstd,
             "node_runtime": self.node_runtime or None,
+            "engine": self.engine,
         }
 
 
@@ -137,7 +140,8 @@ def judge(source: str, report: dict[str, Any], runtime: str = "") -> NodeVerdict
         return _judge(source, report, None)
     zstd = zstd_verdict(runtime)
     verdict = _judge(source, report, zstd)
-    return dataclasses.replace(verdict, runtime=runtime, zstd=None if zstd.status == "skip" else zstd.status == "ok")
+    zstd_pulls = None if zstd.status == "skip" else zstd.status == "ok"
+    return dataclasses.replace(verdict, runtime=runtime, zstd=zstd_pulls, engine=engine_of_runtime(runtime))
 
 
 def _node_runtime(report: dict[str, Any]) -> str:
@@ -207,6 +211,13 @@ def format_table(verdicts: list[NodeVerdict], problems: list[str]) -> str:
             f"zstd: {len(known) - len(cannot)} of {len(known)} node(s) pull the -zstd tags"
             + (f"; these need the gzip tags: {', '.join(cannot)}" if cannot else "")
         )
+    engines: dict[str, list[str]] = {}
+    for v in verdicts:
+        if v.engine is not None:
+            said = f"{v.engine['product']} {v.engine['version']}" + (f" (API {v.engine['api_version']})" if v.engine["api_version"] else "")
+            engines.setdefault(f"{said}, image store: {v.engine['image_store'] or 'unknown'}", []).append(v.node)
+    for said, nodes in sorted(engines.items()):
+        lines.append(f"engine: {said}: {len(nodes)} node(s)")
     modes = {mode: [v.node for v in verdicts if v.node_runtime == mode] for mode in NODE_RUNTIMES}
     if any(modes.values()):
         said = "; ".join(f"{len(nodes)} node(s) {mode}" for mode, nodes in modes.items() if nodes)

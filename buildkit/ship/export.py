@@ -118,6 +118,12 @@ def gather_blobs(
 # ---- reading the engine's archive ------------------------------------------------------------------
 
 
+# Why an archive's manifest.json can name a blob the archive lacks: the containerd image store keeps
+# no content for layers a pull found already unpacked (the same layer compressed another way).
+NO_CONTENT = (
+    "; the engine's store keeps no content for it (the containerd image store does not fetch the blobs of layers it has "
+    "unpacked already): publish from the engine that built the image, or remove the images sharing its layers and pull it again"
+)
 EXPORT_ATTEMPTS = 3  # an engine restarting mid-export (a daemon upgrade, an OOM kill) is waited for, twice
 
 
@@ -273,7 +279,7 @@ class _Reading:
             raise PublishFailed(f"{self.where()}: the engine's archive is unreadable ({exc})") from None
         config = self.small.get(saved_as.config)
         if config is None or "sha256:" + hashlib.sha256(config).hexdigest() != self.image.config:
-            said = "lacks it" if config is None else f"holds {'sha256:' + hashlib.sha256(config).hexdigest()}"
+            said = f"lacks it{NO_CONTENT}" if config is None else f"holds {'sha256:' + hashlib.sha256(config).hexdigest()}"
             raise PublishFailed(
                 f"{self.where()}: the engine's archive has no config with that digest ({self.image.config} was verified; it {said})"
             )
@@ -293,7 +299,7 @@ class _Reading:
                     f"{self.where()}: {name} decompresses to layer {self.read[name]}, but the image's config lists {diff_id} there"
                 )
             elif name not in self.names and diff_id in self.wanted and diff_id not in self.found:
-                raise PublishFailed(f"{self.where()}: the engine's archive lacks layer {diff_id} ({name})")
+                raise PublishFailed(f"{self.where()}: the engine's archive lacks layer {diff_id} ({name}){NO_CONTENT}")
         return config
 
     def discard(self) -> None:

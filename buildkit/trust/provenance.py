@@ -30,7 +30,15 @@ def _dependencies(build: dict[str, Any]) -> list[dict[str, Any]]:
         found.append({"name": "source", "uri": f"git+{source['repository']}@{source['commit']}", "digest": {"gitCommit": source["commit"]}})
     base = build.get("base_image")
     if isinstance(base, dict) and str(base.get("digest", "")).startswith("sha256:"):
-        found.append({"name": "base-image", "uri": str(base["ref"]), "digest": {"sha256": str(base["digest"]).removeprefix("sha256:")}})
+        dependency: dict[str, Any] = {
+            "name": "base-image",
+            "uri": str(base["ref"]),
+            "digest": {"sha256": str(base["digest"]).removeprefix("sha256:")},
+        }
+        if base.get("from_registry") is False:  # loaded, not pulled: the digest is its config's, no registry ever gave one
+            dependency["mediaType"] = "application/vnd.oci.image.config.v1+json"
+            dependency["annotations"] = {"ascendkit.base": "loaded into the engine, not pulled: the digest is the image config's"}
+        found.append(dependency)
     for path, sha256 in sorted((build.get("lock_files") or {}).items()):
         found.append({"name": f"lock:{path}", "uri": f"file:{path}", "digest": {"sha256": sha256}})
     for pin in build.get("pins") or []:
