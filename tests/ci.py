@@ -144,8 +144,18 @@ def jobs_for(arm64: bool) -> list[Job]:
         Job("unit", pytest_argv("unit", "not docker and not network"), needs=("lint",), env=offline_env),
         Job("network", pytest_argv("network", "network and not docker"), needs=("lint",)),
         Job("docker", pytest_argv("docker", "docker and not emulated" if arm64 else "docker"), ("lint", "services"), services_env),
-        Job("docker-20.10", pytest_argv("d2010", "docker and engine_20_10 and not emulated"), ("lint", "services"), engine_env("docker-20.10")),
-        Job("docker-overlay2", pytest_argv("overlay2", "docker and engine_overlay2 and not emulated"), ("lint", "services"), engine_env("docker-overlay2")),
+        Job(
+            "docker-20.10",
+            pytest_argv("d2010", "docker and engine_20_10 and not emulated"),
+            ("lint", "services"),
+            engine_env("docker-20.10"),
+        ),
+        Job(
+            "docker-overlay2",
+            pytest_argv("overlay2", "docker and engine_overlay2 and not emulated"),
+            ("lint", "services"),
+            engine_env("docker-overlay2"),
+        ),
         Job("bench", [*make, "bench-quick"], ("unit", "docker"), services_env),
     ]
     if arm64:

@@ -23,6 +23,7 @@ from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import read_lock, render_unresolved
 from buildkit.matrix.load import load_matrix
 from buildkit.plan import UV_LAYER
+from buildkit.ship.compressors import StoredLayer
 from tests.conftest import TEST_MATRIX, DockerEnv, write_unresolved_locks
 
 pytestmark = pytest.mark.docker
@@ -235,24 +236,28 @@ def _scan_saved_image(env: DockerEnv, image_id: str, needles: dict[str, bytes]) 
                 continue
             stored = StoredLayer(data)
             content = b"".join(iter(stored.read, b""))
-            try:
-                layer = tarfile.open(fileobj=io.BytesIO(content))
-            except tarfile.TarError:
-                layer = None
-            if layer is not None and member.name not in ("manifest.json", "index.json") and not content.startswith(b"{"):
-                with layer:
-                    for entry in layer.getmembers():
-                        handle = layer.extractfile(entry) if entry.isfile() else None
-                        body = handle.read() if handle else b""
-                        names = f"{entry.name} {entry.linkname}".encode()
-                        for name, needle in needles.items():
-                            if needle in body or needle in names:
-                                found[name].append(f"{member.name}:{entry.name}")
-            else:
+            if member.name.endswith(".json") or content.startswith((b"{", b"[")) or not _is_tar(content):
                 for name, needle in needles.items():
                     if needle in content:
                         found[name].append(member.name)
+                continue
+            with tarfile.open(fileobj=io.BytesIO(content)) as layer:
+                for entry in layer.getmembers():
+                    handle = layer.extractfile(entry) if entry.isfile() else None
+                    body = handle.read() if handle else b""
+                    names = f"{entry.name} {entry.linkname}".encode()
+                    for name, needle in needles.items():
+                        if needle in body or needle in names:
+                            found[name].append(f"{member.name}:{entry.name}")
     return found
+
+
+def _is_tar(content: bytes) -> bool:
+    try:
+        with tarfile.open(fileobj=io.BytesIO(content)):
+            return True
+    except tarfile.TarError:
+        return False
 
 
 def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, tmp_path: Path) -> None:

@@ -191,7 +191,10 @@ def test_the_node_list_says_which_nodes_pull_the_zstd_tags(cluster: dict[str, st
     engines = {n["node"]: n["engine"] for n in data["nodes"]}
     assert engines["node-b"]["product"] == "Docker Engine" and engines["node-b"]["api_version"] == "1.41"
     assert engines["node-a"]["image_store"] == "containerd" and engines["node-a"]["version"] == "1.6.20"
-    assert "engine: Docker Engine 20.10.24 (API 1.41), image store: not in the node list: run `ascendkit doctor` on the node: 1 node(s)" in proc.stdout
+    assert (
+        "engine: Docker Engine 20.10.24 (API 1.41), image store: not in the node list: run `ascendkit doctor` on the node: 1 node(s)"
+        in proc.stdout
+    )
     assert "engine: containerd 1.6.20 (API CRI), image store: containerd: 1 node(s)" in proc.stdout
     (tmp_path / "pods.json").write_text('{"kind": "List", "items": []}')
     bad = ascendkit("k8s", "preflight", "-", "--node-info", str(tmp_path / "pods.json"), stdin=_kubectl_logs(good))

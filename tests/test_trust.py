@@ -336,5 +336,7 @@ def test_a_loaded_base_is_named_as_such_in_the_provenance(signer: keys.Signer) -
     base = next(d for d in document["predicate"]["buildDefinition"]["resolvedDependencies"] if d["name"] == "base-image")
     assert base["mediaType"] == "application/vnd.oci.image.config.v1+json"
     assert "not pulled" in base["annotations"]["ascendkit.base"]
-    pulled = next(d for d in statement("r/v", DIGEST, BUILD)["predicate"]["buildDefinition"]["resolvedDependencies"] if d["name"] == "base-image")
+    pulled = next(
+        d for d in statement("r/v", DIGEST, BUILD)["predicate"]["buildDefinition"]["resolvedDependencies"] if d["name"] == "base-image"
+    )
     assert "mediaType" not in pulled and "annotations" not in pulled
