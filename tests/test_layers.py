@@ -322,3 +322,23 @@ def _member(archive: bytes, name: str) -> bytes:
         source = tar.extractfile(name)
         assert source is not None
         return source.read()
+
+
+def test_an_archive_whose_store_kept_no_content_says_why(tmp_path: Path) -> None:
+    """The containerd store does not fetch the blobs of layers it already has unpacked: its `docker
+    save` then names blobs it does not hold. Publish says so and what to do, not only that one lacks."""
+    image = Image.of([LAYERS[1], tar_of({"etc/other": SMALL_LAYER[::-1]})])
+    saved = containerd(image, attestation=False)
+    stored = next(iter(saved.stored))
+    import tarfile
+
+    members: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(saved.archive)) as tar:
+        for member in tar:
+            source = tar.extractfile(member) if member.isfile() else None
+            if source is not None and member.name != f"blobs/sha256/{stored[7:]}":
+                members[member.name] = source.read()
+    engine = SavingEngine(tar_of(members, sort=True), 4096, saved.engine_id)
+    identity = ImageIdentity(image.config_digest, saved.engine_id)
+    with pytest.raises(PublishFailed, match=rf"lacks layer {saved.stored[stored]} .*keeps no content for it .*pull it again"):
+        _export(engine, identity, {saved.stored[stored]: (GZIP,)}, tmp_path)
