@@ -10,13 +10,15 @@ The jobs, and what each waits for::
     lint             -                 make lint
     unit             lint              pytest -m "not docker and not network": no engine, every proxy dead, an empty cache
     network          lint              pytest -m "network and not docker": what truly needs PyPI (resolving, downloading)
-    docker           lint, services    pytest -m "docker and not emulated", on Docker 26.1.5 with the containerd image store
+    docker           lint, services    pytest -m "docker and not second_engine and not emulated", on Docker 26.1.5, containerd store
+    docker-b         lint, services    pytest -m "docker and second_engine and not emulated", on a second engine of that kind
     docker-20.10     lint, services    pytest -m "docker and engine_20_10 and not emulated", on Docker 20.10
     docker-overlay2  lint, services    pytest -m "docker and engine_overlay2 and not emulated", on Docker 26.1.5 on overlay2
     emulated         services          pytest -m emulated, on the emulated engine (only with --arm64)
-    bench            unit, docker      make bench-quick
+    bench            unit, docker, docker-b   make bench-quick
 
-Every docker test runs on the engine a fresh Docker install gives (the containerd image store);
+Every docker test runs on the engine a fresh Docker install gives (the containerd image store), in
+two halves at once on two such engines (tests/conftest.py's SECOND_ENGINE: the tests sharing no image);
 what differs between engines (build, load, export, publish, mirror, smoke, verify, the host-contract
 containers) runs on Docker 20.10 too, and export and publish on Docker 26 over overlay2 (the OCI
 layout of uncompressed blobs): each of those jobs has its engine, its registries and its env file
@@ -143,7 +145,18 @@ def jobs_for(arm64: bool) -> list[Job]:
         Job("lint", [*make, "lint"]),
         Job("unit", pytest_argv("unit", "not docker and not network"), needs=("lint",), env=offline_env),
         Job("network", pytest_argv("network", "network and not docker"), needs=("lint",)),
-        Job("docker", pytest_argv("docker", "docker and not emulated" if arm64 else "docker"), ("lint", "services"), services_env),
+        Job(
+            "docker",
+            pytest_argv("docker", "docker and not second_engine" + (" and not emulated" if arm64 else "")),
+            ("lint", "services"),
+            services_env,
+        ),
+        Job(
+            "docker-b",
+            pytest_argv("docker-b", "docker and second_engine" + (" and not emulated" if arm64 else "")),
+            ("lint", "services"),
+            engine_env("docker-b"),
+        ),
         Job(
             "docker-20.10",
             pytest_argv("d2010", "docker and engine_20_10 and not emulated"),
@@ -156,7 +169,7 @@ def jobs_for(arm64: bool) -> list[Job]:
             ("lint", "services"),
             engine_env("docker-overlay2"),
         ),
-        Job("bench", [*make, "bench-quick"], ("unit", "docker"), services_env),
+        Job("bench", [*make, "bench-quick"], ("unit", "docker", "docker-b"), services_env),
     ]
     if arm64:
         jobs.insert(2, Job("emulated", pytest_argv("emulated", "emulated"), ("services",), emulated_env))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -118,6 +119,20 @@ def line_of(text: str, needle: str, occurrence: int = 1) -> int:
 
 # ---- integration: the real Docker engine, registry and stand-in base ---------------------------
 
+# The docker tests that share no image with the others (they build their own, or none): `make test`
+# runs them on a second engine of the same kind (tests/ci.py's docker-b job) while the rest run on the first.
+SECOND_ENGINE = {
+    "test_api.py", "test_credentials_docker.py", "test_engines.py", "test_frontier_images.py", "test_gitlab_local.py",
+    "test_offline_build.py", "test_openrlhf_image.py", "test_ray_cluster.py", "test_resume.py",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SECOND_ENGINE and item.get_closest_marker("docker") is not None:
+            item.add_marker(pytest.mark.second_engine)
+
+
 TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"
 
 
@@ -150,6 +165,35 @@ class DockerEnv:
 
     def containers(self) -> set[str]:
         return {c["Id"] for c in self.client.containers(all=True)}
+
+
+@contextlib.contextmanager
+def set_aside(client: docker.APIClient, refs: list[str], where: Path) -> Iterator[None]:
+    """The local images ``refs`` name removed for the block (every tag of each), and afterwards the
+    very images loaded back with their tags, whatever the block pulled in their place: on the
+    containerd store an image pulled again is another local image (another ID, and no content for
+    the layers it found unpacked), which later tests could not publish."""
+    archives = [where / f"set-aside-{i}.tar" for i in range(len(refs))]
+    for ref, archive in zip(refs, archives, strict=True):
+        with archive.open("wb") as out:
+            for chunk in client.get_image(ref):
+                out.write(chunk)
+    tags = {ref: list(client.inspect_image(ref).get("RepoTags") or []) for ref in refs}
+    for image in {client.inspect_image(ref)["Id"] for ref in refs}:
+        client.remove_image(image, force=True, noprune=True)
+    try:
+        yield
+    finally:
+        for tag in {t for each in tags.values() for t in each}:
+            with contextlib.suppress(docker.errors.NotFound):
+                client.remove_image(tag, force=True)
+        for ref, archive in zip(refs, archives, strict=True):
+            with archive.open("rb") as data:
+                list(client.load_image(data))
+            archive.unlink()
+            for tag in tags[ref]:  # an archive saved by one name carries that one
+                name, _, version = tag.rpartition(":")
+                client.tag(ref, name, version, force=True)
 
 
 def arm64_standin() -> str:

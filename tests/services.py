@@ -102,11 +102,14 @@ class Engine:
 
 
 MAIN = Engine("docker", "trixie", containerd_store=True)  # what a fresh Docker install gives users: every docker test
+# The same engine again, for the docker tests that share no image with the rest (conftest.SECOND_ENGINE): the two halves
+# run at once (one waits on registries and Ray while the other builds), and neither sees the other's containers.
+SECOND = Engine("docker-b", "trixie", containerd_store=True, bridge=("ak-docker-b", "10.217.0.1/24"), registry_port=REGISTRY_PORT + 30)
 LEGACY = Engine("docker-20.10", "bookworm", bridge=("ak-d2010", "10.215.0.1/24"), registry_port=REGISTRY_PORT + 10)
 OVERLAY2 = Engine("docker-overlay2", "trixie", bridge=("ak-overlay2", "10.216.0.1/24"), registry_port=REGISTRY_PORT + 20)
 # Its own bridge and subnet, so its iptables rules and addresses never meet docker0's.
 EMULATED = Engine("docker-emulated", "bookworm", bridge=("ascendkit-emu0", "10.213.0.1/24"))
-OTHERS = (LEGACY, OVERLAY2)  # the engines that run the tests marked for them (tests/ci.py)
+OTHERS = (SECOND, LEGACY, OVERLAY2)  # the engines that run a job of tests of their own (tests/ci.py)
 STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
 STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}
@@ -428,7 +431,7 @@ def start(arm64: bool) -> None:
         "ASCENDKIT_SKOPEO_SIGSTORE": str(skopeo_sigstore(STATE)),  # bookworm's skopeo has sigstore cut out
         "ASCENDKIT_GITLAB_CI_LOCAL": str(install_gitlab_ci_local()),
         "ASCENDKIT_DOCKER_CLI": str(MAIN.root() / "usr/bin/docker"),
-        "ASCENDKIT_ENGINE_HOSTS": ",".join(f"{e.name}={e.host}" for e in [MAIN, *OTHERS]),  # no spaces: the file is sourced by sh
+        "ASCENDKIT_ENGINE_HOSTS": ",".join(f"{e.name}={e.host}" for e in [MAIN, LEGACY, OVERLAY2]),  # no spaces: the file is sourced by sh
     }
     env = {**engine_env(MAIN, standins), **common}
     if arm64:

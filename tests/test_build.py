@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 from buildkit.errors import ExitCode
+from buildkit.image.archive import identify
+from buildkit.image.engine import engine_facts
 from buildkit.image.probe import run_in_image
 from buildkit.image.verify import Expected, collect_facts, extension_checks
 from buildkit.lock.inputs import lock_inputs, lock_targets
@@ -33,6 +35,8 @@ def _labels(env: DockerEnv, ref: str) -> dict[str, str]:
     return dict(env.client.inspect_image(ref)["Config"]["Labels"])
 
 
+@pytest.mark.engine_20_10
+@pytest.mark.engine_overlay2
 def test_labels_and_manifest_match_the_matrix(docker_env: DockerEnv, built: dict[str, Any]) -> None:
     stack = load_matrix(TEST_MATRIX).matrix.stacks["teststack"]
     labels = _labels(docker_env, built["tags"][0])
@@ -45,6 +49,15 @@ def test_labels_and_manifest_match_the_matrix(docker_env: DockerEnv, built: dict
     manifest = json.loads((built["workdir"] / built["manifest"]).read_text())
     assert manifest["passed"] is True
     assert manifest["image"]["id"] == built["image_id"]
+    # the image is its config digest on every engine; the engine's own name for it beside it where they differ
+    engine = engine_facts(docker_env.client)
+    assert manifest["engine"] == engine.describe()
+    assert identify(docker_env.client, built["engine_id"]).config == built["image_id"]
+    assert manifest["image"].get("engine_id", built["image_id"]) == built["engine_id"]
+    assert (built["engine_id"] != built["image_id"]) == (engine.image_store == "containerd")
+    # the stand-in was loaded, never pulled: recorded so on every engine, by its config digest
+    base = manifest["build"]["base_image"]
+    assert base == {"ref": docker_env.standin, "digest": identify(docker_env.client, docker_env.standin).config, "from_registry": False}
     assert {c["status"] for c in manifest["checks"]} == {"ok"}
     installed = {p["name"]: p["version"] for p in manifest["packages"]}
     for pin in stack.pins().values():
@@ -68,7 +81,7 @@ def test_compiled_extensions_are_checked_and_a_build_without_them_fails_naming_t
     (ext,) = [c for c in manifest["checks"] if c["name"].startswith("extension")]
     assert ext["name"] == "extension vllm" and ext["status"] == "ok", ext
     assert "/markupsafe/_speedups.cpython-311-x86_64-linux-gnu.so: " in ext["actual"] and "libraries resolve" in ext["actual"]
-    facts = collect_facts(docker_env.client, built["engine_id"], (), ("markupsafe._speedups", "iniconfig._kernels"))
+    facts = collect_facts(docker_env.client, built["tags"][0], (), ("markupsafe._speedups", "iniconfig._kernels"))
     claimed = Expected("teststack", "a3", ("a3",), "debian12", "x86_64", "3.11", "8.3.RC1", "b", (), (),
                        extensions=(("vllm", "markupsafe._speedups"), ("vllm_ascend", "iniconfig._kernels")))  # fmt: skip
     checks = {c.name: c for c in extension_checks(facts, claimed)}
@@ -77,6 +90,7 @@ def test_compiled_extensions_are_checked_and_a_build_without_them_fails_naming_t
     assert missing.status == "error" and "no _kernels.*.so in" in missing.actual and "its kernels were not compiled" in missing.actual
 
 
+@pytest.mark.engine_20_10
 def test_json_result_and_tags(built: dict[str, Any]) -> None:
     assert built["image_id"].startswith("sha256:")
     assert built["tags"] == [
@@ -104,6 +118,7 @@ def test_rebuild_without_change_is_fully_cached(docker_env: DockerEnv, built: di
     assert again["steps_cached"] == again["steps_total"] == built["steps_total"]
 
 
+@pytest.mark.engine_20_10
 def test_an_unchanged_verified_image_is_not_verified_again(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
     """The same image ID with a passed verification against the same expectations on record: its
     result is reused and the tags set; --reverify, or a manifest for other expectations, verifies."""
@@ -153,7 +168,7 @@ def test_pip_and_uv_install_the_same_distributions(docker_env: DockerEnv, built:
         rows: dict[str, list[str]] = json.loads(out)
         return rows
 
-    with_uv, with_pip = installed(built["engine_id"]), installed(by_pip["engine_id"])
+    with_uv, with_pip = installed(built["tags"][0]), installed(by_pip["engine_id"])
     assert {name: row[0] for name, row in with_uv.items()} == {name: row[0] for name, row in with_pip.items()}
     lock = read_lock(TEST_MATRIX.parent / "locks" / "teststack-x86_64.txt")
     locked = {package.key for layer, package in lock.packages if layer != UV_LAYER}
@@ -193,6 +208,7 @@ def test_unreachable_base_image_fails_fast_with_the_options(docker_env: DockerEn
     assert "--base-registry" in proc.stderr and "--base-image REF" in proc.stderr
 
 
+@pytest.mark.engine_20_10
 @pytest.mark.parametrize(
     ("signum", "code", "said"),
     [(signal.SIGINT, ExitCode.INTERRUPTED, "interrupted (Ctrl-C)"), (signal.SIGTERM, ExitCode.TERMINATED, "terminated (SIGTERM)")],
@@ -260,6 +276,7 @@ def _is_tar(content: bytes) -> bool:
         return False
 
 
+@pytest.mark.engine_20_10
 def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, tmp_path: Path) -> None:
     # A CA bundle with one certificate nobody else has, and a credential in the index URL.
     key, cert = tmp_path / "k.pem", tmp_path / "c.pem"

@@ -108,18 +108,19 @@ def test_every_test_runs_in_exactly_one_job_and_the_marked_ones_on_their_engine_
         jobs = {job.name: job for job in jobs_for(arm64)}
         marks = {name: job.argv[job.argv.index("-m") + 1] for name, job in jobs.items() if job.argv[0].endswith("pytest")}
         main = {name: expr for name, expr in marks.items() if name not in ENGINE_JOBS}
-        assert set(main) == ({"unit", "network", "docker", "emulated"} if arm64 else {"unit", "network", "docker"})
+        assert set(main) == ({"unit", "network", "docker", "docker-b", "emulated"} if arm64 else {"unit", "network", "docker", "docker-b"})
         assert set(marks) - set(main) == set(ENGINE_JOBS)
-        for docker, emulated, network, *engines in itertools.product((True, False), repeat=3 + len(ENGINE_JOBS)):
-            if emulated and not docker:
-                continue  # the emulated tests all need an engine
-            names = {"docker": docker, "emulated": emulated, "network": network, **dict(zip(ENGINE_JOBS.values(), engines, strict=True))}
+        for docker, emulated, network, second, *engines in itertools.product((True, False), repeat=4 + len(ENGINE_JOBS)):
+            if (emulated or second) and not docker:
+                continue  # the emulated tests and the second engine's all need an engine
+            names = {"docker": docker, "emulated": emulated, "network": network, "second_engine": second}
+            names |= dict(zip(ENGINE_JOBS.values(), engines, strict=True))
             # pytest's -m grammar (and, or, not over marker names) is a subset of Python's
             chosen = [name for name, expr in main.items() if eval(expr, {}, names)]
             assert len(chosen) == 1, (arm64, names, chosen)
             for job, marker in ENGINE_JOBS.items():
                 assert eval(marks[job], {}, names) == (docker and names[marker] and not emulated), (job, names)
-        assert jobs["emulated" if arm64 else "docker"].needs[-1] == "services"
+        assert jobs["emulated" if arm64 else "docker"].needs[-1] == "services" == jobs["docker-b"].needs[-1]
         assert all(jobs[job].needs == ("lint", "services") for job in ENGINE_JOBS)
 
 

@@ -221,7 +221,7 @@ def test_the_package_runs_as_a_bare_directory_as_images_carry_it(tmp_path: Path)
 def test_doctor_inside_a_built_image(docker_env: DockerEnv, built: dict[str, Any]) -> None:
     """In the image, through its entrypoint, on a machine without NPUs: the documented outcome."""
     client = docker_env.client
-    container = client.create_container(built["engine_id"], command=["ascendkit", "doctor", "--json"], network_disabled=True)
+    container = client.create_container(built["tags"][0], command=["ascendkit", "doctor", "--json"], network_disabled=True)
     try:
         client.start(container)
         code = client.wait(container, timeout=120)["StatusCode"]

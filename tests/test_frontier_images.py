@@ -71,7 +71,7 @@ def test_the_sglang_image_is_built_from_the_npu_project_and_the_chips_archive(do
         "import importlib.util as u, json, ak_sglang_npu, ak_kernel_ops, ak_kernel_memory_saver, six; "
         "print(json.dumps({'engine': ak_sglang_npu.ENGINE, 'cuda': u.find_spec('ak_sglang_cuda') is not None}))"
     )
-    code, out, err = run_in_image(docker_env.client, sglang_built["engine_id"], ["python3", "-c", script])
+    code, out, err = run_in_image(docker_env.client, sglang_built["tags"][0], ["python3", "-c", script])
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1]) == {"engine": "npu", "cuda": False}, (
         "built with pyproject_npu.toml, not its CUDA project"
@@ -115,7 +115,7 @@ def test_an_ascend_950_image_is_built_verified_and_published(docker_env: DockerE
     labels = manifest["labels"]
     assert labels["io.ascendkit.chip"] == "a5" and labels["io.ascendkit.skus"] == "350"
     assert labels["io.ascendkit.soc-version"] == "ascend950dt_9582"
-    code, out, err = run_in_image(docker_env.client, built["engine_id"], ["cat", "/etc/ascendkit/image.json"])
+    code, out, err = run_in_image(docker_env.client, built["tags"][0], ["cat", "/etc/ascendkit/image.json"])
     assert code == 0, err
     info = json.loads(out)
     assert info["soc_family"] == "Ascend950" and info["chip"] == "a5"

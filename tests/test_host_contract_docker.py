@@ -61,6 +61,7 @@ def _seen(docker_env: DockerEnv, image: str, host_config: dict[str, Any], env: d
     return seen
 
 
+@pytest.mark.engine_20_10
 @pytest.mark.parametrize("chip", ["a2", "a3", "a5"])
 def test_a_container_on_each_chips_host_sees_what_upstream_gives_it(
     docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path, chip: str
@@ -74,7 +75,7 @@ def test_a_container_on_each_chips_host_sees_what_upstream_gives_it(
     upstream = (runtime_paths() | {v for b in docs_blocks(chip) for v in b["volumes"]}) - listed(chip)
     ours = {p.path for p in contract_for(chip).paths if p.need != "multi_node"}
     env = {**dict(plan.env), "SEE_PATHS": ":".join(sorted(upstream | ours))}
-    seen = _seen(docker_env, built["engine_id"], host_config_args(plan, {}, privileged=False), env, tmp_path / "see.log")
+    seen = _seen(docker_env, built["tags"][0], host_config_args(plan, {}, privileged=False), env, tmp_path / "see.log")
     # devices: every one the runtime and the docs give this chip (each node of a directory), less the listed deviations
     wanted = (runtime_devices(chip) | {d for b in docs_blocks(chip) for d in b["devices"] if not d[12:].isdigit()}) - listed(chip)
     expanded = {n for n in seen["devices"] if not n.startswith("/dev/davinci") or not n[12:].isdigit()}
@@ -108,6 +109,7 @@ def _request(image: str, host: Path, out: Path, model: Path) -> SmokeRequest:
     )  # fmt: skip
 
 
+@pytest.mark.engine_20_10
 def test_smoke_on_a_950_host_runs_with_its_contract_and_refuses_what_lacks_a_required_piece(
     docker_env: DockerEnv, built_a5: dict[str, Any], tmp_path: Path
 ) -> None:

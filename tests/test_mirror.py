@@ -38,6 +38,7 @@ def source(built: dict[str, Any], docker_env: DockerEnv) -> dict[str, str]:
     return {"repo": f"{docker_env.registry}/{built['repo']}", "tag": tag, "digest": built["pushed"][0]["digest"]}
 
 
+@pytest.mark.engine_20_10
 def test_dry_run_then_copy_then_nothing_left_to_send(docker_env: DockerEnv, source: dict[str, str], tmp_path: Path) -> None:
     dst = f"{docker_env.registry2}/mirror-{uuid.uuid4().hex[:8]}"
     src = f"{source['repo']}:{source['tag']}"

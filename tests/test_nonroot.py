@@ -104,7 +104,7 @@ def test_add_user_refuses_a_base_where_both_the_name_and_the_number_are_taken(do
 
 
 def test_the_image_runs_as_its_user_and_root_is_one_flag_away(docker_env: DockerEnv, built: dict[str, Any]) -> None:
-    client, image = docker_env.client, built["engine_id"]
+    client, image = docker_env.client, built["tags"][0]
     assert client.inspect_image(image)["Config"]["User"] == "1000:1000"
     code, out, err = run_in_image(client, image, ["sh", "-c", "id; echo $HOME; touch $HOME/x /workspace/x && pwd"])
     assert code == 0, err
@@ -144,7 +144,7 @@ def test_the_images_user_opens_the_npu_nodes_through_their_groups(docker_env: Do
 
     def opened(**config: Any) -> dict[str, Any]:
         result = run_container(
-            docker_env.client, built["engine_id"], ["python3", "-c", OPEN],
+            docker_env.client, built["tags"][0], ["python3", "-c", OPEN],
             log_path=tmp_path / "open.log", deadline=time.monotonic() + 120, want_stdout=True, **config,
         )  # fmt: skip
         assert result.exit_code == 0, (tmp_path / "open.log").read_text()

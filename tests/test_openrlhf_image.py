@@ -58,7 +58,7 @@ def test_what_the_build_installed_and_patched_is_what_runs(docker_env: DockerEnv
         "print(json.dumps({'requires': m.requires('openrlhf'), 'source': open(iniconfig.__file__).read(), "
         "'ray': ray.__version__, 'accelerator': openrlhf.ACCELERATOR_TYPE, 'ini': hasattr(iniconfig, 'IniConfig')}))"
     )
-    code, out, err = run_in_image(docker_env.client, openrlhf_built["engine_id"], ["python3", "-c", script])
+    code, out, err = run_in_image(docker_env.client, openrlhf_built["tags"][0], ["python3", "-c", script])
     assert code == 0, err
     found = json.loads(out.strip().splitlines()[-1])
     assert "ray==2.43.0" in found["requires"] and not any(r.startswith("pynvml") for r in found["requires"])
@@ -67,7 +67,7 @@ def test_what_the_build_installed_and_patched_is_what_runs(docker_env: DockerEnv
         '# ascendkit patch (see /etc/ascendkit/patches.json): __all__ = ["IniConfig", "ParseError", "COMMENTCHARS", "iscommentline"]'
         in found["source"]
     )
-    code, out, _ = run_in_image(docker_env.client, openrlhf_built["engine_id"], ["cat", "/etc/ascendkit/git-revisions.txt"])
+    code, out, _ = run_in_image(docker_env.client, openrlhf_built["tags"][0], ["cat", "/etc/ascendkit/git-revisions.txt"])
     assert out.strip() == f"openrlhf {COMMIT} {COMMIT}"
 
 

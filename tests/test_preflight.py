@@ -223,7 +223,7 @@ def test_the_rendered_preflight_container_runs_in_the_image_and_its_log_is_judge
     client = docker_env.client
     config = client.create_host_config(read_only=True, tmpfs={"/tmp": "", "/home/HwHiAiUser": "", "/workspace": ""})
     created = client.create_container(
-        built["engine_id"], command=container["args"], environment=env, host_config=config, network_disabled=True
+        built["tags"][0], command=container["args"], environment=env, host_config=config, network_disabled=True
     )
     try:
         client.start(created)

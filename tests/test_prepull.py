@@ -66,7 +66,7 @@ def test_the_prepull_container_runs_as_rendered_in_the_built_image(docker_env: D
     client = docker_env.client
     config = client.create_host_config(read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"])
     created = client.create_container(
-        built["engine_id"], entrypoint=container["command"], user=user, host_config=config, network_disabled=True
+        built["tags"][0], entrypoint=container["command"], user=user, host_config=config, network_disabled=True
     )
     try:
         client.start(created)

@@ -15,25 +15,25 @@ from buildkit.errors import ExitCode
 from buildkit.image.archive import identify
 from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_MANIFEST, Registry
 from tests import skopeo
-from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin
+from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin, set_aside
 
 pytestmark = pytest.mark.docker
 
 
-def test_push_delete_pull_by_digest_round_trip(docker_env: DockerEnv, built: dict[str, Any]) -> None:
+@pytest.mark.engine_20_10
+def test_push_delete_pull_by_digest_round_trip(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
     client = docker_env.client
     digest = built["pushed"][0]["digest"]
-    before = client.inspect_image(built["engine_id"])
-    client.remove_image(built["engine_id"], force=True, noprune=True)  # every local tag goes
-    assert client.images(name="ascendkit/verl") == [] or all(built["engine_id"] != i["Id"] for i in client.images())
-    repository = f"{docker_env.registry}/{built['repo']}"
-    client.pull(repository, tag=digest)
-    after = client.inspect_image(f"{repository}@{digest}")
-    assert identify(client, f"{repository}@{digest}").config == built["image_id"]  # the same image: the same config
-    assert after["Config"]["Labels"] == before["Config"]["Labels"]
-    for ref in built["tags"]:  # put the local tags back for the other tests
-        name, tag = ref.rsplit(":", 1)
-        client.tag(after["Id"], name, tag)
+    before = client.inspect_image(built["tags"][0])
+    with set_aside(client, [built["tags"][0]], tmp_path):  # every local tag goes; the image comes back after
+        assert client.images(name="ascendkit/verl") == [] or all(before["Id"] != i["Id"] for i in client.images())
+        repository = f"{docker_env.registry}/{built['repo']}"
+        client.pull(repository, tag=digest)
+        after = client.inspect_image(f"{repository}@{digest}")
+        assert identify(client, f"{repository}@{digest}").config == built["image_id"]  # the same image: the same config
+        assert after["Config"]["Labels"] == before["Config"]["Labels"]
+        client.remove_image(f"{repository}@{digest}", force=True)
+    assert client.inspect_image(built["tags"][0])["Id"] == before["Id"]
 
 
 def test_index_refused_while_an_arch_is_missing(docker_env: DockerEnv, built: dict[str, Any]) -> None:
@@ -46,6 +46,7 @@ def test_index_refused_while_an_arch_is_missing(docker_env: DockerEnv, built: di
     assert registry.get_manifest(built["repo"], f"{index_name}-x86_64") is not None
 
 
+@pytest.mark.engine_20_10
 def test_publish_needs_a_passed_build_manifest(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
     (tmp_path / "manifests").mkdir()  # a manifest folder without this image's manifest
     proc = docker_env.ascendkit("publish", built["tags"][0], "--registry", f"{docker_env.registry}/other", cwd=tmp_path)
@@ -110,6 +111,8 @@ def two_registries(docker_env: DockerEnv, built: dict[str, Any]) -> dict[str, An
     return {"targets": targets, "outcome": outcome}
 
 
+@pytest.mark.engine_20_10
+@pytest.mark.engine_overlay2
 def test_several_registries_get_byte_identical_manifests(
     docker_env: DockerEnv, built: dict[str, Any], two_registries: dict[str, Any]
 ) -> None:
@@ -137,6 +140,8 @@ def raw_equal(a: str, b: str) -> bool:
     return skopeo.raw(a) == skopeo.raw(b)
 
 
+@pytest.mark.engine_20_10
+@pytest.mark.engine_overlay2
 def test_the_zstd_variant_is_the_same_image_in_oci_media_types(
     docker_env: DockerEnv, built: dict[str, Any], two_registries: dict[str, Any], tmp_path: Path
 ) -> None:

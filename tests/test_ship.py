@@ -16,10 +16,11 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from buildkit.errors import ExitCode
+from buildkit.image.archive import identify
 from buildkit.ship.registry import DOCKER_LIST, Registry
 from buildkit.trust.keys import generate
 from tests import skopeo
-from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin, edit, run_installed
+from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin, edit, run_installed, set_aside
 from tests.test_workflow import command_lines
 
 pytestmark = pytest.mark.docker
@@ -98,16 +99,13 @@ def test_index_only_refuses_a_missing_arch_or_a_wrong_digest(docker_env: DockerE
     assert registry.get_manifest(repository, index_name(shipped)) is None  # nothing was pushed
 
 
-def test_index_only_with_the_images_gone_from_the_engine(docker_env: DockerEnv, shipped: dict[str, Any]) -> None:
+def test_index_only_with_the_images_gone_from_the_engine(docker_env: DockerEnv, shipped: dict[str, Any], tmp_path: Path) -> None:
     client = docker_env.client
     registry, repository = _registry(shipped["repo"])
     results = shipped["results"]
     # A cached build of the same stack is the same image as other tests' (the session's `built`):
-    # every tag it has, not only the ship build's, is put back afterwards.
-    tags = {r["engine_id"]: client.inspect_image(r["engine_id"])["RepoTags"] for r in results.values()}
-    for result in results.values():
-        client.remove_image(result["engine_id"], force=True, noprune=True)
-    try:
+    # the very images come back afterwards, with every tag they had.
+    with set_aside(client, [r["tags"][0] for r in results.values()], tmp_path):
         assert not {i["Id"] for i in client.images()} & {r["engine_id"] for r in results.values()}
         proc = _index_only(docker_env, shipped["manifests"], shipped["repo"], "--dry-run")
         assert proc.returncode == 0, proc.stderr
@@ -135,19 +133,12 @@ def test_index_only_with_the_images_gone_from_the_engine(docker_env: DockerEnv, 
         assert checked.returncode == 0, checked.stdout + checked.stderr
         names = [c["name"].split()[0] for c in json.loads(checked.stdout)["checks"]]
         assert names.count("signature") == 3 and names.count("provenance") == names.count("matrix") == names.count("sbom") == 2
-    finally:  # the other tests keep using these images: pull them back with all their tags
-        for result in results.values():
-            name = shipped["repo"]
-            client.pull(name, tag=result["digest"])
-            for ref in tags[result["engine_id"]]:
-                repository_name, tag = ref.rsplit(":", 1)
-                client.tag(f"{name}@{result['digest']}", repository_name, tag, force=True)
 
 
 def test_sbom_of_each_member(docker_env: DockerEnv, shipped: dict[str, Any]) -> None:
     validator = JsonStrictValidator(SchemaVersion.V1_6)
-    standin_ids = {"x86_64": docker_env.client.inspect_image(docker_env.standin)["Id"]}
-    standin_ids["aarch64"] = docker_env.client.inspect_image(arm64_standin())["Id"]
+    standin_ids = {"x86_64": identify(docker_env.client, docker_env.standin).config}  # the containerd store's ID is not it
+    standin_ids["aarch64"] = identify(docker_env.client, arm64_standin()).config
     for arch, result in shipped["results"].items():
         proc = docker_env.ascendkit("sbom", f"{shipped['repo']}@{result['digest']}", "--json", cwd=shipped["workdir"])
         assert proc.returncode == 0, proc.stderr

@@ -57,6 +57,7 @@ def test_the_config_check_runs_the_jobs_command_in_the_image_and_stops_the_run(
     assert alone.returncode == ExitCode.CHECK_FAILED and "verl is not installed in this image" in alone.stderr
 
 
+@pytest.mark.engine_20_10
 def test_smoke_on_a_host_without_npus_runs_doctor_and_stops_there(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
     before = docker_env.containers()
     out = tmp_path / "report"
@@ -108,7 +109,7 @@ def test_a_job_that_outlives_the_timeout_is_killed_removed_and_its_log_kept(
     started = time.monotonic()
     result = run_container(
         docker_env.client,
-        built["engine_id"],
+        built["tags"][0],
         ["sh", "-c", "echo step:1 - critic/rewards/mean:0.5; sleep 600"],
         log_path=log,
         deadline=time.monotonic() + 3,
@@ -131,7 +132,7 @@ def test_a_job_that_stops_stepping_is_stopped_early_with_its_cause(docker_env: D
         "echo \"(autoscaler +5s) Warning: The following resource request cannot be scheduled right now: {'GPU': 1.0}\"; sleep 600"
     )
     result = run_container(
-        docker_env.client, built["engine_id"], ["sh", "-c", script], log_path=log, deadline=time.monotonic() + 300, watch=watch
+        docker_env.client, built["tags"][0], ["sh", "-c", script], log_path=log, deadline=time.monotonic() + 300, watch=watch
     )
     assert result.stalled is not None and result.exit_code is None and not result.timed_out
     assert time.monotonic() - started < 60, "stopped by the watcher, not the deadline"
@@ -139,12 +140,13 @@ def test_a_job_that_stops_stepping_is_stopped_early_with_its_cause(docker_env: D
     assert _smoke_containers(docker_env) == before
 
 
+@pytest.mark.engine_20_10
 def test_a_finished_job_keeps_its_exit_code_output_and_stdout(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     before = _smoke_containers(docker_env)
     result = run_container(
         docker_env.client,
-        built["engine_id"],
+        built["tags"][0],
         ["sh", "-c", "echo out; echo err >&2; test -d /dev/shm && df -k /dev/shm | tail -1; exit 3"],
         log_path=log,
         deadline=time.monotonic() + 120,
@@ -165,7 +167,7 @@ def sleeper(docker_env: DockerEnv, built: dict[str, Any], tmp_path_factory: pyte
     entrypoint that prints one line and sleeps, whatever command smoke gives it. Removed after."""
     context = tmp_path_factory.mktemp("sleeper")
     (context / "Dockerfile").write_text(
-        f'FROM {built["engine_id"]}\nENTRYPOINT ["/bin/sh", "-c", "echo stand-in job: sleeping; exec sleep 600", "stand-in"]\n'
+        f'FROM {built["tags"][0]}\nENTRYPOINT ["/bin/sh", "-c", "echo stand-in job: sleeping; exec sleep 600", "stand-in"]\n'
     )
     tag = f"ascendkit-sleeper:{os.getpid()}"
     for _ in docker_env.client.build(path=str(context), tag=tag, rm=True, forcerm=True, decode=True):
