@@ -43,6 +43,17 @@ def tar_of(files: dict[str, bytes], links: dict[str, str] | None = None, *, sort
     return out.getvalue()
 
 
+def members_of(archive: bytes) -> dict[str, bytes]:
+    """The regular files of a tar, name -> bytes (links left out), in order."""
+    members: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for member in tar:
+            source = tar.extractfile(member) if member.isfile() else None
+            if source is not None:
+                members[member.name] = source.read()
+    return members
+
+
 @dataclass(frozen=True)
 class Image:
     """An image as an engine holds it: its config and its layers (each a tar), in order."""

@@ -21,7 +21,7 @@ from buildkit.errors import PublishFailed, Unavailable
 from buildkit.image.archive import SMALL, ImageIdentity, config_in_archive
 from buildkit.ship.export import Exported, export
 from buildkit.ship.layers import GZIP, ZSTD, Compression
-from tests.saved_layouts import Image, SavingEngine, classic, containerd, digest, overlay2_oci, podman, tar_of
+from tests.saved_layouts import Image, SavingEngine, classic, containerd, digest, members_of, overlay2_oci, podman, tar_of
 
 BIG = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(SMALL // 16))  # 2 MiB: spooled to disk
 SMALL_LAYER = b"a small layer\n" * 100
@@ -122,17 +122,7 @@ def test_a_layer_or_config_missing_from_the_archive_is_named(tmp_path: Path) -> 
 
 def _swap_blob(archive: bytes, name: str, body: bytes) -> bytes:
     """``archive`` with member ``name``'s bytes replaced (the other members as they were)."""
-    import tarfile
-
-    members: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        for member in tar:
-            if member.isfile():
-                source = tar.extractfile(member)
-                assert source is not None
-                members[member.name] = source.read()
-    members[name] = body
-    return tar_of(members, sort=True)
+    return tar_of(members_of(archive) | {name: body}, sort=True)
 
 
 def test_a_stored_blob_that_is_not_the_config_s_layer_is_refused(tmp_path: Path) -> None:
@@ -153,15 +143,7 @@ def test_a_stored_blob_that_is_not_the_config_s_layer_is_refused(tmp_path: Path)
 
 def _rename(archive: bytes, old: str, new: str, old_digest: str, new_digest: str) -> bytes:
     """``archive`` with member ``old`` renamed ``new`` and manifest.json pointing at it."""
-    import tarfile
-
-    members: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        for member in tar:
-            if member.isfile():
-                source = tar.extractfile(member)
-                assert source is not None
-                members[new if member.name == old else member.name] = source.read()
+    members = {new if name == old else name: data for name, data in members_of(archive).items()}
     members["manifest.json"] = members["manifest.json"].replace(old_digest[7:].encode(), new_digest[7:].encode())
     return tar_of(members, sort=True)
 
@@ -316,12 +298,7 @@ def test_the_config_digest_is_read_as_soon_as_the_manifest_passes() -> None:
 
 
 def _member(archive: bytes, name: str) -> bytes:
-    import tarfile
-
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        source = tar.extractfile(name)
-        assert source is not None
-        return source.read()
+    return members_of(archive)[name]
 
 
 def test_an_archive_whose_store_kept_no_content_says_why(tmp_path: Path) -> None:
@@ -330,14 +307,7 @@ def test_an_archive_whose_store_kept_no_content_says_why(tmp_path: Path) -> None
     image = Image.of([LAYERS[1], tar_of({"etc/other": SMALL_LAYER[::-1]})])
     saved = containerd(image, attestation=False)
     stored = next(iter(saved.stored))
-    import tarfile
-
-    members: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(saved.archive)) as tar:
-        for member in tar:
-            source = tar.extractfile(member) if member.isfile() else None
-            if source is not None and member.name != f"blobs/sha256/{stored[7:]}":
-                members[member.name] = source.read()
+    members = {name: data for name, data in members_of(saved.archive).items() if name != f"blobs/sha256/{stored[7:]}"}
     engine = SavingEngine(tar_of(members, sort=True), 4096, saved.engine_id)
     identity = ImageIdentity(image.config_digest, saved.engine_id)
     with pytest.raises(PublishFailed, match=rf"lacks layer {saved.stored[stored]} .*keeps no content for it .*pull it again"):
