@@ -185,10 +185,10 @@ def main() -> None:
             "verification": noop[0].verification,
         }
         if not args.quick:
-            before = layer_ids(client, cold.image_id)
+            before = layer_ids(client, cold.engine_id or cold.image_id)
             bumped = plan(bumped_matrix(Path(bump_dir)), Path(manifests), standin)
             bump = run_build(client, bumped)
-            after = layer_ids(client, bump.image_id)
+            after = layer_ids(client, bump.engine_id or bump.image_id)
             reused = sum(size for layer, size in after.items() if layer in before)
             results["bump_verl"] = {
                 "seconds": round(bump.duration_s, 2),
@@ -209,9 +209,9 @@ def main() -> None:
             loaded = load_matrix(MATRIX)
             default = next(name for name, stack in loaded.matrix.stacks.items() if stack.default)
             results["installers"].append(installers(client, loaded, default, "aarch64", standin_arm64, frozenset({"vllm", "vllm-ascend"})))
-        info = client.inspect_image(cold.image_id)
+        info = client.inspect_image(cold.engine_id or cold.image_id)
         base_layers = len(client.inspect_image(standin)["RootFS"]["Layers"])
-        results["image"] = {"size_bytes": info["Size"], **waste(client, cold.image_id, base_layers)}
+        results["image"] = {"size_bytes": info["Size"], **waste(client, cold.engine_id or cold.image_id, base_layers)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     mb = 1024 * 1024

@@ -191,8 +191,10 @@ def measure(label: str, argv: list[str], tmp: Path, env: dict[str, str] | None =
     }
 
 
-def child_publish(image_id: str, destination: str, compression: str) -> None:
-    """What `ascendkit publish` does for one verified image, in this process (measured from outside)."""
+def child_publish(local: str, destination: str, compression: str) -> None:
+    """What `ascendkit publish` does for one verified image (``local``: its name on the engine), in
+    this process (measured from outside)."""
+    from buildkit.image.archive import identify
     from buildkit.image.engine import connect
     from buildkit.imageref import RegistryRef
     from buildkit.ship.layers import PUBLISHED
@@ -201,9 +203,11 @@ def child_publish(image_id: str, destination: str, compression: str) -> None:
     from buildkit.ship.publish import push_image
 
     ref = RegistryRef.parse(destination, "bench")
-    image = LocalImage(image_id, "x86_64", ("x86_64",), ("bench",), None)
+    client = connect()
+    identity = identify(client, local)  # the containerd store names it by a manifest digest, not its config's
+    image = LocalImage(identity.config, "x86_64", ("x86_64",), ("bench",), None, identity.engine_id)
     options = ShipOptions(compressions=PUBLISHED[compression])
-    outcome = push_image(connect(), image, [Target.of(ref)], options)
+    outcome = push_image(client, image, [Target.of(ref)], options)
     print(json.dumps({"pushed": [p.describe() for p in outcome.registries[ref.name]]}))
 
 
@@ -257,22 +261,23 @@ def main() -> None:
         text = corpus(min(256 * MB, 2 * max(sizes)))
         layers = [(tmp / f"layer{i}.tar", write_layer(tmp / f"layer{i}.tar", size, text, i + 1, run)) for i, size in enumerate(sizes)]
         raw = sum(path.stat().st_size for path, _ in layers)
-        image_id = load_image(client, layers, f"bench/size:{run}")
+        local = f"bench/size:{run}"
+        load_image(client, layers, local)
         for path, _ in layers:
             path.unlink()
         print(
             f"synthetic image: {len(layers)} layers, {raw / MB:,.0f} MB uncompressed, made and loaded in {time.monotonic() - started:.0f} s"
         )
         try:
-            rows, extra = compare(image_id, registry, registry2, run, tmp)
+            rows, extra = compare(local, registry, registry2, run, tmp)
         finally:
-            client.remove_image(image_id, force=True)
+            client.remove_image(local, force=True)
     report(rows, extra, raw, args.quick)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"quick": args.quick, "raw_bytes": raw, "rows": rows, **extra}, indent=2) + "\n")
 
 
-def compare(image_id: str, registry: str, registry2: str, run: str, tmp: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def compare(local: str, registry: str, registry2: str, run: str, tmp: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     daemon = ["--src-daemon-host", os.environ["DOCKER_HOST"]]
     insecure = ["--dest-tls-verify=false"]
     cache = {"ASCENDKIT_CACHE": str(tmp / "cache")}  # cold: every layer compressed by this run
@@ -280,7 +285,7 @@ def compare(image_id: str, registry: str, registry2: str, run: str, tmp: Path) -
     rows = [
         measure(
             "ascendkit publish --compression zstd (gzip + zstd)",
-            [sys.executable, __file__, "--child-publish", image_id, ours, "zstd"],
+            [sys.executable, __file__, "--child-publish", local, ours, "zstd"],
             tmp,
             cache,
         ),
@@ -292,7 +297,7 @@ def compare(image_id: str, registry: str, registry2: str, run: str, tmp: Path) -
                 *insecure,
                 "--dest-compress-format",
                 "gzip",
-                f"docker-daemon:{image_id}",
+                f"docker-daemon:{local}",
                 f"docker://{registry2}/bench-size-skopeo-gzip-{run}:t",
             ],
             tmp,
@@ -307,7 +312,7 @@ def compare(image_id: str, registry: str, registry2: str, run: str, tmp: Path) -
                 *insecure,
                 "--dest-compress-format",
                 "zstd",
-                f"docker-daemon:{image_id}",
+                f"docker-daemon:{local}",
                 f"docker://{registry}/bench-size-skopeo-zstd-{run}:t",
             ],
             tmp,
