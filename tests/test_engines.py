@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
 import uuid
@@ -224,3 +225,22 @@ def test_the_containerd_store_names_images_by_manifest_and_we_by_config(docker_e
     legacy = engines()["docker-20.10"]
     assert legacy.inspect_image(docker_env.standin)["Id"] == identity.config, "20.10 names the same stand-in by its config"
     assert [d.partition("@")[2] for d in inspect.get("RepoDigests") or []] == [inspect["Id"]]
+
+
+def test_doctor_on_the_host_says_which_engine_it_reaches(docker_env: DockerEnv, tmp_path: Path) -> None:
+    """`ascendkit doctor` on a host names the engine its docker CLI reaches (Docker 26.1.5's own CLI
+    here), with its API version and image store, and warns of one past its end of life (20.10)."""
+    cli = os.environ.get("ASCENDKIT_DOCKER_CLI", "")
+    if not cli:
+        _need("ASCENDKIT_DOCKER_CLI does not name Docker's CLI")
+    hosts = dict(p.split("=", 1) for p in os.environ.get("ASCENDKIT_ENGINE_HOSTS", "").split(",") if "=" in p)
+    hosts["this job's"] = docker_env.env["DOCKER_HOST"]
+    for name, host in hosts.items():
+        env = {**docker_env.env, "PATH": f"{Path(cli).parent}:{os.environ.get('PATH', '')}", "DOCKER_HOST": host}
+        exe = str(Path(sys.executable).with_name("ascendkit"))
+        proc = subprocess.run([exe, "doctor", "--json"], env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
+        report = json.loads(proc.stdout)
+        facts = engine_facts(docker.APIClient(base_url=host, version="auto"))
+        assert report["engine"] == facts.describe(), (name, report["engine"])
+        (check,) = [c for c in report["checks"] if c["name"] == "engine"]
+        assert check["status"] == ("warn" if facts.version.startswith("20.10") else "ok"), (name, check)
