@@ -18,7 +18,7 @@ The jobs, and what each waits for::
     bench            unit, docker, docker-b   make bench-quick
 
 Every docker test runs on the engine a fresh Docker install gives (the containerd image store), in
-two halves at once on two such engines (tests/conftest.py's SECOND_ENGINE: the tests sharing no image);
+two halves at once on two such engines (tests/conftest.py's SECOND_ENGINE says which run on the second);
 what differs between engines (build, load, export, publish, mirror, smoke, verify, the host-contract
 containers) runs on Docker 20.10 too, and export and publish on Docker 26 over overlay2 (the OCI
 layout of uncompressed blobs): each of those jobs has its engine, its registries and its env file

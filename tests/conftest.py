@@ -119,11 +119,13 @@ def line_of(text: str, needle: str, occurrence: int = 1) -> int:
 
 # ---- integration: the real Docker engine, registry and stand-in base ---------------------------
 
-# The docker tests that share no image with the others (they build their own, or none): `make test`
-# runs them on a second engine of the same kind (tests/ci.py's docker-b job) while the rest run on the first.
+# The docker tests `make test` runs on a second engine of the same kind (tests/ci.py's docker-b job)
+# while the rest run on the first: those that share no image with the others (they build their own,
+# or none), and the fault tests, which wait on their proxies most of the time (the test image they
+# publish is built there once more: a minute, against the five they spend waiting).
 SECOND_ENGINE = {
-    "test_api.py", "test_credentials_docker.py", "test_engines.py", "test_frontier_images.py", "test_gitlab_local.py",
-    "test_offline_build.py", "test_openrlhf_image.py", "test_ray_cluster.py", "test_resume.py",
+    "test_api.py", "test_credentials_docker.py", "test_engines.py", "test_faults.py", "test_frontier_images.py",
+    "test_gitlab_local.py", "test_offline_build.py", "test_openrlhf_image.py", "test_ray_cluster.py", "test_resume.py",
 }  # fmt: skip
 
 
