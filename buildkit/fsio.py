@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import stat
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from buildkit.errors import InputError, OutputError
 
@@ -201,6 +203,26 @@ def cache_dir() -> Path:
     if configured:
         return Path(configured)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ascendkit"
+
+
+def read_cache(path: Path) -> dict[str, Any]:
+    """The entries of a JSON cache file ascendkit wrote; none when it is missing or unreadable (a
+    cache only saves time)."""
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def write_cache(path: Path, entries: dict[str, Any], limit: int) -> None:
+    """The newest ``limit`` of ``entries`` (in insertion order) into cache file ``path``, atomically;
+    a cache that cannot be written costs time next run, nothing else."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(dict(list(entries.items())[-limit:]), indent=0) + "\n")
+    except (OSError, OutputError):
+        pass
 
 
 def sha256_of(path: Path) -> str:

@@ -35,7 +35,7 @@ import requests
 from docker.errors import DockerException
 
 from buildkit.errors import Unavailable
-from buildkit.fsio import cache_dir, write_atomic
+from buildkit.fsio import cache_dir, read_cache, write_cache
 from buildkit.image.engine import CONTAINERD_STORE, engine_facts
 from buildkit.image.stream import ChunkReader, saved
 from buildkit.reach import engine_said
@@ -188,20 +188,12 @@ class _KnownConfigs:
 
     def __init__(self) -> None:
         self.path = cache_dir() / "image-configs.json"
-        try:
-            loaded = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            loaded = {}
-        self.known: dict[str, str] = {str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {}
+        self.known: dict[str, str] = {str(k): str(v) for k, v in read_cache(self.path).items()}
 
     def remember(self, engine_id: str, config: str) -> None:
         self.known.pop(engine_id, None)
         self.known[engine_id] = config
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, json.dumps(dict(list(self.known.items())[-self.LIMIT :]), indent=0) + "\n")
-        except (OSError, ValueError):  # a cache that cannot be written costs a read of the archive next time
-            pass
+        write_cache(self.path, dict(self.known), self.LIMIT)
 
 
 def identify(client: docker.APIClient, ref: str, inspect: Mapping[str, Any] | None = None) -> ImageIdentity:

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from buildkit.errors import OutputError, PublishFailed
-from buildkit.fsio import cache_dir, write_atomic
+from buildkit.errors import PublishFailed
+from buildkit.fsio import cache_dir, read_cache, write_cache
 from buildkit.ship.compressors import BLOCK, GZIP, PUBLISHED, ZSTD, Compression, Sink
 
 __all__ = ["CHUNK", "GZIP", "PUBLISHED", "ZSTD", "Blob", "Compressing", "Compression", "CompressionCache"]
@@ -65,11 +64,7 @@ class CompressionCache:
     @classmethod
     def load(cls, path: Path | None = None) -> CompressionCache:
         path = path or cache_dir() / "compressed-layers.json"
-        try:
-            entries = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            entries = {}
-        return cls(path, entries if isinstance(entries, dict) else {})
+        return cls(path, read_cache(path))
 
     def get(self, compression: Compression, diff_id: str) -> Blob | None:
         entry = self.entries.get(f"{compression.key} {diff_id}")
@@ -118,12 +113,8 @@ class CompressionCache:
 
     def save(self) -> None:
         with self.lock:
-            kept = dict(list(self.entries.items())[-self.LIMIT :])
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, json.dumps(kept, indent=0, sort_keys=False) + "\n")
-        except (OSError, OutputError):  # a cache that cannot be written costs time next run, nothing else
-            pass
+            entries = dict(self.entries)
+        write_cache(self.path, entries, self.LIMIT)
 
 
 class _Hashing:
