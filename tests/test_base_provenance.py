@@ -35,9 +35,16 @@ def _facts(store: str) -> EngineFacts:
 @pytest.fixture
 def registry_says(monkeypatch: pytest.MonkeyPatch) -> dict[str, str | None]:
     said: dict[str, str | None] = {"digest": None}
-    monkeypatch.setattr(build, "_registry_digest", lambda ref: said["digest"])
+
+    def ask(ref: str, timeout: int = 20) -> tuple[dict[str, Any] | None, str]:  # the engine's distribution answer, or why not
+        assert ref == REF
+        return (None, "connection refused") if said["digest"] is None else ({"Descriptor": {"digest": said["digest"]}}, "")
+
+    monkeypatch.setattr(build, "_ask_registry", ask)
     monkeypatch.setattr(
-        build, "identify", lambda client, ref, inspect=None: ImageIdentity(CONFIG, str(inspect["Id"]) if inspect else MANIFEST)
+        build,
+        "identify",
+        lambda client, ref, inspect=None, store=None: ImageIdentity(CONFIG, str(inspect["Id"]) if inspect else MANIFEST),
     )
     return said
 

@@ -196,12 +196,13 @@ class _KnownConfigs:
         write_cache(self.path, dict(self.known), self.LIMIT)
 
 
-def identify(client: docker.APIClient, ref: str, inspect: Mapping[str, Any] | None = None) -> ImageIdentity:
-    """The identity of local image ``ref``: its config digest, and the ID this engine gives it."""
+def identify(client: docker.APIClient, ref: str, inspect: Mapping[str, Any] | None = None, store: str | None = None) -> ImageIdentity:
+    """The identity of local image ``ref``: its config digest, and the ID this engine gives it.
+    ``inspect`` and ``store`` (the engine's image store) where the caller has them already."""
     try:
         data = inspect if inspect is not None else client.inspect_image(ref)
         engine_id = str(data["Id"])
-        if engine_facts(client).image_store != CONTAINERD_STORE:
+        if (store or engine_facts(client).image_store) != CONTAINERD_STORE:
             return ImageIdentity(engine_id, engine_id)
         known = _KnownConfigs()
         if engine_id in known.known:

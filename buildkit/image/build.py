@@ -45,14 +45,9 @@ def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 
         return
     except NotFound:
         pass
-    quick = connect(timeout=timeout)
-    try:
-        quick.inspect_distribution(plan.base_image)
+    answer, reason = _ask_registry(plan.base_image, timeout)
+    if answer is not None:
         return
-    except (DockerException, requests.exceptions.RequestException, OSError) as exc:
-        reason = engine_said(exc)
-    finally:
-        quick.close()
     mirrors = "\n".join(f"    --base-registry {m.rsplit('/', 1)[0]}" for m in plan.base_mirrors)
     mirrors = mirrors or "    --base-registry HOST/PATH (where your mirror serves the CANN images)"
     raise Unavailable(
@@ -123,18 +118,26 @@ def base_of(client: docker.APIClient, ref: str, engine: EngineFacts) -> BaseImag
         digest = sorted(digests)[0].partition("@")[2]
         if engine.image_store != CONTAINERD_STORE or _registry_digest(ref) == digest:
             return BaseImage(ref, digest, True)
-    return BaseImage(ref, identify(client, ref, inspect).config, False)
+    return BaseImage(ref, identify(client, ref, inspect, engine.image_store).config, False)
 
 
-def _registry_digest(ref: str, timeout: int = 20) -> str | None:
-    """The digest ``ref``'s registry serves it at, or None when the registry cannot say."""
+def _ask_registry(ref: str, timeout: int = 20) -> tuple[dict[str, Any] | None, str]:
+    """What ``ref``'s registry says of it, through the engine (its mirrors and credentials), on a
+    connection of its own that gives up within ``timeout`` seconds; else None and why."""
     quick = connect(timeout=timeout)
     try:
-        return str(quick.inspect_distribution(ref)["Descriptor"]["digest"])
-    except (DockerException, requests.exceptions.RequestException, OSError, KeyError, TypeError):
-        return None
+        return quick.inspect_distribution(ref), ""
+    except (DockerException, requests.exceptions.RequestException, OSError) as exc:
+        return None, engine_said(exc)
     finally:
         quick.close()
+
+
+def _registry_digest(ref: str) -> str | None:
+    """The digest ``ref``'s registry serves it at, or None when the registry cannot say."""
+    answer, _ = _ask_registry(ref)
+    digest = ((answer or {}).get("Descriptor") or {}).get("digest")
+    return str(digest) if digest else None
 
 
 def _tag(client: docker.APIClient, image_id: str, refs: list[str]) -> None:
@@ -161,7 +164,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
         raise
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"the engine failed: {engine_said(exc)}") from None
-    image = identify(client, engine_id)  # what the image is, whatever this engine calls it
+    image = identify(client, engine_id, store=engine.image_store)  # what the image is, whatever this engine calls it
     sbom = sbom_path(plan.manifest_dir, plan.manifest_name)
     before = None if plan.reverify else verified_before(plan.manifest_dir, plan.manifest_name, image.config, plan.expected, plan.refs)
     if before is not None and sbom.is_file():  # an unchanged image, verified against the same matrix: tag it
