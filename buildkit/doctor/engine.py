@@ -86,12 +86,13 @@ def engine_of_runtime(runtime: str) -> dict[str, str]:
     says of the node's engine; the image store is known for containerd and CRI-O, not for Docker."""
     name, _, version = runtime.strip().partition("://")
     numbers = version_numbers(version)[:2]
-    if name == "docker":
-        api = DOCKER_API.get((numbers[0], numbers[1])) if len(numbers) == 2 else None
-        store = "not in the node list: run `ascendkit doctor` on the node"
-        return {"product": "Docker Engine", "version": version, "api_version": api or "", "image_store": store, "storage_driver": ""}
-    if name == "containerd":
-        return {"product": "containerd", "version": version, "api_version": "CRI", "image_store": CONTAINERD_STORE, "storage_driver": ""}
-    if name == "cri-o":
-        return {"product": "CRI-O", "version": version, "api_version": "CRI", "image_store": PODMAN_STORE, "storage_driver": ""}
-    return {"product": name, "version": version, "api_version": "", "image_store": "", "storage_driver": ""}
+    product, api, store = {
+        "docker": (
+            "Docker Engine",
+            DOCKER_API.get(numbers, "") if len(numbers) == 2 else "",
+            "not in the node list: run `ascendkit doctor` on the node",
+        ),
+        "containerd": ("containerd", "CRI", CONTAINERD_STORE),
+        "cri-o": ("CRI-O", "CRI", PODMAN_STORE),
+    }.get(name, (name, "", ""))
+    return {"product": product, "version": version, "api_version": api, "image_store": store, "storage_driver": ""}

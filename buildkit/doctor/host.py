@@ -93,21 +93,27 @@ def zstd_verdict(runtime: str) -> Check:
     return Check("zstd pulls", "warn", f"{name} {version} cannot pull zstd layers ({need}): pull the gzip tags, not -zstd")
 
 
-def node_runtimes(where: Environment, on_host: bool) -> list[str]:
-    """The runtimes ``$ASCENDKIT_NODE_RUNTIME`` names; on a host without it, the local engines' own versions."""
+def node_runtimes(where: Environment, on_host: bool, docker_version: str | None = None) -> list[str]:
+    """The runtimes ``$ASCENDKIT_NODE_RUNTIME`` names; on a host without it, the local engines' own
+    versions: Docker Engine's as doctor already read it (``docker_version``), containerd's asked here."""
     given = [r.strip() for r in where.getenv(RUNTIME_ENV).split(",") if r.strip()]
     if given or not on_host:
         return given
     found = []
-    for name, argv in (("docker", ["docker", "version", "--format", "{{.Server.Version}}"]), ("containerd", ["containerd", "--version"])):
-        try:
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        version = re.search(r"\d+\.\d+(\.\d+)?", out.stdout) if out.returncode == 0 else None
+    for name, said in (("docker", docker_version or ""), ("containerd", _said(["containerd", "--version"]))):
+        version = re.search(r"\d+\.\d+(\.\d+)?", said)
         if version:
             found.append(f"{name}://{version.group(0)}")
     return found
+
+
+def _said(argv: list[str]) -> str:
+    """What a command printed, or "" when it failed or is not here."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout if out.returncode == 0 else ""
 
 
 def check_firmware(where: Environment) -> list[Check]:

@@ -62,7 +62,8 @@ def run(
     engine = local_engine() if on_host else None  # the engine this host's images are pulled, built and run with
     if engine is not None:
         checks.append(judge_engine(engine))
-    checks += [zstd_verdict(runtime) for runtime in node_runtimes(where, on_host=on_host)]
+    docker_version = engine["version"] if engine is not None and engine["product"] == "Docker Engine" else None
+    checks += [zstd_verdict(runtime) for runtime in node_runtimes(where, on_host=on_host, docker_version=docker_version)]
     failed = any(c.status == "error" for c in checks)
     code = EXIT_FAILED if failed else EXIT_NO_DEVICES if not found else EXIT_OK
     outcome = "failed" if failed else "no Ascend devices: preflight passed, NPU checks not run" if not found else "ready"
