@@ -103,11 +103,30 @@ def build(
     reporter: Reporter | None = None,
     reverify: bool = False,
     installer: str = "uv",
+    builder: str = "auto",
+    cache_repo: str | None = None,
 ) -> BuildResult:
     """Build, verify and tag one image on the Docker engine of the environment (DOCKER_HOST). An
     unchanged image whose passed verification its manifest records is not verified again unless ``reverify``.
-    ``installer``: uv (the default) or pip installs the locked layers."""
-    build_plan = _build_plan(matrix, hw, stack, os, arch, base_image, mirrors, repository, manifest_dir, wheelhouse, reverify, installer)
+    ``installer``: uv (the default) or pip installs the locked layers. ``builder``: auto (BuildKit
+    where buildx and the engine give it, else the classic builder), buildkit or classic;
+    ``cache_repo``: a registry repository for BuildKit's cache of this stack, chip, OS and arch."""
+    build_plan = _build_plan(
+        matrix,
+        hw,
+        stack,
+        os,
+        arch,
+        base_image,
+        mirrors,
+        repository,
+        manifest_dir,
+        wheelhouse,
+        reverify,
+        installer,
+        builder=builder,
+        cache_repo=cache_repo,
+    )
     check_outputs(build_plan)
     return run_build(connect(), build_plan, reporter)
 
@@ -286,6 +305,9 @@ def _build_plan(
     wheelhouse: Path | None,
     reverify: bool = False,
     installer: str = "uv",
+    *,
+    builder: str = "auto",
+    cache_repo: str | None = None,
 ) -> BuildPlan:
     return plan_build(
         load(matrix),
@@ -300,4 +322,6 @@ def _build_plan(
         wheelhouse=wheelhouse,
         reverify=reverify,
         installer=installer,
+        builder=builder,
+        cache_repo=cache_repo,
     )

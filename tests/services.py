@@ -26,7 +26,8 @@
 The env file (``$ASCENDKIT_SERVICES_DIR/env``, default /tmp/ascendkit-services/env) holds
 DOCKER_HOST, ASCENDKIT_REGISTRY, ASCENDKIT_REGISTRY2, ASCENDKIT_STANDIN_IMAGE[_ARM64],
 ASCENDKIT_ENGINE_HOSTS (every engine: ``name=unix://...`` pairs, for the tests that load one image
-into several), ASCENDKIT_DOCKER_CLI (trixie's docker CLI 26.1.5),
+into several), ASCENDKIT_DOCKER_CLI (trixie's docker CLI 26.1.5), ASCENDKIT_BUILDX (trixie's
+docker-buildx 0.13.1, which `ascendkit build` runs BuildKit through),
 ASCENDKIT_CONTAINERD (the socket of the engine's containerd, for `ctr` in the zstd tests and the
 benchmark), ASCENDKIT_SKOPEO_SIGSTORE (a skopeo with sigstore, tests/sigstore_skopeo.py) and,
 with --arm64, ASCENDKIT_EMULATED_DOCKER_HOST for the tests. ``env.<engine>`` holds the same for
@@ -431,6 +432,7 @@ def start(arm64: bool) -> None:
         "ASCENDKIT_SKOPEO_SIGSTORE": str(skopeo_sigstore(STATE)),  # bookworm's skopeo has sigstore cut out
         "ASCENDKIT_GITLAB_CI_LOCAL": str(install_gitlab_ci_local()),
         "ASCENDKIT_DOCKER_CLI": str(MAIN.root() / "usr/bin/docker"),
+        "ASCENDKIT_BUILDX": str(MAIN.root() / "usr/libexec/docker/cli-plugins/docker-buildx"),  # what `ascendkit build` runs BuildKit with
         "ASCENDKIT_ENGINE_HOSTS": ",".join(f"{e.name}={e.host}" for e in [MAIN, LEGACY, OVERLAY2]),  # no spaces: the file is sourced by sh
     }
     env = {**engine_env(MAIN, standins), **common}

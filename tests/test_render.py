@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from buildkit.image.render import context_file, context_paths, render_dockerfile
+from buildkit.image.render import build_context, context_file, context_paths, render_context, render_dockerfile
 from buildkit.matrix.load import LoadedMatrix, parse_matrix
 from buildkit.plan import RenderTarget, all_targets, plan_image, plan_target
 from tests.conftest import MATRIX, MATRIX_TEXT, ROOT, edit
@@ -173,18 +173,43 @@ def test_cann_environment_persisted(loaded: LoadedMatrix, stack: str, abi: int) 
     assert 'ENTRYPOINT ["/usr/local/bin/ascendkit-entrypoint"]' in text
 
 
-def test_classic_builder_syntax_only(loaded: LoadedMatrix) -> None:
+BUILDKIT_ONLY = (
+    "RUN --mount=type=cache,id=ascendkit-pip-${TARGETARCH},target=/var/cache/ascendkit,sharing=locked \\\n"
+    "    --mount=type=secret,id=ascendkit-ca --mount=type=secret,id=ascendkit-env \\\n"
+    "    set -eux; \\\n"
+)
+
+
+def test_the_classic_render_is_the_buildkit_render_without_its_mounts(loaded: LoadedMatrix) -> None:
+    """Both builders get the same steps and packages: the classic builder's Dockerfile is BuildKit's
+    with the cache and secret mounts (and the TARGETARCH that names the cache) taken out. Neither
+    names a `# syntax=` frontend (an image to pull: offline builds could not) or any other syntax
+    the classic builder lacks; every installing step has both mounts."""
     for target in all_targets(loaded):
-        text = render_dockerfile(loaded, plan_image(loaded, target))
-        for forbidden in ("--mount", "<<EOF", "<<-", "--chmod", "# syntax=", "--link", "${TARGETARCH"):
-            assert forbidden not in text, (target, forbidden)
+        plan = plan_image(loaded, target)
+        ctx = build_context(loaded, plan)
+        buildkit, classic = render_context(ctx), render_context(ctx, buildkit=False)
+        assert buildkit == render_dockerfile(loaded, plan)  # the committed renders are BuildKit's
+        for forbidden in ("--mount", "<<EOF", "<<-", "--chmod", "# syntax=", "--link", "TARGETARCH"):
+            assert forbidden not in classic, (target, forbidden)
+        for forbidden in ("<<EOF", "<<-", "--chmod", "# syntax=", "--link"):
+            assert forbidden not in buildkit, (target, forbidden)
+        installing = buildkit.count(". /usr/local/lib/ascendkit/build-env.sh;")
+        assert installing >= 5 and buildkit.count(BUILDKIT_ONLY) == installing, target
+        targetarch = "# Set by BuildKit: names the pip cache of this arch (and build-env.sh checks it against the machine).\nARG TARGETARCH\n"
+        assert buildkit.replace(BUILDKIT_ONLY, "RUN set -eux; \\\n").replace(targetarch, "") == classic, target
 
 
 def test_no_caches_left_in_layers(loaded: LoadedMatrix) -> None:
+    """Every pip install keeps no cache in the image: --no-cache-dir, or (ascendkit_install) the
+    cache of its arguments, which is --no-cache-dir unless BuildKit's cache mount is there."""
+    script = context_file("build_env").read_text()
+    assert 'pip_cache=(--no-cache-dir)' in script and 'uv_cache=(--no-cache)' in script
+    assert 'if grep -q " /var/cache/ascendkit " /proc/self/mountinfo' in script  # a cache dir only where mounted
     for target in all_targets(loaded):
         text = render_dockerfile(loaded, plan_image(loaded, target))
-        pip_installs = re.findall(r"python3 -m pip install[^;]*", text + context_file("build_env").read_text())
-        assert pip_installs and all("--no-cache-dir" in cmd for cmd in pip_installs)
+        pip_installs = re.findall(r"python3 -m pip install[^;]*", text + script)
+        assert pip_installs and all("--no-cache-dir" in cmd or '"${pip_cache[@]}"' in cmd for cmd in pip_installs)
         if "apt-get update" in text:
             assert "rm -rf /var/lib/apt/lists/*" in text
         else:

@@ -113,6 +113,22 @@ def build(
         Literal["uv", "pip"],
         typer.Option("--installer", help="What installs the locked packages: uv, or pip (the same hash-locked packages, slower)."),
     ] = "uv",
+    builder: Annotated[
+        Literal["auto", "buildkit", "classic"],
+        typer.Option(
+            "--builder",
+            help="BuildKit (through buildx: cache and secret mounts, registry caches), the engine's classic builder, "
+            "or auto: BuildKit where buildx and the engine give it, else classic.",
+        ),
+    ] = "auto",
+    cache_repo: Annotated[
+        str | None,
+        typer.Option(
+            "--cache-repo",
+            envvar="ASCENDKIT_CACHE_REPO",
+            help="BuildKit registry cache (mode=max), imported and exported: HOST/PATH, one tag per stack, chip, OS and arch.",
+        ),
+    ] = None,
     push: Annotated[
         bool, typer.Option("--push", help="Push the verified image to --registry, by digest, with its SBOM.", rich_help_panel=SHIPPING)
     ] = False,
@@ -191,6 +207,8 @@ def build(
         "wheelhouse": wheelhouse,
         "reverify": reverify,
         "installer": installer,
+        "builder": builder,
+        "cache_repo": cache_repo,
     }
     if every:
         _build_all(
@@ -225,9 +243,11 @@ def build(
     result = run_build(client, plan, StepPrinter(show_output=not quiet))
     summary: dict[str, Any] = result.describe()
     verified = "unchanged; its passed verification is reused (--reverify runs it again)" if result.verification == "reused" else "verified"
+    for note in result.notes:
+        typer.echo(f"ascendkit: note: {note}", err=True)
     typer.echo(
-        f"built {result.image_id[:19]} in {result.duration_s:.1f}s ({result.steps_cached}/{result.steps_total} steps cached), "
-        f"{verified}; manifest {result.manifest_md}",
+        f"built {result.image_id[:19]} with {_builder_name(result.builder)} in {result.duration_s:.1f}s "
+        f"({result.steps_cached}/{result.steps_total} steps cached), {verified}; manifest {result.manifest_md}",
         err=True,
     )
     for ref in result.refs:
@@ -240,6 +260,10 @@ def build(
     summary["digest"] = summary["pushed"][0]["digest"] if summary.get("pushed") else None
     if as_json:
         print_json(summary)
+
+
+def _builder_name(builder: str) -> str:
+    return "BuildKit" if builder == "buildkit" else "the classic builder"
 
 
 def _build_all(

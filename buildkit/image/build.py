@@ -1,4 +1,5 @@
-"""Build one image per (stack, chip, OS, arch) through the Docker engine's classic builder.
+"""Build one image per (stack, chip, OS, arch) with BuildKit (through buildx) or the engine's
+classic builder (through docker-py): :mod:`buildkit.image.buildx` says which and why.
 
 ``run_build`` executes a :class:`BuildPlan` (:mod:`buildkit.image.buildplan` makes it): check
 the base image can be had -> render into a temporary context -> build untagged while streaming
@@ -8,7 +9,10 @@ A failure or Ctrl-C leaves no tag and no container behind.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 import tempfile
 import time
 from contextlib import ExitStack
@@ -25,6 +29,7 @@ from buildkit.errors import BuildFailed, Unavailable, VerifyFailed
 from buildkit.fsio import write_atomic
 from buildkit.image.archive import ImageIdentity, identify
 from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, host_arch
+from buildkit.image.buildx import BUILDKIT, Builder, choose_builder, secret_files, stop
 from buildkit.image.engine import CONTAINERD_STORE, EngineFacts, connect, engine_facts, remove_containers
 from buildkit.image.manifest import manifest_data, recorded_check, verified_before, write_manifest
 from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
@@ -32,6 +37,7 @@ from buildkit.image.record import build_record
 from buildkit.image.render import SECRETS_ARG, context_paths
 from buildkit.image.sbom import BaseImage, dumps, sbom_document, sbom_path
 from buildkit.image.secrets import SecretServer
+from buildkit.image.solve import SolveProgress
 from buildkit.image.verify import collect_facts, compare, failures
 from buildkit.imageref import split_ref
 from buildkit.reach import engine_said
@@ -57,10 +63,10 @@ def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 
     )
 
 
-def write_context(plan: BuildPlan, context: Path) -> None:
-    """The build context of ``plan`` in ``context``: the Dockerfile, the files it COPYs, the lock
-    sections (the benchmarks build the same context raw, to measure ascendkit's overhead)."""
-    (context / "Dockerfile").write_text(plan.dockerfile, encoding="utf-8")
+def write_context(plan: BuildPlan, context: Path, builder: str = BUILDKIT) -> None:
+    """The build context of ``plan`` in ``context``: the Dockerfile for ``builder``, the files it
+    COPYs, the lock sections (the benchmarks build the same context raw, to measure ascendkit's overhead)."""
+    (context / "Dockerfile").write_text(plan.dockerfile_for(builder), encoding="utf-8")
     for relative in context_paths():  # COPYed by the Dockerfile from its repository path
         (context / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(PACKAGE_DIR.parent / relative, context / relative)
@@ -70,8 +76,9 @@ def write_context(plan: BuildPlan, context: Path) -> None:
 
 
 def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -> str:
+    """The classic builder, through docker-py: the image's ID."""
     with tempfile.TemporaryDirectory(prefix="ascendkit-context-") as context, ExitStack() as cleanup:
-        write_context(plan, Path(context))
+        write_context(plan, Path(context), "classic")
         buildargs = dict(plan.buildargs)
         network_mode = None
         if plan.secrets:
@@ -104,6 +111,65 @@ def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -
         progress.error = progress.error or "the engine reported no image"
         raise BuildFailed(progress.failure_message())
     return progress.image_id
+
+
+def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder, progress: SolveProgress) -> str:
+    """BuildKit, through ``buildx build``: the image, loaded untagged into the engine; its ID there.
+    No provenance or SBOM attestations (they would make the image an index; ascendkit writes its own)."""
+    shm = Path("/dev/shm")
+    private_root = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None  # secrets stay in memory
+    with (
+        tempfile.TemporaryDirectory(prefix="ascendkit-context-") as context,
+        tempfile.TemporaryDirectory(prefix="ascendkit-build-", dir=private_root) as private,
+        ExitStack() as cleanup,
+    ):
+        write_context(plan, Path(context), BUILDKIT)
+        metadata = Path(private) / "metadata.json"
+        argv = [*builder.command, "build", "--progress=rawjson", "--provenance=false", "--sbom=false", "--load"]
+        argv += ["--metadata-file", str(metadata), "--platform", plan.platform, "-f", str(Path(context) / "Dockerfile")]
+        argv += [f"--build-arg={name}={value}" for name, value in plan.buildargs]
+        if plan.no_cache:
+            argv.append("--no-cache")
+        wheels_url = ""
+        if plan.secrets.wheelhouse is not None:  # pip reaches the served wheelhouse on 127.0.0.1
+            wheels_url = f"{cleanup.enter_context(SecretServer(plan.secrets)).url}/wheels/"
+            argv += ["--network", "host"]
+        argv += secret_files(Path(private), plan.secrets.ca_bundle, plan.secrets.env_script(wheels_url))
+        if plan.cache_ref:
+            argv += ["--cache-from", f"type=registry,ref={plan.cache_ref}"]
+            argv += ["--cache-to", f"type=registry,ref={plan.cache_ref},mode=max,ignore-error=true"]
+        argv.append(context)
+        try:
+            process = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, start_new_session=True
+            )
+        except OSError as exc:
+            raise Unavailable(f"cannot run buildx ({' '.join(builder.command)}): {exc}") from None
+        assert process.stdout is not None
+        try:
+            for line in process.stdout:
+                progress.feed_text(line)
+            code = process.wait()
+        except BaseException:
+            stop(process)  # buildx cancels the solve: BuildKit leaves no container behind
+            raise
+        finally:
+            progress.close()
+        if code != 0 or progress.error:
+            progress.error = progress.error or next(reversed(progress.last_words), "") or f"buildx exited with code {code}"
+            raise BuildFailed(progress.failure_message())
+        try:
+            result = json.loads(metadata.read_text())
+        except (OSError, ValueError):
+            raise BuildFailed("BuildKit reported no image (buildx wrote no build metadata)") from None
+    for key in ("containerimage.config.digest", "containerimage.digest"):  # the graph-driver store's ID, else the containerd store's
+        candidate = result.get(key)
+        if isinstance(candidate, str):
+            try:
+                return str(client.inspect_image(candidate)["Id"])
+            except NotFound:
+                continue
+    raise BuildFailed(f"BuildKit built {result.get('containerimage.digest')}, but the engine does not hold it (was it loaded elsewhere?)")
 
 
 def base_of(client: docker.APIClient, ref: str, engine: EngineFacts) -> BaseImage:
@@ -152,8 +218,14 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     progress = BuildProgress(reporter or QuietReporter())
     try:
         engine = engine_facts(client)
+        builder = choose_builder(plan.builder, engine, cache=bool(plan.cache_ref))
+        if builder.name == BUILDKIT:
+            progress = SolveProgress(progress.reporter)
         ensure_base_image(client, plan)
-        engine_id = _build(client, plan, progress)
+        if isinstance(progress, SolveProgress):
+            engine_id = _build_buildkit(client, plan, builder, progress)
+        else:
+            engine_id = _build(client, plan, progress)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (buildkit.cancel)
         fresh = connect(timeout=60)  # the build's own connection was closed to cancel it
         time.sleep(1)
@@ -171,12 +243,13 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
         with deferred():
             _tag(client, image.engine_id, plan.refs)
         checks = [recorded_check(check) for check in before["checks"]]
-        updates = {"build": build_record(plan, base_of(client, plan.base_image, engine)), **_engine_fields(before["image"], image, engine)}
-        if any(before.get(key) != value for key, value in updates.items()):  # what this build ran from and on (commit, args, engine)
+        ran_on = _engine_fields(before["image"], image, engine, _builder_record(plan, builder, progress))
+        updates = {"build": build_record(plan, base_of(client, plan.base_image, engine)), **ran_on}
+        if any(before.get(key) != value for key, value in updates.items()):  # what this build ran from and on
             with deferred():
                 write_manifest(plan.manifest_dir, plan.manifest_name, {**before, **updates})
         manifest = (plan.manifest_dir / f"{plan.manifest_name}.json", plan.manifest_dir / f"{plan.manifest_name}.md")
-        return _result(plan, image, started, progress, checks, manifest, sbom, "reused")
+        return _result(plan, image, started, (builder, progress), checks, manifest, sbom, "reused")
     try:
         facts = collect_facts(
             client, image, plan.expected.distributions, plan.expected.modules, plan.expected.import_modules
@@ -188,7 +261,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     checks = compare(facts, plan.expected)
     base = base_of(client, plan.base_image, engine)
     data = manifest_data(facts, plan.expected, checks, plan.refs)
-    data.update(build=build_record(plan, base), **_engine_fields(data["image"], image, engine))
+    data.update(build=build_record(plan, base), **_engine_fields(data["image"], image, engine, _builder_record(plan, builder, progress)))
     bad = failures(checks)
     with deferred():  # the manifest, the SBOM and every tag, or (stopped before this) none of them
         manifest_json, manifest_md = write_manifest(plan.manifest_dir, plan.manifest_name, data)
@@ -198,28 +271,39 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     if bad:
         lines = "\n".join(f"    {c.name}: expected {c.expected}, found {c.actual}" for c in bad)
         raise VerifyFailed(f"image {image.config[:19]} does not match the matrix; nothing was tagged:\n{lines}\n  manifest: {manifest_md}")
-    return _result(plan, image, started, progress, checks, (manifest_json, manifest_md), sbom, "ran")
+    return _result(plan, image, started, (builder, progress), checks, (manifest_json, manifest_md), sbom, "ran")
 
 
-def _engine_fields(recorded: dict[str, Any], image: ImageIdentity, engine: EngineFacts) -> dict[str, Any]:
-    """What the build manifest says of the engine: its facts, and the image as ``recorded`` with this
-    engine's ID of it where that is not the config digest."""
+def _engine_fields(recorded: dict[str, Any], image: ImageIdentity, engine: EngineFacts, builder: dict[str, Any]) -> dict[str, Any]:
+    """What the build manifest says of the engine and builder: their facts, and the image as
+    ``recorded`` with this engine's ID of it where that is not the config digest."""
     named = {k: v for k, v in recorded.items() if k != "engine_id"}
     if image.engine_id != image.config:
         named = {**named, "engine_id": image.engine_id}
-    return {"image": named, "engine": engine.describe()}
+    return {"image": named, "engine": engine.describe(), "builder": builder}
+
+
+def _builder_record(plan: BuildPlan, builder: Builder, progress: BuildProgress) -> dict[str, Any]:
+    """The builder, how many of its steps came from cache, and the registry cache it used."""
+    return {
+        **builder.describe(),
+        "steps_total": progress.cacheable_steps,
+        "steps_cached": progress.cached_steps,
+        "cache": plan.cache_ref or None,
+    }
 
 
 def _result(
     plan: BuildPlan,
     image: ImageIdentity,
     started: float,
-    progress: BuildProgress,
+    ran: tuple[Builder, BuildProgress],
     checks: list[Check],
     manifest: tuple[Path, Path],
     sbom: Path,
     verification: str,
 ) -> BuildResult:
+    builder, progress = ran
     return BuildResult(
         image_id=image.config,
         engine_id=image.engine_id,
@@ -233,4 +317,7 @@ def _result(
         manifest_md=manifest[1],
         sbom=sbom,
         verification=verification,
+        builder=builder.name,
+        builder_version=builder.version,
+        notes=tuple(filter(None, (builder.note, *getattr(progress, "warnings", ())))),
     )

@@ -13,6 +13,7 @@ from buildkit.arch import DOCKER_ARCH, Arch, normalize_arch
 from buildkit.doctor.base import Check
 from buildkit.errors import InputError
 from buildkit.fsio import check_output_dir
+from buildkit.image.buildx import BUILDERS
 from buildkit.image.render import build_context, render_context
 from buildkit.image.secrets import BuildSecrets
 from buildkit.image.verify import Expected
@@ -48,6 +49,19 @@ class BuildPlan:
     warnings: tuple[str, ...] = ()
     reverify: bool = False  # verify even an image whose passed verification is on record
     matrix_root: Path | None = None  # the directory of the matrix and its locks: the source provenance names
+    classic_dockerfile: str = ""  # the same steps without BuildKit's mounts, for the classic builder
+    builder: str = "auto"  # BUILDERS: BuildKit where the engine and buildx give it, else classic
+    cache_repo: str | None = None  # a registry cache (BuildKit): REPO, tagged per stack, chip, OS and arch
+
+    def dockerfile_for(self, builder: str) -> str:
+        return self.dockerfile if builder == "buildkit" or not self.classic_dockerfile else self.classic_dockerfile
+
+    @property
+    def cache_ref(self) -> str:
+        """Where the registry cache of this image's stack, chip, OS and arch is kept ("" without one)."""
+        if not self.cache_repo:
+            return ""
+        return f"{self.cache_repo}:buildcache-{self.stack_id}-{self.chip_id}-{self.os_name}-{self.arch}"
 
     @property
     def stack_id(self) -> str:
@@ -97,6 +111,8 @@ class BuildPlan:
             "buildargs": dict(self.buildargs),
             "tags": self.refs,
             "no_cache": self.no_cache,
+            "builder": self.builder,
+            "cache": self.cache_ref or None,
             "ca_bundle": bool(self.secrets.ca_bundle),
             "secret_env": [name for name, _ in self.secrets.env],
             "lock": self.image.lock_path,
@@ -121,6 +137,9 @@ class BuildResult:
     sbom: Path
     verification: str = "ran"  # or "reused": the image ID and the expectations match a passed verification
     engine_id: str = ""  # what the engine calls it (the containerd store: a manifest digest); "" when the config digest
+    builder: str = "classic"  # "buildkit" or "classic"
+    builder_version: str = ""
+    notes: tuple[str, ...] = ()  # what the user should know: why not BuildKit, a registry cache not written
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -132,6 +151,9 @@ class BuildResult:
             "duration_s": round(self.duration_s, 1),
             "steps_total": self.steps_total,
             "steps_cached": self.steps_cached,
+            "builder": self.builder,
+            "builder_version": self.builder_version,
+            "notes": list(self.notes),
             "manifest": str(self.manifest_json),
             "manifest_md": str(self.manifest_md),
             "sbom": str(self.sbom),
@@ -154,12 +176,19 @@ def plan_build(
     wheelhouse: Path | None = None,
     reverify: bool = False,
     installer: str = INSTALLERS[0],
+    builder: str = "auto",
+    cache_repo: str | None = None,
 ) -> BuildPlan:
     """Everything one build needs, checked before the engine is touched. ``wheelhouse`` makes the
     build offline: pip installs only from that directory, which must hold every locked package.
     ``installer`` installs the locked layers: uv (the Dockerfile's default) or pip. ``repository``
     is where the image is tagged locally (default ascendkit/<its framework>)."""
     check_names(repository, base_image)
+    _check_cache_repo(cache_repo)
+    if builder not in BUILDERS:
+        raise InputError(f"--builder {builder!r}: choose one of {', '.join(BUILDERS)}")
+    if builder == "classic" and cache_repo:
+        raise InputError("--cache-repo needs BuildKit: the classic builder can neither import nor export a registry cache")
     if installer not in INSTALLERS:
         raise InputError(f"--installer {installer!r}: choose one of {', '.join(INSTALLERS)}")
     image = plan_image(loaded, plan_target(loaded, hw, stack, os_name), arch or hosts_arch(loaded, hw))
@@ -223,6 +252,9 @@ def plan_build(
     return BuildPlan(
         image=image,
         dockerfile=render_context(ctx),
+        classic_dockerfile=render_context(ctx, buildkit=False),
+        builder=builder,
+        cache_repo=cache_repo,
         base_image=base,
         buildargs=tuple(buildargs),
         repository=repository,
@@ -253,6 +285,17 @@ def check_names(repository: str | None, base_image: str | None) -> None:
         raise InputError(
             f"--repo {repository!r}: expected a repository name without a tag, [HOST[:PORT]/]PATH in lowercase letters, "
             "digits and . _ - (e.g. ascendkit/verl)"
+        )
+
+
+def _check_cache_repo(cache_repo: str | None) -> None:
+    if cache_repo is None:
+        return
+    match = IMAGE_REFERENCE.match(cache_repo)
+    if not match or match["tag"] or match["digest"] or "/" not in cache_repo:
+        raise InputError(
+            f"--cache-repo {cache_repo!r}: expected a registry repository without a tag, HOST[:PORT]/PATH in lowercase "
+            "(e.g. harbor.example.com/ascend/buildcache); each image's cache is a tag in it"
         )
 
 

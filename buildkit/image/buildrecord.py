@@ -55,6 +55,16 @@ class RecordedEngine(_Open):
     storage_driver: str = ""
 
 
+class RecordedBuilder(_Open):
+    """The builder a build ran with, and how much of the build its cache gave."""
+
+    name: str = Field(description="buildkit (through buildx) or classic (the engine's legacy builder).")
+    version: str = Field(description="buildx and BuildKit versions, or the engine's for the classic builder.")
+    steps_total: int = Field(ge=0, description="Dockerfile steps that could come from cache (FROM does not count).")
+    steps_cached: int = Field(ge=0, description="Of those, how many came from cache (local or the registry cache).")
+    cache: str | None = Field(default=None, description="The registry cache imported and exported (BuildKit, mode=max).")
+
+
 class RecordedVariant(_Open):
     digest: str
     sbom: dict[str, Any] | None = None
@@ -104,6 +114,7 @@ class BuildRecord(_Open):
     packages: list[dict[str, str]] = Field(default_factory=list)
     build: dict[str, Any] = Field(default_factory=dict, description="What the build ran from: provenance's parameters.")
     engine: RecordedEngine | None = Field(default=None, description="The engine the image was built and verified on.")
+    builder: RecordedBuilder | None = Field(default=None, description="The builder that made the image (records before 0.x: none).")
     published: RecordedPush | None = None
 
     @property

@@ -162,7 +162,7 @@ class BuildProgress:
     def failure_message(self) -> str:
         step = self.current
         where = f"step {step.number}/{step.total} ({' '.join(step.instruction.split())[:110]} ...)" if step else "before the first step"
-        code = re.search(r"returned a non-zero code: (\d+)", self.error or "")
+        code = re.search(r"(?:returned a non-zero code|did not complete successfully: exit code): (\d+)", self.error or "")
         reason = f"the command exited with code {code[1]}" if code else self.error
         tail = "\n".join(f"    {line}" for line in (step.output if step else []))
         return f"build failed at {where}: {reason}" + (f"\n  last output:\n{tail}" if tail else "")

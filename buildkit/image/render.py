@@ -6,6 +6,7 @@ depends on nothing but the matrix and the templates: no clock, no network, no en
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shlex
@@ -60,6 +61,9 @@ CONTEXT_FILES = {
     "add_user": "buildkit/image/files/add-user.sh",
 }
 ADD_USER = "/usr/local/lib/ascendkit/add-user.sh"
+# Where BuildKit mounts the pip and uv download cache in the installing steps (build-env.sh uses it
+# when it is mounted there; with the classic builder nothing is, and they install without a cache).
+BUILD_CACHE_DIR = "/var/cache/ascendkit"
 
 
 DIRECTORY_MEMBERS = ("*.py", "*.json")  # what a directory of CONTEXT_FILES sends: never __pycache__
@@ -109,6 +113,7 @@ class DockerfileContext:
     lock_sections: dict[str, str]  # layer -> its section files (every arch), as COPY sources
     image_info: str
     labels: tuple[tuple[str, str], ...]
+    buildkit: bool = True  # BuildKit's cache and secret mounts; False: the classic builder's render
 
 
 SYSTEM_PACKAGES = {
@@ -285,6 +290,7 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.globals["patch_tool"] = PATCH_TOOL
     env.globals["add_user"] = ADD_USER
     env.globals["workspace"] = WORKSPACE
+    env.globals["cache_dir"] = BUILD_CACHE_DIR
     return env
 
 
@@ -292,7 +298,10 @@ def render_dockerfile(loaded: LoadedMatrix, plan: ImagePlan, templates: Path = T
     return render_context(build_context(loaded, plan), templates)
 
 
-def render_context(ctx: DockerfileContext, templates: Path = TEMPLATES_DIR) -> str:
+def render_context(ctx: DockerfileContext, templates: Path = TEMPLATES_DIR, *, buildkit: bool = True) -> str:
+    """The Dockerfile for ``ctx``: BuildKit's (the committed renders) or, with ``buildkit`` false, the
+    classic builder's: the same steps and packages without the cache and secret mounts."""
+    ctx = dataclasses.replace(ctx, buildkit=buildkit)
     env = _environment(templates)
     try:
         template = env.get_template("Dockerfile.j2")

@@ -5,11 +5,16 @@
 ascendkit_xtrace=0
 case "$-" in *x*) ascendkit_xtrace=1; set +x ;; esac
 
-# A CA bundle and index credentials, when ascendkit serves them for this build (on a loopback URL
-# passed in ftp_proxy, a predefined ARG the classic builder keeps out of `docker history` and the
-# cache key): fetched to memory-backed /dev/shm and removed when the RUN ends, so no layer ever
-# contains them. The served env file may re-export index ARGs with their credentials.
-if [ -n "${ftp_proxy:-}" ]; then
+# A CA bundle and index credentials, when ascendkit gives them to this build. With BuildKit they
+# are secret mounts (/run/secrets/ascendkit-ca and -env: tmpfs, for this RUN only). With the
+# classic builder ascendkit serves them on a loopback URL passed in ftp_proxy (a predefined ARG the
+# classic builder keeps out of `docker history` and the cache key): fetched to memory-backed
+# /dev/shm and removed when the RUN ends. Either way no layer ever contains them. The env file may
+# re-export index ARGs with their credentials.
+ascendkit_ca="" ascendkit_env=""
+if [ -e /run/secrets/ascendkit-ca ] || [ -e /run/secrets/ascendkit-env ]; then
+  ascendkit_ca=/run/secrets/ascendkit-ca ascendkit_env=/run/secrets/ascendkit-env
+elif [ -n "${ftp_proxy:-}" ]; then
   ascendkit_secrets="$(mktemp -d /dev/shm/ascendkit.XXXXXX 2>/dev/null || mktemp -d)"
   trap 'rm -rf "${ascendkit_secrets}"' EXIT
   python3 - "${ftp_proxy}" "${ascendkit_secrets}" <<'PY'
@@ -21,17 +26,33 @@ for name in ("ca.pem", "env"):
     with open(f"{out}/{name}", "wb") as handle:
         handle.write(urllib.request.urlopen(f"{url}/{name}", timeout=30).read())
 PY
-  if [ -s "${ascendkit_secrets}/ca.pem" ]; then
-    export PIP_CERT="${ascendkit_secrets}/ca.pem" SSL_CERT_FILE="${ascendkit_secrets}/ca.pem"
-    export REQUESTS_CA_BUNDLE="${ascendkit_secrets}/ca.pem"
-  fi
-  # shellcheck source=/dev/null
-  . "${ascendkit_secrets}/env"
+  ascendkit_ca="${ascendkit_secrets}/ca.pem" ascendkit_env="${ascendkit_secrets}/env"
   unset ftp_proxy
 fi
+if [ -s "${ascendkit_ca}" ]; then
+  export PIP_CERT="${ascendkit_ca}" SSL_CERT_FILE="${ascendkit_ca}" REQUESTS_CA_BUNDLE="${ascendkit_ca}"
+fi
+if [ -s "${ascendkit_env}" ]; then
+  # shellcheck source=/dev/null
+  . "${ascendkit_env}"
+fi
 
-# This arch's extra indexes, expanded after the served env so credentials reach pip.
+# pip's and uv's download cache: BuildKit mounts one per arch at /var/cache/ascendkit (never part
+# of a layer); with the classic builder nothing is mounted there and they install without a cache.
+ascendkit_cache=""
+if grep -q " /var/cache/ascendkit " /proc/self/mountinfo 2>/dev/null; then ascendkit_cache=/var/cache/ascendkit; fi
+
+# This arch's extra indexes, expanded after the served env so credentials reach pip. BuildKit
+# names the arch it builds for (TARGETARCH): a machine that runs another (a missing or wrong qemu
+# emulation) would install the wrong wheels, so it stops here.
 ascendkit_arch="$(uname -m)"
+case "${TARGETARCH:-}:${ascendkit_arch}" in
+  :* | amd64:x86_64 | arm64:aarch64) ;;
+  *)
+    echo "ascendkit: BuildKit builds for ${TARGETARCH}, but this step runs on ${ascendkit_arch}: check the builder's emulation (qemu binfmt)" >&2
+    exit 1
+    ;;
+esac
 case " ${ASCENDKIT_ARCHES:?the Dockerfile declares ASCENDKIT_ARCHES} " in
   *" ${ascendkit_arch} "*) ;;
   *)
@@ -85,7 +106,10 @@ ascendkit_install() {
   arch="$(uname -m)"
   section="${ASCENDKIT_SECTION:-/etc/ascendkit/locks/${layer}-${arch}.txt}"
   if [ -n "${ASCENDKIT_NO_BINARY:-}" ]; then flags+=(--no-binary "${ASCENDKIT_NO_BINARY}"); fi
-  local compile=(--compile-bytecode) no_compile=()
+  local compile=(--compile-bytecode) no_compile=() uv_cache=(--no-cache) pip_cache=(--no-cache-dir) pip_env=()
+  if [ -n "${ascendkit_cache}" ]; then  # the image's PIP_NO_CACHE_DIR would turn pip's cache off
+    uv_cache=(--cache-dir "${ascendkit_cache}/uv") pip_cache=(--cache-dir "${ascendkit_cache}/pip") pip_env=(env -u PIP_NO_CACHE_DIR)
+  fi
   if [ "${ASCENDKIT_COMPILE_BYTECODE:-1}" = 0 ]; then compile=() no_compile=(--no-compile); fi
   if grep -qx "# status: resolved" "${section}"; then
     if grep -q "^[A-Za-z0-9]" "${section}"; then
@@ -96,10 +120,10 @@ ascendkit_install() {
             if [ "${other}" != "${section}" ] && grep -q "^[A-Za-z0-9]" "${other}"; then flags+=(--constraint "${other}"); fi
           done
           ascendkit_run "${launcher[@]}" python3 -m uv pip install "${flags[@]}" --python "$(command -v python3)" \
-            --no-config --no-cache --link-mode=copy "${compile[@]}" --require-hashes --no-build-isolation -r "${section}"
+            --no-config "${uv_cache[@]}" --link-mode=copy "${compile[@]}" --require-hashes --no-build-isolation -r "${section}"
           ;;
         pip)
-          ascendkit_run "${launcher[@]}" python3 -m pip install --no-cache-dir "${no_compile[@]}" --require-hashes \
+          ascendkit_run "${pip_env[@]}" "${launcher[@]}" python3 -m pip install "${pip_cache[@]}" "${no_compile[@]}" --require-hashes \
             --no-build-isolation "${flags[@]}" -r "${section}"
           ;;
         *)
@@ -113,7 +137,7 @@ ascendkit_install() {
     fi
   elif [ "$#" -gt 0 ]; then
     echo "ascendkit: WARNING: the ${arch} lock is unresolved; installing $* by version pins, hashes NOT enforced" >&2
-    ascendkit_run "${launcher[@]}" python3 -m pip install --no-cache-dir "${no_compile[@]}" -c /etc/ascendkit/constraints.txt \
+    ascendkit_run "${pip_env[@]}" "${launcher[@]}" python3 -m pip install "${pip_cache[@]}" "${no_compile[@]}" -c /etc/ascendkit/constraints.txt \
       "${flags[@]}" "$@"
   fi
   case "${trace}" in *x*) set -x ;; esac

@@ -1,0 +1,156 @@
+"""Which builder a build uses, and the BuildKit build itself, through the docker CLI's buildx.
+
+docker-py speaks only the classic builder (POST /build; docker/docker-py#2230): BuildKit needs a
+gRPC session beside the HTTP API (for the build context, secrets and the registry cache), which
+buildx implements. So ascendkit runs ``buildx build`` as a subprocess against the same engine
+(DOCKER_HOST), reads its solve status as JSON (:mod:`buildkit.image.solve`) and its result from
+``--metadata-file``; docker-py stays the client for everything else (inspect, verify, tag, push).
+
+buildx is found, in order: ``$ASCENDKIT_BUILDX`` (a ``docker-buildx`` binary, which runs on its
+own), the docker CLI's plugin (``docker buildx``; the CLI is ``$ASCENDKIT_DOCKER_CLI`` or ``docker``
+on PATH), ``docker-buildx`` on PATH.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildkit.errors import InputError, Unavailable
+from buildkit.image.engine import PODMAN_STORE, EngineFacts
+
+BUILDERS = ("auto", "buildkit", "classic")
+BUILDKIT, CLASSIC = "buildkit", "classic"
+MIN_BUILDX = (0, 12)  # --progress=rawjson came in buildx 0.12
+INSTALL_HINT = (
+    "install buildx (Debian/Ubuntu: apt install docker-buildx; Docker's packages: docker-buildx-plugin), "
+    "or set ASCENDKIT_BUILDX to a docker-buildx binary"
+)
+
+
+@dataclass(frozen=True)
+class Builder:
+    """The builder a build ran with, as its build manifest records it."""
+
+    name: str  # BUILDKIT or CLASSIC
+    version: str  # "buildx 0.13.1, BuildKit v0.13.2" or "Docker Engine 26.1.5"
+    command: tuple[str, ...] = ()  # how buildx is run (BuildKit only)
+    note: str = ""  # why auto chose the classic builder
+
+    def describe(self) -> dict[str, str]:
+        return {"name": self.name, "version": self.version}
+
+
+def _run(argv: list[str], timeout: int = 30) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=_environment())
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _environment() -> dict[str, str]:
+    """buildx's environment: ours, without BuildKit's own progress settings (ours are on its command line)."""
+    return {k: v for k, v in os.environ.items() if k not in ("BUILDKIT_PROGRESS", "BUILDX_BUILDER")}
+
+
+def _candidates() -> list[list[str]]:
+    named = os.environ.get("ASCENDKIT_BUILDX")
+    if named:
+        return [[named]]
+    found = []
+    docker = os.environ.get("ASCENDKIT_DOCKER_CLI") or shutil.which("docker")
+    if docker:
+        found.append([docker, "buildx"])
+    plugin = shutil.which("docker-buildx")
+    if plugin:
+        found.append([plugin])
+    return found
+
+
+@functools.cache
+def find_buildx() -> tuple[tuple[str, ...], str] | str:
+    """(the command that runs buildx, its version), or why there is none."""
+    why = "no docker CLI with buildx and no docker-buildx on PATH"
+    for command in _candidates():
+        proc = _run([*command, "version"])
+        if proc is None or proc.returncode != 0:
+            said = proc.stderr.strip().splitlines()[-1] if proc and proc.stderr.strip() else ""
+            why = f"`{' '.join(command)} version` failed" + (f": {said}" if said else "")
+            continue
+        match = re.search(r"\bv?(\d+)\.(\d+)\.(\d+)\S*", proc.stdout)
+        if not match:
+            why = f"`{' '.join(command)} version` said {proc.stdout.strip()!r}"
+            continue
+        if (int(match[1]), int(match[2])) < MIN_BUILDX:
+            why = f"buildx {match[0]} is older than {'.'.join(map(str, MIN_BUILDX))}"
+            continue
+        return tuple(command), match[0].removeprefix("v")
+    return why
+
+
+def _buildkit_version(command: tuple[str, ...]) -> str:
+    """The BuildKit the current builder runs (``buildx inspect``), or "" when it does not say."""
+    proc = _run([*command, "inspect"])
+    match = re.search(r"^BuildKit(?: version)?:\s*(\S+)", proc.stdout if proc else "", re.MULTILINE | re.IGNORECASE)
+    return match[1] if match else ""
+
+
+def choose_builder(choice: str, engine: EngineFacts, *, cache: bool = False) -> Builder:
+    """The builder ``--builder choice`` means on ``engine``: BuildKit where buildx and the engine
+    give it, the classic builder where they do not (``auto``) or where asked."""
+    if choice not in BUILDERS:
+        raise InputError(f"--builder {choice!r}: choose one of {', '.join(BUILDERS)}")
+    classic = Builder(CLASSIC, f"{engine.product} {engine.version}")
+    if choice == CLASSIC:
+        if cache:
+            raise InputError("--cache-repo needs BuildKit: the classic builder can neither import nor export a registry cache")
+        return classic
+    if engine.image_store == PODMAN_STORE:
+        why = "Podman builds through buildah, not BuildKit"
+    else:
+        found = find_buildx()
+        if not isinstance(found, str):
+            command, version = found
+            buildkit = _buildkit_version(command)
+            return Builder(BUILDKIT, f"buildx {version}" + (f", BuildKit {buildkit}" if buildkit else ""), command)
+        why = found
+    if choice == BUILDKIT or cache:
+        asked = "--cache-repo needs BuildKit" if choice != BUILDKIT else "--builder buildkit"
+        raise Unavailable(f"{asked}, which this machine cannot give ({why}); {INSTALL_HINT}, or build with --builder classic")
+    return Builder(CLASSIC, classic.version, note=f"BuildKit is not available ({why}): building with the classic builder")
+
+
+def stop(process: subprocess.Popen[str], grace: float = 20) -> None:
+    """Stop a running buildx as Ctrl-C would (it cancels the solve on the engine), then kill it."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=grace)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+def secret_files(directory: Path, ca_bundle: bytes, env_script: bytes) -> list[str]:
+    """The ``--secret`` flags for a build's CA bundle and served environment, written (mode 0600)
+    into ``directory``, which the caller removes when the build ends. None of it reaches a layer:
+    BuildKit mounts a secret on tmpfs for the one RUN that asks for it."""
+    flags = []
+    for name, content in (("ascendkit-ca", ca_bundle), ("ascendkit-env", env_script)):
+        if not content:
+            continue
+        path = directory / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+        flags += ["--secret", f"id={name},src={path}"]
+    return flags

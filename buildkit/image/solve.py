@@ -1,0 +1,147 @@
+"""Follow BuildKit's solve status (``buildx build --progress=rawjson``) as :class:`BuildProgress`
+steps, so a BuildKit build shows and fails the way a classic one does.
+
+buildx writes one JSON document per status update, pretty-printed over several lines, on stderr:
+``{"vertexes": [{"digest", "name", "started", "completed", "cached", "error"}], "statuses": [...],
+"logs": [{"vertex", "stream", "data" (base64)}], "warnings": [...]}``. A vertex named
+``[stage-0 3/12] RUN ...`` is a Dockerfile step; the others (``[internal] load build definition``,
+``exporting to image``, ``importing cache manifest from ...``) are BuildKit's own work. Lines that
+are not JSON (``ERROR: failed to solve: ...``) are buildx's last words.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from buildkit.image.progress import BuildProgress, Step
+from buildkit.text import strip_ansi
+
+# "[stage-0 3/12] RUN ...", "[3/12] RUN ...", "[builder 2/5] COPY ..."
+_STEP = re.compile(r"^\[(?:[^\]\s]+ )?\s*(\d+)/(\d+)\] (.*)$", re.DOTALL)
+_MOUNT = re.compile(r"--mount=\S+\s+")  # shown without: every installing step has the same ones
+CACHE_EXPORT = "exporting cache"  # the vertex that writes a registry cache ("exporting cache to registry")
+CACHE_IMPORT = "importing cache manifest from "
+
+
+@dataclass
+class SolveProgress(BuildProgress):
+    """:class:`BuildProgress` fed by BuildKit's status documents instead of the classic stream."""
+
+    warnings: list[str] = field(default_factory=list)  # what BuildKit warned or a cache export that failed
+    _by_digest: dict[str, Step] = field(default_factory=dict)
+    _names: dict[str, str] = field(default_factory=dict)  # every vertex's name, steps or not
+    _text: str = ""  # what has come on stderr and not yet been decoded
+    _last_words: list[str] = field(default_factory=list)
+    failed: Step | None = None  # the step whose error ended the build
+
+    def feed_text(self, chunk: str) -> None:
+        """More of buildx's stderr: every complete JSON document in it is applied."""
+        self._text += chunk
+        decoder = json.JSONDecoder()
+        while True:
+            text = self._text.lstrip()
+            if not text:
+                self._text = ""
+                return
+            if not text.startswith("{"):
+                line, newline, rest = text.partition("\n")
+                if not newline:
+                    self._text = text
+                    return
+                self._last_words.append(strip_ansi(line).rstrip())
+                self._text = rest
+                continue
+            try:
+                document, end = decoder.raw_decode(text)
+            except json.JSONDecodeError:
+                self._text = text  # the rest of it is still on its way
+                return
+            self._text = text[end:]
+            if isinstance(document, dict):
+                self.feed_status(document)
+
+    def feed_status(self, status: dict[str, Any]) -> None:
+        for vertex in status.get("vertexes") or []:
+            self._vertex(vertex)
+        for log in status.get("logs") or []:
+            self._log(log)
+        for warning in status.get("warnings") or []:
+            short = warning.get("short") if isinstance(warning, dict) else None
+            text = _decoded(short) if isinstance(short, str) else ""
+            if text and text not in self.warnings:
+                self.warnings.append(text)
+
+    def _vertex(self, vertex: dict[str, Any]) -> None:
+        digest, name = str(vertex.get("digest", "")), str(vertex.get("name", ""))
+        self._names[digest] = name
+        error = vertex.get("error")
+        if error and name.startswith(CACHE_EXPORT):
+            message = f"the registry cache was not written ({' '.join(str(error).split())})"
+            if message not in self.warnings:
+                self.warnings.append(message)
+            return
+        match = _STEP.match(name)
+        step = self._by_digest.get(digest)
+        if match and step is None and vertex.get("started"):
+            number, total, instruction = int(match[1]), int(match[2]), _MOUNT.sub("", match[3])
+            keyword = instruction.split(maxsplit=1)[0].upper() if instruction.strip() else ""
+            step = Step(number, total, instruction, time.monotonic(), cacheable=keyword != "FROM")
+            self._by_digest[digest] = step
+            self.steps.append(step)
+            self.reporter.step_started(step)
+        if step is None:
+            if error and not self.error:
+                self.error = str(error)  # BuildKit's own work failed (loading the base, exporting)
+            return
+        if vertex.get("cached"):
+            step.cached = True
+        if error:
+            self.error = self.error or str(error)
+            self.failed = step
+        if (vertex.get("completed") or error) and step.finished is None:
+            step.finished = time.monotonic()
+            self.reporter.step_finished(step)
+
+    def _log(self, log: dict[str, Any]) -> None:
+        data = log.get("data")
+        text = _decoded(data) if isinstance(data, str) else ""
+        step = self._by_digest.get(str(log.get("vertex", "")))
+        for raw in strip_ansi(text).splitlines():
+            line = raw.rstrip()
+            if not line.strip():
+                continue
+            if step is not None:
+                step.output.append(line)
+            self.reporter.output(step, line)
+
+    @property
+    def current(self) -> Step | None:
+        return self.failed or super().current
+
+    def close(self) -> None:
+        self.feed_text("\n")
+        for step in self.steps:
+            if step.finished is None and step is not self.failed and not self.error:
+                step.finished = time.monotonic()
+                self.reporter.step_finished(step)
+        said = [line for line in self._last_words if line.startswith("ERROR:")]
+        if said and not self.error:
+            self.error = said[-1].removeprefix("ERROR:").strip()
+
+    @property
+    def last_words(self) -> list[str]:
+        """What buildx printed that was not a status document (its ERROR and WARNING lines)."""
+        return list(self._last_words)
+
+
+def _decoded(data: str) -> str:
+    try:
+        return base64.b64decode(data, validate=True).decode("utf-8", "replace")
+    except (binascii.Error, ValueError):
+        return data
