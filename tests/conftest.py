@@ -235,6 +235,8 @@ def docker_env(tmp_path_factory: pytest.TempPathFactory) -> DockerEnv:
     registry2 = os.environ.get("ASCENDKIT_REGISTRY2", "")
     if required and not registry2:
         pytest.fail("ASCENDKIT_REGISTRY2 is not set: `make test` starts a second registry")
+    if required and not os.environ.get("ASCENDKIT_BUILDX"):  # without it `build` would quietly fall back to the classic builder
+        pytest.fail("ASCENDKIT_BUILDX is not set: `make test` unpacks the docker-buildx that builds run BuildKit through")
     return DockerEnv(client, standin, registry, env, registry2, os.environ.get("ASCENDKIT_CONTAINERD", ""))
 
 

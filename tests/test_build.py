@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,8 +23,8 @@ from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import read_lock, render_unresolved
 from buildkit.matrix.load import load_matrix
 from buildkit.plan import UV_LAYER
-from buildkit.ship.compressors import StoredLayer
 from tests.conftest import TEST_MATRIX, DockerEnv, write_unresolved_locks
+from tests.imagescan import scan_saved_image
 
 pytestmark = pytest.mark.docker
 
@@ -240,44 +238,10 @@ def test_a_stopped_build_leaves_no_tag_container_or_manifest(
     assert not (tmp_path / "manifests").exists() or not any((tmp_path / "manifests").iterdir())
 
 
-def _scan_saved_image(env: DockerEnv, image_id: str, needles: dict[str, bytes]) -> dict[str, list[str]]:
-    """Every place (layer file, config, manifest) where each needle occurs in `docker save`, in any
-    engine's layout: a layer is read as a tar once decompressed (the containerd store keeps it gzip)."""
-    found: dict[str, list[str]] = {name: [] for name in needles}
-    blob = b"".join(env.client.get_image(image_id))
-    with tarfile.open(fileobj=io.BytesIO(blob)) as outer:
-        for member in outer.getmembers():
-            data = outer.extractfile(member)
-            if data is None:
-                continue
-            stored = StoredLayer(data)
-            content = b"".join(iter(stored.read, b""))
-            if member.name.endswith(".json") or content.startswith((b"{", b"[")) or not _is_tar(content):
-                for name, needle in needles.items():
-                    if needle in content:
-                        found[name].append(member.name)
-                continue
-            with tarfile.open(fileobj=io.BytesIO(content)) as layer:
-                for entry in layer.getmembers():
-                    handle = layer.extractfile(entry) if entry.isfile() else None
-                    body = handle.read() if handle else b""
-                    names = f"{entry.name} {entry.linkname}".encode()
-                    for name, needle in needles.items():
-                        if needle in body or needle in names:
-                            found[name].append(f"{member.name}:{entry.name}")
-    return found
-
-
-def _is_tar(content: bytes) -> bool:
-    try:
-        with tarfile.open(fileobj=io.BytesIO(content)):
-            return True
-    except tarfile.TarError:
-        return False
-
-
 @pytest.mark.engine_20_10
-def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, tmp_path: Path) -> None:
+@pytest.mark.parametrize("builder", ["buildkit", "classic"])
+def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, tmp_path: Path, builder: str) -> None:
+    """BuildKit takes them as secret mounts, the classic builder from a server for one build."""
     # A CA bundle with one certificate nobody else has, and a credential in the index URL.
     key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
     openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ascendkit-test-ca"]
@@ -291,14 +255,15 @@ def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, tmp_path:
         "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
         "--ca-bundle", str(bundle), "--pip-index-url", f"https://ascendkit-bot:{token}@pypi.org/simple",
         "--pytorch-index-url", f"https://ascendkit-bot:{token}@pypi.org/simple",  # x86_64 torch's index, also credentialed
-        "--no-cache", "--repo", "secrets/verl", "--json", "-q",
+        "--no-cache", "--repo", f"secrets-{builder}/verl", "--builder", builder, "--json", "-q",
         cwd=tmp_path, check=True,
     )  # fmt: skip
+    assert json.loads(proc.stdout)["builder"] == builder
     image_id = json.loads(proc.stdout)["engine_id"]  # what this engine calls it (the containerd store: a manifest digest)
     assert token not in proc.stdout + proc.stderr  # nor in the build's own log
 
-    found = _scan_saved_image(
-        docker_env,
+    found = scan_saved_image(
+        docker_env.client,
         image_id,
         {"ca": unique, "token": token.encode(), "control": b"idna==3.7"},
     )

@@ -90,6 +90,7 @@ def test_the_pipeline_runs_plans_builds_and_pushes_the_test_image(docker_env: Do
         "DOCKER_HOST": docker_env.env.get("DOCKER_HOST", ""),
         "DOCKER_CONFIG": str(tmp_path / "docker-config"),  # docker login writes here, not to the machine's config
         "ASCENDKIT_CACHE": docker_env.env["ASCENDKIT_CACHE"],
+        "ASCENDKIT_CACHE_REPO": f"{docker_env.registry}/{repo}/buildcache",  # BuildKit's registry cache, as a CI/CD variable
     }
     try:
         ran = _run(exe, project, variables, "--file", CHILD_FILE, build)
@@ -102,7 +103,10 @@ def test_the_pipeline_runs_plans_builds_and_pushes_the_test_image(docker_env: Do
     assert private.splitlines()[1] not in output and PASSWORD not in output, "the key and its password never reach the log"
     kept = project / ".gitlab-ci-local" / "artifacts" / build / "manifests"
     (record,) = [p for p in kept.glob("*.json") if not p.name.endswith(".cdx.json")]  # the build manifest (beside its SBOM)
-    published = json.loads(record.read_text(encoding="utf-8"))["published"]
+    recorded = json.loads(record.read_text(encoding="utf-8"))
+    published = recorded["published"]
+    assert recorded["builder"]["name"] == "buildkit"
+    assert recorded["builder"]["cache"] == f"{docker_env.registry}/{repo}/buildcache:buildcache-{STACK}-{CHIP}-{OS}-x86_64"
     assert published["repository"] == f"{docker_env.registry}/{repo}/verl", "pushed to $ASCENDKIT_REGISTRY/<framework>"
     digest = published["digest"]
     inspected = subprocess.run(

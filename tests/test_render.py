@@ -196,7 +196,9 @@ def test_the_classic_render_is_the_buildkit_render_without_its_mounts(loaded: Lo
             assert forbidden not in buildkit, (target, forbidden)
         installing = buildkit.count(". /usr/local/lib/ascendkit/build-env.sh;")
         assert installing >= 5 and buildkit.count(BUILDKIT_ONLY) == installing, target
-        targetarch = "# Set by BuildKit: names the pip cache of this arch (and build-env.sh checks it against the machine).\nARG TARGETARCH\n"
+        targetarch = (
+            "# Set by BuildKit: names the pip cache of this arch (and build-env.sh checks it against the machine).\nARG TARGETARCH\n"
+        )
         assert buildkit.replace(BUILDKIT_ONLY, "RUN set -eux; \\\n").replace(targetarch, "") == classic, target
 
 
@@ -204,7 +206,7 @@ def test_no_caches_left_in_layers(loaded: LoadedMatrix) -> None:
     """Every pip install keeps no cache in the image: --no-cache-dir, or (ascendkit_install) the
     cache of its arguments, which is --no-cache-dir unless BuildKit's cache mount is there."""
     script = context_file("build_env").read_text()
-    assert 'pip_cache=(--no-cache-dir)' in script and 'uv_cache=(--no-cache)' in script
+    assert "pip_cache=(--no-cache-dir)" in script and "uv_cache=(--no-cache)" in script
     assert 'if grep -q " /var/cache/ascendkit " /proc/self/mountinfo' in script  # a cache dir only where mounted
     for target in all_targets(loaded):
         text = render_dockerfile(loaded, plan_image(loaded, target))

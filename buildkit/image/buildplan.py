@@ -184,6 +184,7 @@ def plan_build(
     ``installer`` installs the locked layers: uv (the Dockerfile's default) or pip. ``repository``
     is where the image is tagged locally (default ascendkit/<its framework>)."""
     check_names(repository, base_image)
+    cache_repo = cache_repo or None  # an empty ASCENDKIT_CACHE_REPO: no cache
     _check_cache_repo(cache_repo)
     if builder not in BUILDERS:
         raise InputError(f"--builder {builder!r}: choose one of {', '.join(BUILDERS)}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildkit.errors import InputError, Unavailable
-from buildkit.image.engine import PODMAN_STORE, EngineFacts
+from buildkit.image.engine import CONTAINERD_STORE, PODMAN_STORE, EngineFacts
 
 BUILDERS = ("auto", "buildkit", "classic")
 BUILDKIT, CLASSIC = "buildkit", "classic"
@@ -56,8 +56,9 @@ def _run(argv: list[str], timeout: int = 30) -> subprocess.CompletedProcess[str]
 
 
 def _environment() -> dict[str, str]:
-    """buildx's environment: ours, without BuildKit's own progress settings (ours are on its command line)."""
-    return {k: v for k, v in os.environ.items() if k not in ("BUILDKIT_PROGRESS", "BUILDX_BUILDER")}
+    """buildx's environment: ours (DOCKER_HOST, and BUILDX_BUILDER where a user picked a builder),
+    without a progress setting of its own (ours is on its command line)."""
+    return {k: v for k, v in os.environ.items() if k != "BUILDKIT_PROGRESS"}
 
 
 def _candidates() -> list[list[str]]:
@@ -89,17 +90,21 @@ def find_buildx() -> tuple[tuple[str, ...], str] | str:
             why = f"`{' '.join(command)} version` said {proc.stdout.strip()!r}"
             continue
         if (int(match[1]), int(match[2])) < MIN_BUILDX:
-            why = f"buildx {match[0]} is older than {'.'.join(map(str, MIN_BUILDX))}"
+            why = f"buildx {match[0].removeprefix('v')} is older than {'.'.join(map(str, MIN_BUILDX))}"
             continue
         return tuple(command), match[0].removeprefix("v")
     return why
 
 
-def _buildkit_version(command: tuple[str, ...]) -> str:
-    """The BuildKit the current builder runs (``buildx inspect``), or "" when it does not say."""
-    proc = _run([*command, "inspect"])
-    match = re.search(r"^BuildKit(?: version)?:\s*(\S+)", proc.stdout if proc else "", re.MULTILINE | re.IGNORECASE)
-    return match[1] if match else ""
+def _current_builder(command: tuple[str, ...]) -> tuple[str, str]:
+    """The driver of buildx's current builder (``docker``: the engine's own BuildKit;
+    ``docker-container``, ``kubernetes``, ``remote``) and the BuildKit it runs, as ``buildx inspect``
+    says them ("" where it does not)."""
+    proc = _run([*command, "inspect", "--bootstrap"], timeout=120)
+    text = proc.stdout if proc else ""
+    driver = re.search(r"^Driver:\s*(\S+)", text, re.MULTILINE)
+    version = re.search(r"^BuildKit(?: version)?:\s*(\S+)", text, re.MULTILINE | re.IGNORECASE)
+    return (driver[1] if driver else ""), (version[1] if version else "")
 
 
 def choose_builder(choice: str, engine: EngineFacts, *, cache: bool = False) -> Builder:
@@ -118,7 +123,14 @@ def choose_builder(choice: str, engine: EngineFacts, *, cache: bool = False) -> 
         found = find_buildx()
         if not isinstance(found, str):
             command, version = found
-            buildkit = _buildkit_version(command)
+            driver, buildkit = _current_builder(command)
+            if cache and driver == "docker" and engine.image_store != CONTAINERD_STORE:
+                raise Unavailable(
+                    "--cache-repo: buildx's docker driver exports a registry cache only from Docker's containerd image store, "
+                    f"and this engine keeps images in its {engine.image_store} store. Turn the containerd image store on, or "
+                    "build with a BuildKit container: docker buildx create --name ascendkit --driver docker-container --use "
+                    "(or BUILDX_BUILDER=ascendkit); its base image must then come from a registry"
+                )
             return Builder(BUILDKIT, f"buildx {version}" + (f", BuildKit {buildkit}" if buildkit else ""), command)
         why = found
     if choice == BUILDKIT or cache:

@@ -36,8 +36,10 @@ HEADER = """\
 # REGISTRY_USERNAME / REGISTRY_PASSWORD (default GitLab's $CI_REGISTRY_USER / $CI_REGISTRY_PASSWORD), ASCENDKIT_MEDIA_TYPES
 # (docker for registries that refuse OCI media types), COSIGN_PRIVATE_KEY (base64 -w0 cosign.key) / COSIGN_PASSWORD
 # (protected and masked: every push is signed), the mirrors (ASCENDKIT_PIP_INDEX_URL, ASCENDKIT_ASCEND_INDEX_URL,
-# ASCENDKIT_BASE_REGISTRY, ...), ASCENDKIT_SMOKE_MODEL (the model's directory on the NPU hosts) and ASCENDKIT_BUILD_ARGS
-# (more options for every build).
+# ASCENDKIT_BASE_REGISTRY, ...), ASCENDKIT_SMOKE_MODEL (the model's directory on the NPU hosts), ASCENDKIT_BUILD_ARGS
+# (more options for every build) and ASCENDKIT_CACHE_REPO (HOST/PATH: BuildKit's registry cache, mode=max, a tag per
+# stack, chip, OS and arch; a runner whose Docker keeps images on overlay2 needs a docker-container builder for it:
+# BUILDX_BUILDER, docs/ci-gitlab.md).
 """
 
 INSTALL = f'python3 -m venv {VENV} && {VENV}/bin/python -m pip install --quiet . && export PATH="$PWD/{VENV}/bin:$PATH"'

@@ -81,8 +81,9 @@ class SolveProgress(BuildProgress):
         digest, name = str(vertex.get("digest", "")), str(vertex.get("name", ""))
         self._names[digest] = name
         error = vertex.get("error")
-        if error and name.startswith(CACHE_EXPORT):
-            message = f"the registry cache was not written ({' '.join(str(error).split())})"
+        if error and name.startswith((CACHE_EXPORT, CACHE_IMPORT)):  # the build goes on without it (ignore-error)
+            what = "written" if name.startswith(CACHE_EXPORT) else "read: every step without a local cache ran"
+            message = f"the registry cache was not {what} ({' '.join(str(error).split())})"
             if message not in self.warnings:
                 self.warnings.append(message)
             return
@@ -99,7 +100,7 @@ class SolveProgress(BuildProgress):
             if error and not self.error:
                 self.error = str(error)  # BuildKit's own work failed (loading the base, exporting)
             return
-        if vertex.get("cached"):
+        if vertex.get("cached") and step.cacheable:  # FROM counts as the classic builder counts it: never
             step.cached = True
         if error:
             self.error = self.error or str(error)

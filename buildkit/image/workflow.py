@@ -54,6 +54,9 @@ HEADER = """\
 # Everything pushed is signed, with its provenance: the `registry` environment's secrets.COSIGN_PRIVATE_KEY
 # (cosign.key from `ascendkit keygen`, its PEM) and secrets.COSIGN_PASSWORD reach ascendkit only as
 # environment variables (--sign-key env://COSIGN_PRIVATE_KEY): never an argument, a file or a build layer.
+# Builds run BuildKit. With vars.ASCENDKIT_CACHE_REPO (HOST/PATH) each imports and exports a registry cache
+# (mode=max) tagged per stack, chip, OS and arch, through a docker-container builder (the runners' Docker keeps
+# images on overlay2, where buildx's docker driver cannot export one): a fresh runner rebuilds only what changed.
 """
 SIGNING_ENV = {"COSIGN_PRIVATE_KEY": "${{ secrets.COSIGN_PRIVATE_KEY }}", "COSIGN_PASSWORD": "${{ secrets.COSIGN_PASSWORD }}"}
 SIGN = " --sign-key env://COSIGN_PRIVATE_KEY"
@@ -180,6 +183,11 @@ def _build_job() -> dict[str, Any]:
         "steps": [
             *_setup(hosted=True),
             _login("inputs.push"),
+            {
+                "name": "A BuildKit builder that can export the registry cache (docker-container driver)",
+                "if": "vars.ASCENDKIT_CACHE_REPO != ''",
+                "run": "docker buildx create --name ascendkit --driver docker-container --bootstrap --use\n",
+            },
             {
                 "name": "Build and verify",
                 "if": "${{ !inputs.push }}",
@@ -337,6 +345,7 @@ def workflow_data(loaded: LoadedMatrix) -> dict[str, Any]:
         "concurrency": {"group": "images-${{ github.ref }}", "cancel-in-progress": False},
         "env": {
             "ASCENDKIT_REGISTRY": "${{ vars.ASCENDKIT_REGISTRY }}",
+            "ASCENDKIT_CACHE_REPO": "${{ vars.ASCENDKIT_CACHE_REPO }}",  # `build --cache-repo` reads it; empty: no cache
             "ASCENDKIT_SMOKE_MODEL": "${{ vars.ASCENDKIT_SMOKE_MODEL }}",
             "PYTHON_VERSION": ci.python,
         },

@@ -1,0 +1,166 @@
+"""BuildKit's solve status read as build steps (buildkit/image/solve.py), from what buildx really
+printed (tests/fixtures/buildkit/), and how the builder is chosen (buildkit/image/buildx.py)."""
+
+from __future__ import annotations
+
+import random
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from buildkit.errors import InputError, Unavailable
+from buildkit.image import buildx
+from buildkit.image.buildx import BUILDKIT, CLASSIC, choose_builder, secret_files
+from buildkit.image.engine import CONTAINERD_STORE, GRAPH_DRIVER_STORE, PODMAN_STORE, EngineFacts
+from buildkit.image.progress import Step
+from buildkit.image.solve import SolveProgress
+
+FIXTURES = Path(__file__).parent / "fixtures" / "buildkit"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, str]] = []
+
+    def step_started(self, step: Step) -> None:
+        self.events.append(("started", step.number, step.instruction))
+
+    def step_finished(self, step: Step) -> None:
+        self.events.append(("finished", step.number, "cached" if step.cached else "ran"))
+
+    def output(self, step: Step | None, line: str) -> None:
+        self.events.append(("output", step.number if step else 0, line))
+
+
+def _read(name: str, chunks: int = 1, seed: int = 0) -> tuple[SolveProgress, Recorder]:
+    """The transcript fed in ``chunks`` pieces cut at random places (a pipe gives no JSON boundaries)."""
+    text = (FIXTURES / f"rawjson-{name}.txt").read_text()
+    cuts = sorted(random.Random(seed).sample(range(1, len(text)), chunks - 1)) if chunks > 1 else []
+    recorder = Recorder()
+    progress = SolveProgress(recorder)
+    for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True):
+        progress.feed_text(text[start:end])
+    progress.close()
+    return progress, recorder
+
+
+@pytest.mark.parametrize("chunks", [1, 7, 300])
+def test_a_failed_step_is_named_with_its_exit_code_and_last_output(chunks: int) -> None:
+    progress, recorder = _read("failed", chunks, seed=chunks)
+    assert [(s.number, s.total) for s in progress.steps] == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert progress.steps[2].instruction == 'RUN echo "one line"; echo "to stderr" >&2'  # its --mount flags not shown
+    assert list(progress.steps[2].output) == ["one line", "to stderr"]
+    message = progress.failure_message()
+    assert message.startswith('build failed at step 4/4 (RUN echo "before the failure"; exit 3 ...): the command exited with code 3')
+    assert message.endswith("last output:\n    before the failure")
+    assert ("output", 3, "to stderr") in recorder.events and ("finished", 4, "ran") in recorder.events
+    assert any(line.startswith("ERROR: failed to solve:") for line in progress.last_words)
+
+
+def test_steps_from_cache_are_counted_as_the_classic_builder_counts_them() -> None:
+    """FROM never counts (neither builder caches it); COPY and RUN do."""
+    built, _ = _read("built", 5)
+    assert (built.cached_steps, built.cacheable_steps, built.error) == (2, 3, None)
+    cached, recorder = _read("cached", 11, seed=3)
+    assert (cached.cached_steps, cached.cacheable_steps, cached.error) == (3, 3, None)
+    assert [e for e in recorder.events if e[0] == "finished"] == [("finished", 1, "ran")] + [("finished", n, "cached") for n in (2, 3, 4)]
+
+
+def test_an_unreachable_registry_cache_is_a_warning_not_a_failure() -> None:
+    """What buildx printed with the cache registry down: the image was built (exit 0) without it."""
+    progress, _ = _read("cache-unreachable", 4)
+    assert progress.error is None and progress.cacheable_steps == 3
+    read, written = progress.warnings
+    assert read.startswith("the registry cache was not read: every step without a local cache ran (failed to configure registry cache")
+    assert written.startswith("the registry cache was not written (error writing layer blob:") and "connection refused" in written
+
+
+def test_a_failed_cache_export_is_a_warning_not_a_failure() -> None:
+    progress = SolveProgress()
+    progress.feed_status({"vertexes": [{"digest": "sha256:1", "name": "[1/2] FROM docker.io/library/x", "started": "t", "completed": "t"}]})
+    progress.feed_status(
+        {"vertexes": [{"digest": "sha256:9", "name": "exporting cache to registry", "started": "t", "error": "503 Service Unavailable"}]}
+    )
+    progress.close()
+    assert progress.error is None
+    assert progress.warnings == ["the registry cache was not written (503 Service Unavailable)"]
+
+
+def _engine(store: str = CONTAINERD_STORE, product: str = "Docker Engine") -> EngineFacts:
+    return EngineFacts(product, "26.1.5", "1.45", store, "overlayfs")
+
+
+@pytest.fixture
+def no_buildx(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    monkeypatch.setenv("ASCENDKIT_BUILDX", str(tmp_path / "docker-buildx-missing"))
+    buildx.find_buildx.cache_clear()
+    yield
+    buildx.find_buildx.cache_clear()
+
+
+@pytest.fixture
+def fake_buildx(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """A docker-buildx that answers `version` and `inspect` as 0.13.1 does (a stand-in: no engine here)."""
+    script = tmp_path / "docker-buildx"
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        "  version) echo 'github.com/docker/buildx 0.13.1+ds1 0.13.1+ds1-3' ;;\n"
+        "  inspect) printf 'Name:          default\\nDriver:        docker\\n\\nNodes:\\nBuildKit version: v0.13.2\\n' ;;\n"
+        "  *) exit 2 ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("ASCENDKIT_BUILDX", str(script))
+    buildx.find_buildx.cache_clear()
+    yield script
+    buildx.find_buildx.cache_clear()
+
+
+def test_buildkit_where_buildx_answers(fake_buildx: Path) -> None:
+    for choice in ("auto", "buildkit"):
+        builder = choose_builder(choice, _engine())
+        assert (builder.name, builder.version, builder.command) == (BUILDKIT, "buildx 0.13.1+ds1, BuildKit v0.13.2", (str(fake_buildx),))
+    assert choose_builder("auto", _engine(GRAPH_DRIVER_STORE)).name == BUILDKIT
+    assert choose_builder("classic", _engine()).describe() == {"name": CLASSIC, "version": "Docker Engine 26.1.5"}
+
+
+def test_classic_where_it_must_and_a_clear_error_where_buildkit_was_asked_for(no_buildx: None) -> None:
+    builder = choose_builder("auto", _engine())
+    assert builder.name == CLASSIC and builder.note.startswith("BuildKit is not available (`")
+    assert "building with the classic builder" in builder.note
+    with pytest.raises(Unavailable, match=r"--builder buildkit, which this machine cannot give .*apt install docker-buildx"):
+        choose_builder("buildkit", _engine())
+    with pytest.raises(Unavailable, match="--cache-repo needs BuildKit"):
+        choose_builder("auto", _engine(), cache=True)
+    with pytest.raises(InputError, match="--cache-repo needs BuildKit"):
+        choose_builder("classic", _engine(), cache=True)
+
+
+def test_a_registry_cache_with_the_docker_driver_needs_the_containerd_store(fake_buildx: Path) -> None:
+    """buildx's docker driver on a graph-driver engine cannot export a cache: said before the build."""
+    assert choose_builder("auto", _engine(CONTAINERD_STORE), cache=True).name == BUILDKIT
+    with pytest.raises(Unavailable, match=r"only from Docker's containerd image store.*--driver docker-container"):
+        choose_builder("auto", _engine(GRAPH_DRIVER_STORE), cache=True)
+    fake_buildx.write_text(fake_buildx.read_text().replace("Driver:        docker", "Driver:        docker-container"))
+    assert choose_builder("auto", _engine(GRAPH_DRIVER_STORE), cache=True).name == BUILDKIT
+
+
+def test_podman_builds_with_the_classic_api(fake_buildx: Path) -> None:
+    builder = choose_builder("auto", _engine(PODMAN_STORE, "Podman"))
+    assert builder.name == CLASSIC and "Podman builds through buildah" in builder.note
+
+
+def test_an_old_buildx_is_not_used(monkeypatch: pytest.MonkeyPatch, fake_buildx: Path) -> None:
+    fake_buildx.write_text(fake_buildx.read_text().replace("0.13.1+ds1 0.13.1+ds1-3", "v0.11.2 9872040"))
+    buildx.find_buildx.cache_clear()
+    assert choose_builder("auto", _engine()).note.startswith("BuildKit is not available (buildx 0.11.2 is older than 0.12)")
+
+
+def test_secret_files_are_private_and_only_what_there_is(tmp_path: Path) -> None:
+    flags = secret_files(tmp_path, b"-----BEGIN CERTIFICATE-----\n", b"")
+    assert flags == ["--secret", f"id=ascendkit-ca,src={tmp_path / 'ascendkit-ca'}"]
+    assert stat.S_IMODE((tmp_path / "ascendkit-ca").stat().st_mode) == 0o600
+    assert not (tmp_path / "ascendkit-env").exists()
