@@ -121,7 +121,8 @@ bench: $(STAMP) ## CLI timings; with `make services` running, build timings, pip
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_build.py --out $(RESULTS)/build.json | tee $(RESULTS)/build.txt' && \
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_sbom.py | tee $(RESULTS)/sbom.txt' && \
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_ship.py --out $(RESULTS)/ship.json | tee $(RESULTS)/ship.txt' && \
-	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_size.py --out $(RESULTS)/size.json | tee $(RESULTS)/size.txt'; \
+	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_size.py --out $(RESULTS)/size.json | tee $(RESULTS)/size.txt' && \
+	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_builders.py --out $(RESULTS)/builders.json | tee $(RESULTS)/builders.txt'; \
 	  else echo "bench_build, bench_ship: skipped (run \`make services\` first for build and shipping benchmarks)"; fi
 
 bench-quick: $(STAMP) ## Every benchmark once, briefly (part of `make test`: a benchmark that breaks fails CI); needs `make services`
@@ -131,7 +132,8 @@ bench-quick: $(STAMP) ## Every benchmark once, briefly (part of `make test`: a b
 	set -a; . $(SERVICES_ENV); set +a; $(BIN)/python benchmarks/bench_build.py --quick --out $(SERVICES_DIR)/bench-build-quick.json && \
 	  $(BIN)/python benchmarks/bench_sbom.py --runs 1 && \
 	  $(BIN)/python benchmarks/bench_ship.py --quick --out $(SERVICES_DIR)/bench-ship-quick.json && \
-	  $(BIN)/python benchmarks/bench_size.py --quick --out $(SERVICES_DIR)/bench-size-quick.json
+	  $(BIN)/python benchmarks/bench_size.py --quick --out $(SERVICES_DIR)/bench-size-quick.json && \
+	  $(BIN)/python benchmarks/bench_builders.py --quick --out $(SERVICES_DIR)/bench-builders-quick.json
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -82,8 +82,13 @@ class SolveProgress(BuildProgress):
         self._names[digest] = name
         error = vertex.get("error")
         if error and name.startswith((CACHE_EXPORT, CACHE_IMPORT)):  # the build goes on without it (ignore-error)
-            what = "written" if name.startswith(CACHE_EXPORT) else "read: every step without a local cache ran"
-            message = f"the registry cache was not {what} ({' '.join(str(error).split())})"
+            said = " ".join(str(error).split())
+            if name.startswith(CACHE_EXPORT):
+                message = f"the registry cache was not written ({said})"
+            elif said.endswith(": not found"):  # the first build of this image with this cache: nothing to read yet
+                message = f"the registry cache holds nothing for this image yet ({name.removeprefix(CACHE_IMPORT)}); this build writes it"
+            else:
+                message = f"the registry cache was not read: every step without a local cache ran ({said})"
             if message not in self.warnings:
                 self.warnings.append(message)
             return
