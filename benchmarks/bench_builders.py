@@ -15,11 +15,11 @@ BuildKit's cache pruned (as on a runner that starts empty; the registry keeps wh
 
 Goals (issue 59): 4 at most 0.25x of 3, 2 at most 0.1x.
 
-The stack: the test stack with its torch layer made real, torch 2.7.1 and the CUDA wheels it
-needs from PyPI (the torch layer of an x86_64 image: gigabytes of wheels, what the cache saves
-downloading and installing again); --quick keeps the test stack's small stand-ins (CI's check that
-this runs). The registry is on this machine: a registry across a network makes importing the cache
-slower, and downloading the wheels again slower still.
+The stack: the test stack with its torch_npu layer made heavy (xgboost 2.0.0, whose x86_64 wheel
+is 297 MB with CUDA kernels inside, and scipy: about 0.6 GB installed, what a real stack's torch
+and vllm layers are many times over); --quick keeps the test stack's small stand-ins (CI's check
+that this runs). The registry and this machine's PyPI mirror are near: across a network importing
+the cache is slower, and downloading every wheel again slower still.
 
 Needs DOCKER_HOST on an engine with Docker's containerd image store, ASCENDKIT_STANDIN_IMAGE and
 ASCENDKIT_REGISTRY (`make services`); it empties that engine's images.
@@ -53,24 +53,27 @@ from buildkit.settings import Mirrors, default_ca_bundle
 ROOT = Path(__file__).resolve().parent.parent
 TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"
 STANDIN_PREFIX = "ascendkit-standin/"
-TORCH_STANDIN = "    torch:\n      version: 2.0.0\n      package: tomli\n"
-REAL_TORCH = "    torch:\n      version: 2.7.1\n      package: torch\n"
+# The torch_npu layer made heavy: xgboost 2.0.0's x86_64 wheel (297 MB, CUDA kernels inside) and scipy.
+# Real torch cannot stand in: PyPI's x86_64 torch brings the CUDA triton, which the lock refuses
+# beside triton-ascend (and the matrix's rules hold torch, torch_npu and torchvision to each other).
+LIGHT_LAYER = "    torch_npu:\n      version: 2.0.0\n      package: markdown-it-py\n"
+HEAVY_LAYER = "    torch_npu:\n      version: 2.0.0\n      package: xgboost\n"
 FRAMEWORK_PIN = 'version: "3.7"'  # verl's stand-in (idna): the framework bump moves it to 3.6
 
 
-def matrix_for(directory: Path, *, real_torch: bool, bumped: bool) -> Path:
-    """The test matrix (torch made real, the framework bumped, as asked) with its locks current."""
+def matrix_for(directory: Path, *, heavy: bool, bumped: bool) -> Path:
+    """The test matrix (one layer made heavy, the framework bumped, as asked) with its locks current."""
     directory.mkdir(parents=True, exist_ok=True)
     text = TEST_MATRIX.read_text()
-    assert TORCH_STANDIN in text and FRAMEWORK_PIN in text, "tests/fixtures/test_matrix.yaml changed: update this benchmark"
-    if real_torch:
-        text = text.replace(TORCH_STANDIN, REAL_TORCH)
+    assert LIGHT_LAYER in text and FRAMEWORK_PIN in text, "tests/fixtures/test_matrix.yaml changed: update this benchmark"
+    if heavy:
+        text = text.replace(LIGHT_LAYER, HEAVY_LAYER, 1)
     if bumped:
         text = text.replace(FRAMEWORK_PIN, 'version: "3.6"')
     matrix = directory / "test_matrix.yaml"
     matrix.write_text(text)
     shutil.copytree(TEST_MATRIX.parent / "locks", directory / "locks", dirs_exist_ok=True)
-    if real_torch or bumped:
+    if heavy or bumped:
         loaded = load_matrix(matrix)
         targets = [t for t in lock_targets(loaded) if t.stack_id == "teststack"]
         outcomes = lock_all(loaded, targets, index_urls=index_urls_for(loaded, Mirrors()), ca_bundle=default_ca_bundle())
@@ -128,10 +131,11 @@ def main() -> None:
         raise SystemExit(f"no buildx: {found}")
     buildx = found[0]
     cache = f"{registry}/bench-builders-{uuid.uuid4().hex[:8]}/buildcache"
-    results: dict[str, Any] = {"engine": str(engine), "buildx": found[1], "stack": "test stack" + ("" if args.quick else ", torch 2.7.1")}
+    stack = "test stack" + ("" if args.quick else ", torch_npu layer: xgboost 2.0.0 + scipy")
+    results: dict[str, Any] = {"engine": str(engine), "buildx": found[1], "stack": stack}
     with tempfile.TemporaryDirectory() as work:
-        before = matrix_for(Path(work) / "before", real_torch=not args.quick, bumped=False)
-        after = matrix_for(Path(work) / "after", real_torch=not args.quick, bumped=True)
+        before = matrix_for(Path(work) / "before", heavy=not args.quick, bumped=False)
+        after = matrix_for(Path(work) / "after", heavy=not args.quick, bumped=True)
         manifests = Path(work)
         empty_engine(client, buildx)
         results["previous_release_export"] = row(build(before, manifests, standin, builder="buildkit", cache_repo=cache, no_cache=True))

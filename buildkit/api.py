@@ -105,12 +105,14 @@ def build(
     installer: str = "uv",
     builder: str = "auto",
     cache_repo: str | None = None,
+    cache_export: bool = True,
 ) -> BuildResult:
     """Build, verify and tag one image on the Docker engine of the environment (DOCKER_HOST). An
     unchanged image whose passed verification its manifest records is not verified again unless ``reverify``.
     ``installer``: uv (the default) or pip installs the locked layers. ``builder``: auto (BuildKit
     where buildx and the engine give it, else the classic builder), buildkit or classic;
-    ``cache_repo``: a registry repository for BuildKit's cache of this stack, chip, OS and arch."""
+    ``cache_repo``: a registry repository for BuildKit's cache of this stack, chip, OS and arch,
+    imported, and exported unless ``cache_export`` is false."""
     build_plan = _build_plan(
         matrix,
         hw,
@@ -126,6 +128,7 @@ def build(
         installer,
         builder=builder,
         cache_repo=cache_repo,
+        cache_export=cache_export,
     )
     check_outputs(build_plan)
     return run_build(connect(), build_plan, reporter)
@@ -308,6 +311,7 @@ def _build_plan(
     *,
     builder: str = "auto",
     cache_repo: str | None = None,
+    cache_export: bool = True,
 ) -> BuildPlan:
     return plan_build(
         load(matrix),
@@ -324,4 +328,5 @@ def _build_plan(
         installer=installer,
         builder=builder,
         cache_repo=cache_repo,
+        cache_export=cache_export,
     )

@@ -122,12 +122,31 @@ def test_dry_run_json(runner: CliRunner) -> None:
         (["--registry", "nohost"], "expected HOST[:PORT]/REPO"),
         (["--ca-bundle", "/nonexistent.pem"], "not found"),
         (["--arch", "ppc64le"], "'ppc64le' is not one of 'aarch64', 'x86_64'"),
+        (["--builder", "kaniko"], "'kaniko' is not one of 'auto', 'buildkit', 'classic'"),
+        (["--builder", "classic", "--cache-repo", "harbor.example.com/ml/buildcache"], "--cache-repo needs BuildKit"),
+        (["--cache-repo", "harbor.example.com/ml/buildcache:v1"], "expected a registry repository without a tag"),
+        (["--cache-repo", "buildcache"], "expected a registry repository without a tag, HOST[:PORT]/PATH"),
     ],
 )
 def test_bad_build_options(runner: CliRunner, argv: list[str], message: str) -> None:
     result = runner.invoke(app, ["build", "--hw", "a3", "--dry-run", *argv, "--matrix", str(MATRIX)])
     assert result.exit_code == ExitCode.INVALID_INPUT
     assert message in result.stderr
+
+
+def test_the_registry_cache_is_one_tag_per_stack_chip_os_and_arch(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--cache-repo (or ASCENDKIT_CACHE_REPO, as the CI files set it; empty: none) names the
+    repository; each image's cache is a tag in it. The plan keeps both renders of the Dockerfile."""
+    plan = plan_build(load_matrix(TEST_MATRIX), "a3", arch="x86_64", use_default_ca=False, cache_repo="harbor.example.com/ml/buildcache")
+    assert plan.cache_ref == "harbor.example.com/ml/buildcache:buildcache-teststack-a3-debian12-x86_64"
+    assert plan.builder == "auto" and plan.describe()["cache"] == plan.cache_ref
+    assert "--mount=type=cache" in plan.dockerfile_for("buildkit") and "--mount" not in plan.dockerfile_for("classic")
+    argv = ["build", "--hw", "a3", "--dry-run", "--json", "--no-ca-bundle", "--arch", "x86_64", "--matrix", str(TEST_MATRIX)]
+    monkeypatch.setenv("ASCENDKIT_CACHE_REPO", "127.0.0.1:5000/ci/buildcache")
+    described = json.loads(runner.invoke(app, argv).stdout)["plan"]
+    assert described["cache"] == "127.0.0.1:5000/ci/buildcache:buildcache-teststack-a3-debian12-x86_64"
+    monkeypatch.setenv("ASCENDKIT_CACHE_REPO", "")
+    assert json.loads(runner.invoke(app, argv).stdout)["plan"]["cache"] is None
 
 
 def test_only_declared_args_are_passed() -> None:

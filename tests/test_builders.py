@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import urllib.request
 import uuid
@@ -23,8 +24,8 @@ pytestmark = pytest.mark.docker
 CACHE_DIR = "var/cache/ascendkit"
 
 
-def _build(env: DockerEnv, workdir: Path, *args: str) -> dict[str, Any]:
-    argv = ["build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", env.standin, "--json", "-q"]
+def _build(env: DockerEnv, workdir: Path, *args: str, matrix: Path = TEST_MATRIX) -> dict[str, Any]:
+    argv = ["build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(matrix), "--base-image", env.standin, "--json", "-q"]
     result: dict[str, Any] = json.loads(env.ascendkit(*argv, *args, cwd=workdir, check=True).stdout)
     return result
 
@@ -67,8 +68,12 @@ def test_the_pip_cache_is_a_mount_never_a_layer(docker_env: DockerEnv, built: di
     mounts = [block for block in records.split("\n\n") if f"/{CACHE_DIR}" in block and "cache" in block.lower()]
     assert mounts, records[-2000:]
     assert any("Size:" in block and "Size:\t\t0B" not in block and "Size: 0B" not in block for block in mounts)
-    inside = [entry for _, entry, _ in saved_entries(docker_env.client, built["engine_id"]) if entry.startswith(f"{CACHE_DIR}/")]
+    saved = list(saved_entries(docker_env.client, built["engine_id"]))
+    inside = [entry for _, entry, _ in saved if entry.startswith(f"{CACHE_DIR}/")]
     assert inside == [], inside[:10]
+    # one image, not an index with BuildKit's attestations (asked off: ascendkit writes its own SBOM and provenance)
+    documents = b" ".join(body for member, entry, body in saved if not entry)
+    assert b"vnd.docker.reference.type" not in documents and b"attestation-manifest" not in documents
 
 
 def _tags(registry: str, repository: str) -> list[str]:
@@ -85,23 +90,40 @@ def _manifest(registry: str, repository: str, tag: str) -> dict[str, Any]:
 
 
 def test_a_registry_cache_builds_an_engine_with_nothing_cached(docker_env: DockerEnv, tmp_path: Path) -> None:
-    """A build exports its cache (mode=max) to the registry, one tag per stack, chip, OS and arch; the
-    engine's build cache is then emptied, as on a fresh CI runner; the next build takes every step
-    from the registry cache. Needs the containerd image store (buildx's docker driver)."""
-    repository = f"cache-{uuid.uuid4().hex[:8]}/verl"
-    cache = f"{docker_env.registry}/{repository}"
-    first = _build(docker_env, tmp_path, "--cache-repo", cache, "--no-cache", "--repo", "cachefirst/verl")
-    tag = "buildcache-teststack-a3-debian12-x86_64"
+    """A build exports its cache (mode=max) to the registry, one tag per stack, chip, OS and arch.
+    Another engine that has never built this image (Docker 26 on overlay2: a fresh runner) then
+    takes every step from the registry cache, importing only (--cache-import-only: buildx's
+    docker driver exports a cache only from the containerd store). The image is made unique by a
+    stack variable set before every RUN, so no engine holds a local cache of it, and no engine's
+    own cache is pruned under the other tests."""
+    matrix = tmp_path / "matrix.yaml"
+    marker = uuid.uuid4().hex[:12]
+    text = TEST_MATRIX.read_text()
+    assert 'ASCENDKIT_TEST_STACK: "1"' in text
+    matrix.write_text(text.replace('ASCENDKIT_TEST_STACK: "1"', f'ASCENDKIT_TEST_STACK: "{marker}"', 1))
+    shutil.copytree(TEST_MATRIX.parent / "locks", tmp_path / "locks")
+    repository = f"cache-{marker}/verl"
+    cache, tag = f"{docker_env.registry}/{repository}", "buildcache-teststack-a3-debian12-x86_64"
+    first = _build(docker_env, tmp_path, "--cache-repo", cache, "--repo", f"cachefirst-{marker}/verl", matrix=matrix)
+    assert first["steps_cached"] == 0, "nothing of this image was cached anywhere"
     assert first["notes"] == [f"the registry cache holds nothing for this image yet ({cache}:{tag}); this build writes it"]
     assert _tags(docker_env.registry, repository) == [tag]
-    assert json.loads((tmp_path / first["manifest"]).read_text())["builder"]["cache"] == f"{cache}:{tag}"
-    exported = _manifest(docker_env.registry, repository, tag)
-    assert "application/vnd.buildkit.cacheconfig.v0" in json.dumps(exported)  # BuildKit's cache, not an image
+    recorded = json.loads((tmp_path / first["manifest"]).read_text())["builder"]
+    assert recorded["cache"] == f"{cache}:{tag}" and recorded["cache_exported"] is True
+    assert "application/vnd.buildkit.cacheconfig.v0" in json.dumps(_manifest(docker_env.registry, repository, tag))
 
-    _buildx(docker_env, "prune", "--all", "--force")
-    again = _build(docker_env, tmp_path, "--cache-repo", cache, "--repo", "cachesecond/verl")
+    hosts = dict(pair.split("=", 1) for pair in os.environ.get("ASCENDKIT_ENGINE_HOSTS", "").split(",") if "=" in pair)
+    assert "docker-overlay2" in hosts, "the services start Docker 26 on overlay2 (ASCENDKIT_ENGINE_HOSTS)"
+    fresh = DockerEnv(
+        docker_env.client, docker_env.standin, docker_env.registry, {**docker_env.env, "DOCKER_HOST": hosts["docker-overlay2"]}
+    )
+    second = tmp_path / "second"
+    second.mkdir()
+    again = _build(fresh, second, "--cache-repo", cache, "--cache-import-only", "--repo", f"cachesecond-{marker}/verl", matrix=matrix)
     assert again["steps_cached"] == again["steps_total"] >= 15, again
-    assert again["image_id"] != "" and again["notes"] == []
+    assert again["notes"] == [] and again["image_id"] != ""
+    assert json.loads((second / again["manifest"]).read_text())["builder"]["cache_exported"] is False
+    assert _tags(docker_env.registry, repository) == [tag]  # nothing more was exported
 
 
 def test_an_unreachable_cache_registry_does_not_fail_the_build(docker_env: DockerEnv, tmp_path: Path) -> None:

@@ -144,6 +144,7 @@ def test_a_registry_cache_with_the_docker_driver_needs_the_containerd_store(fake
     assert choose_builder("auto", _engine(CONTAINERD_STORE), cache=True).name == BUILDKIT
     with pytest.raises(Unavailable, match=r"only from Docker's containerd image store.*--driver docker-container"):
         choose_builder("auto", _engine(GRAPH_DRIVER_STORE), cache=True)
+    assert choose_builder("auto", _engine(GRAPH_DRIVER_STORE), cache=True, export=False).name == BUILDKIT  # importing: any driver
     fake_buildx.write_text(fake_buildx.read_text().replace("Driver:        docker", "Driver:        docker-container"))
     assert choose_builder("auto", _engine(GRAPH_DRIVER_STORE), cache=True).name == BUILDKIT
 

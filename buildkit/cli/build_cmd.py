@@ -129,6 +129,10 @@ def build(
             help="BuildKit registry cache (mode=max), imported and exported: HOST/PATH, one tag per stack, chip, OS and arch.",
         ),
     ] = None,
+    cache_import_only: Annotated[
+        bool,
+        typer.Option("--cache-import-only", help="Read the --cache-repo cache but export nothing (a build without push rights)."),
+    ] = False,
     push: Annotated[
         bool, typer.Option("--push", help="Push the verified image to --registry, by digest, with its SBOM.", rich_help_panel=SHIPPING)
     ] = False,
@@ -209,6 +213,7 @@ def build(
         "installer": installer,
         "builder": builder,
         "cache_repo": cache_repo,
+        "cache_export": not cache_import_only,
     }
     if every:
         _build_all(

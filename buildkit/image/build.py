@@ -137,6 +137,7 @@ def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder,
         argv += secret_files(Path(private), plan.secrets.ca_bundle, plan.secrets.env_script(wheels_url))
         if plan.cache_ref:
             argv += ["--cache-from", f"type=registry,ref={plan.cache_ref}"]
+        if plan.cache_ref and plan.cache_export:
             argv += ["--cache-to", f"type=registry,ref={plan.cache_ref},mode=max,ignore-error=true"]
         argv.append(context)
         try:
@@ -218,7 +219,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     progress = BuildProgress(reporter or QuietReporter())
     try:
         engine = engine_facts(client)
-        builder = choose_builder(plan.builder, engine, cache=bool(plan.cache_ref))
+        builder = choose_builder(plan.builder, engine, cache=bool(plan.cache_ref), export=plan.cache_export)
         if builder.name == BUILDKIT:
             progress = SolveProgress(progress.reporter)
         ensure_base_image(client, plan)
@@ -290,6 +291,7 @@ def _builder_record(plan: BuildPlan, builder: Builder, progress: BuildProgress) 
         "steps_total": progress.cacheable_steps,
         "steps_cached": progress.cached_steps,
         "cache": plan.cache_ref or None,
+        "cache_exported": bool(plan.cache_ref) and plan.cache_export,
     }
 
 

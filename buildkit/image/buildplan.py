@@ -52,6 +52,7 @@ class BuildPlan:
     classic_dockerfile: str = ""  # the same steps without BuildKit's mounts, for the classic builder
     builder: str = "auto"  # BUILDERS: BuildKit where the engine and buildx give it, else classic
     cache_repo: str | None = None  # a registry cache (BuildKit): REPO, tagged per stack, chip, OS and arch
+    cache_export: bool = True  # False: import the registry cache only (a build without push rights)
 
     def dockerfile_for(self, builder: str) -> str:
         return self.dockerfile if builder == "buildkit" or not self.classic_dockerfile else self.classic_dockerfile
@@ -113,6 +114,7 @@ class BuildPlan:
             "no_cache": self.no_cache,
             "builder": self.builder,
             "cache": self.cache_ref or None,
+            "cache_export": bool(self.cache_ref) and self.cache_export,
             "ca_bundle": bool(self.secrets.ca_bundle),
             "secret_env": [name for name, _ in self.secrets.env],
             "lock": self.image.lock_path,
@@ -178,6 +180,7 @@ def plan_build(
     installer: str = INSTALLERS[0],
     builder: str = "auto",
     cache_repo: str | None = None,
+    cache_export: bool = True,
 ) -> BuildPlan:
     """Everything one build needs, checked before the engine is touched. ``wheelhouse`` makes the
     build offline: pip installs only from that directory, which must hold every locked package.
@@ -256,6 +259,7 @@ def plan_build(
         classic_dockerfile=render_context(ctx, buildkit=False),
         builder=builder,
         cache_repo=cache_repo,
+        cache_export=cache_export,
         base_image=base,
         buildargs=tuple(buildargs),
         repository=repository,

@@ -62,7 +62,12 @@ class RecordedBuilder(_Open):
     version: str = Field(description="buildx and BuildKit versions, or the engine's for the classic builder.")
     steps_total: int = Field(ge=0, description="Dockerfile steps that could come from cache (FROM does not count).")
     steps_cached: int = Field(ge=0, description="Of those, how many came from cache (local or the registry cache).")
-    cache: str | None = Field(default=None, description="The registry cache imported and exported (BuildKit, mode=max).")
+    cache: str | None = Field(
+        default=None, description="The registry cache imported (BuildKit), and exported with mode=max where cache_exported."
+    )
+    cache_exported: bool = Field(
+        default=False, description="Whether this build exported its cache to the registry (not with --cache-import-only)."
+    )
 
 
 class RecordedVariant(_Open):

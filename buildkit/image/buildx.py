@@ -107,9 +107,10 @@ def _current_builder(command: tuple[str, ...]) -> tuple[str, str]:
     return (driver[1] if driver else ""), (version[1] if version else "")
 
 
-def choose_builder(choice: str, engine: EngineFacts, *, cache: bool = False) -> Builder:
+def choose_builder(choice: str, engine: EngineFacts, *, cache: bool = False, export: bool = True) -> Builder:
     """The builder ``--builder choice`` means on ``engine``: BuildKit where buildx and the engine
-    give it, the classic builder where they do not (``auto``) or where asked."""
+    give it, the classic builder where they do not (``auto``) or where asked. ``cache``: a registry
+    cache is imported, and exported unless ``export`` is false."""
     if choice not in BUILDERS:
         raise InputError(f"--builder {choice!r}: choose one of {', '.join(BUILDERS)}")
     classic = Builder(CLASSIC, f"{engine.product} {engine.version}")
@@ -124,12 +125,13 @@ def choose_builder(choice: str, engine: EngineFacts, *, cache: bool = False) -> 
         if not isinstance(found, str):
             command, version = found
             driver, buildkit = _current_builder(command)
-            if cache and driver == "docker" and engine.image_store != CONTAINERD_STORE:
+            if cache and export and driver == "docker" and engine.image_store != CONTAINERD_STORE:
                 raise Unavailable(
                     "--cache-repo: buildx's docker driver exports a registry cache only from Docker's containerd image store, "
                     f"and this engine keeps images in its {engine.image_store} store. Turn the containerd image store on, or "
                     "build with a BuildKit container: docker buildx create --name ascendkit --driver docker-container --use "
-                    "(or BUILDX_BUILDER=ascendkit); its base image must then come from a registry"
+                    "(or BUILDX_BUILDER=ascendkit); its base image must then come from a registry. "
+                    "--cache-import-only reads the cache without exporting, with any driver"
                 )
             return Builder(BUILDKIT, f"buildx {version}" + (f", BuildKit {buildkit}" if buildkit else ""), command)
         why = found
