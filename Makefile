@@ -112,7 +112,7 @@ endif
 
 RESULTS := benchmarks/results
 
-bench: $(STAMP) ## CLI timings; with `make services` running, build timings, pip vs uv, size, wasted bytes, gzip vs zstd pulls, publishes through faults, and a 4.5 GB image published and mirrored beside skopeo (about 10 min, 20 GB of disk); printed and kept in benchmarks/results/
+bench: $(STAMP) ## CLI timings; with `make services` running, build timings, pip vs uv, size, wasted bytes, gzip vs zstd pulls, publishes through faults, a 4.5 GB image published and mirrored beside skopeo, BuildKit's registry cache against a classic cold build (about 15 min, 20 GB of disk); printed and kept in benchmarks/results/
 	@mkdir -p $(RESULTS)
 	bash -o pipefail -c '$(BIN)/python benchmarks/bench_cli.py | tee $(RESULTS)/cli.txt'
 	bash -o pipefail -c '$(BIN)/python benchmarks/bench_verify.py | tee $(RESULTS)/verify.txt'

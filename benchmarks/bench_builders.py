@@ -83,14 +83,19 @@ def matrix_for(directory: Path, *, heavy: bool, bumped: bool) -> Path:
 
 
 def empty_engine(client: docker.APIClient, buildx: tuple[str, ...]) -> None:
-    """Every image but the stand-in bases removed, BuildKit's cache pruned: a runner that starts empty."""
-    for image in client.images():
-        tags = image.get("RepoTags") or []
-        if any(tag.startswith(STANDIN_PREFIX) for tag in tags):
-            continue
-        for ref in tags or [image["Id"]]:
-            with contextlib.suppress(docker.errors.NotFound):
-                client.remove_image(ref, force=True)
+    """Every image but the stand-in bases removed, BuildKit's cache pruned: a runner that starts empty.
+    Passes until none is left: on the containerd store, removing an image of the classic builder
+    shows its parent (the step before) as an image of its own."""
+    for _ in range(200):
+        images = [i for i in client.images(all=True) if not any(t.startswith(STANDIN_PREFIX) for t in i.get("RepoTags") or [])]
+        if not images:
+            break
+        for image in images:
+            for ref in image.get("RepoTags") or [image["Id"]]:
+                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                    client.remove_image(ref, force=True)
+    else:
+        raise SystemExit("could not empty the engine: images are left after 200 passes")
     subprocess.run([*buildx, "prune", "--all", "--force"], check=True, capture_output=True, timeout=600)
 
 
