@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
+from buildkit.image.build import write_context
+from buildkit.image.buildplan import plan_build
 from buildkit.image.probe import run_in_image
+from buildkit.matrix.load import load_matrix
 from tests.conftest import TEST_MATRIX, DockerEnv
 from tests.imagescan import saved_entries
 
@@ -59,6 +62,32 @@ def test_both_builders_install_the_same_packages(docker_env: DockerEnv, built: d
         recorded = json.loads((workdir / result["manifest"]).read_text())["builder"]
         assert recorded["name"] == name and recorded["steps_total"] == result["steps_total"] >= 15
     assert json.loads((tmp_path / classic["manifest"]).read_text())["builder"]["version"].startswith("Docker Engine ")
+
+
+def test_a_render_builds_with_a_plain_docker_build(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+    """What the committed Dockerfile.a2/a3 promise: `docker build` (Docker 23+: BuildKit through
+    the CLI's buildx) builds a render with no ascendkit around it, no secrets and no cache given.
+    The test stack's render, by Docker 26's own CLI with its buildx plugin."""
+    cli, plugin = os.environ.get("ASCENDKIT_DOCKER_CLI"), os.environ.get("ASCENDKIT_BUILDX")
+    assert cli and plugin, "the services unpack Docker 26's CLI and buildx (ASCENDKIT_DOCKER_CLI, ASCENDKIT_BUILDX)"
+    config = tmp_path / "docker-config"
+    (config / "cli-plugins").mkdir(parents=True)
+    (config / "cli-plugins" / "docker-buildx").symlink_to(plugin)  # where the CLI looks for its plugins
+    plan = plan_build(load_matrix(TEST_MATRIX), "a3", arch="x86_64", base_image=docker_env.standin, use_default_ca=False)
+    context = tmp_path / "context"
+    context.mkdir()
+    write_context(plan, context)
+    assert "RUN --mount=type=cache" in (context / "Dockerfile").read_text()
+    tag = f"plain-{uuid.uuid4().hex[:8]}/verl:latest"
+    argv = [cli, "build", "--build-arg", f"BASE_IMAGE={docker_env.standin}", "-t", tag, str(context)]
+    env = {**docker_env.env, "DOCKER_CONFIG": str(config)}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "DEPRECATED: The legacy builder" not in proc.stderr  # BuildKit built it, not the classic builder
+    try:
+        assert _distributions(docker_env, tag) == _distributions(docker_env, built["tags"][0])
+    finally:
+        docker_env.client.remove_image(tag, noprune=True)
 
 
 def test_the_pip_cache_is_a_mount_never_a_layer(docker_env: DockerEnv, built: dict[str, Any]) -> None:

@@ -12,10 +12,14 @@ import pytest
 
 from buildkit.errors import InputError, Unavailable
 from buildkit.image import buildx
+from buildkit.image.build import _on_loopback
+from buildkit.image.buildplan import plan_build
 from buildkit.image.buildx import BUILDKIT, CLASSIC, choose_builder, secret_files
 from buildkit.image.engine import CONTAINERD_STORE, GRAPH_DRIVER_STORE, PODMAN_STORE, EngineFacts
 from buildkit.image.progress import Step
 from buildkit.image.solve import SolveProgress
+from buildkit.matrix.load import load_matrix
+from buildkit.settings import Mirrors
 
 FIXTURES = Path(__file__).parent / "fixtures" / "buildkit"
 
@@ -165,3 +169,14 @@ def test_secret_files_are_private_and_only_what_there_is(tmp_path: Path) -> None
     assert flags == ["--secret", f"id=ascendkit-ca,src={tmp_path / 'ascendkit-ca'}"]
     assert stat.S_IMODE((tmp_path / "ascendkit-ca").stat().st_mode) == 0o600
     assert not (tmp_path / "ascendkit-env").exists()
+
+
+def test_a_mirror_on_loopback_gives_the_build_the_hosts_network() -> None:
+    """BuildKit's steps have a network of their own: a mirror on 127.0.0.1 (a git server, a devpi)
+    is reached only with the host's network, which is asked for then and only then (a
+    docker-container builder refuses it unless its network.host entitlement is granted)."""
+    matrix = load_matrix(Path(__file__).parent / "fixtures" / "test_matrix.yaml")
+    assert not _on_loopback(plan_build(matrix, "a3", arch="x86_64", use_default_ca=False))
+    for url in ("http://127.0.0.1:3141/root/pypi/+simple", "https://bot:s3cret@localhost/simple"):
+        plan = plan_build(matrix, "a3", arch="x86_64", use_default_ca=False, mirrors=Mirrors({"pip_index_url": url}))
+        assert _on_loopback(plan), url

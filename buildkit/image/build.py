@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -133,7 +134,8 @@ def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder,
         wheels_url = ""
         if plan.secrets.wheelhouse is not None:  # pip reaches the served wheelhouse on 127.0.0.1
             wheels_url = f"{cleanup.enter_context(SecretServer(plan.secrets)).url}/wheels/"
-            argv += ["--network", "host"]
+        if wheels_url or _on_loopback(plan):
+            argv += ["--network", "host"]  # BuildKit's steps get a network of their own, without this machine's loopback
         argv += secret_files(Path(private), plan.secrets.ca_bundle, plan.secrets.env_script(wheels_url))
         if plan.cache_ref:
             argv += ["--cache-from", f"type=registry,ref={plan.cache_ref}"]
@@ -171,6 +173,17 @@ def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder,
             except NotFound:
                 continue
     raise BuildFailed(f"BuildKit built {result.get('containerimage.digest')}, but the engine does not hold it (was it loaded elsewhere?)")
+
+
+_LOOPBACK = re.compile(r"://(?:[^/@]*@)?(?:127\.\d+\.\d+\.\d+|localhost|\[::1\])(?:[:/]|$)", re.IGNORECASE)
+
+
+def _on_loopback(plan: BuildPlan) -> bool:
+    """Whether a mirror the build was pointed at (an index, a git host, the apt archive) is on this
+    machine's loopback: the RUN steps then need the host's network to reach it, as the classic
+    builder's do when ascendkit serves them secrets."""
+    values = [value for _, value in plan.buildargs] + [value for _, value in plan.secrets.env]
+    return any(_LOOPBACK.search(value) for value in values)
 
 
 def base_of(client: docker.APIClient, ref: str, engine: EngineFacts) -> BaseImage:
