@@ -3,7 +3,9 @@ printed (tests/fixtures/buildkit/), and how the builder is chosen (buildkit/imag
 
 from __future__ import annotations
 
+import hashlib
 import random
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,15 @@ from buildkit.matrix.load import load_matrix
 from buildkit.settings import Mirrors
 
 FIXTURES = Path(__file__).parent / "fixtures" / "buildkit"
+
+
+def test_the_recorded_transcripts_are_what_buildx_printed() -> None:
+    """Each transcript's sha256 as its README records it when it was captured."""
+    listed = dict(re.findall(r"\| `(rawjson-[a-z-]+\.txt)` \| `([0-9a-f]{64})` \|", (FIXTURES / "README.md").read_text()))
+    present = sorted(p.name for p in FIXTURES.glob("rawjson-*.txt"))
+    assert sorted(listed) == present and len(present) == 4
+    for name, digest in listed.items():
+        assert hashlib.sha256((FIXTURES / name).read_bytes()).hexdigest() == digest, name
 
 
 class Recorder:

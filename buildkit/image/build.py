@@ -155,9 +155,9 @@ def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder,
             code = process.wait()
         except BaseException:
             stop(process)  # buildx cancels the solve: BuildKit leaves no container behind
+            progress.close(ended=False)
             raise
-        finally:
-            progress.close()
+        progress.close()
         if code != 0 or progress.error:
             progress.error = progress.error or next(reversed(progress.last_words), "") or f"buildx exited with code {code}"
             raise BuildFailed(progress.failure_message())

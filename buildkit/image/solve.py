@@ -130,10 +130,12 @@ class SolveProgress(BuildProgress):
     def current(self) -> Step | None:
         return self.failed or super().current
 
-    def close(self) -> None:
+    def close(self, *, ended: bool = True) -> None:
+        """What is left of the output read; with ``ended`` (buildx exited on its own) the steps
+        still open are done, else (stopped) they stay unfinished and are not reported done."""
         self.feed_text("\n")
         for step in self.steps:
-            if step.finished is None and step is not self.failed and not self.error:
+            if ended and step.finished is None and step is not self.failed and not self.error:
                 step.finished = time.monotonic()
                 self.reporter.step_finished(step)
         said = [line for line in self._last_words if line.startswith("ERROR:")]
