@@ -191,3 +191,13 @@ def test_a_mirror_on_loopback_gives_the_build_the_hosts_network() -> None:
     for url in ("http://127.0.0.1:3141/root/pypi/+simple", "https://bot:s3cret@localhost/simple"):
         plan = plan_build(matrix, "a3", arch="x86_64", use_default_ca=False, mirrors=Mirrors({"pip_index_url": url}))
         assert _on_loopback(plan), url
+
+
+def test_a_stopped_build_leaves_its_running_step_unfinished() -> None:
+    """Ctrl-C mid-step: the step is not reported done (buildx was stopped, not finished)."""
+    recorder = Recorder()
+    progress = SolveProgress(recorder)
+    progress.feed_status({"vertexes": [{"digest": "sha256:2", "name": "[stage-0 2/3] RUN sleep 60", "started": "t"}]})
+    progress.close(ended=False)
+    assert progress.steps[0].finished is None
+    assert recorder.events == [("started", 2, "RUN sleep 60")]
