@@ -12,7 +12,7 @@ nothing there, and one request is the fewest that can be cut. Behind a proxy tha
 request body until it is whole (nginx's default, ``proxy_request_buffering on``) no part of a cut
 chunk reaches it, and the upload resumes.
 
-Every failure counts against the blob's tries (``Registry.retries``); a try that moves the upload
+Every failure counts against the blob's tries (``RegistrySession.retries``); a try that moves the upload
 on gives the tries back, so a long upload on a bad link finishes as long as it keeps moving.
 """
 
@@ -34,7 +34,7 @@ from buildkit.settings import env_whole_number
 from buildkit.ship.compressors import compress_threads
 
 if TYPE_CHECKING:
-    from buildkit.ship.registry import Registry
+    from buildkit.ship.session import RegistrySession
 
 Opener = Callable[[int], IO[bytes]]  # the blob's bytes from an offset on
 READ = 1 << 20
@@ -87,7 +87,7 @@ class Upload:
     """One blob into one repository, in chunks; :meth:`run` returns once the registry holds it."""
 
     def __init__(
-        self, registry: Registry, repository: str, digest: str, size: int, opener: Opener, tell: Callable[[str], None] | None = None
+        self, registry: RegistrySession, repository: str, digest: str, size: int, opener: Opener, tell: Callable[[str], None] | None = None
     ) -> None:
         self.registry, self.repository, self.digest, self.size, self.opener = registry, repository, digest, size, opener
         self.tell = tell or (lambda _: None)
@@ -102,11 +102,11 @@ class Upload:
     def _send(self, method: str, url: str, body: _Counted | None = None, headers: dict[str, str] | None = None) -> requests.Response:
         registry = self.registry
         response = registry.session.request(
-            method, url, data=body, headers=registry._headers(self.repository, headers), timeout=registry.timeout
+            method, url, data=body, headers=registry.headers(self.repository, headers), timeout=registry.timeout
         )
         if response.status_code == 401 and self.reauthorized < 2:
             self.reauthorized += 1
-            if registry._authorize(response.headers.get("WWW-Authenticate", ""), self.repository):
+            if registry.authorize(response.headers.get("WWW-Authenticate", ""), self.repository):
                 raise _Again  # a token that expired during a long upload: fetched again, the request sent again
         return response  # a 401 that a new token does not cure is the caller's to report
 
@@ -114,11 +114,11 @@ class Upload:
         started = self.registry.request("POST", f"/{self.repository}/blobs/uploads/")
         location = started.headers.get("Location", "")
         if started.status_code != 202 or not location:
-            raise self.registry._failed(f"starting an upload to {self.repository}", started)
+            raise self.registry.failed(f"starting an upload to {self.repository}", started)
         least = started.headers.get("OCI-Chunk-Min-Length", "")
         if least.isdigit():
             self.chunk = max(self.chunk, int(least))
-        return _Session(self.registry._location(location))
+        return _Session(self.registry.location(location))
 
     def _where(self, session: _Session) -> _Session | None:
         """Where the registry stands in ``session`` (a new location and offset); None when it dropped the session."""
@@ -129,13 +129,13 @@ class Upload:
             return session  # not known: the next chunk's answer will say
         if response.status_code in (200, 204):
             location = response.headers.get("Location")
-            return _Session(self.registry._location(location) if location else session.location, _held(response))
+            return _Session(self.registry.location(location) if location else session.location, _held(response))
         if response.status_code in (400, 404) or any(code in response.text for code in _LOST):
             return None
         if response.status_code in RETRIED_STATUS:
             self.last = http_failure(response.status_code, response.content)
             return session
-        raise self.registry._failed(f"asking where the upload of blob {self.digest[:19]} stands", response)
+        raise self.registry.failed(f"asking where the upload of blob {self.digest[:19]} stands", response)
 
     def _failed(self, response: requests.Response | None) -> None:
         """One more failure: Unavailable when the tries are spent, else the wait the registry asked for."""
@@ -146,7 +146,7 @@ class Upload:
                 f"{registry_failure(self.registry.host, self.last)} (uploading blob {self.digest[:19]}, {self.failures} attempts)"
             )
         self.registry.count_retry()
-        self.registry._wait(self.failures - 1, response)
+        self.registry.wait(self.failures - 1, response)
 
     def _close(self) -> None:
         if self.stream is not None:
@@ -194,7 +194,7 @@ class Upload:
                 self.last = cause(exc)
             if response is not None:
                 if response.status_code not in (*RETRIED_STATUS, 400, 404, 416):
-                    raise self.registry._failed(f"uploading blob {self.digest[:19]} to {self.repository}", response)
+                    raise self.registry.failed(f"uploading blob {self.digest[:19]} to {self.repository}", response)
                 self.last = http_failure(response.status_code, response.content)
             self._failed(response)
             found = self._where(session)
@@ -216,7 +216,7 @@ class Upload:
         if offset != expected:  # the registry holds other than what was sent: go on from where it says
             self._close()
         self.failures = self.reauthorized = 0
-        return _Session(self.registry._location(location) if location else session.location, offset)
+        return _Session(self.registry.location(location) if location else session.location, offset)
 
     def _whole(self) -> None:
         """The blob in one request per try, each try from byte 0 in a new session; its own tries."""
@@ -233,7 +233,7 @@ class Upload:
                 if response.status_code == 201:
                     return
                 if response.status_code not in RETRIED_STATUS and response.status_code != 404:
-                    raise self.registry._failed(f"uploading blob {self.digest[:19]} to {self.repository}", response)
+                    raise self.registry.failed(f"uploading blob {self.digest[:19]} to {self.repository}", response)
                 self.last = http_failure(response.status_code, response.content)
             except _Again:
                 continue
