@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from buildkit.errors import InputError
+from buildkit.violation import Violation
 
 if TYPE_CHECKING:  # type-only: a plug-in's hooks take the matrix's and doctor's types
     from collections.abc import Callable, Iterator
 
     from buildkit.doctor.base import Check
     from buildkit.matrix.model import Compat, Matrix, Stack
-    from buildkit.matrix.rules import Violation
 
 PLUGINS = "buildkit.frameworks"
 Install = Literal["index", "checkout"]  # a release from the package index, or a git checkout built in the image

@@ -14,6 +14,7 @@ from buildkit.frameworks.openrlhf.rules import CHECKED as OPENRLHF_CHECKED
 from buildkit.matrix import rules, ruleset
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.matrix.model import GIT_COMPONENTS, PYPI_COMPONENTS, GitPin, Matrix, PypiPin, Stack
+from buildkit.violation import Violation
 from tests.conftest import TEST_MATRIX
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +41,7 @@ def changed(matrix: Matrix, **edits: Any) -> Matrix:
     return Matrix.model_validate(data)
 
 
-def run(rule_id: str, matrix: Matrix) -> list[rules.Violation]:
+def run(rule_id: str, matrix: Matrix) -> list[Violation]:
     return list(ruleset.all_rules()[rule_id](matrix))
 
 

@@ -20,8 +20,9 @@ from buildkit.framework import frameworks
 from buildkit.fsio import read_input_text
 from buildkit.matrix import ruleset
 from buildkit.matrix.model import STANZA_TAGS, FrameworkSource, Matrix, PypiPin, Sku, Stack
-from buildkit.matrix.yamlsource import PathKey, SourceMap, YamlSourceError, format_path, load_yaml
+from buildkit.matrix.yamlsource import SourceMap, YamlSourceError, format_path, load_yaml
 from buildkit.resources import DEFAULT_MATRIX
+from buildkit.violation import PathKey
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from packaging.version import Version
 
 from buildkit.framework import frameworks
 from buildkit.matrix.model import TOOL_COMPONENTS, Matrix
-from buildkit.matrix.rules import Violation, _no_fact, _stacks, canonical, rule
+from buildkit.matrix.rules import _no_fact, _stacks, canonical, rule
+from buildkit.violation import Violation
 
 ENGINE_PINS = {"vllm": ("vllm", "vllm_ascend"), "sglang": ("sglang", "sgl_kernel_npu")}
 ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang"}

@@ -9,23 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from buildkit.framework import frameworks
 from buildkit.matrix.model import FrameworkSource, Matrix, PypiPin, Stack, stanza_kind
-from buildkit.matrix.yamlsource import PathKey
-
-
-@dataclass(frozen=True)
-class Violation:
-    path: PathKey
-    message: str
-    hint: str = ""
-    severity: str = "error"
-
+from buildkit.violation import PathKey, Violation
 
 Rule = Callable[[Matrix], Iterator[Violation]]
 RULES: dict[str, Rule] = {}

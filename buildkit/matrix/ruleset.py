@@ -7,7 +7,8 @@ from __future__ import annotations
 from buildkit.framework import frameworks
 from buildkit.matrix import pinrules, rules
 from buildkit.matrix.model import Matrix
-from buildkit.matrix.rules import Rule, Violation
+from buildkit.matrix.rules import Rule
+from buildkit.violation import Violation
 
 RULES = rules.RULES
 assert pinrules.__name__  # imported for the rules it registers in RULES

@@ -15,8 +15,7 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from buildkit.errors import Finding, Location
-
-PathKey = tuple[str | int, ...]
+from buildkit.violation import PathKey
 
 
 @dataclass

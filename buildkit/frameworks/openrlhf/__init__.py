@@ -17,7 +17,7 @@ from buildkit.run.job import SMOKE_FILES
 if TYPE_CHECKING:
     from buildkit.doctor.base import Check
     from buildkit.matrix.model import Matrix
-    from buildkit.matrix.rules import Violation
+    from buildkit.violation import Violation
 
 ARGS_CHECK = f"{SMOKE_FILES}/openrlhf_args.py"  # the config check: OpenRLHF's parser and assertions, up to ray.init
 _ARGPARSE_ERROR = re.compile(r"^[\w.-]+: error: .*")

@@ -8,7 +8,8 @@ from collections.abc import Iterator, Mapping
 from packaging.specifiers import SpecifierSet
 
 from buildkit.matrix.model import Matrix, OpenRlhfLine, PypiPin
-from buildkit.matrix.rules import Violation, _no_fact, _stacks
+from buildkit.matrix.rules import _no_fact, _stacks
+from buildkit.violation import Violation
 
 NAME = "openrlhf"
 # The pins an OpenRLHF Ascend branch names, each a component of the stack (a test holds them to it).
