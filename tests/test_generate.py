@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from buildkit import generate
 from buildkit.cli import app
 from buildkit.errors import ExitCode, InputError
-from buildkit.image import generate
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.matrix.model import Matrix
 from buildkit.plan import all_targets

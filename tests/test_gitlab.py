@@ -1,4 +1,4 @@
-"""The GitLab pipeline (buildkit/image/gitlab.py): the file a project includes, the same whatever the matrix holds, and
+"""The GitLab pipeline (buildkit/ci/gitlab.py): the file a project includes, the same whatever the matrix holds, and
 the child pipeline `plan --ci gitlab` writes from the plan; both held to GitLab's own CI schema (check-jsonschema's
 vendored copy), each planted defect caught, and every `ascendkit` line parsed by the real CLI."""
 
@@ -15,10 +15,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from buildkit import generate
+from buildkit.ci.gitlab import CHILD_FILE, GITLAB_FILE, child_pipeline, dump, render_gitlab
+from buildkit.ci.workflow import job_id
 from buildkit.cli import app
-from buildkit.image import generate
-from buildkit.image.gitlab import CHILD_FILE, GITLAB_FILE, child_pipeline, dump, render_gitlab
-from buildkit.image.workflow import job_id
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.plan import plan_fleet
 from tests.conftest import MATRIX, ROOT

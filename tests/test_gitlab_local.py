@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from buildkit.image.gitlab import CHILD_FILE, GITLAB_FILE
+from buildkit.ci.gitlab import CHILD_FILE, GITLAB_FILE
 from tests.conftest import ROOT, DockerEnv
 
 pytestmark = pytest.mark.docker

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from buildkit.image import generate
-from buildkit.image.overview import overview_page, overview_pages
+from buildkit import generate
 from buildkit.matrix.load import LoadedMatrix, load_matrix
+from buildkit.pages.overview import overview_page, overview_pages
 from buildkit.plan import alias_tags, all_targets, full_tag
 from tests.conftest import ROOT, edit
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from buildkit.errors import InputError
-from buildkit.image.paritypage import PARITY_PAGE, TAGS_FILE, parity_page, verl_images
 from buildkit.matrix.load import LoadedMatrix, parse_matrix
 from buildkit.matrix.parity import Vendored, parities, problems
 from buildkit.matrix.upstream import UpstreamPin, read_dockerfile
+from buildkit.pages.parity import PARITY_PAGE, TAGS_FILE, parity_page, verl_images
 from tests.conftest import MATRIX, MATRIX_TEXT, ROOT, edit
 
 UPSTREAM = ROOT / "upstream"
@@ -185,7 +185,7 @@ def test_the_vendored_v080_image_reads_as_verl_publishes_it() -> None:
 
 
 def test_a_page_without_vendored_files_is_not_written(repo_copy: Path) -> None:
-    from buildkit.image.generate import expected_outputs
+    from buildkit.generate import expected_outputs
     from buildkit.matrix.load import load_matrix
 
     assert PARITY_PAGE in {f.path for f in expected_outputs(load_matrix(repo_copy / "compat_matrix.yaml"))}

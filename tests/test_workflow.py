@@ -20,9 +20,9 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
+from buildkit import generate
+from buildkit.ci.workflow import ACTIONS, MATRIX_PARTS, WORKFLOW_FILE, ci_matrix, job_id
 from buildkit.cli import app
-from buildkit.image import generate
-from buildkit.image.workflow import ACTIONS, MATRIX_PARTS, WORKFLOW_FILE, ci_matrix, job_id
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.plan import plan_fleet
 from tests.conftest import MATRIX, ROOT

@@ -284,9 +284,9 @@ def _build_all(
     as_json: bool,
 ) -> None:
     from buildkit.errors import AscendkitError
+    from buildkit.fleet import build_each, exit_code, refused
     from buildkit.image.buildplan import check_outputs, plan_build
     from buildkit.image.engine import connect
-    from buildkit.image.fleet import build_each, exit_code, refused
     from buildkit.plan import plan_fleet
 
     fleet = plan_fleet(loaded, stack=stack, hw=hw, os_name=os_name, arch=arch)

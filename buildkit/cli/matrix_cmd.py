@@ -295,7 +295,7 @@ def matrix_schema(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
 ) -> None:
     """Print the JSON Schema of the matrix (for editor completion and validation)."""
-    from buildkit.image import generate
+    from buildkit import generate
 
     text = generate.schema_text()
     write_output(output, text)

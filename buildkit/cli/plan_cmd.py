@@ -90,8 +90,8 @@ def plan(
 def _ci_matrix(ci: str | None, stacks: str | None, others: tuple[object, ...], matrix: Path) -> None:
     import json
 
-    from buildkit.image.gitlab import child_pipeline, dump
-    from buildkit.image.workflow import ci_matrix
+    from buildkit.ci.gitlab import child_pipeline, dump
+    from buildkit.ci.workflow import ci_matrix
     from buildkit.matrix.load import load_matrix
 
     if ci not in ("github", "gitlab"):

@@ -14,7 +14,7 @@ from buildkit.fsio import STDOUT, check_output_file, write_output
 from buildkit.resources import DEFAULT_MATRIX
 
 if TYPE_CHECKING:
-    from buildkit.image.generate import GeneratedFile
+    from buildkit.generate import GeneratedFile
     from buildkit.matrix.model import Matrix
 
 
@@ -37,7 +37,7 @@ def render(
     matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Render a Dockerfile for one SKU, or (with --all / --check) every generated file."""
-    from buildkit.image import generate
+    from buildkit import generate
     from buildkit.image.render import render_dockerfile
     from buildkit.matrix.load import load_matrix
     from buildkit.plan import all_targets, plan_image, plan_target
@@ -78,14 +78,14 @@ def render(
 def reference_page(root: Path) -> tuple[GeneratedFile, ...]:
     """docs/cli.md, generated from this command line, where the matrix sits in a checkout with docs/."""
     from buildkit.cli.reference import REFERENCE_FILE, cli_reference
-    from buildkit.image.generate import GeneratedFile
+    from buildkit.generate import GeneratedFile
 
     return (GeneratedFile(REFERENCE_FILE, cli_reference()),) if (root / REFERENCE_FILE).parent.is_dir() else ()
 
 
 def hardware_page_file(root: Path, matrix: Matrix) -> tuple[GeneratedFile, ...]:
     """docs/hardware.md, the host contract per chip, where the matrix sits in a checkout with docs/."""
-    from buildkit.image.generate import GeneratedFile
+    from buildkit.generate import GeneratedFile
     from buildkit.run.hardware import HARDWARE_FILE, hardware_page
 
     return (GeneratedFile(HARDWARE_FILE, hardware_page(matrix)),) if (root / HARDWARE_FILE).parent.is_dir() else ()

@@ -16,20 +16,20 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from buildkit.ci.gitlab import GITLAB_FILE, render_gitlab
+from buildkit.ci.workflow import ACTIONLINT_CONFIG, WORKFLOW_FILE, render_actionlint_config, render_workflow
 from buildkit.errors import InputError
 from buildkit.fsio import output_dir, write_all_atomic
 from buildkit.image.buildrecord import RECORD_SCHEMA_FILE, record_schema_text
-from buildkit.image.gitlab import GITLAB_FILE, render_gitlab
-from buildkit.image.overview import OVERVIEW_DIR, overview_pages
-from buildkit.image.paritypage import PARITY_PAGE, parity_page
 from buildkit.image.render import render_dockerfile
-from buildkit.image.workflow import ACTIONLINT_CONFIG, WORKFLOW_FILE, render_actionlint_config, render_workflow
 from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import lock_problem, section_texts
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.matrix.model import Matrix
 from buildkit.matrix.parity import UPSTREAM_DIR
 from buildkit.matrix.tables import support_tables
+from buildkit.pages.overview import OVERVIEW_DIR, overview_pages
+from buildkit.pages.parity import PARITY_PAGE, parity_page
 from buildkit.plan import DOCKERFILES_DIR, LOCKS_DIR, RenderTarget, all_targets, plan_image
 from buildkit.resources import TEMPLATES_DIR
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import yaml
 
+from buildkit.ci.workflow import ci_matrix
 from buildkit.framework import framework as plugin
-from buildkit.image.overview import OVERVIEW_DIR
-from buildkit.image.workflow import ci_matrix
 from buildkit.matrix.load import LoadedMatrix
+from buildkit.pages.overview import OVERVIEW_DIR
 
 GITLAB_FILE = "ci/gitlab/images.gitlab-ci.yml"
 CHILD_FILE = "ascendkit-images.yml"  # the plan job's artifact: the child pipeline

@@ -23,8 +23,8 @@ import yaml
 from buildkit.errors import InputError
 from buildkit.framework import framework as plugin
 from buildkit.framework import frameworks
-from buildkit.image.overview import OVERVIEW_DIR
 from buildkit.matrix.load import LoadedMatrix
+from buildkit.pages.overview import OVERVIEW_DIR
 from buildkit.plan import ImagePlan, plan_fleet
 
 WORKFLOW_FILE = ".github/workflows/images.yml"
