@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -18,8 +18,29 @@ from buildkit.cli.base import (
     print_json,
     user_errors,
 )
+from buildkit.cli.build_options import (
+    BaseImageOption,
+    BuilderOption,
+    CacheImportOnlyFlag,
+    CacheRepoOption,
+    DryRunFlag,
+    EveryFlag,
+    HwOption,
+    InstallerOption,
+    NoCaBundleFlag,
+    NoCacheFlag,
+    NoIndexFlag,
+    OfflineFlag,
+    OsOption,
+    PushFlag,
+    QuietFlag,
+    RepoOption,
+    ReverifyFlag,
+    StackOption,
+    WheelhouseOption,
+    plan_options,
+)
 from buildkit.cli.mirror_options import (
-    PANEL,
     AptMirror,
     AscendIndexUrl,
     BaseRegistry,
@@ -30,10 +51,9 @@ from buildkit.cli.mirror_options import (
     PipExtraIndexUrl,
     PipIndexUrl,
     PytorchIndexUrl,
-    mirrors_from,
+    mirrors_given,
 )
 from buildkit.cli.ship_options import (
-    SHIPPING,
     CompressionOption,
     ManifestDir,
     MediaTypesOption,
@@ -81,17 +101,15 @@ class StepPrinter:
 @app.command("build")
 @user_errors
 def build(
-    hw: Annotated[str | None, typer.Option("--hw", help="SKU ({skus}) or chip family ({chips}).")] = None,
-    every: Annotated[
-        bool, typer.Option("--all", help="Every image --stack/--hw/--os/--arch leave (see `plan`); go on past a failure; summary.")
-    ] = False,
-    stack: Annotated[str | None, typer.Option("--stack", "-s", help="Stack id ({stacks}); default: the matrix's default.")] = None,
-    os_name: Annotated[str | None, typer.Option("--os", help="Base OS; default: the stack's first.")] = None,
+    hw: HwOption = None,
+    every: EveryFlag = False,
+    stack: StackOption = None,
+    os_name: OsOption = None,
     arch: ArchChoice = None,
-    base_image: Annotated[str | None, typer.Option("--base-image", help="Build FROM this image instead of the official CANN base.")] = None,
+    base_image: BaseImageOption = None,
     base_registry: BaseRegistry = None,
     ca_bundle: CaBundle = None,
-    no_ca_bundle: Annotated[bool, typer.Option("--no-ca-bundle", help="Do not pass the host's CA bundle.", rich_help_panel=PANEL)] = False,
+    no_ca_bundle: NoCaBundleFlag = False,
     pip_index_url: PipIndexUrl = None,
     pip_extra_index_url: PipExtraIndexUrl = None,
     pytorch_index_url: PytorchIndexUrl = None,
@@ -100,76 +118,32 @@ def build(
     github_url: GithubUrl = None,
     gitcode_url: GitcodeUrl = None,
     config: ConfigFile = None,
-    repository: Annotated[
-        str | None,
-        typer.Option("--repo", help="Local image repository to tag (default ascendkit/<framework>: ascendkit/verl, ascendkit/openrlhf)."),
-    ] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Rebuild every step.")] = False,
-    reverify: Annotated[
-        bool,
-        typer.Option("--reverify", help="Verify even an unchanged image whose passed verification its build manifest records."),
-    ] = False,
-    installer: Annotated[
-        Literal["uv", "pip"],
-        typer.Option("--installer", help="What installs the locked packages: uv, or pip (the same hash-locked packages, slower)."),
-    ] = "uv",
-    builder: Annotated[
-        Literal["auto", "buildkit", "classic"],
-        typer.Option(
-            "--builder",
-            help="BuildKit (through buildx: cache and secret mounts, registry caches), the engine's classic builder, "
-            "or auto: BuildKit where buildx and the engine give it, else classic.",
-        ),
-    ] = "auto",
-    cache_repo: Annotated[
-        str | None,
-        typer.Option(
-            "--cache-repo",
-            envvar="ASCENDKIT_CACHE_REPO",
-            help="BuildKit registry cache (mode=max), imported and exported: HOST/PATH, one tag per stack, chip, OS and arch.",
-        ),
-    ] = None,
-    cache_import_only: Annotated[
-        bool,
-        typer.Option("--cache-import-only", help="Read the --cache-repo cache but export nothing (a build without push rights)."),
-    ] = False,
-    push: Annotated[
-        bool, typer.Option("--push", help="Push the verified image to --registry, by digest, with its SBOM.", rich_help_panel=SHIPPING)
-    ] = False,
-    no_index: Annotated[
-        bool,
-        typer.Option(
-            "--no-index",
-            help="With --push: leave the multi-arch index to `publish --index-only` (CI's index job).",
-            rich_help_panel=SHIPPING,
-        ),
-    ] = False,
+    repository: RepoOption = None,
+    no_cache: NoCacheFlag = False,
+    reverify: ReverifyFlag = False,
+    installer: InstallerOption = "uv",
+    builder: BuilderOption = "auto",
+    cache_repo: CacheRepoOption = None,
+    cache_import_only: CacheImportOnlyFlag = False,
+    push: PushFlag = False,
+    no_index: NoIndexFlag = False,
     registry: RegistriesOption = None,
     media_types: MediaTypesOption = None,
     sign_key: SignKeyOption = None,
     compression: CompressionOption = "gzip",
     manifest_dir: ManifestDir = Path("manifests"),
-    offline: Annotated[
-        bool,
-        typer.Option(
-            "--offline", help="Air-gapped: pip installs only from --wheelhouse, with no network in the pip steps.", rich_help_panel=PANEL
-        ),
-    ] = False,
-    wheelhouse: Annotated[
-        Path | None, typer.Option("--wheelhouse", help="Directory from `ascendkit wheelhouse` (with --offline).", rich_help_panel=PANEL)
-    ] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; do not build.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Show steps only, not their output.")] = False,
+    offline: OfflineFlag = False,
+    wheelhouse: WheelhouseOption = None,
+    dry_run: DryRunFlag = False,
+    quiet: QuietFlag = False,
     as_json: JsonFlag = False,
     matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Build, verify and tag one image (one stack, chip, OS and arch), or with --all every image the
     filters leave; optionally push them."""
-    from buildkit.image.build import run_build
-    from buildkit.image.buildplan import check_names, check_outputs, plan_build
-    from buildkit.image.engine import connect
+    given = dict(locals())  # the options by name, for the helpers that take several of them
+    from buildkit.image.buildplan import check_names
     from buildkit.matrix.load import load_matrix
-    from buildkit.ship.request import push_request
 
     if hw is None and not every:
         raise InputError("give --hw (e.g. --hw a3), or --all (narrowed by --stack/--hw/--os/--arch)")
@@ -177,64 +151,55 @@ def build(
         raise InputError("--all builds; for the list of targets run `ascendkit plan`")
     if offline != (wheelhouse is not None):
         raise InputError("--offline and --wheelhouse DIR go together: an offline build installs every package from DIR")
-    pushing = push_request(
-        registry or [],
-        push=push,
-        index=not no_index,
-        media_types=media_types.value if media_types else None,
-        compression=compression,
-        signed=sign_key is not None,
-    )
-    if pushing is not None and not dry_run:
-        pushing = pushing.signed_by(load_sign_key(sign_key))
+    pushing = _pushing(given)
     check_names(repository, base_image)  # options every target shares: refused once, not per target
     loaded = load_matrix(matrix)
-    mirrors = mirrors_from(
-        config,
-        ca_bundle,
-        pip_index_url=pip_index_url,
-        pip_extra_index_url=pip_extra_index_url,
-        pytorch_index_url=pytorch_index_url,
-        ascend_index_url=ascend_index_url,
-        apt_mirror=apt_mirror,
-        github_url=github_url,
-        gitcode_url=gitcode_url,
-        base_registry=base_registry,
-    )
-    options: dict[str, Any] = {
-        "base_image": base_image,
-        "mirrors": mirrors,
-        "use_default_ca": not no_ca_bundle,
-        "repository": repository,
-        "no_cache": no_cache,
-        "manifest_dir": manifest_dir,
-        "wheelhouse": wheelhouse,
-        "reverify": reverify,
-        "installer": installer,
-        "builder": builder,
-        "cache_repo": cache_repo,
-        "cache_export": not cache_import_only,
-    }
+    options = plan_options(given, mirrors_given(given))
     if every:
-        _build_all(
-            loaded,
-            options,
-            stack=stack,
-            hw=hw,
-            os_name=os_name,
-            arch=arch,
-            pushing=pushing,
-            quiet=quiet,
-            as_json=as_json,
-        )
-        return
-    assert hw is not None
+        _build_all(loaded, options, stack=stack, hw=hw, os_name=os_name, arch=arch, pushing=pushing, quiet=quiet, as_json=as_json)
+    else:
+        assert hw is not None
+        _build_one(loaded, hw, options, stack=stack, os_name=os_name, arch=arch, pushing=pushing, given=given)
+
+
+def _pushing(given: dict[str, Any]) -> PushRequest | None:
+    """What --push, --registry and their options ask (checked), signed by --sign-key unless a dry run."""
+    from buildkit.ship.request import push_request
+
+    media_types = given["media_types"]
+    pushing = push_request(
+        given["registry"] or [],
+        push=given["push"],
+        index=not given["no_index"],
+        media_types=media_types.value if media_types else None,
+        compression=given["compression"],
+        signed=given["sign_key"] is not None,
+    )
+    return pushing.signed_by(load_sign_key(given["sign_key"])) if pushing is not None and not given["dry_run"] else pushing
+
+
+def _build_one(
+    loaded: LoadedMatrix,
+    hw: str,
+    options: dict[str, Any],
+    *,
+    stack: str | None,
+    os_name: str | None,
+    arch: str | None,
+    pushing: PushRequest | None,
+    given: dict[str, Any],
+) -> None:
+    """One target: planned (printed and no more with --dry-run), built, verified, tagged, pushed."""
+    from buildkit.image.build import run_build
+    from buildkit.image.buildplan import check_outputs, plan_build
+    from buildkit.image.engine import connect
+
     plan = plan_build(loaded, hw, stack=stack, os_name=os_name, arch=arch, **options)
     for warning in plan.warnings:
         typer.echo(f"ascendkit: warning: {warning}", err=True)
-    if dry_run:
+    if given["dry_run"]:
         described = plan.describe()
-        if as_json:
+        if given["as_json"]:
             print_json({"dry_run": True, "plan": described})
         else:
             for key, value in described.items():
@@ -245,7 +210,7 @@ def build(
     typer.echo(
         f"building {plan.refs[0]} ({plan.stack_id}, chip {plan.chip_id}, {plan.os_name}, {plan.arch}) FROM {plan.base_image}", err=True
     )
-    result = run_build(client, plan, StepPrinter(show_output=not quiet))
+    result = run_build(client, plan, StepPrinter(show_output=not given["quiet"]))
     summary: dict[str, Any] = result.describe()
     verified = "unchanged; its passed verification is reused (--reverify runs it again)" if result.verification == "reused" else "verified"
     for note in result.notes:
@@ -263,7 +228,7 @@ def build(
         summary.update(push_built(client, loaded, plan, result, pushing, say=to_stderr).describe())
         print_summary([summary])
     summary["digest"] = summary["pushed"][0]["digest"] if summary.get("pushed") else None
-    if as_json:
+    if given["as_json"]:
         print_json(summary)
 
 

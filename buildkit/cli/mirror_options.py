@@ -6,7 +6,7 @@ help under "Mirrors and indexes", each also settable by ``$ASCENDKIT_<NAME>`` or
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -58,6 +58,17 @@ def mirrors_from(config: Path | None, ca_bundle: Path | None, **urls: str | None
     from buildkit.settings import resolve_mirrors
 
     return resolve_mirrors({**urls, "ca_bundle": str(ca_bundle) if ca_bundle else None}, config=config)
+
+
+# The mirror flags by their parameter names, as the commands that take them all name them.
+MIRROR_URLS = ("pip_index_url", "pip_extra_index_url", "pytorch_index_url", "ascend_index_url", "apt_mirror", "github_url", "gitcode_url")
+
+
+def mirrors_given(given: dict[str, Any]) -> Mirrors:
+    """:func:`mirrors_from` for a command's arguments by name (``config``, ``ca_bundle``, the
+    MIRROR_URLS it has, ``base_registry`` where it has one)."""
+    urls = {name: given[name] for name in (*MIRROR_URLS, "base_registry") if name in given}
+    return mirrors_from(given["config"], given["ca_bundle"], **urls)
 
 
 def ca_bundle_of(mirrors: Mirrors) -> Path | None:
