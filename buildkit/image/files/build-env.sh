@@ -40,7 +40,10 @@ fi
 # pip's and uv's download cache: BuildKit mounts one per arch at /var/cache/ascendkit (never part
 # of a layer); with the classic builder nothing is mounted there and they install without a cache.
 ascendkit_cache=""
-if grep -q " /var/cache/ascendkit " /proc/self/mountinfo 2>/dev/null; then ascendkit_cache=/var/cache/ascendkit; fi
+if grep -q " /var/cache/ascendkit " /proc/self/mountinfo 2>/dev/null; then
+  ascendkit_cache=/var/cache/ascendkit
+  echo "ascendkit: pip and uv keep their downloads in BuildKit's cache mount ${ascendkit_cache} (no layer holds them)" >&2
+fi
 
 # This arch's extra indexes, expanded after the served env so credentials reach pip. BuildKit
 # names the arch it builds for (TARGETARCH): a machine that runs another (a missing or wrong qemu
