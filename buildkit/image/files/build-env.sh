@@ -40,7 +40,9 @@ fi
 # pip's and uv's download cache: BuildKit mounts one per arch at /var/cache/ascendkit (never part
 # of a layer); with the classic builder nothing is mounted there and they install without a cache.
 ascendkit_cache=""
-if grep -q " /var/cache/ascendkit " /proc/self/mountinfo 2>/dev/null; then
+# An offline build takes nothing from it: every package must come from the wheelhouse it was given,
+# not from what an online build left in the cache.
+if [ -z "${PIP_NO_INDEX:-}" ] && grep -q " /var/cache/ascendkit " /proc/self/mountinfo 2>/dev/null; then
   ascendkit_cache=/var/cache/ascendkit
   echo "ascendkit: pip and uv keep their downloads in BuildKit's cache mount ${ascendkit_cache} (no layer holds them)" >&2
 fi
