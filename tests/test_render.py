@@ -207,7 +207,8 @@ def test_no_caches_left_in_layers(loaded: LoadedMatrix) -> None:
     cache of its arguments, which is --no-cache-dir unless BuildKit's cache mount is there."""
     script = context_file("build_env").read_text()
     assert "pip_cache=(--no-cache-dir)" in script and "uv_cache=(--no-cache)" in script
-    assert 'if grep -q " /var/cache/ascendkit " /proc/self/mountinfo' in script  # a cache dir only where mounted
+    assert 'grep -q " /var/cache/ascendkit " /proc/self/mountinfo' in script  # a cache dir only where mounted
+    assert '[ -z "${PIP_NO_INDEX:-}" ] && grep' in script  # and never for an offline build
     for target in all_targets(loaded):
         text = render_dockerfile(loaded, plan_image(loaded, target))
         pip_installs = re.findall(r"python3 -m pip install[^;]*", text + script)
