@@ -111,8 +111,10 @@ def _engine(store: str = CONTAINERD_STORE, product: str = "Docker Engine") -> En
 def no_buildx(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.setenv("ASCENDKIT_BUILDX", str(tmp_path / "docker-buildx-missing"))
     buildx.find_buildx.cache_clear()
+    buildx._current_builder.cache_clear()
     yield
     buildx.find_buildx.cache_clear()
+    buildx._current_builder.cache_clear()
 
 
 @pytest.fixture
@@ -130,8 +132,10 @@ def fake_buildx(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pat
     script.chmod(0o755)
     monkeypatch.setenv("ASCENDKIT_BUILDX", str(script))
     buildx.find_buildx.cache_clear()
+    buildx._current_builder.cache_clear()
     yield script
     buildx.find_buildx.cache_clear()
+    buildx._current_builder.cache_clear()
 
 
 def test_buildkit_where_buildx_answers(fake_buildx: Path) -> None:
@@ -161,6 +165,7 @@ def test_a_registry_cache_with_the_docker_driver_needs_the_containerd_store(fake
         choose_builder("auto", _engine(GRAPH_DRIVER_STORE), cache=True)
     assert choose_builder("auto", _engine(GRAPH_DRIVER_STORE), cache=True, export=False).name == BUILDKIT  # importing: any driver
     fake_buildx.write_text(fake_buildx.read_text().replace("Driver:        docker", "Driver:        docker-container"))
+    buildx._current_builder.cache_clear()  # another builder: asked again
     assert choose_builder("auto", _engine(GRAPH_DRIVER_STORE), cache=True).name == BUILDKIT
 
 
@@ -172,6 +177,7 @@ def test_podman_builds_with_the_classic_api(fake_buildx: Path) -> None:
 def test_an_old_buildx_is_not_used(monkeypatch: pytest.MonkeyPatch, fake_buildx: Path) -> None:
     fake_buildx.write_text(fake_buildx.read_text().replace("0.13.1+ds1 0.13.1+ds1-3", "v0.11.2 9872040"))
     buildx.find_buildx.cache_clear()
+    buildx._current_builder.cache_clear()
     assert choose_builder("auto", _engine()).note.startswith("BuildKit is not available (buildx 0.11.2 is older than 0.12)")
 
 

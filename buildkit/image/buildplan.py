@@ -13,7 +13,7 @@ from buildkit.arch import DOCKER_ARCH, Arch, normalize_arch
 from buildkit.doctor.base import Check
 from buildkit.errors import InputError
 from buildkit.fsio import check_output_dir
-from buildkit.image.buildx import BUILDERS
+from buildkit.image.buildx import BUILDERS, refuse_classic_cache
 from buildkit.image.render import build_context, render_context
 from buildkit.image.secrets import BuildSecrets
 from buildkit.image.verify import Expected
@@ -191,8 +191,7 @@ def plan_build(
     _check_cache_repo(cache_repo)
     if builder not in BUILDERS:
         raise InputError(f"--builder {builder!r}: choose one of {', '.join(BUILDERS)}")
-    if builder == "classic" and cache_repo:
-        raise InputError("--cache-repo needs BuildKit: the classic builder can neither import nor export a registry cache")
+    refuse_classic_cache(builder, bool(cache_repo))
     if installer not in INSTALLERS:
         raise InputError(f"--installer {installer!r}: choose one of {', '.join(INSTALLERS)}")
     image = plan_image(loaded, plan_target(loaded, hw, stack, os_name), arch or hosts_arch(loaded, hw))

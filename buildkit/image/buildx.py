@@ -96,15 +96,23 @@ def find_buildx() -> tuple[tuple[str, ...], str] | str:
     return why
 
 
+@functools.cache
 def _current_builder(command: tuple[str, ...]) -> tuple[str, str]:
     """The driver of buildx's current builder (``docker``: the engine's own BuildKit;
     ``docker-container``, ``kubernetes``, ``remote``) and the BuildKit it runs, as ``buildx inspect``
-    says them ("" where it does not)."""
+    says them ("" where it does not); asked once per process (``build --all`` builds many images)."""
     proc = _run([*command, "inspect", "--bootstrap"], timeout=120)
     text = proc.stdout if proc else ""
     driver = re.search(r"^Driver:\s*(\S+)", text, re.MULTILINE)
     version = re.search(r"^BuildKit(?: version)?:\s*(\S+)", text, re.MULTILINE | re.IGNORECASE)
     return (driver[1] if driver else ""), (version[1] if version else "")
+
+
+def refuse_classic_cache(choice: str, cache: bool) -> None:
+    """InputError for a registry cache asked of the classic builder (planning refuses it before the
+    engine is asked; the choice of builder holds to it for a plan made any other way)."""
+    if choice == CLASSIC and cache:
+        raise InputError("--cache-repo needs BuildKit: the classic builder can neither import nor export a registry cache")
 
 
 def choose_builder(choice: str, engine: EngineFacts, *, cache: bool = False, export: bool = True) -> Builder:
@@ -113,10 +121,9 @@ def choose_builder(choice: str, engine: EngineFacts, *, cache: bool = False, exp
     cache is imported, and exported unless ``export`` is false."""
     if choice not in BUILDERS:
         raise InputError(f"--builder {choice!r}: choose one of {', '.join(BUILDERS)}")
+    refuse_classic_cache(choice, cache)
     classic = Builder(CLASSIC, f"{engine.product} {engine.version}")
     if choice == CLASSIC:
-        if cache:
-            raise InputError("--cache-repo needs BuildKit: the classic builder can neither import nor export a registry cache")
         return classic
     if engine.image_store == PODMAN_STORE:
         why = "Podman builds through buildah, not BuildKit"
