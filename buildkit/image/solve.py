@@ -25,6 +25,7 @@ from buildkit.text import strip_ansi
 # "[stage-0 3/12] RUN ...", "[3/12] RUN ...", "[builder 2/5] COPY ..."
 _STEP = re.compile(r"^\[(?:[^\]\s]+ )?\s*(\d+)/(\d+)\] (.*)$", re.DOTALL)
 _MOUNT = re.compile(r"--mount=\S+\s+")  # shown without: every installing step has the same ones
+_DECODER = json.JSONDecoder()
 CACHE_EXPORT = "exporting cache"  # the vertex that writes a registry cache ("exporting cache to registry")
 CACHE_IMPORT = "importing cache manifest from "
 
@@ -35,15 +36,17 @@ class SolveProgress(BuildProgress):
 
     warnings: list[str] = field(default_factory=list)  # what BuildKit warned or a cache export that failed
     _by_digest: dict[str, Step] = field(default_factory=dict)
-    _names: dict[str, str] = field(default_factory=dict)  # every vertex's name, steps or not
     _text: str = ""  # what has come on stderr and not yet been decoded
     _last_words: list[str] = field(default_factory=list)
     failed: Step | None = None  # the step whose error ended the build
 
     def feed_text(self, chunk: str) -> None:
-        """More of buildx's stderr: every complete JSON document in it is applied."""
+        """More of buildx's stderr: every complete JSON document in it is applied. A document
+        spans many lines and can only end on a ``}``: until one comes, nothing is decoded again."""
+        inside = self._text.lstrip().startswith("{")
         self._text += chunk
-        decoder = json.JSONDecoder()
+        if inside and "}" not in chunk:
+            return
         while True:
             text = self._text.lstrip()
             if not text:
@@ -58,7 +61,7 @@ class SolveProgress(BuildProgress):
                 self._text = rest
                 continue
             try:
-                document, end = decoder.raw_decode(text)
+                document, end = _DECODER.raw_decode(text)
             except json.JSONDecodeError:
                 self._text = text  # the rest of it is still on its way
                 return
@@ -79,7 +82,6 @@ class SolveProgress(BuildProgress):
 
     def _vertex(self, vertex: dict[str, Any]) -> None:
         digest, name = str(vertex.get("digest", "")), str(vertex.get("name", ""))
-        self._names[digest] = name
         error = vertex.get("error")
         if error and name.startswith((CACHE_EXPORT, CACHE_IMPORT)):  # the build goes on without it (ignore-error)
             said = " ".join(str(error).split())
