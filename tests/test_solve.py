@@ -3,6 +3,7 @@ printed (tests/fixtures/buildkit/), and how the builder is chosen (buildkit/imag
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import random
 import re
@@ -207,3 +208,18 @@ def test_a_stopped_build_leaves_its_running_step_unfinished() -> None:
     progress.close(ended=False)
     assert progress.steps[0].finished is None
     assert recorder.events == [("started", 2, "RUN sleep 60")]
+
+
+def test_a_line_buildkit_cut_in_two_is_shown_whole() -> None:
+    """BuildKit sends a step's output as it was written, cut anywhere: a line cut between two log
+    records (as happens under load) is shown, and kept for the failure message, in one piece."""
+    recorder = Recorder()
+    progress = SolveProgress(recorder)
+    vertex = {"digest": "sha256:3", "name": "[stage-0 3/3] RUN uv pip install", "started": "t"}
+    progress.feed_status({"vertexes": [vertex]})
+    for piece in (b"Installed 1 package\n + markups", b"afe==2.0.1\n + idna", b"==3.7"):
+        progress.feed_status({"logs": [{"vertex": "sha256:3", "stream": 2, "data": base64.b64encode(piece).decode()}]})
+    progress.feed_status({"vertexes": [{**vertex, "completed": "t"}]})
+    progress.close()
+    assert list(progress.steps[0].output) == ["Installed 1 package", " + markupsafe==2.0.1", " + idna==3.7"]
+    assert [e for e in recorder.events if e[0] != "started"][-1] == ("finished", 3, "ran")  # the last line before the step ends

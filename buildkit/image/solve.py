@@ -38,6 +38,7 @@ class SolveProgress(BuildProgress):
     _by_digest: dict[str, Step] = field(default_factory=dict)
     _text: str = ""  # what has come on stderr and not yet been decoded
     _last_words: list[str] = field(default_factory=list)
+    _partial_lines: dict[tuple[str, int], str] = field(default_factory=dict)  # (vertex, stream) -> its unfinished line
     failed: Step | None = None  # the step whose error ended the build
 
     def feed_text(self, chunk: str) -> None:
@@ -113,20 +114,36 @@ class SolveProgress(BuildProgress):
             self.error = self.error or str(error)
             self.failed = step
         if (vertex.get("completed") or error) and step.finished is None:
+            self._flush(digest)
             step.finished = time.monotonic()
             self.reporter.step_finished(step)
 
     def _log(self, log: dict[str, Any]) -> None:
+        """A piece of a step's output. BuildKit cuts it wherever a write ended, not at newlines: the
+        text after the last newline waits for the next piece of the same stream (or the step's end),
+        so a line is never shown, nor searched, in two halves."""
         data = log.get("data")
-        text = _decoded(data) if isinstance(data, str) else ""
-        step = self._by_digest.get(str(log.get("vertex", "")))
-        for raw in strip_ansi(text).splitlines():
-            line = raw.rstrip()
-            if not line.strip():
-                continue
-            if step is not None:
-                step.output.append(line)
-            self.reporter.output(step, line)
+        vertex = str(log.get("vertex", ""))
+        key = (vertex, int(log.get("stream") or 0))
+        text = self._partial_lines.get(key, "") + (_decoded(data) if isinstance(data, str) else "")
+        *lines, self._partial_lines[key] = text.split("\n")
+        self._emit(vertex, lines)
+
+    def _flush(self, vertex: str | None = None) -> None:
+        """The unfinished last lines of ``vertex`` (every vertex when None), shown as they are."""
+        for key in [k for k in self._partial_lines if vertex is None or k[0] == vertex]:
+            self._emit(key[0], [self._partial_lines.pop(key)])
+
+    def _emit(self, vertex: str, lines: list[str]) -> None:
+        step = self._by_digest.get(vertex)
+        for raw in lines:
+            for part in strip_ansi(raw).splitlines():
+                line = part.rstrip()
+                if not line.strip():
+                    continue
+                if step is not None:
+                    step.output.append(line)
+                self.reporter.output(step, line)
 
     @property
     def current(self) -> Step | None:
@@ -136,6 +153,7 @@ class SolveProgress(BuildProgress):
         """What is left of the output read; with ``ended`` (buildx exited on its own) the steps
         still open are done, else (stopped) they stay unfinished and are not reported done."""
         self.feed_text("\n")
+        self._flush()
         for step in self.steps:
             if ended and step.finished is None and step is not self.failed and not self.error:
                 step.finished = time.monotonic()
