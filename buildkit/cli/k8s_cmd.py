@@ -33,7 +33,9 @@ from buildkit.cli.k8s_options import (
     NpuResourceOption,
     OutputOption,
     OverrideOption,
+    ParallelismOption,
     PolicyOption,
+    PullerOption,
     PullSecretOption,
     QueueOption,
     SchedulerOption,
@@ -82,6 +84,8 @@ def k8s_render(
     topology_tier: TopologyTierOption = None,
     namespace: NamespaceOption = None,
     device_gid: DeviceGidOption = None,
+    puller: PullerOption = "daemonset",
+    parallelism: ParallelismOption = None,
     pull_secret: PullSecretOption = None,
     name: NameOption = None,
     arch: ArchOption = None,
@@ -128,8 +132,10 @@ def _render_job(hw: str, image: str, given: dict[str, Any], *, output: Path | No
     manifests = render(request)
     for warning in (*warnings, *manifests.warnings):
         typer.echo(f"ascendkit: warning: {warning}", err=True)
+    for note in manifests.notes:
+        typer.echo(f"ascendkit: {note}", err=True)
     text = manifests.text
-    if as_json:
+    if as_json and request.puller != "dragonfly":  # the preheat jobs are JSON already
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": as_documents(text)}, indent=2) + "\n"
     if write_output(output, text):
         typer.echo(f"wrote {output}", err=True)
@@ -188,6 +194,41 @@ def k8s_preflight(
     else:
         typer.echo(format_table(verdicts, problems))
     if failed:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
+
+
+@k8s_app.command("prepull-status", short_help="Where a pre-pull stands, node by node.")
+@user_errors
+def k8s_prepull_status(
+    source: Annotated[
+        str,
+        typer.Argument(
+            help=(
+                "- (stdin) or a file: the DaemonSet's pods (kubectl get pods -l app.kubernetes.io/instance=NAME -o json), an "
+                "OpenKruise ImagePullJob (kubectl get imagepulljob NAME -o json) or Dragonfly preheat jobs (GET /oapi/v1/jobs/ID)."
+            )
+        ),
+    ],
+    node_images: Annotated[
+        str | None,
+        typer.Option(
+            "--node-images", metavar="FILE", help="With an ImagePullJob: kubectl get nodeimages -o json (each node's time and reason)."
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Nodes done, failed (with the reason the engine gave) and pending, and the p50/p99 time per node where the
+    puller records it (exit 1 when a node failed; JSON's "complete" says whether every node has the image)."""
+    from buildkit.k8s.prepull_status import format_table, read
+
+    if node_images == "-" and source == "-":
+        raise InputError("--node-images - and the status on - cannot both be stdin: give the NodeImages as a file")
+    status = read(source, node_images)
+    if as_json:
+        print_json(status.describe())
+    else:
+        typer.echo(format_table(status))
+    if status.count("failed"):
         raise typer.Exit(int(ExitCode.CHECK_FAILED))
 
 

@@ -18,6 +18,7 @@ from buildkit.k8s import (
     Scheduler,
     TopologyMode,
 )
+from buildkit.k8s.prepull import Puller
 from buildkit.run import MAX_SECONDS, MAX_STEPS
 
 SchedulerOption = Annotated[
@@ -49,6 +50,20 @@ JobOption = Annotated[
             "prepull (a DaemonSet pulling the image on every node of the SKU before the job lands)."
         ),
     ),
+]
+PullerOption = Annotated[
+    Puller,
+    typer.Option(
+        "--puller",
+        help=(
+            "--job prepull: daemonset (ascendkit's DaemonSet), openkruise (an OpenKruise ImagePullJob per image of the tag) "
+            "or dragonfly (Dragonfly preheat jobs for its manager's Open API, as JSON)."
+        ),
+    ),
+]
+ParallelismOption = Annotated[
+    int | None,
+    typer.Option("--parallelism", min=1, max=MAX_NODES, help="--puller openkruise: nodes pulling at once (default 10)."),
 ]
 QueueOption = Annotated[str | None, typer.Option("--queue", help="Volcano queue (with --scheduler volcano; default: default).")]
 KuberayOption = Annotated[
@@ -124,6 +139,6 @@ OutputOption = Annotated[Path | None, typer.Option("--output", "-o", help="Write
 # What make_request takes under the names the command's options have (the rest it is given as it needs).
 REQUEST_OPTIONS = (
     "stack", "arch", "nodes", "job", "scheduler", "queue", "kuberay", "npu_resource", "nic", "host_network", "node_runtime",
-    "network_topology", "topology_tier", "namespace", "device_gid", "pull_secret", "name", "model_path", "model_pvc", "steps",
-    "deadline", "allow_tag",
+    "network_topology", "topology_tier", "namespace", "device_gid", "puller", "parallelism", "pull_secret", "name",
+    "model_path", "model_pvc", "steps", "deadline", "allow_tag",
 )  # fmt: skip

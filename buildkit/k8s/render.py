@@ -23,7 +23,16 @@ import yaml
 from buildkit.errors import InputError
 from buildkit.k8s import KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION
 from buildkit.k8s.kinds import batch_job, configmap, preflight_daemonset, prepull_daemonset, rayjob, volcano_job
-from buildkit.k8s.pod import Pod
+from buildkit.k8s.pod import Pod, placement
+from buildkit.k8s.prepull import (
+    DEFAULT_PARALLELISM,
+    KRUISE_VERSION,
+    VARIANT_LABEL,
+    dump_preheat,
+    imagepulljob,
+    preheat_note,
+    preheat_requests,
+)
 from buildkit.k8s.request import APP_LABEL, K8sRequest, Manifests, check_request, default_name
 from buildkit.matrix.yamlsource import YamlSourceError, load_documents
 from buildkit.plan import LABEL_PREFIX
@@ -132,13 +141,48 @@ def _prepull(request: K8sRequest, name: str, labels: dict[str, str], warnings: t
     labels = {f"{APP_LABEL}/name": "ascendkit-prepull", **{k: v for k, v in labels.items() if not k.endswith("/name")}}
     pod = Pod(request, labels, {}, [], "")
     namespace = f" -n {request.namespace}" if request.namespace else ""
+    images = request.images_to_pull
+    if request.puller == "openkruise":
+        return _imagepulljobs(request, name, labels, warnings)
+    if request.puller == "dragonfly":
+        bio = f"ascendkit prepull for {sku.product} ({request.sku_id})"
+        notes = tuple(preheat_note(request.pull_secret, request.namespace))
+        return Manifests(dump_preheat(preheat_requests(images, bio)), warnings, notes)
     comments = [
         f"Pulls the job's image on every {sku.product} ({request.sku_id}) node before the job lands, then sleeps: no NPU, no mount.",
         "Rendered by `ascendkit k8s render --job prepull`: apps/v1 DaemonSet. Check: `ascendkit k8s validate`.",
         f"Apply it, wait until every node has the image: kubectl rollout status daemonset/{name}{namespace} --timeout=2h",
         f"then submit the job; delete this DaemonSet afterwards (kubectl delete daemonset/{name}{namespace}): the image stays cached.",
+        f"Read where it stands: kubectl get pods -l {APP_LABEL}/instance={name}{namespace} -o json | ascendkit k8s prepull-status -",
     ]
     return Manifests(dump(prepull_daemonset(name, pod), comments), warnings)
+
+
+def _imagepulljobs(request: K8sRequest, name: str, labels: dict[str, str], warnings: tuple[str, ...]) -> Manifests:
+    """One OpenKruise ImagePullJob per image of the tag, on the SKU's nodes."""
+    sku = request.sku
+    namespace = f" -n {request.namespace}" if request.namespace else ""
+    metadata: dict[str, Any] = {"namespace": request.namespace} if request.namespace else {}
+    metadata["labels"] = labels
+    node_labels = placement(request)["nodeSelector"]
+    docs = []
+    images = request.images_to_pull
+    for image in images:
+        job = name if image.variant == "gzip" or len(images) == 1 else f"{name}-{image.variant}"
+        comments = [
+            f"Pulls {image.ref} ({image.variant} layers) on every {sku.product} ({request.sku_id}) node,",
+            f"{request.parallelism or DEFAULT_PARALLELISM} nodes at a time, through kruise-daemon and the node's CRI (no pod, no NPU).",
+            f"Rendered by `ascendkit k8s render --job prepull --puller openkruise`: OpenKruise {KRUISE_VERSION} ImagePullJob "
+            "(apps.kruise.io/v1beta1). Check: `ascendkit k8s validate`.",
+            f"Follow it: kubectl get imagepulljob {job}{namespace} -o json > job.json; kubectl get nodeimages -o json > nodeimages.json;",
+            "ascendkit k8s prepull-status job.json --node-images nodeimages.json",
+        ]
+        if len(images) > 1:
+            pick = f"kubectl apply -f FILE -l {VARIANT_LABEL}=gzip (or =zstd where `k8s preflight` says the nodes pull it)"
+            comments.insert(3, f"Apply only what your nodes pull: {pick}.")
+        opts = {"parallelism": request.parallelism or DEFAULT_PARALLELISM, "pull_secret": request.pull_secret}
+        docs.append(dump(imagepulljob(job, metadata, image, node_labels, **opts), comments))
+    return Manifests("---\n".join(docs), warnings)
 
 
 def as_documents(text: str, source: str = "<manifest>") -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from buildkit.errors import InputError
 from buildkit.imageref import IMAGE_REFERENCE, registry_of
 from buildkit.k8s import DEFAULT_MODEL_PATH, K8S_JOBS, MAX_NODES, NODE_RUNTIMES, SCHEDULERS, TOPOLOGY_MODES, NodeRuntime
+from buildkit.k8s.prepull import PULLERS, PrepullImage, the_image
 from buildkit.matrix.model import EXTENDED_RESOURCE, ImageUser, Sku
 from buildkit.run import MAX_SECONDS, MAX_STEPS
 from buildkit.run.job import ImageJob, JobFacts
@@ -82,6 +83,13 @@ class K8sRequest:
     topology_tier: int | None = None  # its highest tier allowed
     user: ImageUser = field(default_factory=ImageUser)  # the image's non-root user (the matrix's image_user)
     device_gid: int | None = None  # the nodes' /dev/davinci* group (default the matrix's device_gid)
+    puller: str = "daemonset"  # --job prepull: daemonset, openkruise (ImagePullJob) or dragonfly (preheat jobs)
+    parallelism: int | None = None  # openkruise: nodes pulling at once (default DEFAULT_PARALLELISM)
+    prepull_images: tuple[PrepullImage, ...] = ()  # every image of the tag (resolve finds them); default: the image alone
+
+    @property
+    def images_to_pull(self) -> tuple[PrepullImage, ...]:
+        return self.prepull_images or (the_image(self.image),)
 
     @property
     def device_group(self) -> int:
@@ -119,8 +127,9 @@ class K8sRequest:
 
 @dataclass(frozen=True)
 class Manifests:
-    text: str  # YAML documents
+    text: str  # YAML documents (Dragonfly preheat jobs: a JSON list)
     warnings: tuple[str, ...]  # accepted, but worth saying (a tag with --allow-tag)
+    notes: tuple[str, ...] = ()  # what to do with it, where a comment cannot say it (JSON)
 
 
 def check_image(ref: str, allow_tag: bool, *, to_pin: bool = False) -> str | None:
@@ -207,6 +216,14 @@ def check_request(request: K8sRequest, *, to_pin: bool = False) -> tuple[str, ..
         raise InputError(f"--job {request.job} trains nothing: drop --override, --model-path and --model-pvc")
     if request.job == "prepull" and (request.npu_resource or request.device_gid is not None or request.host_network):
         raise InputError("--job prepull takes no NPU and no network of the node: drop --npu-resource, --device-gid and --host-network")
+    if request.puller not in PULLERS:
+        raise InputError(f"--puller {request.puller!r}: one of {', '.join(PULLERS)}")
+    if request.puller != "daemonset" and request.job != "prepull":
+        raise InputError(f"--puller {request.puller} pre-pulls an image: it goes with --job prepull")
+    if request.parallelism is not None and request.puller != "openkruise":
+        raise InputError("--parallelism is the nodes an OpenKruise ImagePullJob pulls on at once: it goes with --puller openkruise")
+    if request.parallelism is not None and not 1 <= request.parallelism <= MAX_NODES:
+        raise InputError(f"--parallelism {request.parallelism}: 1 to {MAX_NODES} nodes at once")
     if request.job == "sft" and request.nodes != 1:
         raise InputError("--job sft runs on one node (torchrun --standalone, as the seed's script): drop --nodes")
     if request.arch not in HOST_ARCH:

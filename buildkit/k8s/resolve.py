@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.k8s import NodeRuntime
+from buildkit.k8s.prepull import images_of_tag
 from buildkit.k8s.request import NODE_JOBS, K8sRequest, check_request
 from buildkit.matrix.load import LoadedMatrix, check_stack_sku, resolve_sku, resolve_stack
 from buildkit.matrix.model import ImageUser
@@ -49,6 +50,8 @@ def make_request(
     topology_tier: int | None = None,
     namespace: str | None = None,
     device_gid: int | None = None,
+    puller: str = "daemonset",
+    parallelism: int | None = None,
     pull_secret: str | None = None,
     name: str | None = None,
     model_path: str | None = None,
@@ -90,6 +93,8 @@ def make_request(
         topology_tier=topology_tier,
         user=loaded.matrix.image_user,
         device_gid=device_gid,
+        puller=puller,
+        parallelism=parallelism,
     )
     check_request(request, to_pin=True)
     return request
@@ -125,6 +130,13 @@ def resolve(loaded: LoadedMatrix, request: K8sRequest, stack: str | None = None)
         user, problem = user_of(labels, loaded.matrix.image_user)
         warnings += [problem] if problem else []
         request = dataclasses.replace(request, user=user)
+        if request.job == "prepull" and request.puller != "daemonset":  # every image of the tag, where the registry answers
+            try:
+                images, said = images_of_tag(image)
+            except (Unavailable, PublishFailed) as exc:  # the pullers are rendered for what the registry holds
+                raise Unavailable(f"cannot list the images of {image} for --puller {request.puller}: {exc}") from None
+            notes += said
+            request = dataclasses.replace(request, prepull_images=images)
     elif stack is not None:  # your own command: --stack still names the framework (labels, default name)
         chosen = loaded.matrix.stacks[stack]
         request = dataclasses.replace(request, image_job=ImageJob.of(stack, chosen))

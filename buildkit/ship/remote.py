@@ -15,6 +15,16 @@ from buildkit.ship.registry import Registry
 def pin_digest(ref: str) -> str:
     """``HOST/REPO:TAG`` -> ``HOST/REPO:TAG@sha256:...``: the digest the registry serves for the tag
     now (a multi-arch index's own digest for an index), so what runs is what was resolved here."""
+    pinned = find_digest(ref)
+    if pinned is None:
+        name, tag, _ = split_ref(ref)
+        host, repository = registry_of(ref) or ("", name)
+        raise InputError(f"{ref}: the registry {host} has no tag {tag or 'latest'!r} in {repository}")
+    return pinned
+
+
+def find_digest(ref: str) -> str | None:
+    """:func:`pin_digest`, None for a tag the registry does not have."""
     name, tag, digest = split_ref(ref)
     if digest:
         return ref
@@ -24,8 +34,30 @@ def pin_digest(ref: str) -> str:
     host, repository = where
     manifest = Registry(host, retries=1, timeout=10.0).get_manifest(repository, tag or "latest")
     if manifest is None:
-        raise InputError(f"{ref}: the registry {host} has no tag {tag or 'latest'!r} in {repository}")
+        return None
     return f"{name}:{tag or 'latest'}@{manifest.digest}"
+
+
+def index_platforms(ref: str) -> list[str]:
+    """``os/arch`` of each image a multi-arch index holds (attestations left out); [] for a single image."""
+    _, tag, digest = split_ref(ref)
+    where = registry_of(ref)
+    if where is None:
+        raise InputError(f"{ref}: no registry host in the reference, so its platforms cannot be read")
+    host, repository = where
+    manifest = Registry(host, retries=1, timeout=10.0).get_manifest(repository, digest or tag or "latest")
+    if manifest is None:
+        raise InputError(f"{ref}: the registry {host} has no such image")
+    if not manifest.is_index:
+        return []
+    found = []
+    for member in manifest.json().get("manifests", []):
+        platform = member.get("platform") or {}
+        if platform.get("os") in (None, "unknown"):  # BuildKit's attestation manifests: not a platform
+            continue
+        variant = f"/{platform['variant']}" if platform.get("variant") else ""
+        found.append(f"{platform['os']}/{platform.get('architecture', '')}{variant}")
+    return sorted(set(found))
 
 
 def image_labels(ref: str, arch: str) -> dict[str, str]:
