@@ -58,6 +58,7 @@ KINDS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("preflight", "a3", "cann8.3", {"job": "preflight"}),
     ("preflight-volcano", "a2-box16", "cann8.3", {"job": "preflight", "scheduler": "volcano"}),
     ("prepull", "a3", "cann8.3", {"job": "prepull"}),
+    ("prepull-openkruise", "a3", "cann8.3", {"job": "prepull", "puller": "openkruise", "pull_secret": "harbor-cred"}),
 )
 
 

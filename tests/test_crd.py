@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from buildkit.k8s import KUBERAY_VERSION, KYVERNO_VERSION, POLICY_CONTROLLER_VERSION, VOLCANO_VERSION
+from buildkit.k8s import KRUISE_VERSION, KUBERAY_VERSION, KYVERNO_VERSION, POLICY_CONTROLLER_VERSION, VOLCANO_VERSION
 from buildkit.k8s.crd import crd_for, crds, sha256_of, sources, unchecked_rules, validate
 
 
@@ -26,6 +26,8 @@ def test_the_versions_named_in_the_cli_are_the_vendored_tags() -> None:
         "Job@batch.volcano.sh": VOLCANO_VERSION,
         "ClusterPolicy@kyverno.io": KYVERNO_VERSION,
         "ClusterImagePolicy@policy.sigstore.dev": POLICY_CONTROLLER_VERSION,
+        "ImagePullJob@apps.kruise.io": KRUISE_VERSION,
+        "NodeImage@apps.kruise.io": KRUISE_VERSION,
     }
 
 

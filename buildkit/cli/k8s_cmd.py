@@ -46,6 +46,7 @@ from buildkit.cli.k8s_options import (
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import STDOUT, check_output_file, write_output
 from buildkit.k8s import (
+    KRUISE_VERSION,
     KUBERAY_VERSION,
     KUBERNETES_VERSION,
     KYVERNO_VERSION,
@@ -237,8 +238,9 @@ def k8s_prepull_status(
     short_help="Check manifests offline against the schemas and CRDs.",
     help=(
         f"Check manifests offline, strictly (unknown fields refused): built-in kinds against the Kubernetes {KUBERNETES_VERSION} "
-        f"OpenAPI schemas; RayJobs, Volcano Jobs and admission policies against the CRDs of KubeRay {KUBERAY_VERSION}, "
-        f"Volcano {VOLCANO_VERSION}, Kyverno {KYVERNO_VERSION} and policy-controller {POLICY_CONTROLLER_VERSION}, "
+        "OpenAPI schemas; RayJobs, Volcano Jobs, ImagePullJobs and admission policies against the CRDs of "
+        f"KubeRay {KUBERAY_VERSION}, Volcano {VOLCANO_VERSION}, OpenKruise {KRUISE_VERSION}, Kyverno {KYVERNO_VERSION} "
+        f"and policy-controller {POLICY_CONTROLLER_VERSION}, "
         "pod templates against the Kubernetes schemas too (exit 1 on a problem, 2 when a file holds no object)."
     ),
 )
@@ -259,7 +261,7 @@ def k8s_validate(
         state = f"{len(problems)} problem(s)" if problems else "valid"
         typer.echo(
             f"{path}: {count} document(s) {state} (Kubernetes {KUBERNETES_VERSION}, KubeRay {KUBERAY_VERSION}, Volcano {VOLCANO_VERSION}, "
-            f"Kyverno {KYVERNO_VERSION}, policy-controller {POLICY_CONTROLLER_VERSION})"
+            f"OpenKruise {KRUISE_VERSION}, Kyverno {KYVERNO_VERSION}, policy-controller {POLICY_CONTROLLER_VERSION})"
         )
     if failed:
         raise typer.Exit(int(ExitCode.CHECK_FAILED))

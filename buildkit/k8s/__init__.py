@@ -22,5 +22,6 @@ KUBERAY_VERSION = "v1.7.0"
 VOLCANO_VERSION = "v1.15.1"
 KYVERNO_VERSION = "v1.19.0"
 POLICY_CONTROLLER_VERSION = "v0.15.1"
+KRUISE_VERSION = "v1.9.0"  # OpenKruise: ImagePullJob and NodeImage
 DEFAULT_MODEL_PATH = "/data/models/Qwen2.5-0.5B-Instruct"
 MAX_NODES = 1024  # far past any cluster here, near enough that a typo is caught rather than obeyed

@@ -28,7 +28,6 @@ from buildkit.plan import LABEL_PREFIX
 
 Puller = Literal["daemonset", "openkruise", "dragonfly"]
 PULLERS: tuple[str, ...] = get_args(Puller)
-KRUISE_VERSION = "v1.9.0"  # its CRDs are vendored in crds/
 DRAGONFLY_VERSION = "v2.5.1"  # its request and result types: tests/fixtures/upstream/dragonfly
 VARIANT_LABEL = f"{LABEL_PREFIX}/variant"  # gzip or zstd: `kubectl apply -l io.ascendkit/variant=gzip` takes one
 

@@ -21,12 +21,11 @@ from typing import Any
 import yaml
 
 from buildkit.errors import InputError
-from buildkit.k8s import KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION
+from buildkit.k8s import KRUISE_VERSION, KUBERAY_VERSION, KUBERNETES_VERSION, VOLCANO_VERSION
 from buildkit.k8s.kinds import batch_job, configmap, preflight_daemonset, prepull_daemonset, rayjob, volcano_job
 from buildkit.k8s.pod import Pod, placement
 from buildkit.k8s.prepull import (
     DEFAULT_PARALLELISM,
-    KRUISE_VERSION,
     VARIANT_LABEL,
     dump_preheat,
     imagepulljob,
