@@ -12,6 +12,7 @@ from . import __doc__ as description
 from .base import DRIVER_VERSION, EXIT_FAILED, EXIT_NO_DEVICES, EXIT_OK, IMAGE_INFO, NODE_ENV, Check, Environment, devices
 from .engine import judge_engine, local_engine
 from .host import check_firmware, check_hccn, check_links, check_user, driver_version, judge_driver, node_runtimes, zstd_verdict
+from .pulls import check_pulls
 from .software import check_cann_env, check_npus, check_pins
 from .topology import check_node_runtime, check_rootinfo, check_topology, node_runtime
 
@@ -63,7 +64,10 @@ def run(
     if engine is not None:
         checks.append(judge_engine(engine))
     docker_version = engine["version"] if engine is not None and engine["product"] == "Docker Engine" else None
-    checks += [zstd_verdict(runtime) for runtime in node_runtimes(where, on_host=on_host, docker_version=docker_version)]
+    runtimes = node_runtimes(where, on_host=on_host, docker_version=docker_version)
+    checks += [zstd_verdict(runtime) for runtime in runtimes]
+    pulls, pull_config = check_pulls(where, runtimes)  # the node's containerd config: on the host, or mounted by the preflight pod
+    checks += pulls
     failed = any(c.status == "error" for c in checks)
     code = EXIT_FAILED if failed else EXIT_NO_DEVICES if not found else EXIT_OK
     outcome = "failed" if failed else "no Ascend devices: preflight passed, NPU checks not run" if not found else "ready"
@@ -75,6 +79,7 @@ def run(
         "driver": driver,
         "node_runtime": node_runtime(where, in_pod),
         "engine": engine,
+        "containerd_config": pull_config,  # what of /etc/containerd decides pulls (no credential): `k8s preflight` judges it
         "image": info,
         "checks": [c.describe() for c in checks],
     }

@@ -227,7 +227,9 @@ def placement(request: K8sRequest) -> dict[str, Any]:
 # What the preflight pod adds to the driver files: the NPU ports' configuration, which it compares
 # with what the ports hold. A node without it fails to start the pod (hostPath type File): the
 # summary lists it among the nodes that sent no report, and `kubectl describe pod` names the file.
-PREFLIGHT_VOLUMES = (("hccn-conf", HCCN_CONF, "File"),)
+# And the node's containerd config, read for its pull settings (DirectoryOrCreate: on a node whose
+# runtime keeps no /etc/containerd an empty directory, and doctor says nothing of containerd).
+PREFLIGHT_VOLUMES = (("hccn-conf", HCCN_CONF, "File"), ("containerd-config", "/etc/containerd", "DirectoryOrCreate"))
 PREFLIGHT_DONE = "ascendkit-preflight: done"  # printed after doctor's report, before the pod idles
 
 

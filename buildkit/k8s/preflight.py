@@ -16,6 +16,7 @@ from typing import Any
 from buildkit.doctor.base import Check
 from buildkit.doctor.engine import engine_of_runtime
 from buildkit.doctor.host import zstd_verdict
+from buildkit.doctor.pulls import containerd_version, judge_pulls, settings
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_text
 from buildkit.k8s import NODE_RUNTIMES
@@ -38,6 +39,7 @@ REMEDIES = {
     "pinned packages": "the image was changed after it was built: use the published image by digest",
     "hccl rootinfo": "regenerate the node's /etc/hccl_rootinfo.json with its driver (format 2.0), or remove it (EI0014)",
     "hccl topology": "the node's driver has no topology file for its product (driver/topo/950): install the 950 driver",
+    "containerd pulls": "set the node's containerd as the detail says and restart it (docs/kubernetes.md, `Node settings`)",
     "zstd pulls": "give this node the gzip tags, not -zstd, or upgrade its runtime (containerd >= 1.5, Docker Engine >= 23.0)",
 }
 NO_DEVICES = "the device plugin gave the pod no NPUs: check the node's device plugin and its NPU resource name (--npu-resource)"
@@ -54,6 +56,7 @@ class NodeVerdict:
     zstd: bool | None = None  # whether that runtime pulls the -zstd tags; None: not known
     node_runtime: str = ""  # "ascend" or "plain": what doctor saw of Ascend Docker Runtime in the pod
     engine: dict[str, str] | None = None  # the node's engine as its runtime (from --node-info) says it: product, version, API, image store
+    pulls: dict[str, Any] | None = None  # its containerd's pull settings (doctor read the config; the version from --node-info)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -66,6 +69,7 @@ class NodeVerdict:
             "zstd": self.zstd,
             "node_runtime": self.node_runtime or None,
             "engine": self.engine,
+            "pulls": self.pulls,
         }
 
 
@@ -136,12 +140,19 @@ def read_node_runtimes(path: str) -> dict[str, str]:
 
 def judge(source: str, report: dict[str, Any], runtime: str = "") -> NodeVerdict:
     """The node's verdict from its report; with its ``runtime`` (from --node-info), whether it pulls zstd too."""
+    config = report.get("containerd_config") if isinstance(report.get("containerd_config"), dict) else None
+    version = containerd_version([runtime]) if runtime else ""
+    if config is not None:  # judged again with the version Kubernetes reports (doctor in the pod may not know it)
+        judged = judge_pulls(config, version)
+        report = {**report, "checks": [c for c in report["checks"] if not (isinstance(c, dict) and c.get("name") == judged.name)]}
+        report["checks"].append(judged.describe())
+    pulls = settings(config, version).describe() if config is not None else None
     if not runtime:
-        return _judge(source, report, None)
+        return dataclasses.replace(_judge(source, report, None), pulls=pulls)
     zstd = zstd_verdict(runtime)
     verdict = _judge(source, report, zstd)
     zstd_pulls = None if zstd.status == "skip" else zstd.status == "ok"
-    return dataclasses.replace(verdict, runtime=runtime, zstd=zstd_pulls, engine=engine_of_runtime(runtime))
+    return dataclasses.replace(verdict, runtime=runtime, zstd=zstd_pulls, engine=engine_of_runtime(runtime), pulls=pulls)
 
 
 def _node_runtime(report: dict[str, Any]) -> str:
@@ -218,6 +229,18 @@ def format_table(verdicts: list[NodeVerdict], problems: list[str]) -> str:
             engines.setdefault(f"{said}, image store: {v.engine['image_store'] or 'unknown'}", []).append(v.node)
     for said, nodes in sorted(engines.items()):
         lines.append(f"engine: {said}: {len(nodes)} node(s)")
+    pulls: dict[str, list[str]] = {}
+    for v in verdicts:
+        if v.pulls is not None:
+            p = v.pulls
+            said = (
+                f"containerd {p['containerd'] or '(version unknown)'}: max_concurrent_downloads {p['max_concurrent_downloads']}, "
+                f"snapshotter {p['snapshotter']}, discard_unpacked_layers {str(p['discard_unpacked_layers']).lower()}"
+                + (", transfer service" if p["transfer_service"] else f", old pull ({p['fallback']})" if p["fallback"] else "")
+            )
+            pulls.setdefault(said, []).append(v.node)
+    for said, nodes in sorted(pulls.items()):
+        lines.append(f"pulls: {said}: {len(nodes)} node(s)")
     modes = {mode: [v.node for v in verdicts if v.node_runtime == mode] for mode in NODE_RUNTIMES}
     if any(modes.values()):
         said = "; ".join(f"{len(nodes)} node(s) {mode}" for mode, nodes in modes.items() if nodes)

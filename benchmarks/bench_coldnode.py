@@ -1,0 +1,245 @@
+"""Cold node to first import: how long a node with an empty content store takes from the pull of an
+image to the first ``import`` of its framework, on this machine's containerd (Debian 13's 1.7.24, the
+one `make services` unpacks), side by side in one run:
+
+* gzip against zstd layers (the same image built once, pushed twice with BuildKit's forced compression);
+* ``max_concurrent_downloads`` 3 (containerd's default) against 8;
+* the registry on loopback, and behind a link that gives each connection 25 MB/s (a registry across a
+  WAN or a busy mirror: what makes concurrent downloads matter);
+* the pull taken apart: fetching the blobs (``ctr content fetch``) and unpacking them (``ctr images
+  pull`` of content already there), and the first import after it (``ctr run ... python3 -c 'import
+  torch'``, less the same container running ``true``).
+
+The image is the stand-in CANN base (`make services`) with torch 2.5.1 and its CUDA libraries from
+PyPI installed: about 4.5 GB unpacked across 25 layers of the sizes users' images have, and an import that
+loads GBs of shared libraries, as ``import torch`` + ``torch_npu`` does on an Ascend image (the CUDA
+libraries stand in for CANN's, which cannot be had here). ``--quick``: the base alone and ``import json``
+(the script's own check, seconds).
+
+Every case starts containerd afresh on an empty root (the node's cold content store and snapshots).
+The page cache is not dropped between pull and import: a node that has just pulled has the files in
+memory too, as far as its memory goes. Lazy pulling (SOCI) is measured where its snapshotter runs:
+see ``--soci``. Prints a table; writes JSON (default benchmarks/results/coldnode.json).
+Needs `make services` (DOCKER_HOST, ASCENDKIT_REGISTRY, the stand-in base) and root (containerd).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
+ENGINE = STATE / "engine-trixie-v1" / "usr" / "bin"  # containerd 1.7.24 and its ctr, unpacked by `make services`
+WHEELS = Path.home() / ".cache" / "ascendkit-bench" / "torch-wheels"
+TORCH = "torch==2.5.1"
+PER_CONNECTION = 25_000_000  # bytes/s each connection gets on the "wan" link
+MB = 1_000_000
+
+
+# ---- the image ----------------------------------------------------------------------------------
+
+
+def build_and_push(registry: str, base: str, quick: bool, work: Path) -> dict[str, str]:
+    """The image pushed as ``REG/bench/coldnode:<run>-gzip`` and ``-zstd`` (BuildKit, forced compression); refs by variant."""
+    context = work / "context"
+    context.mkdir()
+    if quick:
+        (context / "Dockerfile").write_text(f"FROM {base}\nRUN echo cold > /opt/coldnode\n")
+    else:
+        if not any(WHEELS.glob("torch-*.whl")):
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "-d", str(WHEELS), TORCH, "--only-binary=:all:", "--python-version", "3.11",
+                 "--platform", "manylinux2014_x86_64", "--platform", "manylinux1_x86_64"],
+                check=True,
+            )  # fmt: skip
+        shutil.copytree(WHEELS, context / "wheels")
+        # one RUN per large package group, as real images are layered (torch, then its CUDA libraries)
+        (context / "Dockerfile").write_text(
+            f"FROM {base}\n"
+            "RUN --mount=type=bind,source=wheels,target=/w python3 -m pip install --no-cache-dir --no-index --find-links /w "
+            "nvidia-cublas-cu12 nvidia-cudnn-cu12\n"
+            "RUN --mount=type=bind,source=wheels,target=/w python3 -m pip install --no-cache-dir --no-index --find-links /w "
+            "nvidia-cusparse-cu12 nvidia-cufft-cu12 nvidia-cusolver-cu12 nvidia-nccl-cu12\n"
+            f"RUN --mount=type=bind,source=wheels,target=/w python3 -m pip install --no-cache-dir --no-index --find-links /w {TORCH}\n"
+        )
+    run = f"{int(time.time())}"
+    refs = {}
+    for variant in ("gzip", "zstd"):
+        ref = f"{registry}/bench/coldnode:{run}-{variant}"
+        output = f"type=image,name={ref},push=true,compression={variant},force-compression=true,oci-mediatypes=true"
+        subprocess.run(["docker", "buildx", "build", "--progress=quiet", "--provenance=false", "--output", output, str(context)], check=True)
+        refs[variant] = ref
+    return refs
+
+
+# ---- a node's containerd --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def containerd(work: Path) -> Iterator[tuple[list[str], Path]]:
+    """containerd on an empty root: ``ctr`` argv prefix to talk to it, and its root."""
+    node = Path(tempfile.mkdtemp(prefix="node-", dir=work))
+    config = node / "config.toml"
+    config.write_text('version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n')
+    address = node / "containerd.sock"
+    proc = subprocess.Popen(
+        [str(ENGINE / "containerd"), "--config", str(config), "--root", str(node / "root"), "--state", str(node / "state"),
+         "--address", str(address)],
+        stdout=subprocess.DEVNULL, stderr=(node / "containerd.log").open("w"),
+        env={**os.environ, "PATH": f"{ENGINE}:{os.environ['PATH']}"},
+    )  # fmt: skip
+    ctr = [str(ENGINE / "ctr"), "--address", str(address), "-n", "bench"]
+    for _ in range(100):
+        if address.exists() and subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode == 0:
+            break
+        time.sleep(0.1)
+    else:
+        raise SystemExit(f"bench_coldnode: containerd did not start: {(node / 'containerd.log').read_text()[-2000:]}")
+    try:
+        yield ctr, node / "root"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        for line in reversed(Path("/proc/mounts").read_text().splitlines()):
+            mountpoint = line.split()[1]
+            if mountpoint.startswith(str(node)):
+                subprocess.run(["umount", "-l", mountpoint], check=False)
+        shutil.rmtree(node, ignore_errors=True)
+
+
+def timed(argv: list[str]) -> float:
+    started = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_coldnode: {' '.join(argv[3:])} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return time.monotonic() - started
+
+
+# ---- a link with a per-connection rate --------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def throttled(upstream_port: int, rate: int) -> Iterator[int]:
+    """A TCP relay to 127.0.0.1:``upstream_port`` giving each connection ``rate`` bytes/s towards the client; its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    stop = threading.Event()
+
+    def pump(src: socket.socket, dst: socket.socket, limit: int | None) -> None:
+        started, sent = time.monotonic(), 0
+        with contextlib.suppress(OSError):
+            while chunk := src.recv(256 * 1024):
+                dst.sendall(chunk)
+                sent += len(chunk)
+                if limit:
+                    ahead = sent / limit - (time.monotonic() - started)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                client, _ = server.accept()
+            except TimeoutError:
+                continue
+            upstream = socket.create_connection(("127.0.0.1", upstream_port))
+            threading.Thread(target=pump, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=pump, args=(upstream, client, rate), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+# ---- the cases ------------------------------------------------------------------------------------
+
+
+def import_line(quick: bool) -> str:
+    return "import json" if quick else "import torch"
+
+
+def case(work: Path, ref: str, mcd: int, quick: bool) -> dict[str, float]:
+    """From an empty store: the pull (fetch and unpack together), then the first import and a bare start."""
+    with containerd(work) as (ctr, root):
+        pull = timed([*ctr, "images", "pull", "--plain-http", "--max-concurrent-downloads", str(mcd), ref])
+        start = timed([*ctr, "run", "--rm", ref, "bare", "true"])
+        first = timed([*ctr, "run", "--rm", ref, "first", "python3", "-c", import_line(quick)])
+        stored = sum(p.stat().st_size for p in (root / "io.containerd.content.v1.content").rglob("*") if p.is_file())
+    return {"pull_s": pull, "start_s": start, "import_s": max(0.0, first - start), "to_import_s": pull + first, "content_mb": stored / MB}
+
+
+def apart(work: Path, ref: str) -> dict[str, float]:
+    """The pull taken apart: every blob fetched first, then the unpack of what is there."""
+    with containerd(work) as (ctr, _):
+        fetch = timed([*ctr, "content", "fetch", "--plain-http", ref])
+        unpack = timed([*ctr, "images", "pull", "--plain-http", ref])
+    return {"fetch_s": fetch, "unpack_s": unpack}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the base alone and `import json`: the script's own check")
+    parser.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "coldnode.json")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each case (the fastest is kept)")
+    args = parser.parse_args()
+    registry = os.environ.get("ASCENDKIT_REGISTRY", "127.0.0.1:5000")
+    base = os.environ.get("ASCENDKIT_STANDIN_IMAGE")
+    if not base or not (ENGINE / "containerd").is_file():
+        raise SystemExit("bench_coldnode: needs `make services` (ASCENDKIT_STANDIN_IMAGE, containerd 1.7 in " + str(ENGINE) + ")")
+    with tempfile.TemporaryDirectory(prefix="coldnode-") as tmp:
+        work = Path(tmp)
+        refs = build_and_push(registry, base, args.quick, work)
+        port = int(registry.rpartition(":")[2])
+        rows: list[dict[str, Any]] = []
+        with throttled(port, PER_CONNECTION) as slow_port:
+            links = {"loopback": registry, f"{PER_CONNECTION // MB} MB/s per connection": f"127.0.0.1:{slow_port}"}
+            for link, host in links.items():
+                for variant, ref in refs.items():
+                    moved = ref.replace(registry, host, 1)
+                    for mcd in (3, 8):
+                        runs = [case(work, moved, mcd, args.quick) for _ in range(args.repeat)]
+                        best = min(runs, key=lambda r: r["to_import_s"])
+                        rows.append({"link": link, "variant": variant, "max_concurrent_downloads": mcd, **best})
+                        print(json.dumps(rows[-1]), flush=True)
+        parts = {variant: apart(work, ref) for variant, ref in refs.items()}
+    print_table(rows, parts, args.quick)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"quick": args.quick, "image": import_line(args.quick), "rows": rows, "apart": parts}, indent=2) + "\n")
+
+
+def print_table(rows: list[dict[str, Any]], parts: dict[str, dict[str, float]], quick: bool) -> None:
+    print(f"\ncold node to first `{import_line(quick)}` on containerd 1.7.24 (seconds; content as stored)")
+    print(f"{'link':<28} {'layers':<6} {'mcd':>3} {'pull':>7} {'import':>7} {'total':>7} {'stored MB':>10}")
+    for r in rows:
+        print(
+            f"{r['link']:<28} {r['variant']:<6} {r['max_concurrent_downloads']:>3} {r['pull_s']:>7.1f} {r['import_s']:>7.1f} "
+            f"{r['to_import_s']:>7.1f} {r['content_mb']:>10.0f}"
+        )
+    print("\nthe pull taken apart, loopback (seconds)")
+    for variant, p in parts.items():
+        print(f"  {variant:<5} fetch {p['fetch_s']:6.1f}   unpack {p['unpack_s']:6.1f}")
+
+
+if __name__ == "__main__":
+    main()
