@@ -138,7 +138,7 @@ def test_an_imagepulljob_per_image_validates_against_openkruises_crd(sku_id: str
     sku = LOADED.matrix.skus[sku_id]
     assert [d["metadata"]["name"] for d in docs] == [f"ascendkit-prepull-{sku_id}", f"ascendkit-prepull-{sku_id}-zstd"]
     for doc, image in zip(docs, (GZIP, ZSTD), strict=True):
-        assert (doc["apiVersion"], doc["kind"]) == ("apps.kruise.io/v1beta1", "ImagePullJob")
+        assert (doc["apiVersion"], doc["kind"]) == ("apps.kruise.io/v1alpha1", "ImagePullJob")
         spec = doc["spec"]
         assert spec["image"] == image.ref and spec["pullSecrets"] == ["harbor-cred"] and spec["parallelism"] == 25
         assert spec["selector"]["matchLabels"]["accelerator-type"] == sku.k8s_accelerator_type

@@ -38,7 +38,7 @@ def test_the_scan_covers_every_kind_and_every_pod(tmp_path: Path) -> None:
             if doc["kind"] == "Pod":
                 assert doc["metadata"]["namespace"] == "rl" and doc["spec"]["containers"]
     assert {("batch/v1", "Job"), ("ray.io/v1", "RayJob"), ("batch.volcano.sh/v1alpha1", "Job"), ("v1", "Pod"), ("v1", "ConfigMap")} <= kinds
-    assert ("apps.kruise.io/v1beta1", "ImagePullJob") in kinds, "the OpenKruise pre-pull too"
+    assert ("apps.kruise.io/v1alpha1", "ImagePullJob") in kinds, "the OpenKruise pre-pull too"
     pods = [doc for path in written if path.name.endswith("-pods.yaml") for doc in yaml.safe_load_all(path.read_text())]
     workloads = [
         d for p in written if not p.name.endswith("-pods.yaml") for d in yaml.safe_load_all(p.read_text()) if d["kind"] != "ConfigMap"

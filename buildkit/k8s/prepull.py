@@ -4,9 +4,10 @@ Three pullers, one list of images (every image of the tag: the gzip index and it
 sibling where the registry has one, each index covering both arches):
 
 - ``daemonset``: ascendkit's own DaemonSet (kinds.prepull_daemonset), the image the job names;
-- ``openkruise``: an OpenKruise ``ImagePullJob`` (apps.kruise.io/v1beta1) per image, on the SKU's
-  nodes, pulled by kruise-daemon through the CRI with the cluster's pull secret. Its pull timeout
-  is raised from OpenKruise's 600 s, which a 25 GB image on a busy registry outlives;
+- ``openkruise``: an OpenKruise ``ImagePullJob`` (apps.kruise.io/v1alpha1, which OpenKruise 1.6 to
+  1.9 serve; v1beta1 is 1.9's alone) per image, on the SKU's nodes, pulled by kruise-daemon through
+  the CRI with the cluster's pull secret. Its pull timeout is raised from OpenKruise's 600 s, which
+  a 25 GB image on a busy registry outlives;
 - ``dragonfly``: Dragonfly preheat jobs for its manager's Open API (``POST /oapi/v1/jobs``), one per
   image and platform (a manifest list is preheated one platform at a time), into every peer.
 
@@ -28,6 +29,9 @@ from buildkit.plan import LABEL_PREFIX
 
 Puller = Literal["daemonset", "openkruise", "dragonfly"]
 PULLERS: tuple[str, ...] = get_args(Puller)
+# ImagePullJob as every OpenKruise from 1.6 (its imagePullPolicy) to 1.9 serves it: 1.9 added v1beta1 and
+# still serves v1alpha1 (converting), 1.8 and older serve v1alpha1 alone.
+KRUISE_API = "apps.kruise.io/v1alpha1"
 DRAGONFLY_VERSION = "v2.5.1"  # its request and result types: tests/fixtures/upstream/dragonfly
 VARIANT_LABEL = f"{LABEL_PREFIX}/variant"  # gzip or zstd: `kubectl apply -l io.ascendkit/variant=gzip` takes one
 
@@ -111,7 +115,7 @@ def imagepulljob(name: str, metadata: dict[str, Any], image: PrepullImage, node_
     if opts.get("pull_secret"):
         spec["pullSecrets"] = [opts["pull_secret"]]
     meta = {"name": name, **metadata, "labels": {**metadata.get("labels", {}), VARIANT_LABEL: image.variant}}
-    return {"apiVersion": "apps.kruise.io/v1beta1", "kind": "ImagePullJob", "metadata": meta, "spec": spec}
+    return {"apiVersion": KRUISE_API, "kind": "ImagePullJob", "metadata": meta, "spec": spec}
 
 
 def manifest_url(image: PrepullImage) -> str:

@@ -26,6 +26,7 @@ from buildkit.k8s.kinds import batch_job, configmap, preflight_daemonset, prepul
 from buildkit.k8s.pod import Pod, placement
 from buildkit.k8s.prepull import (
     DEFAULT_PARALLELISM,
+    KRUISE_API,
     VARIANT_LABEL,
     dump_preheat,
     imagepulljob,
@@ -172,7 +173,7 @@ def _imagepulljobs(request: K8sRequest, name: str, labels: dict[str, str], warni
             f"Pulls {image.ref} ({image.variant} layers) on every {sku.product} ({request.sku_id}) node,",
             f"{request.parallelism or DEFAULT_PARALLELISM} nodes at a time, through kruise-daemon and the node's CRI (no pod, no NPU).",
             f"Rendered by `ascendkit k8s render --job prepull --puller openkruise`: OpenKruise {KRUISE_VERSION} ImagePullJob "
-            "(apps.kruise.io/v1beta1). Check: `ascendkit k8s validate`.",
+            f"({KRUISE_API}, served by OpenKruise 1.6 to 1.9). Check: `ascendkit k8s validate`.",
             f"Follow it: kubectl get imagepulljob {job}{namespace} -o json > job.json; kubectl get nodeimages -o json > nodeimages.json;",
             "ascendkit k8s prepull-status job.json --node-images nodeimages.json",
         ]
