@@ -317,3 +317,64 @@ def test_prepull_status_cli_exits_1_on_a_failed_node_and_refuses_what_is_not_a_s
     (tmp_path / "cut.json").write_text('{"kind": "ImagePullJob",')
     result = cli("k8s", "prepull-status", str(tmp_path / "cut.json"))
     assert result.exit_code == ExitCode.INVALID_INPUT and "line 1" in result.output
+
+
+# ---------------------------------------------------------------------------------------------
+# Which engines a cluster runs: k8s preflight --cluster
+
+
+def workload(kind: str, namespace: str, name: str, image: str) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": name, "image": image}]}},
+        },
+    }
+
+
+def cluster_list(*, kruise: bool, dragonfly: bool) -> dict[str, Any]:
+    import yaml
+
+    items: list[dict[str, Any]] = [workload("Deployment", "kube-system", "coredns", "registry.k8s.io/coredns/coredns:v1.11.3")]
+    if kruise:  # the CRD as OpenKruise ships it, and its daemon
+        items.append(yaml.safe_load((ROOT.parent / "buildkit" / "k8s" / "crds" / "apps.kruise.io_imagepulljobs.yaml").read_text()))
+        items.append(workload("DaemonSet", "kruise-system", "kruise-daemon", "openkruise/kruise-manager:v1.9.0"))
+    if dragonfly:
+        items.append(workload("Deployment", "dragonfly-system", "dragonfly-manager", "dragonflyoss/manager:v2.5.1"))
+        items.append(workload("DaemonSet", "dragonfly-system", "dragonfly-client", "dragonflyoss/client:v1.1.9"))
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+@pytest.mark.parametrize(
+    ("kruise", "dragonfly", "recommended"),
+    [(False, False, "daemonset"), (True, False, "openkruise"), (False, True, "dragonfly"), (True, True, "dragonfly")],
+)
+def test_preflight_names_the_clusters_pre_pull_engines_and_recommends_one(
+    tmp_path: Path, runner: CliRunner, kruise: bool, dragonfly: bool, recommended: str
+) -> None:
+    listed = cluster_list(kruise=kruise, dragonfly=dragonfly)
+    assert validate_documents([i for i in listed["items"] if i["kind"] != "CustomResourceDefinition"]) == [], "valid workloads"
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(listed))
+    result = runner.invoke(app, ["k8s", "preflight", "--cluster", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    said = json.loads(result.output)
+    assert said["recommended"] == recommended
+    if kruise:
+        assert said["openkruise"] == {"imagepulljob_versions": ["v1alpha1", "v1beta1"], "release": "v1.9.0"}
+    if dragonfly:
+        assert said["dragonfly"] == {"manager": "v2.5.1", "peers": "dragonfly-system/dragonfly-client"}
+    text = runner.invoke(app, ["k8s", "preflight", "--cluster", str(path)]).output
+    assert f"--puller {recommended}" in text
+
+
+def test_preflight_without_logs_or_cluster_says_what_to_give(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["k8s", "preflight"])
+    assert result.exit_code == ExitCode.INVALID_INPUT and "--cluster" in result.output
+    (tmp_path / "x.json").write_text('{"kind": "Pod"}')
+    result = runner.invoke(app, ["k8s", "preflight", "--cluster", str(tmp_path / "x.json")])
+    assert result.exit_code == ExitCode.INVALID_INPUT and "kubectl get crd,daemonsets,deployments -A -o json" in result.output

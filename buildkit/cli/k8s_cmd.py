@@ -164,11 +164,11 @@ def _render_policy(policy: str | None, key: str | None, image: str, name: str | 
 @user_errors
 def k8s_preflight(
     sources: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
             help="kubectl logs of the preflight pods: - for stdin (kubectl logs -l ... --prefix --tail=-1), files, or directories."
         ),
-    ],
+    ] = None,
     expect: Annotated[
         int | None, typer.Option("--expect", min=1, max=MAX_NODES, help="Nodes that should have reported (fewer fails).")
     ] = None,
@@ -180,20 +180,44 @@ def k8s_preflight(
             help="`kubectl get nodes -o json` (a file): each node's container runtime, and whether it pulls the -zstd tags.",
         ),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            metavar="FILE",
+            help="`kubectl get crd,daemonsets,deployments -A -o json` (a file, or -): the pre-pull engines it runs, and the one to use.",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Judge every node from its preflight report: one row per node, the failing check and what to do (exit 1 when any fails)."""
+    """Judge every node from its preflight report: one row per node, the failing check and what to do (exit 1 when any fails);
+    with --cluster, which pre-pull engines the cluster runs and which to use."""
     from buildkit.k8s.preflight import format_table, read_node_runtimes, read_reports, summarize
+    from buildkit.k8s.prepull_status import read_json
+    from buildkit.k8s.pullers import detect
 
-    if node_info == "-" and "-" in sources:
-        raise InputError("--node-info - and the logs on - cannot both be stdin: give the node list as a file")
+    sources = sources or []
+    if not sources and cluster is None:
+        raise InputError("give the preflight pods' logs (- for stdin), or --cluster FILE for the pre-pull engines alone")
+    stdin = [s for s in (*sources, node_info, cluster) if s == "-"]
+    if len(stdin) > 1:
+        raise InputError("only one input can be stdin (-): give the others as files")
+    pullers = detect(read_json(cluster), cluster) if cluster else None
+    if not sources:
+        assert pullers is not None
+        if as_json:
+            print_json(pullers.describe())
+        else:
+            typer.echo("\n".join(pullers.lines()))
+        return
     runtimes = read_node_runtimes(node_info) if node_info else None
     verdicts, problems = summarize(read_reports(sources), expect, runtimes)
     failed = bool(problems) or any(v.verdict == "error" for v in verdicts)
     if as_json:
-        print_json({"passed": not failed, "nodes": [v.describe() for v in verdicts], "problems": problems})
+        described = {"passed": not failed, "nodes": [v.describe() for v in verdicts], "problems": problems}
+        print_json({**described, "pullers": pullers.describe()} if pullers else described)
     else:
-        typer.echo(format_table(verdicts, problems))
+        typer.echo(format_table(verdicts, problems) + ("\n" + "\n".join(pullers.lines()) if pullers else ""))
     if failed:
         raise typer.Exit(int(ExitCode.CHECK_FAILED))
 

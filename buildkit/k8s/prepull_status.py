@@ -103,7 +103,7 @@ def _seconds(start: Any, end: Any) -> float | None:
 
 def read(source: str, node_images: str | None = None) -> PrepullStatus:
     """The status in ``source`` (a file, or - for stdin), whichever puller it comes from."""
-    doc = _json(source)
+    doc = read_json(source)
     if isinstance(doc, list) or (isinstance(doc, dict) and doc.get("type") == "preheat"):
         if node_images:
             raise InputError("--node-images goes with an OpenKruise ImagePullJob, not with Dragonfly jobs")
@@ -112,7 +112,7 @@ def read(source: str, node_images: str | None = None) -> PrepullStatus:
         raise InputError(f"{source}: expected a JSON object (kubectl ... -o json) or Dragonfly jobs")
     kind = doc.get("kind")
     if kind == "ImagePullJob":
-        return kruise_status(doc, _json(node_images) if node_images else None, source)
+        return kruise_status(doc, read_json(node_images) if node_images else None, source)
     if node_images:
         raise InputError("--node-images goes with an OpenKruise ImagePullJob")
     if kind in ("PodList", "List") and all(isinstance(i, dict) and i.get("kind", "Pod") == "Pod" for i in doc.get("items", [])):
@@ -123,7 +123,7 @@ def read(source: str, node_images: str | None = None) -> PrepullStatus:
     )
 
 
-def _json(source: str) -> Any:
+def read_json(source: str) -> Any:
     text = sys.stdin.read() if source == "-" else read_input_text(Path(source), "status")
     try:
         return json.loads(text)
