@@ -43,7 +43,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
 ENGINE = STATE / "engine-trixie-v1" / "usr" / "bin"  # containerd 1.7.24 and its ctr, unpacked by `make services`
-WHEELS = Path.home() / ".cache" / "ascendkit-bench" / "torch-wheels"
+CACHE = Path.home() / ".cache" / "ascendkit-bench"
+WHEELS = CACHE / "torch-wheels"
 TORCH = "torch==2.5.1"
 PER_CONNECTION = 25_000_000  # bytes/s each connection gets on the "wan" link
 MB = 1_000_000
@@ -80,20 +81,43 @@ def build_and_push(registry: str, base: str, quick: bool, work: Path) -> dict[st
     for variant in ("gzip", "zstd"):
         ref = f"{registry}/bench/coldnode:{run}-{variant}"
         output = f"type=image,name={ref},push=true,compression={variant},force-compression=true,oci-mediatypes=true"
-        subprocess.run(["docker", "buildx", "build", "--progress=quiet", "--provenance=false", "--output", output, str(context)], check=True)
+        subprocess.run(
+            ["docker", "buildx", "build", "--progress=quiet", "--provenance=false", "--output", output, str(context)], check=True
+        )
         refs[variant] = ref
     return refs
+
+
+def buildx() -> list[str]:
+    """Docker 26's buildx as `make services` unpacked it (ASCENDKIT_BUILDX), against DOCKER_HOST's engine."""
+    plugin = os.environ.get("ASCENDKIT_BUILDX")
+    return [plugin] if plugin else ["docker", "buildx"]
 
 
 # ---- a node's containerd --------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def containerd(work: Path) -> Iterator[tuple[list[str], Path]]:
-    """containerd on an empty root: ``ctr`` argv prefix to talk to it, and its root."""
+def containerd(work: Path, soci: Path | None = None) -> Iterator[tuple[list[str], Path]]:
+    """containerd on an empty root: ``ctr`` argv prefix to talk to it, and its root. With ``soci``
+    (where soci-snapshotter-grpc is), a SOCI snapshotter on an empty root beside it, as ``soci``."""
     node = Path(tempfile.mkdtemp(prefix="node-", dir=work))
     config = node / "config.toml"
-    config.write_text('version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n')
+    text = 'version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
+    snapshotter = None
+    if soci is not None:
+        text += f'[proxy_plugins.soci]\ntype = "snapshot"\naddress = "{node / "soci.sock"}"\n'
+        (node / "soci.toml").write_text("")
+        snapshotter = subprocess.Popen(
+            [str(soci / "soci-snapshotter-grpc"), "-address", str(node / "soci.sock"), "-root", str(node / "soci"),
+             "-config", str(node / "soci.toml")],
+            stdout=subprocess.DEVNULL, stderr=(node / "soci.log").open("w"),
+        )  # fmt: skip
+        for _ in range(100):
+            if (node / "soci.sock").exists():
+                break
+            time.sleep(0.1)
+    config.write_text(text)
     address = node / "containerd.sock"
     proc = subprocess.Popen(
         [str(ENGINE / "containerd"), "--config", str(config), "--root", str(node / "root"), "--state", str(node / "state"),
@@ -113,6 +137,9 @@ def containerd(work: Path) -> Iterator[tuple[list[str], Path]]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        if snapshotter is not None:
+            snapshotter.terminate()
+            snapshotter.wait(timeout=30)
         for line in reversed(Path("/proc/mounts").read_text().splitlines()):
             mountpoint = line.split()[1]
             if mountpoint.startswith(str(node)):
@@ -189,6 +216,36 @@ def case(work: Path, ref: str, mcd: int, quick: bool) -> dict[str, float]:
     return {"pull_s": pull, "start_s": start, "import_s": max(0.0, first - start), "to_import_s": pull + first, "content_mb": stored / MB}
 
 
+SOCI = CACHE / "soci-trixie-v1" / "usr" / "bin"  # Debian 13's soci-snapshotter 0.4.1, unpacked by setup_soci
+
+
+def setup_soci(work: Path, ref: str) -> str:
+    """The gzip image's SOCI index made (zTOCs of layers of 10 MB and more) and pushed beside it; its digest."""
+    if not (SOCI / "soci").is_file():
+        from tests.debian_packages import unpacked
+
+        unpacked(CACHE, "trixie", ("soci-snapshotter",), "soci")
+    with containerd(work) as (ctr, _):
+        address = ctr[2]
+        timed([*ctr, "images", "pull", "--plain-http", ref])
+        soci = [str(SOCI / "soci"), "--address", address, "-n", "bench", "--content-store", "containerd"]
+        timed([*soci, "create", ref])
+        listed = subprocess.run([*soci, "index", "list", "--ref", ref], capture_output=True, text=True, check=True).stdout
+        digest = next(w for line in listed.splitlines()[1:] for w in line.split() if w.startswith("sha256:"))
+        timed([*soci, "push", "--plain-http", ref])
+    return digest
+
+
+def soci_case(work: Path, ref: str, index: str, quick: bool) -> dict[str, float]:
+    """The lazy pull: rpull fetches the manifests and the SOCI index; layers come as the import reads them."""
+    with containerd(work, soci=SOCI) as (ctr, _):
+        soci = [str(SOCI / "soci"), "--address", ctr[2], "-n", "bench"]
+        pull = timed([*soci, "image", "rpull", "--plain-http", "--soci-index-digest", index, ref])
+        start = timed([*ctr, "run", "--rm", "--snapshotter", "soci", ref, "bare", "true"])
+        first = timed([*ctr, "run", "--rm", "--snapshotter", "soci", ref, "first", "python3", "-c", import_line(quick)])
+    return {"pull_s": pull, "start_s": start, "import_s": max(0.0, first - start), "to_import_s": pull + first, "content_mb": 0.0}
+
+
 def apart(work: Path, ref: str) -> dict[str, float]:
     """The pull taken apart: every blob fetched first, then the unpack of what is there."""
     with containerd(work) as (ctr, _):
@@ -202,6 +259,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the base alone and `import json`: the script's own check")
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "coldnode.json")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each case (the fastest is kept)")
+    parser.add_argument("--soci", action="store_true", help="also lazily, through Debian 13's soci-snapshotter 0.4.1 (gzip layers)")
     args = parser.parse_args()
     registry = os.environ.get("ASCENDKIT_REGISTRY", "127.0.0.1:5000")
     base = os.environ.get("ASCENDKIT_STANDIN_IMAGE")
@@ -210,6 +268,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="coldnode-") as tmp:
         work = Path(tmp)
         refs = build_and_push(registry, base, args.quick, work)
+        index = setup_soci(work, refs["gzip"]) if args.soci else ""
         port = int(registry.rpartition(":")[2])
         rows: list[dict[str, Any]] = []
         with throttled(port, PER_CONNECTION) as slow_port:
@@ -222,6 +281,12 @@ def main() -> None:
                         best = min(runs, key=lambda r: r["to_import_s"])
                         rows.append({"link": link, "variant": variant, "max_concurrent_downloads": mcd, **best})
                         print(json.dumps(rows[-1]), flush=True)
+                if index:
+                    moved = refs["gzip"].replace(registry, host, 1)
+                    runs = [soci_case(work, moved, index, args.quick) for _ in range(args.repeat)]
+                    best = min(runs, key=lambda r: r["to_import_s"])
+                    rows.append({"link": link, "variant": "soci", "max_concurrent_downloads": 0, **best})
+                    print(json.dumps(rows[-1]), flush=True)
         parts = {variant: apart(work, ref) for variant, ref in refs.items()}
     print_table(rows, parts, args.quick)
     args.json.parent.mkdir(parents=True, exist_ok=True)
