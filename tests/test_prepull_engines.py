@@ -87,9 +87,10 @@ def binding_problems(value: dict[str, Any], struct: dict[str, tuple[str, str]], 
             problems.append(f"{where}.{key}: a {go_type} (a JSON integer), got {item!r}")
         if "oneof" in rules and item not in rules["oneof"].split():
             problems.append(f"{where}.{key}: one of {rules['oneof']}, got {item!r}")
-        for bound, ok in (("gte", lambda a, b: a >= b), ("lte", lambda a, b: a <= b)):
-            if bound in rules and isinstance(item, int) and not ok(item, int(rules[bound])):
-                problems.append(f"{where}.{key}: {bound} {rules[bound]}, got {item}")
+        if isinstance(item, int) and "gte" in rules and item < int(rules["gte"]):
+            problems.append(f"{where}.{key}: gte {rules['gte']}, got {item}")
+        if isinstance(item, int) and "lte" in rules and item > int(rules["lte"]):
+            problems.append(f"{where}.{key}: lte {rules['lte']}, got {item}")
     return problems
 
 
@@ -160,14 +161,15 @@ def test_one_image_gets_one_job_and_refusals_are_clear() -> None:
     (doc,) = as_documents(rendered("a3", "openkruise", images=(ZSTD,))[0])
     assert doc["metadata"]["name"] == "ascendkit-prepull-a3"
     m = LOADED.matrix
-    base = {"facts": JobFacts.of(m.compat), "user": m.image_user}
+    base: dict[str, Any] = {"facts": JobFacts.of(m.compat), "user": m.image_user}
     from buildkit.k8s.request import check_request
 
-    for kw, said in (
+    cases: tuple[tuple[dict[str, Any], str], ...] = (
         ({"job": "smoke", "puller": "openkruise"}, "goes with --job prepull"),
         ({"job": "prepull", "parallelism": 4}, "goes with --puller openkruise"),
         ({"job": "prepull", "puller": "kraken"}, "one of daemonset, openkruise, dragonfly"),
-    ):
+    )
+    for kw, said in cases:
         with pytest.raises(InputError, match=said):
             check_request(K8sRequest("a3", m.skus["a3"], IMAGE, **base, **kw))
 
@@ -218,10 +220,10 @@ def test_status_documents_have_the_crds_shape() -> None:
     """The fixtures are what OpenKruise would hold: their status validates against the vendored CRDs."""
     job = imagepulljob_status()
     crd, schema = crd_for(job["apiVersion"], job["kind"])
-    assert crd is not None and crd_validate(job, schema) == []
+    assert crd is not None and schema is not None and crd_validate(job, schema) == []
     for item in node_images()["items"]:
         crd, schema = crd_for(item["apiVersion"], item["kind"])
-        assert crd is not None and crd_validate(item, schema) == [], item["metadata"]["name"]
+        assert crd is not None and schema is not None and crd_validate(item, schema) == [], item["metadata"]["name"]
 
 
 def test_an_imagepulljob_status_names_the_failed_node_its_reason_and_the_times(tmp_path: Path) -> None:
