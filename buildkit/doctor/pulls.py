@@ -129,23 +129,16 @@ def pull_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def settings(config: dict[str, Any], version: str) -> PullSettings:
     plugins = config.get("plugins") or {}
-    if int(config.get("version", 1)) >= 3:
-        images = plugins.get("io.containerd.cri.v1.images") or {}
-        cri_downloads = int(images.get("max_concurrent_downloads", DEFAULT_DOWNLOADS))
-        snapshotter = images.get("snapshotter") or "overlayfs"
-        discard = bool(images.get("discard_unpacked_layers", False))
-        registry = images.get("registry") or {}
-        annotations_on = images.get("disable_snapshot_annotations", True) is False
-        key = 'plugins."io.containerd.cri.v1.images".max_concurrent_downloads'
-    else:
-        cri = plugins.get("io.containerd.grpc.v1.cri") or plugins.get("cri") or {}
-        table = cri.get("containerd") or {}
-        cri_downloads = int(cri.get("max_concurrent_downloads", DEFAULT_DOWNLOADS))
-        snapshotter = table.get("snapshotter") or "overlayfs"
-        discard = bool(table.get("discard_unpacked_layers", False))
-        registry = cri.get("registry") or {}
-        annotations_on = table.get("disable_snapshot_annotations", True) is False
-        key = 'plugins."io.containerd.grpc.v1.cri".max_concurrent_downloads'
+    # version 3: every key in the images plugin; version 2: the CRI plugin, snapshotter and discard in its containerd table
+    name = "io.containerd.cri.v1.images" if int(config.get("version", 1)) >= 3 else "io.containerd.grpc.v1.cri"
+    top = plugins.get(name) or (plugins.get("cri") if name.endswith("grpc.v1.cri") else None) or {}
+    table = top if name.endswith("images") else top.get("containerd") or {}
+    cri_downloads = int(top.get("max_concurrent_downloads", DEFAULT_DOWNLOADS))
+    snapshotter = table.get("snapshotter") or "overlayfs"
+    discard = bool(table.get("discard_unpacked_layers", False))
+    registry = top.get("registry") or {}
+    annotations_on = table.get("disable_snapshot_annotations", True) is False
+    key = f'plugins."{name}".max_concurrent_downloads'
     numbers = version_numbers(version)[:2] if version else ()
     if len(numbers) < 2 or tuple(numbers) < TRANSFER_SINCE:
         return PullSettings(version, cri_downloads, key, snapshotter, discard, None)
