@@ -133,8 +133,8 @@ def _render_job(hw: str, image: str, given: dict[str, Any], *, output: Path | No
     manifests = render(request)
     for warning in (*warnings, *manifests.warnings):
         typer.echo(f"ascendkit: warning: {warning}", err=True)
-    for note in manifests.notes:
-        typer.echo(f"ascendkit: {note}", err=True)
+    for index, note in enumerate(manifests.notes):  # one instruction: its command lines as they are, to copy
+        typer.echo(f"ascendkit: {note}" if index == 0 else note, err=True)
     text = manifests.text
     if as_json and request.puller != "dragonfly":  # the preheat jobs are JSON already
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": as_documents(text)}, indent=2) + "\n"

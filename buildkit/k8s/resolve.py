@@ -130,7 +130,7 @@ def resolve(loaded: LoadedMatrix, request: K8sRequest, stack: str | None = None)
         user, problem = user_of(labels, loaded.matrix.image_user)
         warnings += [problem] if problem else []
         request = dataclasses.replace(request, user=user)
-        if request.job == "prepull" and request.puller != "daemonset":  # every image of the tag, where the registry answers
+        if request.job == "prepull" and request.puller != "daemonset":  # every image of the tag as the registry holds it
             try:
                 images, said = images_of_tag(image)
             except (Unavailable, PublishFailed) as exc:  # the pullers are rendered for what the registry holds
