@@ -380,3 +380,17 @@ def test_preflight_without_logs_or_cluster_says_what_to_give(runner: CliRunner, 
     (tmp_path / "x.json").write_text('{"kind": "Pod"}')
     result = runner.invoke(app, ["k8s", "preflight", "--cluster", str(tmp_path / "x.json")])
     assert result.exit_code == ExitCode.INVALID_INPUT and "kubectl get crd,daemonsets,deployments -A -o json" in result.output
+
+
+def test_malformed_status_is_refused_or_read_past_never_a_traceback(tmp_path: Path, runner: CliRunner) -> None:
+    (tmp_path / "job.json").write_text(json.dumps(imagepulljob_status()))
+    (tmp_path / "ni.json").write_text("[1, 2]")
+    result = runner.invoke(app, ["k8s", "prepull-status", str(tmp_path / "job.json"), "--node-images", str(tmp_path / "ni.json")])
+    assert result.exit_code == ExitCode.INVALID_INPUT and "kubectl get nodeimages -o json" in result.output
+    odd = dragonfly_job(3, "SUCCESS", ["npu-a"], [])
+    odd["result"]["job_states"].append("not a state")
+    odd["result"]["job_states"][0]["results"].append(None)
+    (tmp_path / "df.json").write_text(json.dumps([odd, {**odd, "result": "gone"}]))
+    result = runner.invoke(app, ["k8s", "prepull-status", str(tmp_path / "df.json"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["done"] == 1

@@ -112,7 +112,10 @@ def read(source: str, node_images: str | None = None) -> PrepullStatus:
         raise InputError(f"{source}: expected a JSON object (kubectl ... -o json) or Dragonfly jobs")
     kind = doc.get("kind")
     if kind == "ImagePullJob":
-        return kruise_status(doc, read_json(node_images) if node_images else None, source)
+        listed = read_json(node_images) if node_images else None
+        if node_images and not (isinstance(listed, dict) and isinstance(listed.get("items"), list)):
+            raise InputError(f"--node-images {node_images}: expected a List (kubectl get nodeimages -o json)")
+        return kruise_status(doc, listed, source)
     if node_images:
         raise InputError("--node-images goes with an OpenKruise ImagePullJob")
     if kind in ("PodList", "List") and all(isinstance(i, dict) and i.get("kind", "Pod") == "Pod" for i in doc.get("items", [])):
@@ -161,7 +164,9 @@ def kruise_status(job: dict[str, Any], node_images: Any, source: str) -> Prepull
     wanted_tag = digest or tag or "latest"
     failed_nodes = set(status.get("failedNodes") or [])
     nodes: dict[str, NodePull] = {}
-    for item in (node_images or {}).get("items", []) if node_images is not None else []:
+    for item in node_images["items"] if node_images is not None else []:
+        if not isinstance(item, dict):
+            continue
         node = (item.get("metadata") or {}).get("name", "?")
         image_statuses = (item.get("status") or {}).get("imageStatuses") or {}
         for key, value in image_statuses.items():
@@ -199,31 +204,35 @@ def _same_repository(key: str, name: str) -> bool:
     return familiar(key) == familiar(name)
 
 
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 def dragonfly_status(jobs: list[Any], source: str) -> PrepullStatus:
-    nodes: dict[tuple[str, str], NodePull] = {}
+    """One row per peer over every job: failed where any job failed on it (each description), else done."""
+    done: set[str] = set()
+    failed: dict[str, list[str]] = {}
     messages = []
     for job in jobs:
         if not isinstance(job, dict) or job.get("type") != "preheat":
             raise InputError(f'{source}: expected Dragonfly preheat jobs (GET /oapi/v1/jobs/ID), each with "type": "preheat"')
-        url = (job.get("args") or {}).get("url", "")
+        args, result = job.get("args"), job.get("result")
+        url = args.get("url", "") if isinstance(args, dict) else ""
         state = job.get("state", "")
-        result = job.get("result") or {}
-        for job_state in result.get("job_states") or []:
+        for job_state in _dicts(result.get("job_states") if isinstance(result, dict) else None):
             if job_state.get("error"):
                 messages.append(f"job {job.get('id')}: {job_state['error']}")
-            for response in job_state.get("results") or []:
-                for task in response.get("success_tasks") or []:
-                    key = (task.get("hostname", ""), task.get("url", url))
-                    nodes.setdefault(key, NodePull(_peer(task), "done"))
-                for task in response.get("failure_tasks") or []:
-                    key = (task.get("hostname", ""), task.get("url", url))
-                    nodes[key] = NodePull(_peer(task), "failed", None, task.get("description", ""))
+            for response in _dicts(job_state.get("results")):
+                done.update(_peer(task) for task in _dicts(response.get("success_tasks")))
+                for task in _dicts(response.get("failure_tasks")):
+                    failed.setdefault(_peer(task), []).append(str(task.get("description", "")))
         if state in ("PENDING", "RECEIVED", "STARTED", "RETRY"):
             messages.append(f"job {job.get('id')} ({url}) is {state}")
-        elif state == "FAILURE" and not any(n.state == "failed" for n in nodes.values()):
+        elif state == "FAILURE" and not failed:
             messages.append(f"job {job.get('id')} ({url}) FAILED")
-    peers = sorted(nodes.values(), key=lambda n: (n.node, n.state))
-    return PrepullStatus("dragonfly", f"{len(jobs)} preheat job(s)", peers, None, "; ".join(messages))
+    peers = [NodePull(peer, "failed", None, "; ".join(dict.fromkeys(why))) for peer, why in failed.items()]
+    peers += [NodePull(peer, "done") for peer in done - set(failed)]
+    return PrepullStatus("dragonfly", f"{len(jobs)} preheat job(s)", sorted(peers, key=lambda n: n.node), None, "; ".join(messages))
 
 
 def _peer(task: dict[str, Any]) -> str:
