@@ -42,8 +42,8 @@ PULL_RETRIES = 3
 JOB_DEADLINE_S = 86400
 JOB_TTL_S = 86400
 DEFAULT_PARALLELISM = 10  # nodes pulling at once: the registry's (or mirror's) link is what is shared
-# Dragonfly: preheat into every peer, one layer per peer at a time per image is its default of 8
-# layers; the manager's default timeout is 60 minutes, too short for every peer of a fleet.
+# Dragonfly: preheat into every peer of the cluster; the manager's default timeout (60 minutes) is
+# too short for a 20-30 GB image on every peer of a fleet, so three hours.
 PREHEAT_SCOPE = "all_peers"
 PREHEAT_TIMEOUT_NS = 3 * 3600 * 10**9  # a Go time.Duration in JSON: nanoseconds
 
@@ -91,11 +91,11 @@ def images_of_tag(ref: str) -> tuple[tuple[PrepullImage, ...], list[str]]:
             sibling = find_digest(f"{name}:{sibling_tag}")
         except (InputError, Unavailable, PublishFailed) as exc:  # not "no such tag": said, the named image still pre-pulled
             notes.append(f"could not ask for {name}:{sibling_tag} ({exc}); pre-pulling {ref} alone")
-            sibling = None
-        if sibling is not None:
-            found.append(PrepullImage(sibling, variant_of(sibling), tuple(index_platforms(sibling))))
         else:
-            notes.append(f"{name}:{sibling_tag} is not published: only {found[0].variant} is pre-pulled")
+            if sibling is not None:
+                found.append(PrepullImage(sibling, variant_of(sibling), tuple(index_platforms(sibling))))
+            else:
+                notes.append(f"{name}:{sibling_tag} is not published: only {found[0].variant} is pre-pulled")
     else:
         notes.append(f"{ref} names no tag: its other compression cannot be found, only it is pre-pulled")
     found.sort(key=lambda image: image.variant != "gzip")  # gzip first: every runtime pulls it

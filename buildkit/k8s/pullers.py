@@ -75,8 +75,14 @@ class Pullers:
 
 
 def _images(item: dict[str, Any]) -> list[str]:
-    spec = ((item.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return [str(c.get("image", "")) for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]]
+    """The images of a workload's pod template (what is not shaped as one is read past)."""
+    spec: Any = item
+    for key in ("spec", "template", "spec"):
+        spec = spec.get(key) if isinstance(spec, dict) else None
+    if not isinstance(spec, dict):
+        return []
+    containers = [c for key in ("containers", "initContainers") if isinstance(spec.get(key), list) for c in spec[key]]
+    return [str(c.get("image", "")) for c in containers if isinstance(c, dict)]
 
 
 def _tag(image: str) -> str:
@@ -97,7 +103,9 @@ def detect(doc: Any, source: str) -> Pullers:
         kind, meta = item.get("kind"), item.get("metadata") or {}
         where = f"{meta.get('namespace', '')}/{meta.get('name', '')}".lstrip("/")
         if kind == "CustomResourceDefinition" and meta.get("name") == KRUISE_CRD:
-            served = [v.get("name", "") for v in (item.get("spec") or {}).get("versions") or [] if v.get("served")]
+            spec: dict[str, Any] = item["spec"] if isinstance(item.get("spec"), dict) else {}
+            listed: list[Any] = spec["versions"] if isinstance(spec.get("versions"), list) else []
+            served = [str(v.get("name", "")) for v in listed if isinstance(v, dict) and v.get("served")]
             versions = tuple(sorted(served))
         for image in _images(item) if kind in ("DaemonSet", "Deployment") else []:
             if "openkruise/kruise-manager" in image:
@@ -107,7 +115,10 @@ def detect(doc: Any, source: str) -> Pullers:
             elif kind == "DaemonSet" and re.search(r"dragonflyoss/(client|dfdaemon)(:|@|$)", image):
                 peers = where
     if versions and KRUISE_API.rpartition("/")[2] not in versions:
-        notes.append(f"this OpenKruise does not serve {KRUISE_API}: upgrade it to 1.6 or later for ImagePullJob with imagePullPolicy")
+        notes.append(
+            f"this OpenKruise serves ImagePullJob as {', '.join(versions)}, not as {KRUISE_API}, the version ascendkit renders: "
+            "the DaemonSet is recommended instead"
+        )
     if peers and not manager:
         notes.append(
             "Dragonfly's peers run but no manager was listed: a preheat needs the manager's Open API (another namespace or cluster?)"
