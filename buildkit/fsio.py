@@ -67,6 +67,15 @@ def read_input_text(path: Path, what: str, *, errors: str = "strict") -> str:
         raise InputError(f"{path}: the {what} is not UTF-8 text (byte {exc.start})") from None
 
 
+def read_input_json(source: str, what: str, hint: str) -> Any:
+    """A JSON input from a file or ``-`` (stdin); not JSON is the line and ``hint`` (what to give instead)."""
+    text = sys.stdin.read() if source == "-" else read_input_text(Path(source), what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{source}: line {exc.lineno}: not JSON ({exc.msg}); {hint}") from None
+
+
 def check_output_file(path: Path) -> None:
     """Refuse an output path that is not (or would not be) a regular file in an existing directory."""
     try:

@@ -44,7 +44,7 @@ from buildkit.cli.k8s_options import (
     TopologyTierOption,
 )
 from buildkit.errors import ExitCode, InputError
-from buildkit.fsio import STDOUT, check_output_file, write_output
+from buildkit.fsio import STDOUT, check_output_file, read_input_json, write_output
 from buildkit.k8s import (
     KRUISE_VERSION,
     KUBERAY_VERSION,
@@ -193,7 +193,6 @@ def k8s_preflight(
     """Judge every node from its preflight report: one row per node, the failing check and what to do (exit 1 when any fails);
     with --cluster, which pre-pull engines the cluster runs and which to use."""
     from buildkit.k8s.preflight import format_table, read_node_runtimes, read_reports, summarize
-    from buildkit.k8s.prepull_status import read_json
     from buildkit.k8s.pullers import detect
 
     sources = sources or []
@@ -202,7 +201,8 @@ def k8s_preflight(
     stdin = [s for s in (*sources, node_info, cluster) if s == "-"]
     if len(stdin) > 1:
         raise InputError("only one input can be stdin (-): give the others as files")
-    pullers = detect(read_json(cluster), cluster) if cluster else None
+    listed = read_input_json(cluster, "cluster list", "ask kubectl for -o json") if cluster else None
+    pullers = detect(listed, cluster) if cluster else None
     if not sources:
         assert pullers is not None
         if as_json:

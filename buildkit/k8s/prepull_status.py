@@ -17,16 +17,13 @@ Field names follow the pullers' own types: OpenKruise v1.9.0 ``ImagePullJobStatu
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from buildkit.errors import InputError
-from buildkit.fsio import read_input_text
+from buildkit.fsio import read_input_json
 from buildkit.imageref import split_ref
 
 # What the kubelet says when it cannot pull (kubernetes pkg/kubelet/images/types.go) and will not retry soon.
@@ -127,11 +124,8 @@ def read(source: str, node_images: str | None = None) -> PrepullStatus:
 
 
 def read_json(source: str) -> Any:
-    text = sys.stdin.read() if source == "-" else read_input_text(Path(source), "status")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{source}: line {exc.lineno}: not JSON ({exc.msg}); ask kubectl for -o json") from None
+    """What kubectl (or Dragonfly's manager) printed as JSON, from a file or - (stdin)."""
+    return read_input_json(source, "status", "ask kubectl for -o json")
 
 
 def daemonset_status(pods: list[dict[str, Any]], source: str) -> PrepullStatus:
