@@ -55,6 +55,7 @@ from buildkit.cli.mirror_options import (
 )
 from buildkit.cli.ship_options import (
     CompressionOption,
+    LazyOption,
     ManifestDir,
     MediaTypesOption,
     RegistriesOption,
@@ -131,6 +132,7 @@ def build(
     media_types: MediaTypesOption = None,
     sign_key: SignKeyOption = None,
     compression: CompressionOption = "gzip",
+    lazy: LazyOption = None,
     manifest_dir: ManifestDir = Path("manifests"),
     offline: OfflineFlag = False,
     wheelhouse: WheelhouseOption = None,
@@ -174,6 +176,7 @@ def _pushing(given: dict[str, Any]) -> PushRequest | None:
         media_types=media_types.value if media_types else None,
         compression=given["compression"],
         signed=given["sign_key"] is not None,
+        lazy=given["lazy"],
     )
     return pushing.signed_by(load_sign_key(given["sign_key"])) if pushing is not None and not given["dry_run"] else pushing
 

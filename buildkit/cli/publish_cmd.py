@@ -11,6 +11,7 @@ from buildkit.cancel import interrupted
 from buildkit.cli.base import JsonFlag, app, print_json, user_errors
 from buildkit.cli.ship_options import (
     CompressionOption,
+    LazyOption,
     ManifestDir,
     MediaTypesOption,
     RegistriesOption,
@@ -39,6 +40,7 @@ def publish(
     ] = False,
     media_types: MediaTypesOption = None,
     compression: CompressionOption = "gzip",
+    lazy: LazyOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="With --index-only: check everything in the registry, push nothing.")] = False,
     sign_key: SignKeyOption = None,
     manifest_dir: ManifestDir = Path("manifests"),
@@ -58,6 +60,7 @@ def publish(
         media_types=media_types.value if media_types else None,
         compression=compression,
         signer=lambda: load_sign_key(sign_key),
+        lazy=lazy,
     )
     targets, options = list(request.targets), request.options
     if index_only:

@@ -36,6 +36,15 @@ MediaTypesOption = Annotated[
     ),
 ]
 ManifestDir = Annotated[Path, typer.Option("--manifest-dir", help="Where build manifests are written and read.")]
+LazyOption = Annotated[
+    Literal["soci"] | None,
+    typer.Option(
+        "--lazy",
+        help="soci: also a SOCI index of the gzip image (zTOCs of its layers of 10 MiB and more), found by the referrers API "
+        "or the sha256-<digest> tag: nodes running the SOCI snapshotter start it before its layers are pulled.",
+        rich_help_panel=SHIPPING,
+    ),
+]
 CompressionOption = Annotated[  # the name is the ship layer's Compression's (layers.PUBLISHED), passed as is
     Literal["gzip", "zstd"],
     typer.Option(

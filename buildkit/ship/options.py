@@ -20,10 +20,18 @@ class ShipOptions:
     form: Form = None  # --media-types: None (the default), docker or oci
     compressions: tuple[Compression, ...] = (GZIP,)  # --compression zstd: (GZIP, ZSTD), zstd under <tag>-zstd
     signer: Signer | None = None  # --sign-key: sign every image and index, and the provenance
+    lazy: str | None = None  # --lazy soci: a SOCI index beside the gzip image (buildkit/ship/lazy.py)
 
     def __post_init__(self) -> None:
         for compression in self.compressions:
             image_form(self.form, compression.name)  # refuses docker + zstd before anything is contacted
+        if self.lazy not in (None, "soci"):
+            raise InputError(f"--lazy {self.lazy!r}: give soci (or leave it out)")
+        if self.lazy and self.form == "docker":
+            raise InputError(
+                "--lazy soci with --media-types docker: a SOCI index is an OCI manifest, "
+                "which a registry that refuses OCI media types refuses too"
+            )
 
     def signed_by(self, signer: Signer | None) -> ShipOptions:
         """These options with ``signer`` (loaded once the rest of a request holds: it may prompt)."""
@@ -55,11 +63,11 @@ class Published:
         return {"ref": self.ref, "digest": self.digest, "arch": self.arch or "index", "compression": self.compression}
 
 
-def ship_options(media_types: str | None, compression: str, signer: Signer | None = None) -> ShipOptions:
+def ship_options(media_types: str | None, compression: str, signer: Signer | None = None, lazy: str | None = None) -> ShipOptions:
     """The options as the command line and the API spell them, checked before anything is contacted."""
     if media_types not in (None, "default", "docker", "oci"):
         raise InputError(f"media types {media_types!r}: give docker or oci (or leave it out for the default)")
     if compression not in PUBLISHED:
         raise InputError(f"compression {compression!r}: give {' or '.join(PUBLISHED)}")
     form: Form = None if media_types in (None, "default") else media_types  # type: ignore[assignment]
-    return ShipOptions(form=form, compressions=PUBLISHED[compression], signer=signer)
+    return ShipOptions(form=form, compressions=PUBLISHED[compression], signer=signer, lazy=lazy)

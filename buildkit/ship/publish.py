@@ -30,8 +30,9 @@ from buildkit.imageref import RegistryRef
 from buildkit.plan import arch_tag
 from buildkit.ship.attach import Attached, stage_sbom
 from buildkit.ship.compose import Form, image_manifest, index_manifest
-from buildkit.ship.export import gather_blobs
+from buildkit.ship.export import ImageBlobs, gather_blobs
 from buildkit.ship.layers import Blob, Compression, CompressionCache
+from buildkit.ship.lazy import LazyIndex, Ztocs, from_registry, image_ztocs, stage_lazy_index
 from buildkit.ship.local import LocalImage, record_published
 from buildkit.ship.options import Published, ShipOptions, Target
 from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, digest_of
@@ -68,6 +69,7 @@ class PublishOutcome:
     indexes: dict[str, list[Published]] = field(default_factory=dict)  # target name -> index tags
     sboms: dict[str, list[Attached]] = field(default_factory=dict)
     trust: dict[str, list[dict[str, str | None]]] = field(default_factory=dict)  # target name -> each digest's signature and provenance
+    lazy: dict[str, list[LazyIndex]] = field(default_factory=dict)  # target name -> the SOCI index of each image (--lazy soci)
     index_missing: tuple[str, ...] = ()
 
     @property
@@ -94,6 +96,7 @@ class PublishOutcome:
                     "sboms": [a.describe() for a in self.sboms.get(name, [])],
                     "signed": [t for t in self.trust.get(name, []) if t.get("signature")],
                     "provenance": [t for t in self.trust.get(name, []) if t.get("provenance")],
+                    "lazy": [i.describe() for i in self.lazy.get(name, [])],
                 }
                 for name, pushed in self.registries.items()
             ],
@@ -125,9 +128,10 @@ def push_image(
                 each_at_once(functools.partial(_send, target, cache=cache, tell=tell, present=blobs.present), every)
                 for variant, body, media_type in manifests:
                     subjects[(target.name, variant.name)] = _put_by_digest(target, body, media_type, image.image_id)
+            ztocs = _ztocs(blobs, targets[0], subjects[(targets[0].name, "gzip")], tell) if options.lazy == "soci" else None
         finally:
             cache.save()
-    write_all(_attach(image, targets, subjects, build, options, outcome, tell))  # the attachments' tags, then the image's
+    write_all(_attach(image, targets, subjects, build, options, outcome, tell, ztocs))  # the attachments' tags, then the image's
     for target in targets:
         for variant, body, media_type in manifests:
             for name in image.tag_names:
@@ -147,8 +151,10 @@ def _attach(
     options: ShipOptions,
     outcome: PublishOutcome,
     tell: Say,
+    ztocs: Ztocs | None = None,
 ) -> list[StagedTag]:
-    """The SBOM, provenance and signature of each pushed manifest, by digest, in every target; the tags they need, staged."""
+    """The SBOM, provenance and signature of each pushed manifest, by digest, in every target, and
+    with ``ztocs`` the gzip image's SOCI index; the tags they need, staged."""
     sbom = read_input_bytes(image.sbom, "SBOM") if image.sbom is not None and image.sbom.is_file() else None
     staged: list[StagedTag] = []
     for target in targets:
@@ -163,7 +169,20 @@ def _attach(
             trusted, tags = stage_trust(target.registry, target.ref.repository, subject.digest, build, options.signer, form)
             staged += tags
             outcome.trust.setdefault(target.name, []).append(trusted)
+            if ztocs is not None and variant.name == "gzip":
+                lazy, tag = stage_lazy_index(target.registry, target.ref.repository, subject, ztocs)
+                staged += [tag] if tag is not None else []
+                outcome.lazy.setdefault(target.name, []).append(lazy)
+                tell(f"{target.name}: SOCI index {lazy.digest[:19]} for {subject.digest[:19]} ({lazy.layers} layers lazily; {lazy.how})")
     return staged
+
+
+def _ztocs(blobs: ImageBlobs, target: Target, subject: Manifest, tell: Say) -> Ztocs:
+    """The zTOCs of the gzip image's layers: from the bytes this run compressed, or where a layer was
+    not exported (every registry had it), from the first registry."""
+    local = {b.digest: b.open for b in blobs.layers["gzip"] if b.path is not None}
+    remote = from_registry(target.registry, target.ref.repository)
+    return image_ztocs(subject, lambda digest: local.get(digest) or remote(digest), tell)
 
 
 def _put_by_digest(target: Target, body: bytes, media_type: str, image_id: str) -> Manifest:

@@ -54,6 +54,7 @@ def publish_request(
     media_types: str | None = None,
     compression: str = "gzip",
     signer: Signer | Callable[[], Signer | None] | None = None,
+    lazy: str | None = None,
 ) -> PublishRequest:
     """The request ``ascendkit publish`` and :func:`buildkit.publish` make, or the reason it cannot be
     made. ``signer`` may be a function that loads it: called once the options hold (it may prompt)."""
@@ -66,7 +67,7 @@ def publish_request(
     if not index_only and not images:
         raise InputError("give the local IMAGES to push, or --index-only to publish indexes from --manifest-dir")
     targets = registry_targets(registries)
-    unsigned = ship_options(media_types, compression)  # the options refused before a key is opened
+    unsigned = ship_options(media_types, compression, lazy=lazy)  # the options refused before a key is opened
     options = unsigned.signed_by(None if dry_run else signer() if callable(signer) else signer)
     for ref in images:
         if not IMAGE_REFERENCE.match(ref):
@@ -96,6 +97,7 @@ def push_request(
     media_types: str | None = None,
     compression: str = "gzip",
     signed: bool = False,
+    lazy: str | None = None,
 ) -> PushRequest | None:
     """``build --push``'s options checked together (None: no push); ``signed``: a signing key was
     given (loaded by the caller only once the request holds, since it may ask for a passphrase)."""
@@ -106,9 +108,9 @@ def push_request(
         raise InputError("--registry is where --push sends the image: give --push too, or drop --registry")
     if not index and not push:
         raise InputError("--no-index only changes what --push does: give --push too")
-    if (media_types or compression != "gzip" or signed) and not push:
-        raise InputError("--media-types, --compression and --sign-key change what --push does: give --push too")
-    options = ship_options(media_types, compression)  # refused now (docker + zstd, say), before the build
+    if (media_types or compression != "gzip" or signed or lazy) and not push:
+        raise InputError("--media-types, --compression, --lazy and --sign-key change what --push does: give --push too")
+    options = ship_options(media_types, compression, lazy=lazy)  # refused now (docker + zstd, say), before the build
     return PushRequest(targets, options, index) if push else None
 
 
