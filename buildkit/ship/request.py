@@ -62,6 +62,8 @@ def publish_request(
         raise InputError("give --registry HOST[:PORT]/REPO (repeat it to publish to several registries)")
     if index_only and (images or not index):
         raise InputError("--index-only reads the build manifests in --manifest-dir: give no IMAGES and no --no-index")
+    if index_only and lazy:
+        raise InputError("--lazy soci indexes the images a push sends: give it to `build --push` or `publish IMAGES`, not --index-only")
     if dry_run and not index_only:
         raise InputError("--dry-run goes with --index-only (a push of local images has no dry run; see `ascendkit build --dry-run`)")
     if not index_only and not images:
