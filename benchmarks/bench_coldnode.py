@@ -33,21 +33,18 @@ import contextlib
 import json
 import os
 import shutil
-import socket
-import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
-ENGINE = STATE / "engine-trixie-v1" / "usr" / "bin"  # containerd 1.7.24 and its ctr, unpacked by `make services`
-CACHE = Path.home() / ".cache" / "ascendkit-bench"
+sys.path.insert(0, str(ROOT))  # tests.containerd_node, buildkit: run as a script from anywhere
+
+from tests.containerd_node import CACHE, ENGINE, containerd, soci_binaries, throttled, tls_for_loopback  # noqa: E402
+
 WHEELS = CACHE / "torch-wheels"
 TORCH = "torch==2.5.1"
 PER_CONNECTION = 25_000_000  # bytes/s each connection gets on the "wan" link
@@ -103,58 +100,7 @@ def buildx() -> list[str]:
     return [plugin] if plugin else ["docker", "buildx"]
 
 
-# ---- a node's containerd --------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def containerd(work: Path, soci: Path | None = None, ca: Path | None = None) -> Iterator[tuple[list[str], Path]]:
-    """containerd on an empty root: ``ctr`` argv prefix to talk to it, and its root. With ``soci``
-    (where soci-snapshotter-grpc is), a SOCI snapshotter on an empty root beside it, as ``soci``."""
-    node = Path(tempfile.mkdtemp(prefix="node-", dir=work))
-    config = node / "config.toml"
-    text = 'version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
-    snapshotter = None
-    if soci is not None:
-        text += f'[proxy_plugins.soci]\ntype = "snapshot"\naddress = "{node / "soci.sock"}"\n'
-        (node / "soci.toml").write_text("")
-        snapshotter = subprocess.Popen(
-            [str(soci / "soci-snapshotter-grpc"), "-address", str(node / "soci.sock"), "-root", str(node / "soci"),
-             "-config", str(node / "soci.toml")],
-            stdout=subprocess.DEVNULL, stderr=(node / "soci.log").open("w"),
-            env={**os.environ, **({"SSL_CERT_FILE": str(ca)} if ca else {})},
-        )  # fmt: skip
-        for _ in range(100):
-            if (node / "soci.sock").exists():
-                break
-            time.sleep(0.1)
-    config.write_text(text)
-    address = node / "containerd.sock"
-    proc = subprocess.Popen(
-        [str(ENGINE / "containerd"), "--config", str(config), "--root", str(node / "root"), "--state", str(node / "state"),
-         "--address", str(address)],
-        stdout=subprocess.DEVNULL, stderr=(node / "containerd.log").open("w"),
-        env={**os.environ, "PATH": f"{ENGINE}:{os.environ['PATH']}"},
-    )  # fmt: skip
-    ctr = [str(ENGINE / "ctr"), "--address", str(address), "-n", "bench"]
-    for _ in range(100):
-        if address.exists() and subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode == 0:
-            break
-        time.sleep(0.1)
-    else:
-        raise SystemExit(f"bench_coldnode: containerd did not start: {(node / 'containerd.log').read_text()[-2000:]}")
-    try:
-        yield ctr, node / "root"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        if snapshotter is not None:
-            snapshotter.terminate()
-            snapshotter.wait(timeout=30)
-        for line in reversed(Path("/proc/mounts").read_text().splitlines()):
-            mountpoint = line.split()[1]
-            if mountpoint.startswith(str(node)):
-                subprocess.run(["umount", "-l", mountpoint], check=False)
-        shutil.rmtree(node, ignore_errors=True)
+# ---- the steps -----------------------------------------------------------------------------------
 
 
 def timed(argv: list[str]) -> float:
@@ -163,86 +109,6 @@ def timed(argv: list[str]) -> float:
     if proc.returncode != 0:
         raise SystemExit(f"bench_coldnode: {' '.join(argv[3:])} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return time.monotonic() - started
-
-
-# ---- a link with a per-connection rate --------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def throttled(upstream_port: int, rate: int | None, tls: ssl.SSLContext | None = None) -> Iterator[int]:
-    """A TCP relay to 127.0.0.1:``upstream_port`` giving each connection ``rate`` bytes/s towards the
-    client (None: as fast as it goes), speaking TLS to clients that open with it given ``tls``; its port."""
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-    stop = threading.Event()
-
-    def pump(src: socket.socket, dst: socket.socket, limit: int | None) -> None:
-        started, sent = time.monotonic(), 0
-        with contextlib.suppress(OSError):
-            while chunk := src.recv(256 * 1024):
-                dst.sendall(chunk)
-                sent += len(chunk)
-                if limit:
-                    ahead = sent / limit - (time.monotonic() - started)
-                    if ahead > 0:
-                        time.sleep(ahead)
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                client, _ = server.accept()
-                client.settimeout(30)
-                # TLS where the client opens with a handshake record, plain HTTP otherwise: soci 0.4.1
-                # fetches its index over https and its layers over http from the same loopback host
-                if tls is not None and client.recv(1, socket.MSG_PEEK) == b"\x16":
-                    client = tls.wrap_socket(client, server_side=True)
-                client.settimeout(None)
-            except (TimeoutError, ssl.SSLError, OSError):
-                continue
-            upstream = socket.create_connection(("127.0.0.1", upstream_port))
-            threading.Thread(target=pump, args=(client, upstream, None), daemon=True).start()
-            threading.Thread(target=pump, args=(upstream, client, rate), daemon=True).start()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield port
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
-
-
-def tls_for_loopback(directory: Path) -> tuple[ssl.SSLContext, Path]:
-    """A self-signed certificate for 127.0.0.1 and localhost: the relay's server context and the CA
-    file (SSL_CERT_FILE) for the SOCI snapshotter, which reaches this registry only over https."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench-coldnode registry")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )  # fmt: skip
-    cert_file, key_file = directory / "registry.crt", directory / "registry.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert_file, key_file)
-    return context, cert_file
 
 
 # ---- the cases ------------------------------------------------------------------------------------
@@ -262,38 +128,32 @@ def case(work: Path, ref: str, mcd: int, quick: bool) -> dict[str, float]:
     return {"pull_s": pull, "start_s": start, "import_s": max(0.0, first - start), "to_import_s": pull + first, "content_mb": stored / MB}
 
 
-SOCI = CACHE / "soci-trixie-v1" / "usr" / "bin"  # Debian 13's soci-snapshotter 0.4.1, unpacked by setup_soci
+def index_lazily(registry: str, ref: str) -> str:
+    """The gzip image's SOCI index as ``publish --lazy soci`` makes and pushes it (zTOCs of its layers
+    of 10 MiB and more, listed under the referrers tag of this registry, which has no referrers API); its digest."""
+    from buildkit.ship.lazy import from_registry, image_ztocs, stage_lazy_index
+    from buildkit.ship.registry import Registry
+
+    repository, _, tag = ref.removeprefix(registry + "/").partition(":")
+    client = Registry(registry)
+    subject = client.get_manifest(repository, tag)
+    assert subject is not None, ref
+    ztocs = image_ztocs(subject, from_registry(client, repository), lambda line: print(f"  {line}", file=sys.stderr))
+    index, staged = stage_lazy_index(client, repository, subject, ztocs)
+    if staged is not None:
+        staged.write()
+    return index.digest
 
 
-def setup_soci(work: Path, ref: str) -> str:
-    """The gzip image's SOCI index made (zTOCs of layers of 10 MB and more) and pushed beside it; its digest."""
-    if not (SOCI / "soci").is_file():
-        from tests.debian_packages import unpacked
-
-        unpacked(CACHE, "trixie", ("soci-snapshotter",), "soci")
-    # soci 0.4 keeps its index store and database under /var/lib/soci-snapshotter-grpc, a path it
-    # does not let one move: it runs in a mount namespace of its own where /var/lib is a directory of the run
-    private = work / "soci-var-lib"
-    private.mkdir(exist_ok=True)
-    namespace = ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /var/lib && exec "$@"', str(private)]
-    with containerd(work) as (ctr, _):
-        address = ctr[2]
-        timed([*ctr, "images", "pull", "--plain-http", ref])
-        soci = [*namespace, str(SOCI / "soci"), "--address", address, "-n", "bench"]
-        timed([*soci, "create", ref])
-        listed = subprocess.run([*soci, "index", "list", "--ref", ref], capture_output=True, text=True, check=True).stdout
-        digest = next(w for line in listed.splitlines()[1:] for w in line.split() if w.startswith("sha256:"))
-        timed([*soci, "push", "--plain-http", ref])
-    return digest
-
-
-def soci_case(work: Path, ref: str, index: str, quick: bool, ca: Path) -> dict[str, float]:
-    """The lazy pull: rpull fetches the manifests and the SOCI index; layers come as the import reads
-    them. Over https (``ca`` trusted): soci 0.4.1's snapshotter reaches no plain-http registry, not
-    even on loopback, and would quietly fall back to an eager pull."""
-    with containerd(work, soci=SOCI, ca=ca) as (ctr, root):
-        soci = ["env", f"SSL_CERT_FILE={ca}", str(SOCI / "soci"), "--address", ctr[2], "-n", "bench"]
-        pull = timed([*soci, "image", "rpull", "--soci-index-digest", index, ref])
+def soci_case(work: Path, ref: str, quick: bool, ca: Path) -> dict[str, float]:
+    """The lazy pull: rpull fetches the manifests, and the snapshotter finds the SOCI index as a node
+    does (the referrers tag); layers come as the import reads them. Over https (``ca`` trusted):
+    soci 0.4.1's snapshotter reaches no plain-http registry, not even on loopback, and would quietly
+    fall back to an eager pull."""
+    soci_dir = soci_binaries()
+    with containerd(work, soci=soci_dir, ca=ca) as (ctr, root):
+        soci = ["env", f"SSL_CERT_FILE={ca}", str(soci_dir / "soci"), "--address", ctr[2], "-n", "bench"]
+        pull = timed([*soci, "image", "rpull", ref])
         start = timed([*ctr, "run", "--rm", "--snapshotter", "soci", ref, "bare", "true"])
         first = timed([*ctr, "run", "--rm", "--snapshotter", "soci", ref, "first", "python3", "-c", import_line(quick)])
         log = (root.parent / "soci.log").read_text()
@@ -331,7 +191,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="coldnode-") as tmp:
         work = Path(tmp)
         refs = build_and_push(registry, base, args.quick, work)
-        index = setup_soci(work, refs["gzip"]) if args.soci else ""
+        index = index_lazily(registry, refs["gzip"]) if args.soci else ""
         port = int(registry.rpartition(":")[2])
         context, ca = tls_for_loopback(work)
         rows: list[dict[str, Any]] = []
@@ -354,7 +214,7 @@ def main() -> None:
                         print(json.dumps(rows[-1]), flush=True)
                 if index:  # SOCI over https (the relay's TLS): its snapshotter reaches no plain-http registry
                     moved = refs["gzip"].replace(registry, tls_host, 1)
-                    runs = [soci_case(work, moved, index, args.quick, ca) for _ in range(args.repeat)]
+                    runs = [soci_case(work, moved, args.quick, ca) for _ in range(args.repeat)]
                     best = min(runs, key=lambda r: r["to_import_s"])
                     rows.append({"link": link, "variant": "soci (lazy)", "max_concurrent_downloads": 0, **best})
                     print(json.dumps(rows[-1]), flush=True)
