@@ -24,11 +24,11 @@ import pytest
 from flatbuffers import number_types
 from flatbuffers.table import Table
 
-from buildkit.errors import InputError
+from buildkit.errors import InputError, PublishFailed
 from buildkit.ship import lazy, ztoc
 from buildkit.ship.compressors import GZIP
 from buildkit.ship.options import ship_options
-from buildkit.ship.registry import OCI_INDEX, OCI_MANIFEST, Registry
+from buildkit.ship.registry import OCI_INDEX, OCI_MANIFEST, Manifest, Registry
 from buildkit.ship.tarindex import TarIndex, UnsupportedTar
 from tests.fake_registry import fake_registry
 from tests.upstream_sources import vendored
@@ -333,3 +333,24 @@ def test_lazy_soci_is_refused_with_docker_media_types_and_anything_else_named() 
     with pytest.raises(InputError, match="--lazy 'estargz': give soci"):
         ship_options(None, "gzip", lazy="estargz")
     assert ship_options("oci", "zstd", lazy="soci").lazy == "soci"
+
+
+class _Cut(io.BytesIO):
+    """A layer's bytes whose connection drops half-way."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self.tell() > len(self.getvalue()) // 2:
+            raise ConnectionResetError("connection reset by peer")
+        return super().read(size)
+
+
+def test_a_layer_read_that_breaks_fails_the_publish_and_caches_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASCENDKIT_CACHE", str(tmp_path))
+    big = _gzip(_layer(24 << 20), "ascendkit")
+    digest = "sha256:" + hashlib.sha256(big).hexdigest()
+    layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": digest, "size": len(big)}
+    body = json.dumps({"schemaVersion": 2, "layers": [layer]}).encode()
+    manifest = Manifest("sha256:" + "f" * 64, OCI_MANIFEST, len(body), body)
+    with pytest.raises(PublishFailed, match=rf"layer {digest[:19]}: reading it for its zTOC failed: connection reset"):
+        lazy.image_ztocs(manifest, lambda _: lambda offset: _Cut(big[offset:]), lambda _: None)
+    assert not lazy.ztoc_path(digest).exists() and not list(tmp_path.rglob("*.ztoc"))
