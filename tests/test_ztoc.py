@@ -93,6 +93,22 @@ def test_tar_entries_start_where_tarfile_says_and_keep_gos_fields(fmt: int) -> N
         assert cap.xattrs[b"SCHILY.xattr.security.capability"] == b"\x01\x02" and cap.mod_time == "2023-11-14T22:13:20.25Z"
 
 
+@pytest.mark.parametrize("zero_blocks", [0, 1, 2])
+def test_an_archive_ends_where_gos_reader_stops(zero_blocks: int) -> None:
+    data = _sample_tar()
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        archive.getmembers()
+        end = archive.offset
+    index = TarIndex()
+    index.feed(data[: end + 512 * zero_blocks])
+    index.close()
+    assert len(index.entries) == 7 and index.archive_size == end + 512 * zero_blocks
+    cut = TarIndex()
+    cut.feed(data[: index.entries[1].offset + 100])  # inside python3's data
+    with pytest.raises(UnsupportedTar, match="ends inside an entry"):
+        cut.close()
+
+
 def test_a_global_pax_header_is_refused_as_soci_refuses_it() -> None:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT, pax_headers={"comment": "global"}) as archive:

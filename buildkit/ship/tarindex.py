@@ -146,9 +146,10 @@ class TarIndex:
         """The stream ended: where Go's reader stopped is the archive's size."""
         if self._done:
             return
-        if self._skip or self._buffer or self._then is not self._header:
+        # a bound method is made anew at each access: compared with ==, never `is`
+        if self._skip or self._buffer or self._then not in (self._header, self._second_zero):
             raise UnsupportedTar("the layer's tar ends inside an entry")
-        self.archive_size = self._position  # no end-of-archive blocks: Go stops at the end
+        self.archive_size = self._position  # no (or one) end-of-archive block: Go stops at the end too
 
     # ---- the steps ---------------------------------------------------------------------------------
 
