@@ -160,12 +160,14 @@ def publish(
     compression: str = "gzip",
     sign_key: str | None = None,
     passphrase: bytes | None = None,
+    lazy: str | None = None,
 ) -> list[Published]:
     """Push verified local images by digest to each registry (``HOST[:PORT]/REPO``, one or a list),
     then (``index``) their multi-arch index, refused while an arch is missing. ``media_types``:
     None (Docker images, OCI SBOM), "docker" or "oci"; ``compression="zstd"`` also publishes ``<tag>-zstd``.
     ``sign_key`` (a cosign key file or ``env://VAR``) signs every image and index and their provenance;
-    its ``passphrase`` defaults to $COSIGN_PASSWORD. The request is checked as ``ascendkit publish`` checks it."""
+    its ``passphrase`` defaults to $COSIGN_PASSWORD. ``lazy="soci"`` adds each gzip image's SOCI index.
+    The request is checked as ``ascendkit publish`` checks it."""
     request = publish_request(
         images,
         [registry] if isinstance(registry, str) else registry,
@@ -174,6 +176,7 @@ def publish(
         media_types=media_types,
         compression=compression,
         signer=lambda: _signer(sign_key, passphrase),
+        lazy=lazy,
     )
     client = connect()
     local = [load_local_image(client, ref, manifest_dir) for ref in request.images]
@@ -202,12 +205,13 @@ def build_and_push(
     sign_key: str | None = None,
     passphrase: bytes | None = None,
     reporter: Reporter | None = None,
+    lazy: str | None = None,
 ) -> tuple[BuildResult, list[Published]]:
     """``ascendkit build --push``: :func:`build`, then the verified image by digest to each registry
     with its SBOM (and, ``index``, the multi-arch index over the arches already there). The push
     options are checked, as the command checks them, before anything is built."""
     push = push_request([registry] if isinstance(registry, str) else registry, push=True, index=index,
-                        media_types=media_types, compression=compression, signed=sign_key is not None)  # fmt: skip
+                        media_types=media_types, compression=compression, signed=sign_key is not None, lazy=lazy)  # fmt: skip
     assert push is not None
     push = push.signed_by(_signer(sign_key, passphrase))
     loaded = load(matrix)

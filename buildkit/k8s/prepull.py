@@ -80,7 +80,7 @@ def the_image(ref: str) -> PrepullImage:
 def images_of_tag(ref: str) -> tuple[tuple[PrepullImage, ...], list[str]]:
     """Every published image of ``ref``'s tag: the named one and its gzip or ``-zstd`` sibling where
     the registry has it, each pinned, with the platforms of its index. Notes say what was found."""
-    from buildkit.ship.remote import find_digest, index_platforms
+    from buildkit.ship.remote import index_platforms, pinned_platforms
 
     name, tag, _ = split_ref(ref)
     notes: list[str] = []
@@ -88,12 +88,12 @@ def images_of_tag(ref: str) -> tuple[tuple[PrepullImage, ...], list[str]]:
     if tag:
         sibling_tag = tag.removesuffix("-zstd") if tag.endswith("-zstd") else f"{tag}-zstd"
         try:
-            sibling = find_digest(f"{name}:{sibling_tag}")
+            sibling = pinned_platforms(f"{name}:{sibling_tag}")  # its digest and platforms in one read
         except (InputError, Unavailable, PublishFailed) as exc:  # not "no such tag": said, the named image still pre-pulled
             notes.append(f"could not ask for {name}:{sibling_tag} ({exc}); pre-pulling {ref} alone")
         else:
             if sibling is not None:
-                found.append(PrepullImage(sibling, variant_of(sibling), tuple(index_platforms(sibling))))
+                found.append(PrepullImage(sibling[0], variant_of(sibling[0]), tuple(sibling[1])))
             else:
                 notes.append(f"{name}:{sibling_tag} is not published: only {found[0].variant} is pre-pulled")
     else:

@@ -40,16 +40,27 @@ def find_digest(ref: str) -> str | None:
 
 def index_platforms(ref: str) -> list[str]:
     """``os/arch`` of each image a multi-arch index holds (attestations left out); [] for a single image."""
-    _, tag, digest = split_ref(ref)
+    found = pinned_platforms(ref)
+    if found is None:
+        host = (registry_of(ref) or ("",))[0]
+        raise InputError(f"{ref}: the registry {host} has no such image")
+    return found[1]
+
+
+def pinned_platforms(ref: str) -> tuple[str, list[str]] | None:
+    """``ref`` pinned by digest and the platforms of its index (:func:`index_platforms`), from one
+    read of its manifest; None for a tag the registry does not have."""
+    name, tag, digest = split_ref(ref)
     where = registry_of(ref)
     if where is None:
-        raise InputError(f"{ref}: no registry host in the reference, so its platforms cannot be read")
+        raise InputError(f"{ref}: no registry host in the reference, so its digest and platforms cannot be read")
     host, repository = where
     manifest = Registry(host, retries=1, timeout=10.0).get_manifest(repository, digest or tag or "latest")
     if manifest is None:
-        raise InputError(f"{ref}: the registry {host} has no such image")
+        return None
+    pinned = ref if digest else f"{name}:{tag or 'latest'}@{manifest.digest}"
     if not manifest.is_index:
-        return []
+        return pinned, []
     found = []
     for member in manifest.json().get("manifests", []):
         platform = member.get("platform") or {}
@@ -57,7 +68,7 @@ def index_platforms(ref: str) -> list[str]:
             continue
         variant = f"/{platform['variant']}" if platform.get("variant") else ""
         found.append(f"{platform['os']}/{platform.get('architecture', '')}{variant}")
-    return sorted(set(found))
+    return pinned, sorted(set(found))
 
 
 def image_labels(ref: str, arch: str) -> dict[str, str]:
