@@ -183,7 +183,11 @@ def read_pull_config(where: Environment) -> tuple[dict[str, Any] | None, str]:
 
 def judge_pulls(config: dict[str, Any], version: str) -> Check:
     """The settings, warned where they cost time on 20 GB images."""
-    found = settings(config, version)
+    return judge_settings(settings(config, version))
+
+
+def judge_settings(found: PullSettings) -> Check:
+    """:func:`judge_pulls` of settings already read."""
     said = (
         f"containerd {found.version or '(version unknown)'}: {found.downloads} layer download(s) at once ({found.where}), "
         f"snapshotter {found.snapshotter}, unpacked layers {'discarded' if found.discard_unpacked else 'kept'}"

@@ -16,7 +16,7 @@ from typing import Any
 from buildkit.doctor.base import Check
 from buildkit.doctor.engine import engine_of_runtime
 from buildkit.doctor.host import zstd_verdict
-from buildkit.doctor.pulls import containerd_version, judge_pulls, settings
+from buildkit.doctor.pulls import containerd_version, judge_settings, settings
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_text
 from buildkit.k8s import NODE_RUNTIMES
@@ -142,11 +142,13 @@ def judge(source: str, report: dict[str, Any], runtime: str = "") -> NodeVerdict
     """The node's verdict from its report; with its ``runtime`` (from --node-info), whether it pulls zstd too."""
     config = report.get("containerd_config") if isinstance(report.get("containerd_config"), dict) else None
     version = containerd_version([runtime]) if runtime else ""
+    pulls = None
     if config is not None:  # judged again with the version Kubernetes reports (doctor in the pod may not know it)
-        judged = judge_pulls(config, version)
+        found = settings(config, version)
+        judged = judge_settings(found)
         report = {**report, "checks": [c for c in report["checks"] if not (isinstance(c, dict) and c.get("name") == judged.name)]}
         report["checks"].append(judged.describe())
-    pulls = settings(config, version).describe() if config is not None else None
+        pulls = found.describe()
     if not runtime:
         return dataclasses.replace(_judge(source, report, None), pulls=pulls)
     zstd = zstd_verdict(runtime)
