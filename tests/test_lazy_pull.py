@@ -56,6 +56,8 @@ def test_publish_says_where_the_index_is_and_the_registry_lists_it(docker_env: D
     assert listing is not None and listing.is_index
     first = listing.json()["manifests"][0]
     assert (first["digest"], first["artifactType"]) == (lazy[0]["soci_index"], SOCI_INDEX)
+    image = registry.get_manifest(published["repo"], digest)
+    assert image is not None and lazy[0]["lazy_layers"] + lazy[0]["whole_layers"] == len(image.json()["layers"])
     assert f"SOCI index {lazy[0]['soci_index'][:19]}" in published["stderr"]
 
 

@@ -11,7 +11,7 @@ of the image's gzip layers of 10 MiB and more (smaller ones are fetched whole, a
 (soci/soci_index.go), so the snapshotter finds it the way it finds its own:
 
 - through the OCI referrers API, where the registry has one (it answers the push with
-  ``OCI-Subject``: Harbor 2.8+, zot, distribution 3);
+  ``OCI-Subject``: Harbor 2.8 and later, zot);
 - else through the referrers tag schema: the tag ``sha256-<hex>`` of the image digest holds an
   index of what refers to it, which soci's client (oras-go) reads when the API is missing
   (distribution 2.8, most mirrors). That tag is staged and written with the image's other tags.
@@ -59,7 +59,8 @@ Say = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Ztocs:
-    """The zTOCs of one image's layers: each layer's digest to its zTOC file (None: fetched whole, and why)."""
+    """The zTOCs of one image's layers: each indexed layer's digest to its zTOC file; each layer left
+    to be fetched whole, to the reason."""
 
     files: dict[str, Path]
     skipped: dict[str, str]
@@ -74,7 +75,13 @@ class LazyIndex:
     whole: int  # fetched whole
 
     def describe(self) -> dict[str, Any]:
-        return {"subject": self.subject, "soci_index": self.digest, "attached_as": self.how, "lazy_layers": self.layers}
+        return {
+            "subject": self.subject,
+            "soci_index": self.digest,
+            "attached_as": self.how,
+            "lazy_layers": self.layers,
+            "whole_layers": self.whole,
+        }
 
 
 def ztoc_path(layer: str) -> Path:
