@@ -85,7 +85,9 @@ class LazyIndex:
 
 
 def ztoc_path(layer: str) -> Path:
-    return cache_dir() / "ztoc" / f"{layer.replace(':', '-')}-{VERSION}-{SPAN}.ztoc"
+    """Where the zTOC of ``layer`` is kept: keyed by everything its bytes depend on (the layer, the
+    format, the span and the tool name written in it)."""
+    return cache_dir() / "ztoc" / f"{layer.replace(':', '-')}-{VERSION}-{SPAN}-{TOOL.replace(' ', '_')}.ztoc"
 
 
 def image_ztocs(manifest: Manifest, open_layer: Callable[[str], Opener], tell: Say) -> Ztocs:
