@@ -9,7 +9,7 @@ from buildkit.arch import DOCKER_ARCH
 from buildkit.errors import InputError, PublishFailed
 from buildkit.imageref import registry_of, split_ref
 from buildkit.reach import http_failure
-from buildkit.ship.registry import Registry
+from buildkit.ship.registry import Manifest, Registry
 
 
 def pin_digest(ref: str) -> str:
@@ -25,17 +25,10 @@ def pin_digest(ref: str) -> str:
 
 def find_digest(ref: str) -> str | None:
     """:func:`pin_digest`, None for a tag the registry does not have."""
-    name, tag, digest = split_ref(ref)
-    if digest:
+    if split_ref(ref)[2]:
         return ref
-    where = registry_of(ref)
-    if where is None:
-        raise InputError(f"{ref}: no registry host in the reference, so its tag cannot be resolved to a digest")
-    host, repository = where
-    manifest = Registry(host, retries=1, timeout=10.0).get_manifest(repository, tag or "latest")
-    if manifest is None:
-        return None
-    return f"{name}:{tag or 'latest'}@{manifest.digest}"
+    read = _pinned_manifest(ref, "its tag cannot be resolved to a digest")
+    return None if read is None else read[0]
 
 
 def index_platforms(ref: str) -> list[str]:
@@ -50,15 +43,10 @@ def index_platforms(ref: str) -> list[str]:
 def pinned_platforms(ref: str) -> tuple[str, list[str]] | None:
     """``ref`` pinned by digest and the platforms of its index (:func:`index_platforms`), from one
     read of its manifest; None for a tag the registry does not have."""
-    name, tag, digest = split_ref(ref)
-    where = registry_of(ref)
-    if where is None:
-        raise InputError(f"{ref}: no registry host in the reference, so its digest and platforms cannot be read")
-    host, repository = where
-    manifest = Registry(host, retries=1, timeout=10.0).get_manifest(repository, digest or tag or "latest")
-    if manifest is None:
+    read = _pinned_manifest(ref, "its digest and platforms cannot be read")
+    if read is None:
         return None
-    pinned = ref if digest else f"{name}:{tag or 'latest'}@{manifest.digest}"
+    pinned, manifest = read
     if not manifest.is_index:
         return pinned, []
     found = []
@@ -69,6 +57,20 @@ def pinned_platforms(ref: str) -> tuple[str, list[str]] | None:
         variant = f"/{platform['variant']}" if platform.get("variant") else ""
         found.append(f"{platform['os']}/{platform.get('architecture', '')}{variant}")
     return pinned, sorted(set(found))
+
+
+def _pinned_manifest(ref: str, what: str) -> tuple[str, Manifest] | None:
+    """The manifest ``ref`` names, read once, with ``ref`` pinned to its digest; None for a tag the
+    registry does not have. ``what`` cannot be done without a registry host in ``ref``."""
+    name, tag, digest = split_ref(ref)
+    where = registry_of(ref)
+    if where is None:
+        raise InputError(f"{ref}: no registry host in the reference, so {what}")
+    host, repository = where
+    manifest = Registry(host, retries=1, timeout=10.0).get_manifest(repository, digest or tag or "latest")
+    if manifest is None:
+        return None
+    return (ref if digest else f"{name}:{tag or 'latest'}@{manifest.digest}"), manifest
 
 
 def image_labels(ref: str, arch: str) -> dict[str, str]:
