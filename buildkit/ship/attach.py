@@ -54,12 +54,14 @@ def stage_sbom(registry: Registry, repository: str, subject: Manifest, sbom: byt
         config = json.loads(registry.get_blob(repository, str((subject.json().get("config") or {}).get("digest"))) or b"{}")
         platform = (str(config.get("architecture") or "amd64"), str(config.get("os") or "linux"))
     body, media_type, blobs = sbom_artifact(subject, sbom, form, platform)
-    has_referrers = form != "docker" and registry.referrers(repository, subject.digest, MEDIA_TYPE) is not None
     for blob in blobs:
         registry.put_blob(repository, blob)
-    digest = digest_of(body)
-    response = registry.put_manifest_response(repository, digest, body, media_type)
-    if has_referrers and response.headers.get("OCI-Subject") == subject.digest:
+    if form == "docker":  # a Docker image manifest names no subject: only its tag finds it
+        digest, linked = digest_of(body), False
+        registry.put_manifest_response(repository, digest, body, media_type)
+    else:
+        digest, linked = registry.put_referrer(repository, body, media_type, subject.digest, MEDIA_TYPE)
+    if linked:
         return Attached(subject.digest, digest, "referrer"), None
     # No referrers API, or one that did not take the subject: the spec's answer is a tag the client can find.
     tag = fallback_tag(subject.digest)

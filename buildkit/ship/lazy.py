@@ -173,11 +173,9 @@ def stage_lazy_index(registry: Registry, repository: str, subject: Manifest, zto
         registry.ensure_blob(repository, digest_of(path.read_bytes()), size, functools.partial(_open_at, path))
     registry.put_blob(repository, EMPTY_CONFIG)
     body = index_body(subject, ztocs)
-    digest = digest_of(body)
-    has_referrers = registry.referrers(repository, subject.digest, SOCI_INDEX) is not None
-    response = registry.put_manifest_response(repository, digest, body, OCI_MANIFEST)
+    digest, linked = registry.put_referrer(repository, body, OCI_MANIFEST, subject.digest, SOCI_INDEX)
     lazy, whole = len(ztocs.files), len(ztocs.skipped)
-    if has_referrers and response.headers.get("OCI-Subject") == subject.digest:
+    if linked:
         return LazyIndex(subject.digest, digest, "referrer", lazy, whole), None
     tag = subject.digest.replace(":", "-", 1)
     listing = referrers_tag_body(registry.get_manifest(repository, tag), digest, len(body))

@@ -84,6 +84,15 @@ class Registry(RegistrySession):
             raise PublishFailed(f"registry {self.host}: stored {repository}:{reference} as {said}, not the {digest} sent")
         return digest
 
+    def put_referrer(self, repository: str, body: bytes, media_type: str, subject: str, artifact_type: str) -> tuple[str, bool]:
+        """An artifact manifest naming image ``subject`` as its subject, by digest: its digest, and
+        whether the registry links it by that subject (a referrers API that answered the push with
+        ``OCI-Subject``). Where it does not, the caller stages the tag that finds it."""
+        has_referrers = self.referrers(repository, subject, artifact_type) is not None
+        digest = digest_of(body)
+        response = self.put_manifest_response(repository, digest, body, media_type)
+        return digest, has_referrers and response.headers.get("OCI-Subject") == subject
+
     def put_manifest_response(self, repository: str, reference: str, body: bytes, media_type: str) -> requests.Response:
         response = self.request("PUT", f"/{repository}/manifests/{reference}", body=body, headers={"Content-Type": media_type})
         if response.status_code not in (200, 201):
