@@ -24,7 +24,6 @@ layer, whatever the registries and images sharing it.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from buildkit.errors import PublishFailed
 from buildkit.fsio import cache_dir, write_atomic
 from buildkit.ship.compose import dump
 from buildkit.ship.compressors import compress_threads
+from buildkit.ship.layers import Blob
 from buildkit.ship.registry import OCI_INDEX, OCI_MANIFEST, Manifest, Registry, digest_of
 from buildkit.ship.staged import StagedTag
 from buildkit.ship.tarindex import UnsupportedTar
@@ -59,10 +59,10 @@ Say = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Ztocs:
-    """The zTOCs of one image's layers: each indexed layer's digest to its zTOC file; each layer left
-    to be fetched whole, to the reason."""
+    """The zTOCs of one image's layers: each indexed layer's digest to its zTOC (a blob of the cache
+    directory); each layer left to be fetched whole, to the reason."""
 
-    files: dict[str, Path]
+    files: dict[str, Blob]
     skipped: dict[str, str]
 
 
@@ -126,7 +126,13 @@ def image_ztocs(manifest: Manifest, open_layer: Callable[[str], Opener], tell: S
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(wanted), compress_threads()))) as pool:
         reasons = dict(zip(wanted, pool.map(indexed, wanted), strict=True))
     skipped.update({digest: reason for digest, reason in reasons.items() if reason is not None})
-    return Ztocs({digest: ztoc_path(digest) for digest, reason in reasons.items() if reason is None}, skipped)
+    return Ztocs({digest: _cached(digest) for digest, reason in reasons.items() if reason is None}, skipped)
+
+
+def _cached(layer: str) -> Blob:
+    path = ztoc_path(layer)
+    data = path.read_bytes()
+    return Blob(digest_of(data), len(data), path)
 
 
 def from_registry(registry: Registry, repository: str) -> Callable[[str], Opener]:
@@ -142,15 +148,14 @@ def index_body(subject: Manifest, ztocs: Ztocs) -> bytes:
     """The SOCI index of ``subject``, as soci's MarshalIndex writes it (Go's field order, compact)."""
     layers = []
     for layer in subject.json().get("layers", []):
-        path = ztocs.files.get(str(layer["digest"]))
-        if path is None:
+        ztoc = ztocs.files.get(str(layer["digest"]))
+        if ztoc is None:
             continue
-        data = path.read_bytes()
         layers.append(
             {
                 "mediaType": ZTOC,
-                "digest": digest_of(data),
-                "size": len(data),
+                "digest": ztoc.digest,
+                "size": ztoc.size,
                 "annotations": {LAYER_DIGEST: layer["digest"], LAYER_MEDIA_TYPE: layer["mediaType"]},
             }
         )
@@ -168,9 +173,8 @@ def index_body(subject: Manifest, ztocs: Ztocs) -> bytes:
 def stage_lazy_index(registry: Registry, repository: str, subject: Manifest, ztocs: Ztocs) -> tuple[LazyIndex, StagedTag | None]:
     """Push ``subject``'s SOCI index by digest (its zTOCs and config first). Where the registry does
     not link it by its subject, the referrers tag that lists it is staged, not written."""
-    for path in ztocs.files.values():
-        size = path.stat().st_size
-        registry.ensure_blob(repository, digest_of(path.read_bytes()), size, functools.partial(_open_at, path))
+    for ztoc in ztocs.files.values():
+        registry.ensure_blob(repository, ztoc.digest, ztoc.size, ztoc.open)
     registry.put_blob(repository, EMPTY_CONFIG)
     body = index_body(subject, ztocs)
     digest, linked = registry.put_referrer(repository, body, OCI_MANIFEST, subject.digest, SOCI_INDEX)
@@ -189,9 +193,3 @@ def referrers_tag_body(current: Manifest | None, digest: str, size: int) -> byte
     before = current.json().get("manifests", []) if current is not None and current.is_index else []
     kept = [m for m in before if isinstance(m, dict) and m.get("digest") != digest]
     return dump({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry, *kept]})
-
-
-def _open_at(path: Path, offset: int) -> IO[bytes]:
-    stream = path.open("rb")
-    stream.seek(offset)
-    return stream

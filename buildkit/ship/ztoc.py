@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import hashlib
 import struct
 from collections.abc import Callable
@@ -59,7 +60,9 @@ class _ZStream(ctypes.Structure):
     ]
 
 
+@functools.cache
 def _libz() -> ctypes.CDLL:
+    """The system's libz, its functions typed: loaded once, whatever the layers."""
     name = ctypes.util.find_library("z") or "libz.so.1"
     try:
         lib = ctypes.CDLL(name)
