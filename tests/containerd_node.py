@@ -19,7 +19,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
+from tests.services import STATE
+
 ENGINE = STATE / "engine-trixie-v1" / "usr" / "bin"  # containerd 1.7.24 and its ctr, unpacked by `make services`
 CACHE = Path.home() / ".cache" / "ascendkit-bench"
 SOCI = CACHE / "soci-trixie-v1" / "usr" / "bin"  # Debian 13's soci-snapshotter 0.4.1, unpacked by soci_binaries
