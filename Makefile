@@ -18,7 +18,7 @@ JOB    ?= grpo
 SMOKE_OUT ?= smoke-out/$(HW)/$(JOB)
 SMOKE_ARGS = --hw $(HW) --job $(JOB) --out $(SMOKE_OUT)$(if $(MODEL), --model-path $(MODEL))$(if $(STEPS), --steps $(STEPS))$(if $(BASELINE), --baseline $(BASELINE))$(if $(DEVICES), --devices $(DEVICES))
 SMOKE_IMAGE = $(if $(IMAGE), --image $(IMAGE),$(if $(STACK), --stack $(STACK)))
-.PHONY: help install render check lock build lint unit network services services-stop test smoke bench bench-quick clean
+.PHONY: help install render check lock build lint unit moves network services services-stop test smoke bench bench-quick clean
 
 help: ## List every target with one line each
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -47,8 +47,19 @@ render: $(STAMP) ## Validate the matrix and write every generated file (Dockerfi
 	$(BIN)/ascendkit render --all
 	@echo "Dockerfile for HW=$(HW)$(if $(STACK), STACK=$(STACK)): $(BIN)/ascendkit render --hw $(HW)$(if $(STACK), --stack $(STACK))"
 
-check: $(STAMP) ## Fail if a generated file or a lock differs from what the matrix and templates produce
+# The inner loop: what catches most mistakes in under two minutes on two cores, with no engine, no
+# network and no emulation. `make lint` and `make unit` run the rest (the external tools and the
+# tests that take seconds); `make test` runs everything.
+OFFLINE := HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9
+UNIT_MARKS := not docker and not network and not matrix_moves
+
+check: $(STAMP) ## The inner loop (under 2 min): ruff, mypy, the import contracts, render --check, and the unit tests not marked slow, on every core
+	$(BIN)/ruff check buildkit tests benchmarks smoke_tests
+	$(BIN)/ruff format --check buildkit tests benchmarks smoke_tests
+	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/ascendkit render --check
+	$(OFFLINE) $(BIN)/pytest -n auto -q -p no:cacheprovider -m "$(UNIT_MARKS) and not slow"
 
 lock: $(STAMP) ## Re-lock every stack and arch (locks/); exit 8 when an index is unreachable and a lock stays unresolved
 	$(BIN)/ascendkit lock --all
@@ -73,9 +84,11 @@ lint: $(STAMP) $(CHECKOV_STAMP) ## ruff, mypy --strict, import contracts, shellc
 	$(BIN)/ascendkit matrix validate
 	$(BIN)/ascendkit render --check
 
-unit: $(STAMP) $(CHECKOV_STAMP) ## Run the tests that need no Docker engine and no network (proxies dead, as in CI)
-	HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
-	  $(BIN)/pytest -m "not docker and not network"
+unit: $(STAMP) $(CHECKOV_STAMP) ## Run every test that needs no Docker engine and no network (proxies dead, as in CI), on every core; about 5 min on two
+	$(OFFLINE) $(BIN)/pytest -n auto --durations=25 -m "$(UNIT_MARKS)"
+
+moves: $(STAMP) $(CHECKOV_STAMP) ## The matrix-moves check: the unit suite again in a copy with the default stack moved (CI's moves job)
+	$(OFFLINE) $(BIN)/pytest -m matrix_moves
 
 network: $(STAMP) ## Run the tests that need PyPI (resolving locks, downloading wheels and sdists), no engine
 	$(BIN)/pytest -m "network and not docker"

@@ -8,7 +8,9 @@ The jobs, and what each waits for::
     job              waits for         runs
     services         -                 python -m tests.services start [--arm64]: engines, registries, stand-ins
     lint             -                 make lint
-    unit             lint              pytest -m "not docker and not network": no engine, every proxy dead, an empty cache
+    unit             lint              pytest -n auto -m "not docker and not network and not matrix_moves": no engine,
+                                       every proxy dead, an empty cache
+    moves            lint              pytest -m matrix_moves: the unit suite again in a copy with the default stack moved
     network          lint              pytest -m "network and not docker": what truly needs PyPI (resolving, downloading)
     docker           lint, services    pytest -m "docker and not second_engine and not emulated", on Docker 26.1.5, containerd store
     docker-b         lint, services    pytest -m "docker and second_engine and not emulated", on a second engine of that kind
@@ -31,10 +33,16 @@ is their own, so nothing they build, remove or run shows in the docker job's che
 left behind. The arm64 build of the test stack stays in the docker job: it completes the
 multi-arch index of that job's own x86_64 build.
 
+The unit tests run on every core (pytest-xdist: each test is independent of the others' order and
+process). The matrix-moves check (tests/test_matrix_moves.py) runs the whole unit suite once more in a
+copy of the repository with ``default: true`` moved: it is a job of its own beside the others, never
+nested inside the unit job, where it was half of that job's time.
+
 Each job's output is printed as it comes, every line headed by the job's name, and kept whole in
 ``$ASCENDKIT_SERVICES_DIR/ci/<job>.log``. A job whose prerequisite failed does not run, and says so.
 The services are stopped at the end whatever happened, also on Ctrl-C or SIGTERM; then a table
-says how each job ended and how long it took. The exit status is 0 when every job passed, else 1
+says how each job ended, how long it took and, for a pytest job, how many tests passed, failed and were skipped
+(read from pytest's closing line). The exit status is 0 when every job passed, else 1
 (130 or 143 when interrupted).
 """
 
@@ -43,6 +51,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -72,7 +81,21 @@ class Job:
     detail: str = ""
     started: float = 0.0
     ended: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)  # pytest's closing line: passed, failed, skipped, ...
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+
+# pytest's closing line, with or without -q: "=== 1680 passed, 2 skipped, 1 warning in 287.36s (0:04:47) ==="
+_PYTEST_CLOSING = re.compile(r"^=*\s*((?:\d+ [a-z]+(?:, )?)+) in [\d.]+s\b")
+
+
+def pytest_counts(line: str) -> dict[str, int] | None:
+    """What pytest's closing line counts (passed, failed, skipped, error(s), ...), or None for any other line."""
+    found = _PYTEST_CLOSING.match(line.strip())
+    if found is None:
+        return None
+    pairs = (part.split(" ", 1) for part in found.group(1).split(", ") if part)
+    return {word.rstrip("s") if word in ("errors", "warnings") else word: int(count) for count, word in pairs}
 
 
 def cpu_times() -> tuple[int, int]:
@@ -114,27 +137,36 @@ def emulated_env() -> dict[str, str]:
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, so any request that leaves fails at once
 
 
-def offline_env() -> dict[str, str]:
-    """The unit job's: every proxy a dead port and an empty cache, so a unit test that reaches for the
-    network (or for what an earlier run fetched) fails here, not only on a user's offline machine. The
-    tests' own servers are on the loopback, which the proxies never take (tests/conftest.py)."""
-    cache = Path(tempfile.gettempdir()) / "ak-ci-unit-cache"  # emptied at every run, not left behind in new names
-    shutil.rmtree(cache, ignore_errors=True)
-    cache.mkdir()
-    proxies = {name: DEAD_PROXY for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")}
-    return {
-        **proxies,
-        "NO_PROXY": "127.0.0.1,127.0.0.0/8,localhost,::1",
-        "no_proxy": "127.0.0.1,127.0.0.0/8,localhost,::1",
-        "ASCENDKIT_CACHE": str(cache),
-    }
+def offline_env(name: str) -> Callable[[], dict[str, str]]:
+    """A job's offline environment: every proxy a dead port and an empty cache of its own, so a test that
+    reaches for the network (or for what an earlier run fetched) fails here, not only on a user's
+    offline machine. The tests' own servers are on the loopback, which the proxies never take
+    (tests/conftest.py)."""
+
+    def read() -> dict[str, str]:
+        cache = Path(tempfile.gettempdir()) / f"ak-ci-{name}-cache"  # emptied at every run, not left behind in new names
+        shutil.rmtree(cache, ignore_errors=True)
+        cache.mkdir()
+        proxies = {key: DEAD_PROXY for key in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")}
+        return {
+            **proxies,
+            "NO_PROXY": "127.0.0.1,127.0.0.0/8,localhost,::1",
+            "no_proxy": "127.0.0.1,127.0.0.0/8,localhost,::1",
+            "ASCENDKIT_CACHE": str(cache),
+        }
+
+    return read
 
 
-def pytest_argv(name: str, marks: str) -> list[str]:
+def pytest_argv(name: str, marks: str, workers: str | None = None) -> list[str]:
     # Each run its own temporary root (concurrent sessions may prune each other's default one), as
     # short as the default: some tests put socket paths in it, which have a length limit.
     basetemp = Path(tempfile.gettempdir()) / f"ak-ci-{name}"
-    return [str(BIN / "pytest"), "-m", marks, "--durations=25", "-p", "no:cacheprovider", f"--basetemp={basetemp}"]
+    parallel = ["-n", workers] if workers else []
+    return [str(BIN / "pytest"), *parallel, "-m", marks, "--durations=25", "-p", "no:cacheprovider", f"--basetemp={basetemp}"]
+
+
+UNIT_MARKS = "not docker and not network and not matrix_moves"
 
 
 def jobs_for(arm64: bool) -> list[Job]:
@@ -143,7 +175,8 @@ def jobs_for(arm64: bool) -> list[Job]:
     jobs = [
         Job("services", services),
         Job("lint", [*make, "lint"]),
-        Job("unit", pytest_argv("unit", "not docker and not network"), needs=("lint",), env=offline_env),
+        Job("unit", pytest_argv("unit", UNIT_MARKS, workers="auto"), needs=("lint",), env=offline_env("unit")),
+        Job("moves", pytest_argv("moves", "matrix_moves"), needs=("lint",), env=offline_env("moves")),
         Job("network", pytest_argv("network", "network and not docker"), needs=("lint",)),
         Job(
             "docker",
@@ -210,6 +243,9 @@ class Runner:
             for raw in job.process.stdout:
                 log.write(raw)
                 line = raw.decode("utf-8", "replace").rstrip("\n")
+                counts = pytest_counts(line)
+                if counts is not None:
+                    job.counts = counts
                 self.say(job.name, line.removeprefix(f"[{job.name}] "))  # tests.services heads its own lines
         code = job.process.wait()
         with self.changed:
@@ -260,11 +296,16 @@ class Runner:
                 os.killpg(job.process.pid, signal.SIGTERM)
 
     def summary(self) -> str:
-        rows = [f"{'job':<{self.width}}  {'result':<8} {'start':>6} {'took':>6}"]
+        rows = [f"{'job':<{self.width}}  {'result':<8} {'start':>6} {'took':>6} {'passed':>6} {'failed':>6} {'skipped':>7}"]
         for job in self.jobs.values():
             start = f"{(job.started - self.t0) / 60:5.1f}m" if job.started else ""
             took = f"{(job.ended - job.started) / 60:5.1f}m" if job.ended else ""
-            rows.append(f"{job.name:<{self.width}}  {job.result:<8} {start:>6} {took:>6}  {job.detail}".rstrip())
+            tests = ["", "", ""]
+            if job.counts:
+                failed = job.counts.get("failed", 0) + job.counts.get("error", 0)
+                tests = [str(job.counts.get("passed", 0)), str(failed), str(job.counts.get("skipped", 0))]
+            row = f"{job.name:<{self.width}}  {job.result:<8} {start:>6} {took:>6} {tests[0]:>6} {tests[1]:>6} {tests[2]:>7}"
+            rows.append(f"{row}  {job.detail}".rstrip())
         busy = cpu_busy(self.cpu0, cpu_times())
         rows.append(f"total {(time.monotonic() - self.t0) / 60:.1f} min; the CPUs were busy {busy:.0%} of it ({os.cpu_count()} cores)")
         return "\n".join(rows)

@@ -129,10 +129,27 @@ SECOND_ENGINE = {
 }  # fmt: skip
 
 
+# The unit modules whose tests take seconds each, and why (measured: together 80 % of the unit suite's
+# time). `make check`, the inner loop, leaves them to `make unit` and CI, which run every one.
+SLOW = {
+    "test_bad_inputs.py": "every bad input through the installed command, a process each",
+    "test_k8s.py": "every kind, SKU and scheduler against Kubernetes' schemas and the CRDs",
+    "test_openrlhf_contract.py": "OpenRLHF's own parser, with Ray imported",
+    "test_verl_contract.py": "verl's Hydra config composed per job",
+    "test_scan.py": "checkov",
+    "test_gitlab.py": "GitLab's schema and each command line parsed",
+    "test_workflow.py": "actionlint, zizmor and each command line parsed",
+    "test_smoke.py": "smoke jobs run against stand-in frameworks and Ray",
+    "test_packaging.py": "the wheel built and installed",
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in SECOND_ENGINE and item.get_closest_marker("docker") is not None:
             item.add_marker(pytest.mark.second_engine)
+        if item.path.name in SLOW:
+            item.add_marker(pytest.mark.slow)
 
 
 TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"

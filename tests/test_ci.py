@@ -108,12 +108,15 @@ def test_every_test_runs_in_exactly_one_job_and_the_marked_ones_on_their_engine_
         jobs = {job.name: job for job in jobs_for(arm64)}
         marks = {name: job.argv[job.argv.index("-m") + 1] for name, job in jobs.items() if job.argv[0].endswith("pytest")}
         main = {name: expr for name, expr in marks.items() if name not in ENGINE_JOBS}
-        assert set(main) == ({"unit", "network", "docker", "docker-b", "emulated"} if arm64 else {"unit", "network", "docker", "docker-b"})
+        every = {"unit", "moves", "network", "docker", "docker-b"}
+        assert set(main) == (every | {"emulated"} if arm64 else every)
         assert set(marks) - set(main) == set(ENGINE_JOBS)
-        for docker, emulated, network, second, *engines in itertools.product((True, False), repeat=4 + len(ENGINE_JOBS)):
+        for docker, emulated, network, second, moves, *engines in itertools.product((True, False), repeat=5 + len(ENGINE_JOBS)):
             if (emulated or second) and not docker:
                 continue  # the emulated tests and the second engine's all need an engine
-            names = {"docker": docker, "emulated": emulated, "network": network, "second_engine": second}
+            if moves and (docker or network or emulated or second):
+                continue  # the matrix-moves check is one unit test
+            names = {"docker": docker, "emulated": emulated, "network": network, "second_engine": second, "matrix_moves": moves}
             names |= dict(zip(ENGINE_JOBS.values(), engines, strict=True))
             # pytest's -m grammar (and, or, not over marker names) is a subset of Python's
             chosen = [name for name, expr in main.items() if eval(expr, {}, names)]
@@ -122,6 +125,23 @@ def test_every_test_runs_in_exactly_one_job_and_the_marked_ones_on_their_engine_
                 assert eval(marks[job], {}, names) == (docker and names[marker] and not emulated), (job, names)
         assert jobs["emulated" if arm64 else "docker"].needs[-1] == "services" == jobs["docker-b"].needs[-1]
         assert all(jobs[job].needs == ("lint", "services") for job in ENGINE_JOBS)
+
+
+def test_the_closing_table_counts_each_pytest_jobs_tests(tmp_path: Path) -> None:
+    """The table says how many tests each pytest job passed, failed and skipped, as pytest's closing line says."""
+    jobs = [
+        Job("unit", py("print('=' * 5 + ' 1680 passed, 3 skipped, 2 warnings in 287.36s (0:04:47) ' + '=' * 5)")),
+        Job("docker", py("import sys; print('1 failed, 40 passed, 1 error in 9.01s'); sys.exit(1)")),
+        Job("lint", py("print('All checks passed!')")),
+    ]
+    runner = run(jobs, tmp_path)
+    assert jobs[0].counts == {"passed": 1680, "skipped": 3, "warning": 2}
+    assert jobs[1].counts == {"failed": 1, "passed": 40, "error": 1} and jobs[2].counts == {}
+    table = runner.summary().splitlines()
+    assert table[0].split()[-3:] == ["passed", "failed", "skipped"]
+    assert table[1].split()[4:7] == ["1680", "0", "3"], table[1]
+    assert table[2].split()[4:7] == ["40", "2", "0"], "a test's error counts as a failure"
+    assert table[3].split()[:3] == ["lint", "passed", table[3].split()[2]] and len(table[3].split()) == 4, table[3]
 
 
 def test_a_job_that_cannot_start_fails_and_its_dependents_do_not_run(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import io
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,20 @@ def test_gzip_has_no_name_and_no_time_and_zstd_a_checksum() -> None:
 
 
 def test_the_key_names_the_library_so_an_upgrade_compresses_again() -> None:
-    assert GZIP.key.startswith("gzip-3-isal") and ZSTD.key.startswith("zstd-9-zstd1.")
+    assert GZIP.key.startswith("gzip-2-zlib-ng2.") and ZSTD.key.startswith("zstd-9-zstd1.")
+
+
+@pytest.mark.parametrize("size", [0, 1, 5, 32 * 1024, BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK])
+def test_gzip_is_one_member_that_every_reader_takes_at_any_size(size: int) -> None:
+    """Blocks joined into one deflate stream: Python's zlib (as Go's reader and zran) reads one member to
+    its end, with nothing after it, the CRC and size checked."""
+    data = LAYER[:size]
+    out = io.BytesIO()
+    GZIP.compress(io.BytesIO(data), out, 2)
+    reader = zlib.decompressobj(31)
+    assert reader.decompress(out.getvalue()) == data
+    assert reader.eof and reader.unused_data == b"", "one gzip member, nothing after it"
+    assert gzip.decompress(out.getvalue()) == data
 
 
 def test_the_thread_count_comes_from_the_environment_or_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,9 @@
 """The matrix can move: with ``default: true`` on another stack and everything regenerated, every
 unit test passes but those whose subject is the default stack itself (marked ``default_stack``).
 
+It runs once per `make test`, as CI's ``moves`` job beside the others (marked ``matrix_moves``, which
+the unit job leaves out): never nested inside the unit job. ``make moves`` runs it alone.
+
 The repository is copied (a git checkout of its own, as CI's clone is), the default moved from the
 shipped matrix's default stack to another verl stack, ``ascendkit render --all`` run, and the unit
 tests run in the copy as the unit job runs them here. A test that reads today's default through a
@@ -53,6 +56,7 @@ def move_default(text: str, old: str, new: str) -> str:
     return text[: target.end()] + "    default: true\n" + text[target.end() :]
 
 
+@pytest.mark.matrix_moves
 def test_moving_the_default_fails_no_test_but_the_default_stacks_own(tmp_path: Path) -> None:
     old = load_matrix(MATRIX).default_stack()
     new = next(s for s in TARGETS if s != old)
@@ -68,8 +72,8 @@ def test_moving_the_default_fails_no_test_but_the_default_stacks_own(tmp_path: P
     try:
         inner = subprocess.run(
             [
-                sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                "-m", "not docker and not network and not default_stack",
+                sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto",
+                "-m", "not docker and not network and not default_stack and not matrix_moves",
                 "--ignore", "tests/test_matrix_moves.py",
                 f"--basetemp={inner_root}",  # its own, short (socket paths) and pruned by no other session
             ],

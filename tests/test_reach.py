@@ -212,7 +212,8 @@ def test_an_unknown_failure_is_still_a_few_words() -> None:
 
 
 def test_the_cli_prints_one_line_and_debug_adds_the_original(tmp_path: Path) -> None:
-    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/none.sock", "NO_COLOR": "1"}
+    # a short path that cannot exist: the message's length must not depend on where the run keeps its temporary files
+    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/ascendkit/none.sock", "NO_COLOR": "1"}
     argv = [
         sys.executable,
         "-m",

@@ -1,16 +1,15 @@
-"""How a layer is compressed: gzip as ISA-L's deflate in parallel 1 MiB blocks (python-isal), zstd
-with zstd's own worker threads; both on every core, and the same bytes whatever the core count.
+"""How a layer is compressed: gzip as zlib-ng's deflate in parallel 1 MiB blocks joined into one
+member, zstd with zstd's own worker threads; both on every core, and the same bytes whatever the
+core count and whatever the machine (:mod:`.codecs` says how, and why not ISA-L any more).
 
 Chosen by measurement (docs/shipping.md, "Compression"; ``make bench``): on real binaries and
 Python trees, zlib -6 (what ``docker push`` writes) costs 24 CPU s per GB on one core; pigz -6
-the same CPU spread over the cores; zlib-ng -6 12 s per GB, but its threaded writer gives other
-bytes for another thread count; ISA-L level 3 costs 3 s per GB for 5 % more bytes than zlib -6,
-and its threaded writer compresses fixed blocks, each with the previous block's last 32 KiB as its
-dictionary, so the bytes depend on the block size only (fixed here). zstd -9 in multi-threaded
-mode splits the input into jobs whose size comes from the level alone: one worker or sixteen give
-the same frame (zstd's single-threaded mode, zero workers, gives another: never used). pigz is
-not used even where Debian has it: a layer must give the same digest on every machine, and a
-runner without pigz would give another.
+the same CPU spread over the cores; ISA-L level 3 costs 3 s per GB, but its bytes depend on the
+instruction set (AVX-512, AVX2, SSE4.2 and aarch64 gave four streams of one layer); zlib-ng level
+2 gives ISA-L's bytes for about twice its CPU, the same on each of those. zstd -9 in
+multi-threaded mode splits the input into jobs whose size comes from the level alone. pigz is not
+used even where Debian has it: a layer must give the same digest on every machine, and a runner
+without pigz would give another.
 """
 
 from __future__ import annotations
@@ -21,20 +20,14 @@ import os
 from dataclasses import dataclass
 from typing import IO, Protocol, cast
 
-import isal
 import zstandard
-from isal import igzip, igzip_threaded, isal_zlib
+from isal import igzip, isal_zlib
 
 from buildkit.plan import variant_tag
 from buildkit.settings import env_whole_number
+from buildkit.ship.codecs import BLOCK, GZIP_LEVEL, ZSTD_LEVEL, BlockGzipSink, Writer, ZstdSink, gzip_library, zstd_library
 
-BLOCK = 1 << 20  # the gzip writer's block: its bytes depend on it, so it is never changed
-GZIP_LEVEL = 3  # ISA-L's best (0-3): 5 % more bytes than zlib -6 at an eighth of its CPU
-# zstd level 9, chosen by measurement (`make bench`, benchmarks/bench_ship.py): on the test image's
-# 707 MB base layer, beside gzip -6 (248 MB, 24 s), -3 gives 0.93x the bytes in 3 s, -9 0.80x in 11 s,
-# -19 0.70x in 227 s. Pulling costs the same at any level: -9 is the smallest that still compresses
-# faster than gzip, where -19 would add hours to a 30 GB image.
-ZSTD_LEVEL = 9
+__all__ = ["BLOCK", "GZIP", "PUBLISHED", "ZSTD", "Compression", "Sink", "StoredLayer", "Writer", "compress_threads"]
 
 
 def compress_threads() -> int:
@@ -49,54 +42,12 @@ def compress_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class Writer(Protocol):
-    def write(self, data: bytes) -> int: ...
-
-
 class Sink(Protocol):
     """One layer being compressed one way: its uncompressed bytes written in order, then closed."""
 
     def write(self, data: bytes) -> None: ...
 
     def close(self) -> None: ...
-
-
-class _GzipSink:
-    """ISA-L's threaded gzip writer, fed whole blocks only: its block boundaries are where its
-    ``write`` calls fall, so pieces of any size are gathered into BLOCK-sized writes first."""
-
-    def __init__(self, dest: Writer, level: int, threads: int) -> None:
-        self.file = igzip_threaded.open(dest, "wb", compresslevel=level, threads=threads, block_size=BLOCK)  # type: ignore[no-untyped-call]
-        self.pending = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.pending += data
-        if len(self.pending) < BLOCK:
-            return
-        whole = len(self.pending) - len(self.pending) % BLOCK
-        view = memoryview(self.pending)
-        for start in range(0, whole, BLOCK):
-            self.file.write(view[start : start + BLOCK])
-        view.release()
-        del self.pending[:whole]
-
-    def close(self) -> None:
-        if self.pending:
-            self.file.write(bytes(self.pending))
-            self.pending.clear()
-        self.file.close()
-
-
-class _ZstdSink:
-    def __init__(self, dest: Writer, level: int, threads: int) -> None:
-        compressor = zstandard.ZstdCompressor(level=level, threads=threads, write_checksum=True)
-        self.writer = compressor.stream_writer(dest, closefd=False, write_size=BLOCK)  # type: ignore[arg-type]  # a writer is all it needs
-
-    def write(self, data: bytes) -> None:
-        self.writer.write(data)
-
-    def close(self) -> None:
-        self.writer.close()  # type: ignore[no-untyped-call]
 
 
 @dataclass(frozen=True)
@@ -111,7 +62,7 @@ class Compression:
     def key(self) -> str:
         """What the bytes depend on: the format, the level and the library that wrote them (the
         compression cache is keyed by it, so an upgrade that changes the bytes compresses again)."""
-        library = f"isal{isal.__version__}" if self.name == "gzip" else f"zstd{'.'.join(map(str, zstandard.ZSTD_VERSION))}"
+        library = gzip_library() if self.name == "gzip" else zstd_library()
         return f"{self.name}-{self.level}-{library}"
 
     def tag(self, name: str) -> str:
@@ -122,8 +73,8 @@ class Compression:
         """A writer of this compression into ``dest``, on ``threads`` workers (default :func:`compress_threads`)."""
         workers = threads or compress_threads()
         if self.name == "gzip":
-            return _GzipSink(dest, self.level, workers)
-        return _ZstdSink(dest, self.level, workers)
+            return BlockGzipSink(dest, self.level, workers)
+        return ZstdSink(dest, self.level, workers)
 
     def compress(self, source: IO[bytes], dest: Writer, threads: int | None = None) -> None:
         sink = self.sink(dest, threads)
