@@ -111,6 +111,13 @@ def repo_copy(tmp_path: Path) -> Path:
     return dest
 
 
+def published_config(built: dict[str, Any]) -> str:
+    """The config digest a built image is published with: its build record's (publishing clamps its times,
+    buildkit/ship/normalize.py), or the engine's where it publishes the image as the engine has it."""
+    record = json.loads(Path(built["manifest"]).read_text(encoding="utf-8"))
+    return str((record.get("published") or {}).get("config") or built["image_id"])
+
+
 def line_of(text: str, needle: str, occurrence: int = 1) -> int:
     """1-based line number of the n-th line containing ``needle``."""
     hits = [i for i, line in enumerate(text.splitlines(), 1) if needle in line]

@@ -25,6 +25,8 @@ SUMMARIES: dict[str, str] = {
     "plan": "List the images the matrix builds.",
     "render": "Render Dockerfiles and every generated file.",
     "sbom": "List or diff the components of an image.",
+    "diff": "Compare two published images file by file.",
+    "rebuild": "Rebuild a published image from its inputs and compare.",
     "smoke": "Run a short training job in an image and judge it.",
     "matrix": "Inspect and validate the compatibility matrix.",
     "k8s": "Kubernetes manifests and the node preflight.",
@@ -110,6 +112,25 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         (
             "The components of an image (Python packages, OS packages, CANN, git checkouts, base image) from its "
             "CycloneDX SBOM; or, with `diff A B`, those added, removed and changed from A to B."
+        ),
+    ),
+    "diff": (
+        ("buildkit.cli.diff_cmd",),
+        (
+            "Compare two published images as a rebuild is checked: the same manifest digest, or each differing file "
+            "named with its layer and what differs (content, mtime, mode, owner, link, kind, on one side only) and each "
+            "differing config field. Exit 0 when they are the same image, 1 when they differ."
+        ),
+    ),
+    "rebuild": (
+        ("buildkit.cli.rebuild_cmd",),
+        (
+            "Rebuild a published image from the inputs its provenance records (stack, SKU, arch, OS, the base by "
+            "digest, each lock section by sha256, the epoch), with nothing cached, publish it to --to as the original "
+            "was published, and compare: exit 0 when it is the same image (the same digest), 1 when it differs, each "
+            "differing file named with its layer and what differs. An image whose inputs cannot be recovered here (no "
+            "provenance or no epoch, another matrix stack or lock section, a base this engine lacks) is refused (exit 2) "
+            "before anything is built."
         ),
     ),
     "smoke": (

@@ -193,12 +193,13 @@ def base_of(client: docker.APIClient, ref: str, engine: EngineFacts) -> BaseImag
     image, so there a digest counts only when the registry serves ``ref`` at that digest now."""
     inspect = client.inspect_image(ref)
     name = split_ref(ref)[0]
+    layers = len((inspect.get("RootFS") or {}).get("Layers") or [])
     digests = [d for d in inspect.get("RepoDigests") or [] if d.partition("@")[0] == name] or list(inspect.get("RepoDigests") or [])
     if digests:
         digest = sorted(digests)[0].partition("@")[2]
         if engine.image_store != CONTAINERD_STORE or _registry_digest(ref) == digest:
-            return BaseImage(ref, digest, True)
-    return BaseImage(ref, identify(client, ref, inspect, engine.image_store).config, False)
+            return BaseImage(ref, digest, True, layers)
+    return BaseImage(ref, identify(client, ref, inspect, engine.image_store).config, False, layers)
 
 
 def _ask_registry(ref: str, timeout: int = 20) -> tuple[dict[str, Any] | None, str]:

@@ -94,6 +94,12 @@ class RecordedPush(_Open):
     digest: str
     sbom: dict[str, Any] | None = None
     registries: dict[str, RecordedRegistry] = Field(default_factory=dict)
+    config: str = Field(
+        default="",
+        description="The published image's config digest where publishing normalized the image (its times clamped): "
+        "the engine's is image.id, and `reproducible` says how the two differ. Empty: the same as image.id.",
+    )
+    reproducible: dict[str, Any] | None = Field(default=None, description="How the published image differs from the engine's.")
 
     def every_registry(self) -> dict[str, RecordedRegistry]:
         """Each registry with its digests; a record from before several registries names one."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from buildkit.image.buildplan import BuildPlan
 from buildkit.image.sbom import BaseImage
+from buildkit.plan.layers import EPOCH_LABEL, SOURCE_DATE_EPOCH
 from buildkit.resources import PACKAGE_DIR
 from buildkit.settings import split_credentials
 
@@ -62,6 +63,9 @@ def build_record(plan: BuildPlan, base: BaseImage) -> dict[str, Any]:
         "checkouts": [{"name": c.name, "uri": f"git+{c.url}", "ref": c.ref} for c in plan.image.checkouts],
         "lock_status": plan.lock_status,
         "lock_files": {path: hashlib.sha256(text.encode()).hexdigest() for path, text in plan.lock_files},
-        "base_image": {"ref": base.ref, "digest": base.digest, "from_registry": base.from_registry},
+        "base_image": {"ref": base.ref, "digest": base.digest, "from_registry": base.from_registry}
+        | ({"layers": base.layers} if base.layers >= 0 else {}),
+        # built to reproduce: the same inputs give the same published image (buildkit/ship/normalize.py)
+        "reproducible": {"source_date_epoch": SOURCE_DATE_EPOCH, "label": EPOCH_LABEL},
         "build_args": {name: _public(value) for name, value in sorted(plan.buildargs)},
     }

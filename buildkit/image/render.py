@@ -34,6 +34,7 @@ from buildkit.plan import (
     Pin,
     section_path,
 )
+from buildkit.plan.layers import SOURCE_DATE_EPOCH
 from buildkit.resources import PACKAGE_DIR, TEMPLATES_DIR
 
 GIT_REVISIONS_FILE = "/etc/ascendkit/git-revisions.txt"
@@ -286,6 +287,7 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.globals["image_info_file"] = IMAGE_INFO_FILE
     env.globals["image_locks_dir"] = IMAGE_LOCKS_DIR
     env.globals["installer_arg"] = INSTALLER_ARG
+    env.globals["source_date_epoch"] = SOURCE_DATE_EPOCH
     env.globals["git_layer"] = GIT_LAYER
     env.globals["patch_tool"] = PATCH_TOOL
     env.globals["add_user"] = ADD_USER

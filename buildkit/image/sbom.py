@@ -39,6 +39,7 @@ class BaseImage:
     ref: str
     digest: str  # sha256:... of the registry manifest, or of the config for a base that never came from a registry
     from_registry: bool
+    layers: int = -1  # how many layers it has (the image's first, which publishing keeps as they are); -1: not known
 
 
 def _purl_version(version: str) -> str:

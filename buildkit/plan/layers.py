@@ -9,6 +9,14 @@ from buildkit.framework import title_of
 from buildkit.matrix.model import TOOL_COMPONENTS, Installer, PypiPin, SourcePatch, Stack, WheelArchive
 
 LABEL_PREFIX = "io.ascendkit"
+# The epoch every image is built and published against: bytecode is hash-based when it is set, and
+# publishing clamps every file time and config time later than it (buildkit/ship/normalize.py). A
+# fixed point, part of the template's inputs, never the clock: one value for every layer, stack and
+# release, so a layer whose own inputs did not change keeps its digest when another layer's did (an
+# epoch that moved with the lock or the matrix would re-date, and so re-ship, every layer above the
+# base at each release). 2025-01-01T00:00:00Z.
+SOURCE_DATE_EPOCH = 1735689600
+EPOCH_LABEL = f"{LABEL_PREFIX}.source-date-epoch"
 USER_LABEL = f"{LABEL_PREFIX}.user"  # "NAME UID:GID": the user the image runs as (smoke and k8s render read it)
 PRIMARY_INDEX = "pypi"  # read by pip from PIP_INDEX_URL; every other index is an extra one
 UV_LAYER = "uv"  # lock section of the installer itself, the first layer of every image

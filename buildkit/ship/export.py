@@ -29,6 +29,8 @@ from buildkit.reach import engine_said
 from buildkit.ship.compressors import StoredLayer
 from buildkit.ship.layers import CHUNK, GZIP, ZSTD, Blob, Compressing, Compression, CompressionCache
 from buildkit.ship.local import LocalImage
+from buildkit.ship.normalize import digest as normalized_digest
+from buildkit.ship.normalize import normalize_config
 from buildkit.ship.options import ShipOptions, Target
 
 Say = Callable[[str], None]
@@ -60,12 +62,21 @@ def gather_blobs(
     tell: Say,
 ) -> ImageBlobs:
     """The image's blobs for every variant: from the cache where every target already has them,
-    else exported from the engine and compressed here."""
+    else exported from the engine and compressed here. An image built with an epoch is published
+    normalized (:mod:`.normalize`): its layers above the base with their times clamped, its config
+    with theirs; the cache remembers both, so an unchanged layer is neither exported nor compressed again."""
     try:
         inspect = client.inspect_image(image.identity.engine_id)
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"reading image {image.image_id[:19]} from the engine failed: {engine_said(exc)}") from None
     diff_ids: list[str] = list((inspect.get("RootFS") or {}).get("Layers") or [])
+    norm = image.normalization
+    base = set(diff_ids[: norm.keep]) if norm is not None else set()
+    clamp = {d: norm.epoch for d in diff_ids if d not in base} if norm is not None else {}
+
+    def clamp_key(diff_id: str) -> str:
+        return norm.key if norm is not None and diff_id in clamp else ""
+
     compressions = list(options.compressions)
     known: dict[tuple[str, str], Blob] = {}
     wanted: dict[str, tuple[Compression, ...]] = {}
@@ -84,25 +95,23 @@ def gather_blobs(
 
     for diff_id in dict.fromkeys(diff_ids):
         for compression in compressions:
-            hit = cache.get(compression, diff_id)
+            hit = cache.get(compression, diff_id, clamp_key(diff_id))
             if hit is not None and len(everywhere(hit.digest)) == len(targets):
                 known[(diff_id, compression.name)] = hit
             else:
                 wanted[diff_id] = (*wanted.get(diff_id, ()), compression)
-    config_sizes = everywhere(image.image_id)
-    config: Blob | None = None
-    if len(config_sizes) == len(targets):
-        config = Blob(image.image_id, config_sizes[0])
-    if wanted or config is None:
+    engine_config: bytes | None = None
+    config_bytes = cache.config(norm.key, image.image_id) if norm is not None else None
+    config_id = normalized_digest(config_bytes) if config_bytes is not None else image.image_id
+    config_sizes = everywhere(config_id) if norm is None or config_bytes is not None else []
+    if wanted or len(config_sizes) != len(targets):
         tell(f"exporting {image.image_id[:19]} from the engine ({len(wanted)} of {len(set(diff_ids))} layers to compress)")
         sizes = {d: size for d in diff_ids if d not in wanted and (size := cache.raw_size(d)) is not None}
         stored = {d: d for d in diff_ids} | {s: d for s, d in cache.stored_layers().items() if d in diff_ids}
-        exported = export(client, image.identity, wanted, spool, known_sizes=sizes, stored_layers=stored, tell=tell)
+        exported = export(client, image.identity, wanted, spool, known_sizes=sizes, stored_layers=stored, tell=tell, clamp=clamp)
+        engine_config = exported.config
         if json.loads(exported.config).get("rootfs", {}).get("diff_ids") != diff_ids:
             raise PublishFailed(f"image {image.image_id[:19]}: the engine's inspect and its exported config list different layers")
-        path = spool / "config.json"
-        path.write_bytes(exported.config)
-        config = Blob(image.image_id, len(exported.config), path)
         for stored_digest, diff_id in exported.stored.items():
             if stored_digest != diff_id:
                 cache.stored_as(stored_digest, diff_id)
@@ -110,9 +119,20 @@ def gather_blobs(
             for name, blob in blobs.items():
                 compression = GZIP if name == "gzip" else ZSTD
                 known[(diff_id, name)] = blob
-                cache.put(compression, diff_id, blob, blob.raw_size)
+                cache.put(compression, diff_id, blob, blob.raw_size, clamp_key(diff_id))
     layers = {c.name: [known[(diff_id, c.name)] for diff_id in diff_ids] for c in compressions}
-    return ImageBlobs(config, layers, present)
+    if norm is not None:
+        if engine_config is not None:
+            published = [known[(d, compressions[0].name)].diff_id or d for d in diff_ids]
+            config_bytes = normalize_config(engine_config, published, norm)
+            cache.put_config(norm.key, image.image_id, config_bytes)
+        assert config_bytes is not None
+        engine_config = config_bytes
+    if engine_config is None:  # every registry holds every blob and the config as the engine has it
+        return ImageBlobs(Blob(image.image_id, config_sizes[0]), layers, present)
+    path = spool / "config.json"
+    path.write_bytes(engine_config)
+    return ImageBlobs(Blob(normalized_digest(engine_config), len(engine_config), path), layers, present)
 
 
 # ---- reading the engine's archive ------------------------------------------------------------------
@@ -135,6 +155,7 @@ class Exported:
     config: bytes
     layers: dict[str, dict[str, Blob]]
     stored: dict[str, str] = field(default_factory=dict)  # stored digest -> DiffID
+    names: dict[str, str] = field(default_factory=dict)  # archive member -> the engine's DiffID of the layer it holds
 
 
 def export(
@@ -147,6 +168,7 @@ def export(
     stored_layers: Mapping[str, str] | None = None,
     tell: Callable[[str], None] = lambda _: None,
     sleep: Callable[[float], None] = time.sleep,
+    clamp: Mapping[str, int] | None = None,
 ) -> Exported:
     """The config of ``image`` and, for each DiffID of ``wanted``, its layer compressed each way
     asked, into ``spool``, as the export streams out of the engine.
@@ -157,14 +179,27 @@ def export(
     unwanted layers, from the cache). Any other layer is compressed on the way and dropped if it
     was not wanted after all; a wanted layer that had one of those sizes is exported again. An
     export the engine cuts off is started again (after 5 s, then 10 s); Unavailable when the
-    engine keeps failing."""
+    engine keeps failing.
+
+    ``clamp`` (DiffID -> epoch) names the layers published with their times clamped; the others (the
+    base's) are published as the engine has them. A layer whose DiffID is known only once read (a
+    legacy archive's) is read clamped; one that turns out to be the base's is read again."""
     skip = set((known_sizes or {}).values())
     result = Exported(b"", {})
     attempt = 0
+    reread = False
     while True:
         try:
-            config, stored = _export(
-                client, image, {d: w for d, w in wanted.items() if d not in result.layers}, spool, skip, stored_layers or {}, result, tell
+            config, stored, redo = _export(
+                client,
+                image,
+                {d: w for d, w in wanted.items() if d not in result.layers},
+                spool,
+                skip,
+                stored_layers or {},
+                result,
+                tell,
+                dict(clamp or {}),
             )
         except Unavailable as exc:
             if attempt == EXPORT_ATTEMPTS - 1:
@@ -176,7 +211,13 @@ def export(
         result.config = config
         result.stored.update(stored)
         lacking = sorted(set(wanted) - set(result.layers))
-        if not lacking or not skip:
+        if not lacking:
+            break
+        if redo and not reread:
+            tell(f"{len(redo)} layer(s) of the base were read as layers to normalize: exporting again to keep them as they are")
+            reread = True
+            continue
+        if not skip:
             break
         tell(f"{len(lacking)} layer(s) had the size of a layer the registries have: exporting again to compress them")
         skip = set()
@@ -190,9 +231,19 @@ class _Reading:
     their compressors as they pass, what each turned out to be."""
 
     def __init__(
-        self, image: ImageIdentity, wanted: dict[str, tuple[Compression, ...]], spool: Path, found: dict[str, dict[str, Blob]]
+        self,
+        image: ImageIdentity,
+        wanted: dict[str, tuple[Compression, ...]],
+        spool: Path,
+        found: dict[str, dict[str, Blob]],
+        clamp: dict[str, int] | None = None,
+        names: Mapping[str, str] | None = None,
     ) -> None:
         self.image, self.wanted, self.spool, self.found = image, wanted, spool, found
+        self.clamp, self.known_names = clamp or {}, names or {}
+        # a layer read before it is known: clamped unless it turns out to be the base's (then read again)
+        self.speculative = next(iter(self.clamp.values()), None)
+        self.redo: dict[str, str] = {}
         self.every_way = tuple({c.name: c for ways in wanted.values() for c in ways}.values())
         self.small: dict[str, bytes] = {}
         self.links: dict[str, str] = {}
@@ -212,7 +263,8 @@ class _Reading:
         """Read member ``name`` (``size`` bytes as stored) as a layer through ``ways``; its DiffID,
         checked against ``expected`` (the config's) and against the digest its name gives."""
         self.serial += 1
-        self.layer = Compressing(ways, self.spool, self.serial)
+        epoch = self.clamp.get(expected) if expected is not None else self.speculative
+        self.layer = Compressing(ways, self.spool, self.serial, epoch)
         stored = StoredLayer(source)
         try:
             while piece := stored.read():
@@ -227,18 +279,24 @@ class _Reading:
                 f"{self.where()}: {name} holds {stored.stored_size} bytes of digest {stored.stored_digest}, not what its name "
                 "and size say: the engine's image store is damaged (`docker image rm` it and build or pull it again)"
             )
-        diff_id = self.layer.diff_id
+        diff_id = self.layer.engine_diff_id
         if expected is not None and diff_id != expected:
             raise PublishFailed(
                 f"{self.where()}: {name} decompresses ({stored.format}) to layer {diff_id}, but the image's config lists {expected}"
             )
         if named is not None:
             self.stored[named] = diff_id
+        self.read[name] = diff_id
+        if epoch is not None and diff_id not in self.clamp and self.layer.diff_id != diff_id:
+            self.layer.discard()  # a base layer read clamped: kept out, read again as the engine has it
+            self.layer = None
+            if diff_id in self.wanted and diff_id not in self.found:
+                self.redo[name] = diff_id
+            return diff_id
         keep = self.wanted.get(diff_id, ()) if diff_id not in self.found else ()
         blobs, self.layer = self.layer.finish(self.spool, keep), None
         if keep:
             self.found[diff_id] = blobs
-        self.read[name] = diff_id
         return diff_id
 
     def member(
@@ -262,6 +320,7 @@ class _Reading:
             return
         named = blob_digest(member.name)
         known = stored_layers.get(named, named if named in self.wanted else None) if named else None
+        known = known or self.known_names.get(member.name)  # learnt by an earlier pass over this archive
         if not self.lacking() or (known is not None and (known not in self.wanted or known in self.found)):
             return  # nothing left to compress, or a layer every registry has: read past
         if named is None and member.size in skip:
@@ -316,13 +375,16 @@ def _export(
     stored_layers: Mapping[str, str],
     result: Exported,
     tell: Callable[[str], None],
-) -> tuple[bytes, dict[str, str]]:
-    reading = _Reading(image, wanted, spool, result.layers)
+    clamp: dict[str, int],
+) -> tuple[bytes, dict[str, str], dict[str, str]]:
+    reading = _Reading(image, wanted, spool, result.layers, clamp, result.names)
     try:
         with saved(client, image.engine_id, CHUNK) as chunks, tarfile.open(fileobj=ChunkReader(chunks), mode="r|") as archive:  # type: ignore[call-overload]
             for member in archive:
                 reading.member(archive, member, skip, stored_layers, tell)
-        return reading.finish(), reading.stored
+        config = reading.finish()
+        result.names.update(reading.read)
+        return config, reading.stored, reading.redo
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"exporting image {image.engine_id[:19]} from the engine failed: {engine_said(exc)}") from None
     except tarfile.TarError as exc:

@@ -80,7 +80,7 @@ def read_member(path: Path) -> Member:
         arch=record.arch,
         arches=record.arches,
         names=index_names(tuple(tag_of(t) for t in record.image.tags), record.arch),
-        image_id=record.image.id,
+        image_id=published.config or record.image.id,  # the published config: the engine's, or its normalized form
         registries=registries,
         build=record.as_dict(),
     )

@@ -29,6 +29,7 @@ from typing import IO, Any
 from buildkit.errors import PublishFailed
 from buildkit.fsio import cache_dir, read_cache, write_cache
 from buildkit.ship.compressors import BLOCK, GZIP, PUBLISHED, ZSTD, Compression, Sink
+from buildkit.ship.normalize import TarClamp
 
 __all__ = ["CHUNK", "GZIP", "PUBLISHED", "ZSTD", "Blob", "Compressing", "Compression", "CompressionCache"]
 
@@ -41,6 +42,7 @@ class Blob:
     size: int
     path: Path | None = None  # its bytes, spooled this run; None: every registry already has it
     raw_size: int | None = None  # for a layer compressed this run: its uncompressed size
+    diff_id: str = ""  # the published layer's DiffID where publishing changed the engine's layer (its times clamped)
 
     def open(self, offset: int = 0) -> IO[bytes]:
         """Its bytes from ``offset`` on (an upload resumed where the registry stands)."""
@@ -66,17 +68,40 @@ class CompressionCache:
         path = path or cache_dir() / "compressed-layers.json"
         return cls(path, read_cache(path))
 
-    def get(self, compression: Compression, diff_id: str) -> Blob | None:
-        entry = self.entries.get(f"{compression.key} {diff_id}")
+    @staticmethod
+    def _key(compression: Compression, diff_id: str, clamp: str) -> str:
+        """``clamp``: the normalization the layer went through (:attr:`.normalize.Normalization.key`), or none."""
+        return f"{compression.key}{' ' + clamp if clamp else ''} {diff_id}"
+
+    def get(self, compression: Compression, diff_id: str, clamp: str = "") -> Blob | None:
+        entry = self.entries.get(self._key(compression, diff_id, clamp))
         if not isinstance(entry, dict) or not str(entry.get("digest", "")).startswith("sha256:"):
             return None
-        return Blob(str(entry["digest"]), int(entry.get("size", 0)))
+        published = str(entry.get("diff_id", ""))
+        if clamp and not published.startswith("sha256:"):
+            return None
+        return Blob(str(entry["digest"]), int(entry.get("size", 0)), diff_id=published)
 
-    def put(self, compression: Compression, diff_id: str, blob: Blob, raw_size: int | None = None) -> None:
+    def put(self, compression: Compression, diff_id: str, blob: Blob, raw_size: int | None = None, clamp: str = "") -> None:
         with self.lock:
-            key = f"{compression.key} {diff_id}"
+            key = self._key(compression, diff_id, clamp)
             self.entries.pop(key, None)
-            self.entries[key] = {"digest": blob.digest, "size": blob.size} | ({"raw_size": raw_size} if raw_size is not None else {})
+            self.entries[key] = (
+                {"digest": blob.digest, "size": blob.size}
+                | ({"raw_size": raw_size} if raw_size is not None else {})
+                | ({"diff_id": blob.diff_id} if clamp else {})
+            )
+
+    def config(self, clamp: str, image_id: str) -> bytes | None:
+        """The published config of engine image ``image_id`` normalized by ``clamp``, as made before."""
+        entry = self.entries.get(f"config {clamp} {image_id}")
+        return str(entry["json"]).encode() if isinstance(entry, dict) and isinstance(entry.get("json"), str) else None
+
+    def put_config(self, clamp: str, image_id: str, config: bytes) -> None:
+        with self.lock:
+            key = f"config {clamp} {image_id}"
+            self.entries.pop(key, None)
+            self.entries[key] = {"json": config.decode()}
 
     def raw_size(self, diff_id: str) -> int | None:
         """The uncompressed size of layer ``diff_id`` when some entry recorded it."""
@@ -142,9 +167,11 @@ class Compressing:
     """One layer on its way through its compressors: each writes a ``.partial`` file in the spool,
     renamed to its digest when the layer ends; the layer's own digest is taken on the way."""
 
-    def __init__(self, compressions: tuple[Compression, ...], spool: Path, serial: int) -> None:
+    def __init__(self, compressions: tuple[Compression, ...], spool: Path, serial: int, epoch: int | None = None) -> None:
         self.raw = hashlib.sha256()
         self.raw_size = 0
+        self.engine = hashlib.sha256()  # the layer as the engine gave it, before any clamp
+        self.clamp = TarClamp(epoch, self._compress) if epoch is not None else None
         self.parts: dict[str, tuple[Path, IO[bytes], _Hashing, Sink]] = {}
         try:
             for compression in compressions:
@@ -157,18 +184,35 @@ class Compressing:
             raise
 
     def write(self, data: bytes) -> None:
+        self.engine.update(data)
+        if self.clamp is not None:
+            self.clamp.write(data)
+        else:
+            self._compress(data)
+
+    def _compress(self, data: bytes | memoryview) -> None:
         self.raw.update(data)
         self.raw_size += len(data)
         for _, _, _, sink in self.parts.values():
-            sink.write(data)
+            sink.write(data)  # type: ignore[arg-type]  # the sinks take any bytes-like piece
+
+    @property
+    def engine_diff_id(self) -> str:
+        """The DiffID of the layer as the engine stored it (what its config lists)."""
+        return "sha256:" + self.engine.hexdigest()
 
     @property
     def diff_id(self) -> str:
+        """The DiffID of the layer as it is published (its times clamped, where it was normalized)."""
+        if self.clamp is not None:
+            self.clamp.close()
         return "sha256:" + self.raw.hexdigest()
 
     def finish(self, spool: Path, keep: tuple[Compression, ...]) -> dict[str, Blob]:
         """The blobs of the compressions in ``keep``; the others' files removed."""
         blobs = {}
+        if self.clamp is not None:
+            self.clamp.close()
         try:
             for name, (partial, out, hashing, sink) in list(self.parts.items()):
                 sink.close()
@@ -177,7 +221,7 @@ class Compressing:
                 if any(c.name == name for c in keep):
                     final = spool / f"{hashing.digest.removeprefix('sha256:')}.blob"
                     partial.rename(final)
-                    blobs[name] = Blob(hashing.digest, hashing.size, final, self.raw_size)
+                    blobs[name] = Blob(hashing.digest, hashing.size, final, self.raw_size, self.diff_id)
                 else:
                     partial.unlink(missing_ok=True)
         finally:

@@ -13,10 +13,11 @@ import docker
 from buildkit.arch import normalize_arch
 from buildkit.errors import PublishFailed
 from buildkit.image.archive import ImageIdentity, identify
-from buildkit.image.buildrecord import RecordedPush, read_record, write_record
+from buildkit.image.buildrecord import BuildRecord, RecordedPush, read_record, write_record
 from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import sbom_beside
 from buildkit.plan import index_tag, tag_of
+from buildkit.ship.normalize import Normalization, epoch_of
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class LocalImage:
     tag_names: tuple[str, ...]
     manifest: Path | None = None  # its build manifest; the SBOM sits beside it
     engine_id: str = ""  # what the engine holding it calls it, where that is not the config digest (the containerd store)
+    normalization: Normalization | None = None  # how it is published: its times clamped to its epoch above its base
 
     @property
     def identity(self) -> ImageIdentity:
@@ -68,12 +70,25 @@ def load_local_image(client: docker.APIClient, ref: str, manifest_dir: Path) -> 
         raise PublishFailed(f"{ref}: {manifest_path} does not record a passed verification of image {config[:19]}; rebuild it")
     names = tuple(tag_of(tag) for tag in record.image.tags)
     arches = tuple(labels.get("io.ascendkit.arches", arch).split(","))
-    return LocalImage(config, arch, arches, names, manifest_path, "" if engine_id == config else engine_id)
+    engine = "" if engine_id == config else engine_id
+    return LocalImage(config, arch, arches, names, manifest_path, engine, normalization_of(record))
 
 
-def record_published(image: LocalImage, registries: dict[str, dict[str, Any]]) -> None:
+def normalization_of(record: BuildRecord) -> Normalization | None:
+    """How an image is published: with its epoch label and its build's record of its base's layers,
+    normalized; an image built before either (by an older ascendkit) as the engine has it."""
+    epoch = epoch_of(record.labels)
+    base = record.build.get("base_image")
+    layers = base.get("layers") if isinstance(base, dict) else None
+    if epoch is None or not isinstance(layers, int) or layers < 0:
+        return None
+    return Normalization(epoch, layers)
+
+
+def record_published(image: LocalImage, registries: dict[str, dict[str, Any]], config: str = "") -> None:
     """Note in the build manifest where the image went, each registry with its digests and SBOMs;
-    registries published to before stay listed."""
+    registries published to before stay listed. ``config``: the published image's config digest, where
+    publishing normalized the image (the engine's is ``image.id``; ``reproducible`` says what differs)."""
     if image.manifest is None or not image.manifest.is_file():
         return
     record = read_record(image.manifest)
@@ -84,5 +99,8 @@ def record_published(image: LocalImage, registries: dict[str, dict[str, Any]]) -
     # manifest composed otherwise (by an older ascendkit, through the engine) is no longer a record of this push.
     kept = {name: entry.as_dict() for name, entry in merged.items() if name and entry.digest == first["digest"]}
     kept.update(registries)
-    push = {"repository": first_name, "digest": first["digest"], "sbom": first["sbom"], "registries": kept}
+    push: dict[str, Any] = {"repository": first_name, "digest": first["digest"], "sbom": first["sbom"], "registries": kept}
+    if image.normalization is not None and config:
+        push["config"] = config
+        push["reproducible"] = image.normalization.describe()
     write_record(image.manifest, record.model_copy(update={"published": RecordedPush.model_validate(push)}))

@@ -117,6 +117,8 @@ def push_image(
     with tempfile.TemporaryDirectory(prefix="ascendkit-ship-") as tmp:
         try:
             blobs = gather_blobs(client, image, targets, options, cache, Path(tmp), tell)
+            if image.normalization is not None:  # what the provenance says of how the published image differs from the engine's
+                build["normalized"] = {"config": blobs.config.digest, **image.normalization.describe()}
             manifests = [
                 (variant, *image_manifest(blobs.config, blobs.layers[variant.name], options.form, variant.name))
                 for variant in options.compressions
@@ -127,7 +129,7 @@ def push_image(
             for target in targets:  # several blobs at a time
                 each_at_once(functools.partial(_send, target, cache=cache, tell=tell, present=blobs.present), every)
                 for variant, body, media_type in manifests:
-                    subjects[(target.name, variant.name)] = _put_by_digest(target, body, media_type, image.image_id)
+                    subjects[(target.name, variant.name)] = _put_by_digest(target, body, media_type, blobs.config.digest)
             ztocs = _ztocs(blobs, targets[0], subjects[(targets[0].name, "gzip")], tell) if options.lazy == "soci" else None
         finally:
             cache.save()
@@ -139,7 +141,7 @@ def push_image(
                 published = Published(f"{target.name}:{variant.tag(name)}@{digest}", digest, image.arch, variant.name)
                 outcome.registries.setdefault(target.name, []).append(published)
                 tell(f"pushed {published.ref}")
-    record_published(image, _recorded(targets, outcome, options))
+    record_published(image, _recorded(targets, outcome, options), blobs.config.digest)
     return outcome
 
 
@@ -193,7 +195,7 @@ def _put_by_digest(target: Target, body: bytes, media_type: str, image_id: str) 
         raise PublishFailed(f"{target.name}@{digest}: the registry does not serve the manifest just written")
     config = (back.json().get("config") or {}).get("digest")
     if config != image_id:
-        raise PublishFailed(f"{target.name}@{digest}: the registry's image config is {config}, not the local image {image_id}")
+        raise PublishFailed(f"{target.name}@{digest}: the registry's image config is {config}, not the one published {image_id}")
     return back
 
 

@@ -14,9 +14,10 @@ import docker
 
 from buildkit.errors import InputError
 from buildkit.image.buildplan import BuildPlan, BuildResult
+from buildkit.image.buildrecord import read_record
 from buildkit.imageref import IMAGE_REFERENCE, RegistryRef
 from buildkit.matrix.load import LoadedMatrix
-from buildkit.ship.local import LocalImage
+from buildkit.ship.local import LocalImage, normalization_of
 from buildkit.ship.options import ShipOptions, ship_options
 from buildkit.ship.publish import PublishOutcome, publish_image
 from buildkit.trust.keys import Signer
@@ -128,5 +129,6 @@ def push_built(
     the index over the arches the registries already have, not refused while one is missing."""
     arches = tuple(loaded.matrix.stacks[plan.stack_id].arches)
     engine_id = "" if result.engine_id in ("", result.image_id) else result.engine_id
-    image = LocalImage(result.image_id, plan.arch, arches, plan.tags, result.manifest_json, engine_id)
+    normalization = normalization_of(read_record(result.manifest_json))
+    image = LocalImage(result.image_id, plan.arch, arches, plan.tags, result.manifest_json, engine_id, normalization)
     return publish_image(client, image, list(push.targets), want_index=push.index, require_index=False, options=push.options, say=say)

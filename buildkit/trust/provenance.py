@@ -61,6 +61,7 @@ def statement(repository: str, digest: str, manifest: dict[str, Any]) -> dict[st
         "skus": manifest.get("skus", build.get("skus")),
         "source": build.get("source"),
         "buildArgs": build.get("build_args"),
+        "reproducible": build.get("reproducible"),  # the epoch it was built against: rebuilt from these inputs, the same digest
     }
     return {
         "_type": STATEMENT_TYPE,
@@ -74,6 +75,7 @@ def statement(repository: str, digest: str, manifest: dict[str, Any]) -> dict[st
                     "lockStatus": build.get("lock_status"),
                     "verification": {"passed": bool(manifest.get("passed")), "expectedSha256": manifest.get("expected_sha256")},
                     "imageId": (manifest.get("image") or {}).get("id"),
+                    **({"normalized": manifest["normalized"]} if isinstance(manifest.get("normalized"), dict) else {}),
                 },
                 "resolvedDependencies": _dependencies(build),
             },

@@ -5,6 +5,16 @@
 ascendkit_xtrace=0
 case "$-" in *x*) ascendkit_xtrace=1; set +x ;; esac
 
+# The same bytes from the same inputs (docs/architecture.md, "Reproducible images"). The Dockerfile's
+# SOURCE_DATE_EPOCH (a fixed point, never the clock) makes the bytecode pip and uv compile checked-hash:
+# it holds its source's hash, where a timestamp pyc holds the source's mtime (the moment of the
+# install). Nothing else Python runs here writes bytecode. C and C++ built from an sdist carry no
+# debug info: it names the random directory the build ran in. Publishing clamps file times to the epoch.
+if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
+  export SOURCE_DATE_EPOCH PYTHONDONTWRITEBYTECODE=1
+  export CFLAGS="${CFLAGS:+${CFLAGS} }-g0" CXXFLAGS="${CXXFLAGS:+${CXXFLAGS} }-g0"
+fi
+
 # A CA bundle and index credentials, when ascendkit gives them to this build. With BuildKit they
 # are secret mounts (/run/secrets/ascendkit-ca and -env: tmpfs, for this RUN only). With the
 # classic builder ascendkit serves them on a loopback URL passed in ftp_proxy (a predefined ARG the
@@ -175,7 +185,9 @@ ascendkit_install_project() {
   { local trace="$-"; set +x; } 2>/dev/null
   local layer="$1" pin="$2" file="$3" extras="${4:-}" section work tree
   section="/etc/ascendkit/locks/${layer}-$(uname -m).txt"
-  work="$(mktemp -d)"
+  # a fixed directory, not mktemp's: pip records the path it installed from (direct_url.json)
+  work="/tmp/ascendkit-project-${layer}"
+  rm -rf "${work}" && mkdir -p "${work}"
   if grep -qx "# status: resolved" "${section}"; then
     awk -v pin="${pin%%==*}==" -v one="${work}/pin.txt" -v rest="${work}/rest.txt" '
       BEGIN { pin = tolower(pin); gsub(/[_.]+/, "-", pin) }  # the lock spells names canonically
@@ -236,7 +248,8 @@ ascendkit_install_archive() {
   done
   shift
   test -n "${file}" || { echo "ascendkit: no ${layer} archive for ${arch}" >&2; return 1; }
-  work="$(mktemp -d)"
+  work="/tmp/ascendkit-archive-${layer}"  # fixed, as in ascendkit_install_project: pip records the wheels' paths
+  rm -rf "${work}" && mkdir -p "${work}"
   echo "+ fetch $(ascendkit_public "${url}/${file}")" >&2
   python3 - "${url}/${file}" "${work}/${file}" "$(ascendkit_public "${url}/${file}")" <<'PY'
 import base64

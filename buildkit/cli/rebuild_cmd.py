@@ -1,0 +1,80 @@
+"""``ascendkit rebuild IMAGE --to HOST/REPO``: check a published image by building it again from its recorded inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from buildkit.cli.base import ArchChoice, JsonFlag, WorkingMatrixPath, app, out, print_json, user_errors
+from buildkit.cli.build_options import QuietFlag
+from buildkit.cli.mirror_options import (
+    AptMirror,
+    AscendIndexUrl,
+    CaBundle,
+    ConfigFile,
+    GitcodeUrl,
+    GithubUrl,
+    PipExtraIndexUrl,
+    PipIndexUrl,
+    PytorchIndexUrl,
+    mirrors_from,
+)
+from buildkit.cli.ship_options import ManifestDir, to_stderr
+from buildkit.errors import ExitCode
+from buildkit.resources import DEFAULT_MATRIX
+
+
+@app.command("rebuild")
+@user_errors
+def rebuild(
+    image: Annotated[str, typer.Argument(help="HOST[:PORT]/REPO:TAG or @sha256:... as published by ascendkit.", metavar="IMAGE")],
+    to: Annotated[
+        str,
+        typer.Option("--to", help="HOST[:PORT]/REPO the rebuilt image is published to, beside the original (a scratch repository)."),
+    ],
+    arch: ArchChoice = None,
+    ca_bundle: CaBundle = None,
+    pip_index_url: PipIndexUrl = None,
+    pip_extra_index_url: PipExtraIndexUrl = None,
+    pytorch_index_url: PytorchIndexUrl = None,
+    ascend_index_url: AscendIndexUrl = None,
+    apt_mirror: AptMirror = None,
+    github_url: GithubUrl = None,
+    gitcode_url: GitcodeUrl = None,
+    config: ConfigFile = None,
+    manifest_dir: ManifestDir = Path("manifests"),
+    quiet: QuietFlag = False,
+    as_json: JsonFlag = False,
+    matrix: WorkingMatrixPath = DEFAULT_MATRIX,
+) -> None:
+    """Rebuild a published image from the inputs its provenance records (stack, SKU, arch, OS, the base by
+    digest, each lock section by sha256, the epoch), with nothing cached, publish it to --to as the original
+    was published, and compare: exit 0 when it is the same image (the same digest), 1 when it differs, each
+    differing file named with its layer and what differs. An image whose inputs cannot be recovered here (no
+    provenance or no epoch, another matrix stack or lock section, a base this engine lacks) is refused (exit 2)
+    before anything is built."""
+    from buildkit.cli.build_cmd import StepPrinter
+    from buildkit.image.engine import connect
+    from buildkit.matrix.load import load_matrix
+    from buildkit.ship.rebuild import rebuild as rebuild_image
+
+    urls = {"pip_index_url": pip_index_url, "pip_extra_index_url": pip_extra_index_url, "pytorch_index_url": pytorch_index_url}
+    urls |= {"ascend_index_url": ascend_index_url, "apt_mirror": apt_mirror, "github_url": github_url, "gitcode_url": gitcode_url}
+    mirrors = mirrors_from(config, ca_bundle, **urls)
+    loaded = load_matrix(matrix)
+    outcome = rebuild_image(
+        connect(), loaded, image, to, arch=arch, manifest_dir=manifest_dir, mirrors=mirrors,
+        reporter=StepPrinter(show_output=not quiet), say=to_stderr,
+    )  # fmt: skip
+    if as_json:
+        print_json(outcome.describe())
+    elif outcome.same:
+        out.print(f"reproduced: {outcome.rebuilt} is {outcome.original}, the same image from the same inputs")
+    else:
+        out.print(f"NOT reproduced: {outcome.rebuilt} differs from {outcome.original} in {len(outcome.differences)} place(s):")
+        for difference in outcome.differences:
+            out.print(f"  {difference.line()}")
+    if not outcome.same:
+        raise typer.Exit(ExitCode.CHECK_FAILED)

@@ -1,0 +1,212 @@
+"""Checking a published image by rebuilding it: its inputs recovered from the provenance publishing
+attached to it (the stack, SKU, arch and OS, the base image by digest, each lock section by sha256, the
+epoch), held to what is at hand here, built again with nothing cached, published beside it, and the
+two compared: the same digest, or each differing file named (:mod:`.imagediff`).
+
+An image whose inputs cannot be recovered is refused before anything is built: no provenance, one
+with no epoch (built before images were reproducible), a stack this matrix does not hold, a lock
+section that is not the one it was built from, a base image this engine does not have at its digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from buildkit.errors import InputError
+from buildkit.image.archive import identify
+from buildkit.image.build import run_build
+from buildkit.image.buildplan import BuildResult, check_outputs, plan_build
+from buildkit.image.progress import Reporter
+from buildkit.imageref import split_ref
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.settings import Mirrors
+from buildkit.ship.attach import member_digest
+from buildkit.ship.compressors import ZSTD
+from buildkit.ship.imagediff import Difference, diff_images, read_published
+from buildkit.ship.registry import OCI_MANIFEST, Manifest
+from buildkit.ship.request import push_built, push_request
+from buildkit.ship.trust import registry_provenance, resolve
+
+ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
+
+
+@dataclass(frozen=True)
+class RecordedInputs:
+    """What an image was built from, as its provenance recorded it."""
+
+    where: str  # HOST/REPO@sha256:... of the image (of one arch)
+    stack: str
+    hw: str
+    arch: str
+    os: str
+    base_image: str
+    base_digest: str
+    base_from_registry: bool
+    epoch: int
+    locks: dict[str, str]  # path in the checkout -> sha256
+    source: str  # the repository and commit it was built from, where known
+    media_types: str  # how it was published: default (Docker) or oci
+    compression: str  # gzip or zstd: its layers'
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "image": self.where,
+            "stack": self.stack,
+            "hw": self.hw,
+            "arch": self.arch,
+            "os": self.os,
+            "base_image": f"{self.base_image}@{self.base_digest}",
+            "source_date_epoch": self.epoch,
+            "locks": self.locks,
+            "source": self.source,
+        }
+
+
+def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest) -> RecordedInputs:
+    """The inputs ``statement`` (the image's SLSA provenance) records; InputError naming what is missing."""
+    definition = (statement.get("predicate") or {}).get("buildDefinition") or {}
+    params = definition.get("externalParameters") or {}
+    reproducible = params.get("reproducible")
+    if not isinstance(reproducible, dict) or not isinstance(reproducible.get("source_date_epoch"), int):
+        raise InputError(
+            f"{where}: its provenance records no epoch: it was built before ascendkit's images were reproducible (or not by "
+            "ascendkit), so it cannot be rebuilt to the same digest; rebuild it with `ascendkit build` and publish it again"
+        )
+    missing = [key for key in ("stack", "chip", "arch", "os") if not params.get(key)]
+    if missing:
+        raise InputError(f"{where}: its provenance does not record {', '.join(missing)}: its inputs cannot be recovered")
+    dependencies = [d for d in definition.get("resolvedDependencies") or [] if isinstance(d, dict)]
+    base = next((d for d in dependencies if d.get("name") == "base-image"), None)
+    if base is None or not (base.get("digest") or {}).get("sha256"):
+        raise InputError(f"{where}: its provenance names no base image by digest: its inputs cannot be recovered")
+    locks = {
+        str(d["name"]).removeprefix("lock:"): str((d.get("digest") or {}).get("sha256", ""))
+        for d in dependencies
+        if str(d.get("name", "")).startswith("lock:")
+    }
+    if not locks:
+        raise InputError(f"{where}: its provenance names no lock sections: its inputs cannot be recovered")
+    source = next((str(d.get("uri", "")) for d in dependencies if d.get("name") == "source"), "")
+    skus = params.get("skus") or []
+    body = manifest.json()
+    layers = [str(layer.get("mediaType", "")) for layer in body.get("layers") or []]
+    return RecordedInputs(
+        where=where,
+        stack=str(params["stack"]),
+        hw=str(skus[0]) if skus else str(params["chip"]),
+        arch=str(params["arch"]),
+        os=str(params["os"]),
+        base_image=str(base.get("uri", "")),
+        base_digest="sha256:" + str(base["digest"]["sha256"]),
+        base_from_registry=base.get("mediaType") is None,
+        epoch=int(reproducible["source_date_epoch"]),
+        locks=locks,
+        source=source,
+        media_types="oci" if manifest.media_type == OCI_MANIFEST and ZSTD_LAYER not in layers else "default",
+        compression="zstd" if ZSTD_LAYER in layers else "gzip",
+    )
+
+
+def check_inputs(inputs: RecordedInputs, loaded: LoadedMatrix) -> None:
+    """The inputs at hand are the recorded ones: the stack is in this matrix, each lock section is the one built from."""
+    at = f" (it was built from {inputs.source})" if inputs.source else ""
+    if inputs.stack not in loaded.matrix.stacks:
+        raise InputError(f"{inputs.where}: built from stack {inputs.stack!r}, which {loaded.path} does not hold{at}")
+    for path, sha256 in sorted(inputs.locks.items()):
+        local = loaded.root / path
+        if not local.is_file():
+            raise InputError(f"{inputs.where}: built from lock section {path}, which is not here{at}")
+        if hashlib.sha256(local.read_bytes()).hexdigest() != sha256:
+            raise InputError(f"{inputs.where}: {path} is not the lock section it was built from (sha256 {sha256[:12]}...){at}")
+
+
+def check_base(client: docker.APIClient, inputs: RecordedInputs) -> None:
+    """The base this engine has under the recorded name is the recorded one (a pulled base by its registry digest)."""
+    try:
+        inspect = client.inspect_image(inputs.base_image)
+    except docker.errors.ImageNotFound:
+        raise InputError(f"{inputs.where}: built on {inputs.base_image}@{inputs.base_digest}, which this engine does not have") from None
+    known = {str(inspect.get("Id", "")), identify(client, inputs.base_image, inspect).config}
+    known |= {str(d).partition("@")[2] for d in inspect.get("RepoDigests") or []}
+    if inputs.base_digest not in known:
+        raise InputError(
+            f"{inputs.where}: built on {inputs.base_image}@{inputs.base_digest}, but this engine's {inputs.base_image} is another "
+            f"image ({str(inspect.get('Id', ''))[:19]}): pull or load the recorded one"
+        )
+
+
+@dataclass(frozen=True)
+class RebuildOutcome:
+    inputs: RecordedInputs
+    original: str  # HOST/REPO@digest
+    rebuilt: str  # HOST/REPO@digest
+    zstd: tuple[str, str] | None  # the zstd variants' digests (original, rebuilt), where both were published
+    differences: list[Difference]
+    build: BuildResult
+
+    @property
+    def same(self) -> bool:
+        return self.original.rpartition("@")[2] == self.rebuilt.rpartition("@")[2]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "same": self.same,
+            "original": self.original,
+            "rebuilt": self.rebuilt,
+            "zstd": list(self.zstd) if self.zstd else None,
+            "inputs": self.inputs.describe(),
+            "differences": [d.as_dict() for d in self.differences],
+            "build": self.build.describe(),
+        }
+
+
+def rebuild(
+    client: docker.APIClient,
+    loaded: LoadedMatrix,
+    ref: str,
+    to: str,
+    *,
+    arch: str | None = None,
+    manifest_dir: Path = Path("manifests"),
+    mirrors: Mirrors | None = None,
+    reporter: Reporter | None = None,
+    say: Callable[[str], None] | None = None,
+) -> RebuildOutcome:
+    """``ref`` rebuilt from its recorded inputs with nothing cached, published to ``to`` as it was
+    published (its media types, its compression) and compared."""
+    statement, where = registry_provenance(ref, arch)
+    registry, repository, manifest = resolve(where)
+    inputs = recorded_inputs(statement, where, manifest)
+    check_inputs(inputs, loaded)
+    check_base(client, inputs)
+    push = push_request([to], push=True, index=False, media_types=None if inputs.media_types == "default" else "oci", compression="zstd")
+    assert push is not None
+    plan = plan_build(
+        loaded, inputs.hw, stack=inputs.stack, os_name=inputs.os, arch=inputs.arch, base_image=inputs.base_image,
+        mirrors=mirrors, no_cache=True, manifest_dir=manifest_dir,
+    )  # fmt: skip
+    check_outputs(plan)
+    result = run_build(client, plan, reporter)
+    outcome = push_built(client, loaded, plan, result, push, say=say)
+    first = next(iter(outcome.registries.values()))
+    rebuilt = {p.compression: p.digest for p in first}
+    target = to.rstrip("/")
+    original = f"{registry.host}/{repository}@{manifest.digest}"
+    compared = f"{target}@{rebuilt[inputs.compression]}"
+    differences = []
+    if manifest.digest != rebuilt[inputs.compression]:
+        differences = diff_images(read_published(original, inputs.arch), read_published(compared, inputs.arch))
+    zstd = None
+    tag = split_ref(ref)[1]
+    if inputs.compression == "gzip" and tag:  # the zstd variant published beside it, where there is one
+        other = registry.get_manifest(repository, ZSTD.tag(tag))
+        if other is not None:
+            digest = member_digest(other, inputs.arch, f"{registry.host}/{repository}:{ZSTD.tag(tag)}")
+            zstd = (digest, rebuilt["zstd"])
+    return RebuildOutcome(inputs, original, compared, zstd, differences, result)

@@ -1,0 +1,97 @@
+"""Same inputs, same image: two clean builds of the test stack (``--no-cache``, BuildKit's cache mounts
+pruned first, so every package is fetched and every sdist built again, minutes apart) publish the same
+config and the same gzip and zstd manifests, on every engine this runs on: Docker 26.1.5 with the
+containerd store (the docker job), on overlay2 and Docker 20.10 with the classic builder (their jobs).
+The second build is `ascendkit rebuild` of the first, from the inputs its provenance records, as a user
+checks a published image.
+
+Each job writes what it published to ``$ASCENDKIT_SERVICES_DIR/reproducible/<engine>.json``; CI's
+``reproduced`` job (tests/reproduced.py) then holds the engines to each other. Where the two builds
+differ, `ascendkit diff` names every differing file and its layer in the failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from tests.conftest import TEST_MATRIX, DockerEnv
+from tests.services import STATE
+
+pytestmark = [pytest.mark.docker, pytest.mark.engine_20_10, pytest.mark.engine_overlay2]
+
+RESULTS = STATE / "reproducible"
+
+
+def engine_name(docker_env: DockerEnv) -> str:
+    """This engine's name among the services' (docker, docker-20.10, docker-overlay2, ...)."""
+    host = os.environ.get("DOCKER_HOST", "")
+    for pair in os.environ.get("ASCENDKIT_ENGINE_HOSTS", "").split(","):
+        name, _, where = pair.partition("=")
+        if where and where == host:
+            return name
+    return str(docker_env.client.info().get("Name") or "engine")
+
+
+def clean_build(docker_env: DockerEnv, workdir: Path, repository: str) -> dict[str, Any]:
+    """A build of the test stack with nothing cached (its steps, BuildKit's cache mounts), published gzip and zstd."""
+    docker_env.client.prune_builds(filters=cast(Any, {"type": ["exec.cachemount"]}), all=True)  # the stubs know two filters
+    workdir.mkdir()
+    proc = docker_env.ascendkit(
+        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
+        "--no-cache", "--push", "--registry", repository, "--compression", "zstd", "--no-index", "--json", "--quiet",
+        cwd=workdir, check=True,
+    )  # fmt: skip
+    return _published(json.loads(proc.stdout), repository)
+
+
+def _published(result: dict[str, Any], repository: str) -> dict[str, Any]:
+    record = json.loads(Path(result["manifest"]).read_text(encoding="utf-8"))
+    published = record["published"]
+    entry = published["registries"][repository]
+    return {
+        "ref": (result.get("pushed") or [{}])[0].get("ref", ""),
+        "repository": repository,
+        "builder": (record.get("builder") or {}).get("name", ""),
+        "engine_config": record["image"]["id"],
+        "config": published.get("config", ""),
+        "gzip": entry["gzip"]["digest"],
+        "zstd": entry["zstd"]["digest"],
+        "reproducible": published.get("reproducible"),
+        "epoch": record["build"].get("reproducible"),
+    }
+
+
+def test_two_clean_builds_publish_the_same_image(docker_env: DockerEnv, tmp_path: Path) -> None:
+    run = uuid.uuid4().hex[:8]
+    first = clean_build(docker_env, tmp_path / "first", f"{docker_env.registry}/repro-{run}-first")
+    docker_env.client.prune_builds(filters=cast(Any, {"type": ["exec.cachemount"]}), all=True)
+    (tmp_path / "second").mkdir()
+    checked = docker_env.ascendkit(
+        "rebuild", first["ref"], "--to", f"{docker_env.registry}/repro-{run}-second", "--matrix", str(TEST_MATRIX), "--json", "--quiet",
+        cwd=tmp_path / "second",
+    )  # fmt: skip
+    assert checked.returncode in (0, 1), f"rebuild could not run:\n{checked.stderr[-4000:]}"
+    outcome = json.loads(checked.stdout)
+    second = _published(outcome["build"], f"{docker_env.registry}/repro-{run}-second")
+    assert outcome["inputs"]["stack"] == "teststack" and outcome["inputs"]["source_date_epoch"] == 1735689600
+    assert first["epoch"] == {"source_date_epoch": 1735689600, "label": "io.ascendkit.source-date-epoch"}, "the build record says it"
+    assert first["reproducible"] and first["reproducible"]["source_date_epoch"] == 1735689600, "the push record says how it differs"
+    assert first["config"].startswith("sha256:"), "published normalized: its config recorded beside the engine's"
+    same = {key: first[key] == second[key] for key in ("config", "gzip", "zstd")}
+    assert outcome["same"] == same["gzip"] and outcome["zstd"] == [first["zstd"], second["zstd"]], outcome
+    if not all(same.values()):
+        refs = (f"{docker_env.registry}/repro-{run}-{which}@{result['gzip']}" for which, result in (("first", first), ("second", second)))
+        shown = docker_env.ascendkit("diff", *refs, cwd=tmp_path)
+        pytest.fail(
+            f"two clean builds ({first['builder']}) published different images {same}:\n{shown.stdout[-6000:]}{shown.stderr[-2000:]}"
+        )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    name = engine_name(docker_env)
+    (RESULTS / f"{name}.json").write_text(
+        json.dumps({"engine": name, **first, "engine_configs": [first["engine_config"], second["engine_config"]]}, indent=2)
+    )
