@@ -1,9 +1,11 @@
 """Shipping benchmarks on the real registries and containerd (`make services`). Prints tables, writes
 JSON (default benchmarks/results/ship.json); asserts nothing.
 
-* compression levels on the test image's biggest layer (the stand-in base): gzip -6 (what docker
-  push writes), zstd -3 (skopeo's default), -9 (ascendkit's), -19 (not with --quick: minutes):
-  bytes and seconds, each beside gzip's;
+* compression levels on the test image's biggest layer (the stand-in base): ascendkit's gzip
+  (zlib-ng -2 in blocks: the same bytes on every machine), zstd -3 (skopeo's default), -9
+  (ascendkit's), -19 (not with --quick: minutes), beside ISA-L -3 (ascendkit's gzip before: bytes
+  that depend on the instruction set) and zlib -6 (what docker push writes): bytes and seconds, each
+  beside ascendkit's gzip;
 * gzip against zstd on the whole test image, the same image published side by side (`publish
   --compression zstd`): the bytes of each, and the time containerd's `ctr` (Debian's containerd,
   what a Kubernetes node runs) takes to pull and unpack each from the local registry, alternating,
@@ -31,17 +33,19 @@ import tarfile
 import tempfile
 import time
 import uuid
+import zlib
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import docker
+from isal import igzip_threaded
 
 from buildkit.image.build import run_build
 from buildkit.image.buildplan import plan_build
 from buildkit.image.engine import connect
 from buildkit.imageref import RegistryRef
 from buildkit.matrix.load import load_matrix
-from buildkit.ship.compressors import StoredLayer
+from buildkit.ship.compressors import StoredLayer, compress_threads
 from buildkit.ship.layers import GZIP, ZSTD, Compression
 from buildkit.ship.local import LocalImage
 from buildkit.ship.options import ShipOptions, Target
@@ -92,6 +96,8 @@ def biggest_layer(client: docker.APIClient, image_id: str, dest: Path, limit: in
 
 
 def levels(layer: Path, quick: bool) -> list[dict[str, Any]]:
+    """Each compression of the layer, on every core, beside ISA-L -3 (the gzip of before, whose bytes
+    depend on the instruction set: buildkit/ship/codecs.py) and zlib -6 (what `docker push` writes)."""
     rows = []
     configs = [GZIP, Compression("zstd", 3), Compression("zstd", 9), *([] if quick else [Compression("zstd", 19)])]
     for compression in configs:
@@ -100,7 +106,26 @@ def levels(layer: Path, quick: bool) -> list[dict[str, Any]]:
         with layer.open("rb") as source:
             compression.compress(source, out)
         rows.append({"compression": compression.key, "bytes": len(out.getvalue()), "seconds": time.perf_counter() - started})
+    for name, write in (("isal-3 (before)", _isal), ("zlib-6 (docker push)", _zlib)):
+        out = io.BytesIO()
+        started = time.perf_counter()
+        with layer.open("rb") as source:
+            write(source, out)
+        rows.append({"compression": name, "bytes": len(out.getvalue()), "seconds": time.perf_counter() - started})
     return rows
+
+
+def _isal(source: IO[bytes], out: io.BytesIO) -> None:
+    with igzip_threaded.open(out, "wb", compresslevel=3, threads=compress_threads(), block_size=1 << 20) as writer:  # type: ignore[no-untyped-call]
+        while chunk := source.read(1 << 20):
+            writer.write(chunk)
+
+
+def _zlib(source: IO[bytes], out: io.BytesIO) -> None:
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
+    while chunk := source.read(1 << 20):
+        out.write(compressor.compress(chunk))
+    out.write(compressor.flush())
 
 
 def manifest_bytes(registry: str, ref: str) -> int:

@@ -107,6 +107,14 @@ def manifest_markdown(data: dict[str, Any]) -> str:
     out = "\n".join(lines) + "\n" + _md_rows(iter(summary))
     out += "\n## Checks\n\n| check | expected | found | result |\n|---|---|---|---|\n"
     out += _md_rows((c["name"], c.get("expected", ""), c.get("actual", c.get("detail", "")), c["status"]) for c in data["checks"])
+    reproducible = (data.get("build") or {}).get("reproducible") or {}
+    if reproducible:
+        out += (
+            f"\n## Reproducible\n\nBuilt against the epoch {reproducible.get('source_date_epoch')} ({reproducible.get('label')}): "
+            "publishing clamps every later time to it, so a clean rebuild of the same inputs publishes the same image "
+            "(`ascendkit rebuild` checks one). What may still differ:\n\n| layer | why |\n|---|---|\n"
+        )
+        out += _md_rows((c["layer"], c["why"]) for c in reproducible.get("caveats") or [])
     out += "\n## Python packages\n\n| package | version |\n|---|---|\n"
     out += _md_rows((p["name"], p["version"]) for p in data["packages"])
     return out

@@ -50,6 +50,35 @@ def source_of(root: Path = PACKAGE_DIR.parent) -> dict[str, Any] | None:
     return {"repository": url, "commit": commit, "dirty": dirty}
 
 
+# What no rebuild can promise to make the same, per layer (the Dockerfile's step), by the OS family of the base.
+_OS_CAVEATS = {
+    "debian": "OS packages come from a live mirror (APT_MIRROR): a rebuild gives the same layer only while it serves the same versions",
+    "rpm": "OS packages come from a live mirror, and the rpm database keeps each package's install time: this layer differs at every build",
+}
+
+
+_SOURCE_BUILD = re.compile(r"^# source build: (\S+) from \S+ \(sha256:([0-9a-f]{64})\)", re.MULTILINE)
+
+
+def reproducibility_caveats(plan: BuildPlan) -> list[dict[str, str]]:
+    """Each layer that may not reproduce, and why: the system step (a live mirror), and each layer that
+    builds a package from its sdist (the lock names them; built without debug info, reproducible as far
+    as its build is)."""
+    family = "rpm" if plan.os_name.startswith("openeuler") else "debian"
+    caveats = [{"layer": "1. System packages", "why": _OS_CAVEATS[family]}]
+    lock = (plan.matrix_root / plan.image.lock_path) if plan.matrix_root is not None else None
+    text = lock.read_text(encoding="utf-8") if lock is not None and lock.is_file() else ""
+    sdists = {sha: pin for pin, sha in _SOURCE_BUILD.findall(text)}
+    for path, section in plan.lock_files:
+        if not path.endswith(f"-{plan.arch}.txt"):
+            continue  # another arch's section, in the image for its builds
+        for sha, pin in sdists.items():
+            if f"sha256:{sha}" in section:
+                why = f"{pin} is built from its sdist (no debug info, hash-based bytecode): the same where its build is deterministic"
+                caveats.append({"layer": f"layer of {path}", "why": why})
+    return caveats
+
+
 def build_record(plan: BuildPlan, base: BaseImage) -> dict[str, Any]:
     return {
         "source": source_of(plan.matrix_root or PACKAGE_DIR.parent),
@@ -66,6 +95,6 @@ def build_record(plan: BuildPlan, base: BaseImage) -> dict[str, Any]:
         "base_image": {"ref": base.ref, "digest": base.digest, "from_registry": base.from_registry}
         | ({"layers": base.layers} if base.layers >= 0 else {}),
         # built to reproduce: the same inputs give the same published image (buildkit/ship/normalize.py)
-        "reproducible": {"source_date_epoch": SOURCE_DATE_EPOCH, "label": EPOCH_LABEL},
+        "reproducible": {"source_date_epoch": SOURCE_DATE_EPOCH, "label": EPOCH_LABEL, "caveats": reproducibility_caveats(plan)},
         "build_args": {name: _public(value) for name, value in sorted(plan.buildargs)},
     }
