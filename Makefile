@@ -125,7 +125,7 @@ endif
 
 RESULTS := benchmarks/results
 
-bench: $(STAMP) ## CLI timings; with `make services` running, build timings, pip vs uv, size, wasted bytes, gzip vs zstd pulls, publishes through faults, a 4.5 GB image published and mirrored beside skopeo, BuildKit's registry cache against a classic cold build, a cold containerd node to its first `import torch` (about 45 min, 30 GB of disk); printed and kept in benchmarks/results/
+bench: $(STAMP) ## CLI timings; with `make services` running, build timings, pip vs uv, size, wasted bytes, gzip vs zstd pulls, publishes through faults, a 4.5 GB image published and mirrored beside skopeo, BuildKit's registry cache against a classic cold build, an unchanged clean rebuild's bytes to pull, a cold containerd node to its first `import torch` (about 50 min, 30 GB of disk); printed and kept in benchmarks/results/
 	@mkdir -p $(RESULTS)
 	bash -o pipefail -c '$(BIN)/python benchmarks/bench_cli.py | tee $(RESULTS)/cli.txt'
 	bash -o pipefail -c '$(BIN)/python benchmarks/bench_verify.py | tee $(RESULTS)/verify.txt'
@@ -136,6 +136,7 @@ bench: $(STAMP) ## CLI timings; with `make services` running, build timings, pip
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_ship.py --out $(RESULTS)/ship.json | tee $(RESULTS)/ship.txt' && \
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_size.py --out $(RESULTS)/size.json | tee $(RESULTS)/size.txt' && \
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_builders.py --out $(RESULTS)/builders.json | tee $(RESULTS)/builders.txt' && \
+	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_repro.py --out $(RESULTS)/repro.json | tee $(RESULTS)/repro.txt' && \
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_coldnode.py --soci --json $(RESULTS)/coldnode.json | tee $(RESULTS)/coldnode.txt'; \
 	  else echo "bench_build, bench_ship: skipped (run \`make services\` first for build and shipping benchmarks)"; fi
 
@@ -148,6 +149,7 @@ bench-quick: $(STAMP) ## Every benchmark once, briefly (part of `make test`: a b
 	  $(BIN)/python benchmarks/bench_ship.py --quick --out $(SERVICES_DIR)/bench-ship-quick.json && \
 	  $(BIN)/python benchmarks/bench_size.py --quick --out $(SERVICES_DIR)/bench-size-quick.json && \
 	  $(BIN)/python benchmarks/bench_builders.py --quick --out $(SERVICES_DIR)/bench-builders-quick.json && \
+	  $(BIN)/python benchmarks/bench_repro.py --quick --out $(SERVICES_DIR)/bench-repro-quick.json && \
 	  $(BIN)/python benchmarks/bench_coldnode.py --quick --soci --json $(SERVICES_DIR)/bench-coldnode-quick.json
 
 clean: ## Remove the virtualenv and caches

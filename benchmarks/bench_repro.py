@@ -1,0 +1,114 @@
+"""Reproducible images, what they save a fleet: the test stack built clean, then built clean again with
+nothing changed, each published, on the real engine and registry (`make services`). Prints a table and
+writes JSON (default benchmarks/results/repro.json); asserts nothing.
+
+* the bytes a node holding the first image must pull for the second: published normalized (what
+  ascendkit publishes: the goal is 0) beside the same two builds published as the engine has them
+  (what it published before, and what `docker push` publishes: every layer above the base);
+* what the normalization costs: each build's publish timed normalized and as the engine has it (the
+  clamp of every tar header and the config, against the same compression and upload), and the
+  build's own wall time.
+
+Needs DOCKER_HOST, ASCENDKIT_STANDIN_IMAGE and ASCENDKIT_REGISTRY2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, cast
+
+from buildkit.image.build import run_build
+from buildkit.image.buildplan import plan_build
+from buildkit.image.buildrecord import read_record
+from buildkit.image.engine import connect
+from buildkit.imageref import RegistryRef
+from buildkit.matrix.load import load_matrix
+from buildkit.ship.layers import GZIP
+from buildkit.ship.local import LocalImage, normalization_of
+from buildkit.ship.options import ShipOptions, Target
+from buildkit.ship.publish import push_image
+from buildkit.ship.registry import Registry
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"
+
+
+def build_clean(workdir: Path, standin: str, clean: bool = True) -> tuple[LocalImage, float]:
+    client = connect()
+    if clean:
+        client.prune_builds(filters=cast(Any, {"type": ["exec.cachemount"]}), all=True)  # nothing cached (the stubs know two filters)
+    loaded = load_matrix(TEST_MATRIX)
+    plan = plan_build(loaded, "a3", arch="x86_64", base_image=standin, repository="bench/repro", manifest_dir=workdir, no_cache=clean)
+    started = time.perf_counter()
+    result = run_build(client, plan)
+    seconds = time.perf_counter() - started
+    engine_id = "" if result.engine_id in ("", result.image_id) else result.engine_id
+    image = LocalImage(result.image_id, "x86_64", ("x86_64",), plan.tags, result.manifest_json, engine_id)
+    return dataclasses.replace(image, normalization=normalization_of(read_record(result.manifest_json))), seconds
+
+
+def publish(image: LocalImage, registry: str, repository: str) -> tuple[dict[str, int], float]:
+    """``image`` pushed to a repository of its own (nothing there to mount): its layers (digest -> size) and the time."""
+    os.environ["ASCENDKIT_CACHE"] = tempfile.mkdtemp(prefix="bench-repro-cache-")  # every layer compressed by this publish
+    started = time.perf_counter()
+    outcome = push_image(connect(), image, [Target.of(RegistryRef(registry, repository))], ShipOptions(compressions=(GZIP,)))
+    seconds = time.perf_counter() - started
+    manifest = Registry(registry).get_manifest(repository, outcome.pushed[0].digest)
+    assert manifest is not None
+    return {str(layer["digest"]): int(layer["size"]) for layer in manifest.json()["layers"]}, seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "repro.json")
+    parser.add_argument("--quick", action="store_true", help="the second build from the cache (seconds): the code path, not the figures")
+    args = parser.parse_args()
+    standin, registry = os.environ["ASCENDKIT_STANDIN_IMAGE"], os.environ["ASCENDKIT_REGISTRY2"]
+    run = uuid.uuid4().hex[:8]
+    rows: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-repro-") as tmp:
+        builds = []
+        for which in ("first", "second"):
+            workdir = Path(tmp) / which
+            workdir.mkdir()
+            builds.append(build_clean(workdir, standin, clean=not (args.quick and which == "second")))
+        for how in ("normalized", "as the engine has it"):
+            layers, seconds = [], []
+            for (image, _), which in zip(builds, ("first", "second"), strict=True):
+                chosen = image if how == "normalized" else dataclasses.replace(image, normalization=None)
+                found, took = publish(chosen, registry, f"bench/repro-{run}-{'n' if how == 'normalized' else 'e'}-{which}")
+                layers.append(found)
+                seconds.append(took)
+            pulled = {digest: size for digest, size in layers[1].items() if digest not in layers[0]}
+            rows[how] = {
+                "pull_bytes": sum(pulled.values()),
+                "pull_layers": len(pulled),
+                "layers": len(layers[1]),
+                "image_bytes": sum(layers[1].values()),
+                "publish_seconds": seconds,
+            }
+    first, second = builds[0][1], builds[1][1]
+    print(f"the test stack built clean twice, nothing changed ({first:.0f} s and {second:.0f} s); the second published as a node sees it:")
+    print(f"  {'published':<22} {'layers to pull':>15} {'bytes to pull':>15} {'of the image':>13} {'publish s (each)':>18}")
+    for how, row in rows.items():
+        share = row["pull_bytes"] / row["image_bytes"] if row["image_bytes"] else 0.0
+        timing = " / ".join(f"{s:.1f}" for s in row["publish_seconds"])
+        pulls = f"{row['pull_layers']} of {row['layers']}"
+        print(f"  {how:<22} {pulls:>15} {row['pull_bytes'] / 1e6:>12.1f} MB {share:>12.0%} {timing:>18}")
+    normalized = sum(rows["normalized"]["publish_seconds"])
+    plain = sum(rows["as the engine has it"]["publish_seconds"])
+    cost = (normalized - plain) / (plain + first + second)
+    print(f"normalization's cost: publishes {normalized:.1f} s against {plain:.1f} s; {cost:+.1%} of a clean build and publish")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"builds_seconds": [first, second], "published": rows, "cost_share": cost}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
