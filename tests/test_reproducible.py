@@ -46,11 +46,11 @@ def clean_build(docker_env: DockerEnv, workdir: Path, repository: str) -> dict[s
         "--no-cache", "--push", "--registry", repository, "--compression", "zstd", "--no-index", "--json", "--quiet",
         cwd=workdir, check=True,
     )  # fmt: skip
-    return _published(json.loads(proc.stdout), repository)
+    return _published(json.loads(proc.stdout), repository, workdir)
 
 
-def _published(result: dict[str, Any], repository: str) -> dict[str, Any]:
-    record = json.loads(Path(result["manifest"]).read_text(encoding="utf-8"))
+def _published(result: dict[str, Any], repository: str, workdir: Path) -> dict[str, Any]:
+    record = json.loads((workdir / result["manifest"]).read_text(encoding="utf-8"))  # the path is relative to the build's directory
     published = record["published"]
     entry = published["registries"][repository]
     return {
@@ -77,7 +77,7 @@ def test_two_clean_builds_publish_the_same_image(docker_env: DockerEnv, tmp_path
     )  # fmt: skip
     assert checked.returncode in (0, 1), f"rebuild could not run:\n{checked.stderr[-4000:]}"
     outcome = json.loads(checked.stdout)
-    second = _published(outcome["build"], f"{docker_env.registry}/repro-{run}-second")
+    second = _published(outcome["build"], f"{docker_env.registry}/repro-{run}-second", tmp_path / "second")
     assert outcome["inputs"]["stack"] == "teststack" and outcome["inputs"]["source_date_epoch"] == 1735689600
     assert first["epoch"] == {"source_date_epoch": 1735689600, "label": "io.ascendkit.source-date-epoch"}, "the build record says it"
     assert first["reproducible"] and first["reproducible"]["source_date_epoch"] == 1735689600, "the push record says how it differs"
