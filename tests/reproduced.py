@@ -19,7 +19,7 @@ from buildkit.ship.imagediff import diff_images, read_published
 from tests.services import STATE
 
 RESULTS = STATE / "reproducible"
-BUILDKIT_ENGINES = ("docker", "docker-overlay2")
+BUILDKIT_ENGINES = ("docker-b", "docker-overlay2")  # the containerd store (tests/test_reproducible.py runs on the second engine), overlay2
 CLASSIC_ENGINE = "docker-20.10"
 
 

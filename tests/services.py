@@ -401,6 +401,7 @@ def engine_env(engine: Engine, standins: dict[str, str]) -> dict[str, str]:
     """What the tests on ``engine`` are given: its socket, its registries, its containerd, the stand-in."""
     return {
         "DOCKER_HOST": engine.host,
+        "ASCENDKIT_ENGINE_NAME": engine.name,  # which of the services' engines the tests run on (tests/test_reproducible.py)
         "ASCENDKIT_REGISTRY": f"127.0.0.1:{engine.registry_port}",
         "ASCENDKIT_REGISTRY2": f"127.0.0.1:{engine.registry_port + 1}",
         "ASCENDKIT_CONTAINERD": str(containerd_socket(engine)),

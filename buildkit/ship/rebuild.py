@@ -53,6 +53,7 @@ class RecordedInputs:
     source: str  # the repository and commit it was built from, where known
     media_types: str  # how it was published: default (Docker) or oci
     compression: str  # gzip or zstd: its layers'
+    builder: str = "auto"  # buildkit or classic, as it was built (their RUN lines, so their images, differ)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -63,6 +64,7 @@ class RecordedInputs:
             "os": self.os,
             "base_image": f"{self.base_image}@{self.base_digest}",
             "source_date_epoch": self.epoch,
+            "builder": self.builder,
             "locks": self.locks,
             "source": self.source,
         }
@@ -110,6 +112,7 @@ def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest) -
         source=source,
         media_types="oci" if manifest.media_type == OCI_MANIFEST and ZSTD_LAYER not in layers else "default",
         compression="zstd" if ZSTD_LAYER in layers else "gzip",
+        builder=str(params.get("builder") or "auto"),
     )
 
 
@@ -189,7 +192,7 @@ def rebuild(
     assert push is not None
     plan = plan_build(
         loaded, inputs.hw, stack=inputs.stack, os_name=inputs.os, arch=inputs.arch, base_image=inputs.base_image,
-        mirrors=mirrors, no_cache=True, manifest_dir=manifest_dir,
+        mirrors=mirrors, no_cache=True, manifest_dir=manifest_dir, builder=inputs.builder,
     )  # fmt: skip
     check_outputs(plan)
     result = run_build(client, plan, reporter)

@@ -62,6 +62,7 @@ def statement(repository: str, digest: str, manifest: dict[str, Any]) -> dict[st
         "source": build.get("source"),
         "buildArgs": build.get("build_args"),
         "reproducible": build.get("reproducible"),  # the epoch it was built against: rebuilt from these inputs, the same digest
+        "builder": (manifest.get("builder") or {}).get("name"),  # buildkit or classic: a rebuild takes the same
     }
     return {
         "_type": STATEMENT_TYPE,

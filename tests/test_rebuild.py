@@ -1,0 +1,78 @@
+"""`ascendkit rebuild` recovers an image's inputs from its provenance, and refuses, before anything is
+built, one whose inputs it cannot recover or which are not the ones at hand (the docker jobs rebuild
+for real: tests/test_reproducible.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from buildkit.errors import InputError
+from buildkit.matrix.load import load_matrix
+from buildkit.ship.rebuild import check_inputs, recorded_inputs
+from buildkit.ship.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest
+from buildkit.trust.provenance import statement
+from tests.conftest import TEST_MATRIX
+
+WHERE = "registry.example/ml/verl@sha256:" + "a" * 64
+LOCK = "locks/teststack/torch-x86_64.txt"
+
+
+def record(**build: Any) -> dict[str, Any]:
+    """A build manifest as ascendkit writes it, as far as the provenance reads it."""
+    lock_sha = hashlib.sha256((TEST_MATRIX.parent / LOCK).read_bytes()).hexdigest()
+    return {
+        "stack": "teststack", "chip": "a3", "arch": "x86_64", "os": "debian12", "skus": ["a3"], "passed": True,
+        "image": {"id": "sha256:" + "b" * 64}, "builder": {"name": "classic"},
+        "build": {
+            "base_image": {"ref": "ascendkit-standin/cann:x", "digest": "sha256:" + "c" * 64, "from_registry": False, "layers": 1},
+            "lock_files": {LOCK: lock_sha},
+            "reproducible": {"source_date_epoch": 1735689600, "label": "io.ascendkit.source-date-epoch"},
+        } | build,
+    }  # fmt: skip
+
+
+def manifest(media_type: str = DOCKER_MANIFEST, layer: str = "application/vnd.docker.image.rootfs.diff.tar.gzip") -> Manifest:
+    body = json.dumps({"mediaType": media_type, "layers": [{"mediaType": layer}]}).encode()
+    return Manifest(WHERE.rpartition("@")[2], media_type, len(body), body)
+
+
+def test_the_inputs_come_from_the_provenance_and_match_the_checkout_at_hand() -> None:
+    inputs = recorded_inputs(statement("registry.example/ml/verl", WHERE, record()), WHERE, manifest())
+    assert (inputs.stack, inputs.hw, inputs.arch, inputs.os, inputs.builder) == ("teststack", "a3", "x86_64", "debian12", "classic")
+    assert (inputs.base_image, inputs.base_digest, inputs.base_from_registry) == ("ascendkit-standin/cann:x", "sha256:" + "c" * 64, False)
+    assert (inputs.epoch, inputs.media_types, inputs.compression) == (1735689600, "default", "gzip")
+    check_inputs(inputs, load_matrix(TEST_MATRIX))  # the test matrix and its locks are what it was built from
+    zstd = recorded_inputs(statement("r", WHERE, record()), WHERE, manifest(OCI_MANIFEST, "application/vnd.oci.image.layer.v1.tar+zstd"))
+    assert (zstd.media_types, zstd.compression) == ("default", "zstd")
+
+
+@pytest.mark.parametrize(
+    ("build", "said"),
+    [
+        ({"reproducible": None}, "records no epoch: it was built before ascendkit's images were reproducible"),
+        ({"base_image": None}, "names no base image by digest"),
+        ({"lock_files": {}}, "names no lock sections"),
+    ],
+)
+def test_an_image_whose_inputs_cannot_be_recovered_is_refused(build: dict[str, Any], said: str) -> None:
+    with pytest.raises(InputError, match=said):
+        recorded_inputs(statement("r", WHERE, record(**build)), WHERE, manifest())
+
+
+def test_inputs_that_are_not_the_ones_at_hand_are_refused(tmp_path: Path) -> None:
+    loaded = load_matrix(TEST_MATRIX)
+    other = recorded_inputs(statement("r", WHERE, record(lock_files={LOCK: "0" * 64})), WHERE, manifest())
+    with pytest.raises(InputError, match=f"{LOCK} is not the lock section it was built from"):
+        check_inputs(other, loaded)
+    missing = recorded_inputs(statement("r", WHERE, record(lock_files={"locks/gone.txt": "0" * 64})), WHERE, manifest())
+    with pytest.raises(InputError, match=r"built from lock section locks/gone\.txt, which is not here"):
+        check_inputs(missing, loaded)
+    data = record()
+    data["stack"] = "nostack"
+    with pytest.raises(InputError, match="built from stack 'nostack'"):
+        check_inputs(recorded_inputs(statement("r", WHERE, data), WHERE, manifest()), loaded)
