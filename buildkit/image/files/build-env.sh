@@ -296,9 +296,12 @@ PY
 }
 
 # ascendkit_run COMMAND...: print the command (it holds no secret: those travel in the environment), run it.
+# uv leaves a lock file of its build backend in the temporary directory, named at random
+# (uv-setuptools-<hex>.lock): removed, so the layer holds the same files at every build.
 ascendkit_run() {
   echo "+ $*" >&2
-  "$@"
+  "$@" || { local status=$?; rm -f "${TMPDIR:-/tmp}"/uv-*.lock; return "${status}"; }
+  rm -f "${TMPDIR:-/tmp}"/uv-*.lock
 }
 
 if [ "${ascendkit_xtrace}" = 1 ]; then set -x; fi
