@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
-from buildkit.arch import DOCKER_ARCH
 from buildkit.errors import InputError, PublishFailed
 from buildkit.imageref import registry_of, split_ref
+from buildkit.ship.attach import member_digest
 from buildkit.ship.compressors import BLOCK, StoredLayer
 from buildkit.ship.registry import Manifest, Registry
 
@@ -89,16 +89,11 @@ def read_published(ref: str, arch: str | None) -> Published:
     manifest = registry.get_manifest(repository, digest or tag or "latest")
     if manifest is None:
         raise InputError(f"{ref}: the registry {host} has no such image")
-    if manifest.is_index:
-        if arch is None:
-            raise InputError(f"{ref} is a multi-arch index: give --arch")
-        wanted = DOCKER_ARCH.get(arch, arch)
-        members = [m for m in manifest.json().get("manifests", []) if (m.get("platform") or {}).get("architecture") == wanted]
-        if not members:
-            raise InputError(f"{ref}: the index has no {wanted} image (--arch)")
-        member = registry.get_manifest(repository, members[0]["digest"])
+    if manifest.is_index:  # its arch's image (member_digest refuses an index without --arch, or without that arch)
+        digest = member_digest(manifest, arch, ref)
+        member = registry.get_manifest(repository, digest)
         if member is None:
-            raise PublishFailed(f"{ref}: the index names {members[0]['digest']}, which the registry does not serve")
+            raise PublishFailed(f"{ref}: the index names {digest}, which the registry does not serve")
         manifest = member
     config_digest = (manifest.json().get("config") or {}).get("digest")
     body = registry.get_blob(repository, str(config_digest)) if config_digest else None
