@@ -7,8 +7,8 @@ The second build is `ascendkit rebuild` of the first, from the inputs its proven
 checks a published image.
 
 Each job writes what it published to ``$ASCENDKIT_SERVICES_DIR/reproducible/<engine>.json``; CI's
-``reproduced`` job (tests/reproduced.py) then holds the engines to each other. Where the two builds
-differ, `ascendkit diff` names every differing file and its layer in the failure."""
+``reproduced`` job (tests/reproduced.py) then reports where the engines differ from each other. Where
+the two builds differ, `ascendkit diff` names every differing file and its layer in the failure."""
 
 from __future__ import annotations
 
