@@ -271,6 +271,7 @@ class _Reading:
                 self.layer.write(piece)
             while stored.counted.read(CHUNK):  # a stream that ended early leaves the rest unread: counted, then refused
                 pass
+            self.layer.end()
         except ValueError as exc:
             raise PublishFailed(f"{self.where()}: {name}: {exc}") from None
         named = blob_digest(name)

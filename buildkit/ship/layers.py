@@ -201,18 +201,20 @@ class Compressing:
         """The DiffID of the layer as the engine stored it (what its config lists)."""
         return "sha256:" + self.engine.hexdigest()
 
-    @property
-    def diff_id(self) -> str:
-        """The DiffID of the layer as it is published (its times clamped, where it was normalized)."""
+    def end(self) -> None:
+        """The layer has been written whole: what the clamp still holds goes to the compressors."""
         if self.clamp is not None:
             self.clamp.close()
+
+    @property
+    def diff_id(self) -> str:
+        """The DiffID of the layer as it is published (its times clamped, where it was normalized); once it has ended."""
         return "sha256:" + self.raw.hexdigest()
 
     def finish(self, spool: Path, keep: tuple[Compression, ...]) -> dict[str, Blob]:
         """The blobs of the compressions in ``keep``; the others' files removed."""
         blobs = {}
-        if self.clamp is not None:
-            self.clamp.close()
+        self.end()
         try:
             for name, (partial, out, hashing, sink) in list(self.parts.items()):
                 sink.close()
