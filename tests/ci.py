@@ -330,6 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logs = STATE / "ci"
     shutil.rmtree(logs, ignore_errors=True)
+    shutil.rmtree(STATE / "reproducible", ignore_errors=True)  # what this run's engines publish, never an earlier run's
     logs.mkdir(parents=True)
     base_env = {**os.environ, "ASCENDKIT_REQUIRE_DOCKER": "1"}
     for name in ("DOCKER_HOST", "ASCENDKIT_REGISTRY", "ASCENDKIT_STANDIN_IMAGE", "ASCENDKIT_STANDIN_IMAGE_ARM64", EMULATED_HOST_VAR):
