@@ -95,7 +95,8 @@ def main() -> None:
                 "publish_seconds": seconds,
             }
     first, second = builds[0][1], builds[1][1]
-    print(f"the test stack built clean twice, nothing changed ({first:.0f} s and {second:.0f} s); the second published as a node sees it:")
+    how_built = "from the cache (--quick: the code path; the figures need clean builds)" if args.quick else "clean"
+    print(f"the test stack built twice {how_built}, nothing changed ({first:.0f} s and {second:.0f} s); the second as a node sees it:")
     print(f"  {'published':<22} {'layers to pull':>15} {'bytes to pull':>15} {'of the image':>13} {'publish s (each)':>18}")
     for how, row in rows.items():
         share = row["pull_bytes"] / row["image_bytes"] if row["image_bytes"] else 0.0
