@@ -19,7 +19,7 @@ from buildkit.cli.mirror_options import (
     PipExtraIndexUrl,
     PipIndexUrl,
     PytorchIndexUrl,
-    mirrors_from,
+    mirrors_given,
 )
 from buildkit.cli.ship_options import ManifestDir, to_stderr
 from buildkit.errors import ExitCode
@@ -55,14 +55,13 @@ def rebuild(
     differing file named with its layer and what differs. An image whose inputs cannot be recovered here (no
     provenance or no epoch, another matrix stack or lock section, a base this engine lacks) is refused (exit 2)
     before anything is built."""
+    given = dict(locals())  # the mirror flags by name, as build reads them
     from buildkit.cli.build_cmd import StepPrinter
     from buildkit.image.engine import connect
     from buildkit.matrix.load import load_matrix
     from buildkit.ship.rebuild import rebuild as rebuild_image
 
-    urls = {"pip_index_url": pip_index_url, "pip_extra_index_url": pip_extra_index_url, "pytorch_index_url": pytorch_index_url}
-    urls |= {"ascend_index_url": ascend_index_url, "apt_mirror": apt_mirror, "github_url": github_url, "gitcode_url": gitcode_url}
-    mirrors = mirrors_from(config, ca_bundle, **urls)
+    mirrors = mirrors_given(given)
     loaded = load_matrix(matrix)
     outcome = rebuild_image(
         connect(), loaded, image, to, arch=arch, manifest_dir=manifest_dir, mirrors=mirrors,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.image.buildplan import BuildPlan
+from buildkit.image.render import os_family
 from buildkit.image.sbom import BaseImage
 from buildkit.plan.layers import EPOCH_LABEL, SOURCE_DATE_EPOCH
 from buildkit.resources import PACKAGE_DIR
@@ -64,8 +65,7 @@ def reproducibility_caveats(plan: BuildPlan) -> list[dict[str, str]]:
     """Each layer that may not reproduce, and why: the system step (a live mirror), and each layer that
     builds a package from its sdist (the lock names them; built without debug info, reproducible as far
     as its build is)."""
-    family = "rpm" if plan.os_name.startswith("openeuler") else "debian"
-    caveats = [{"layer": "1. System packages", "why": _OS_CAVEATS[family]}]
+    caveats = [{"layer": "1. System packages", "why": _OS_CAVEATS[os_family(plan.os_name)]}]
     lock = (plan.matrix_root / plan.image.lock_path) if plan.matrix_root is not None else None
     text = lock.read_text(encoding="utf-8") if lock is not None and lock.is_file() else ""
     sdists = {sha: pin for pin, sha in _SOURCE_BUILD.findall(text)}

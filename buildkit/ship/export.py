@@ -29,9 +29,9 @@ from buildkit.reach import engine_said
 from buildkit.ship.compressors import StoredLayer
 from buildkit.ship.layers import CHUNK, GZIP, ZSTD, Blob, Compressing, Compression, CompressionCache
 from buildkit.ship.local import LocalImage
-from buildkit.ship.normalize import digest as normalized_digest
 from buildkit.ship.normalize import normalize_config
 from buildkit.ship.options import ShipOptions, Target
+from buildkit.ship.registry import digest_of
 
 Say = Callable[[str], None]
 
@@ -102,7 +102,7 @@ def gather_blobs(
                 wanted[diff_id] = (*wanted.get(diff_id, ()), compression)
     engine_config: bytes | None = None
     config_bytes = cache.config(norm.key, image.image_id) if norm is not None else None
-    config_id = normalized_digest(config_bytes) if config_bytes is not None else image.image_id
+    config_id = digest_of(config_bytes) if config_bytes is not None else image.image_id
     config_sizes = everywhere(config_id) if norm is None or config_bytes is not None else []
     if wanted or len(config_sizes) != len(targets):
         tell(f"exporting {image.image_id[:19]} from the engine ({len(wanted)} of {len(set(diff_ids))} layers to compress)")
@@ -132,7 +132,7 @@ def gather_blobs(
         return ImageBlobs(Blob(image.image_id, config_sizes[0]), layers, present)
     path = spool / "config.json"
     path.write_bytes(engine_config)
-    return ImageBlobs(Blob(normalized_digest(engine_config), len(engine_config), path), layers, present)
+    return ImageBlobs(Blob(digest_of(engine_config), len(engine_config), path), layers, present)
 
 
 # ---- reading the engine's archive ------------------------------------------------------------------

@@ -18,7 +18,6 @@ timestamps, no logs) is the template's job (templates/partials/, buildkit/image/
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -233,7 +232,3 @@ def normalize_config(config: bytes, diff_ids: Sequence[str], normalization: Norm
             entry["created"] = _clamped_time(entry["created"], normalization)
     data.setdefault("rootfs", {})["diff_ids"] = list(diff_ids)
     return json.dumps(data, separators=(",", ":")).encode()
-
-
-def digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
