@@ -76,3 +76,15 @@ def test_inputs_that_are_not_the_ones_at_hand_are_refused(tmp_path: Path) -> Non
     data["stack"] = "nostack"
     with pytest.raises(InputError, match="built from stack 'nostack'"):
         check_inputs(recorded_inputs(statement("r", WHERE, data), WHERE, manifest()), loaded)
+
+
+def test_a_bad_image_or_destination_is_refused_before_any_engine_is_reached(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from buildkit.cli import app
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/ascendkit/none.sock")  # were it reached: exit 4, not 2
+    local = CliRunner().invoke(app, ["rebuild", "ascendkit/verl:local", "--to", "127.0.0.1:5000/scratch"])
+    assert local.exit_code == 2 and "give a registry image" in local.output, local.output
+    bad_to = CliRunner().invoke(app, ["rebuild", "127.0.0.1:5000/verl:x", "--to", "not a repository"])
+    assert bad_to.exit_code == 2 and "not a repository" in bad_to.output, bad_to.output

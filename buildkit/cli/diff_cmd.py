@@ -21,8 +21,10 @@ def diff(
     """Compare two published images as a rebuild is checked: the same manifest digest, or each differing file
     named with its layer and what differs (content, mtime, mode, owner, link, kind, on one side only) and each
     differing config field. Exit 0 when they are the same image, 1 when they differ."""
-    from buildkit.ship.imagediff import diff_images, read_published
+    from buildkit.ship.imagediff import check_ref, diff_images, read_published
 
+    for ref in (image_a, image_b):  # both, before either registry is asked
+        check_ref(ref)
     a, b = read_published(image_a, arch), read_published(image_b, arch)
     same = a.manifest.digest == b.manifest.digest
     found = [] if same else diff_images(a, b)

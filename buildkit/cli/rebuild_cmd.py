@@ -59,8 +59,10 @@ def rebuild(
     from buildkit.cli.build_cmd import StepPrinter
     from buildkit.image.engine import connect
     from buildkit.matrix.load import load_matrix
+    from buildkit.ship.rebuild import check_request
     from buildkit.ship.rebuild import rebuild as rebuild_image
 
+    check_request(image, to)  # before the engine is reached
     mirrors = mirrors_given(given)
     loaded = load_matrix(matrix)
     outcome = rebuild_image(

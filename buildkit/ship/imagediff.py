@@ -78,12 +78,17 @@ _KINDS = {
 }
 
 
-def read_published(ref: str, arch: str | None) -> Published:
-    """``HOST[:PORT]/REPO[:TAG][@DIGEST]`` as its registry serves it; of an index, its ``arch`` image."""
+def check_ref(ref: str) -> tuple[str, str]:
+    """(host, repository) of a published image's reference; refused, with no contact, when it names no registry."""
     where = registry_of(ref)
     if where is None:
         raise InputError(f"{ref}: not a registry reference (HOST[:PORT]/REPO[:TAG][@sha256:...]): a published image is compared")
-    host, repository = where
+    return where
+
+
+def read_published(ref: str, arch: str | None) -> Published:
+    """``HOST[:PORT]/REPO[:TAG][@DIGEST]`` as its registry serves it; of an index, its ``arch`` image."""
+    host, repository = check_ref(ref)
     _, tag, digest = split_ref(ref)
     registry = Registry(host)
     manifest = registry.get_manifest(repository, digest or tag or "latest")

@@ -31,7 +31,7 @@ from buildkit.ship.compressors import ZSTD
 from buildkit.ship.imagediff import Difference, diff_images, read_published
 from buildkit.ship.registry import OCI_MANIFEST, Manifest
 from buildkit.ship.request import push_built, push_request
-from buildkit.ship.trust import registry_provenance, resolve
+from buildkit.ship.trust import check_registry_ref, registry_provenance, resolve
 
 ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
 
@@ -142,6 +142,12 @@ def check_base(client: docker.APIClient, inputs: RecordedInputs) -> None:
             f"{inputs.where}: built on {inputs.base_image}@{inputs.base_digest}, but this engine's {inputs.base_image} is another "
             f"image ({str(inspect.get('Id', ''))[:19]}): pull or load the recorded one"
         )
+
+
+def check_request(ref: str, to: str) -> None:
+    """IMAGE and --to checked before any engine or registry is contacted (exit 2 naming what is wrong)."""
+    check_registry_ref(ref)
+    push_request([to], push=True, index=False)  # --to: HOST[:PORT]/REPO, refused as `build --registry` refuses it
 
 
 @dataclass(frozen=True)
