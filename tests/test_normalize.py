@@ -11,6 +11,7 @@ import io
 import json
 import random
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ import pytest
 from buildkit.image.archive import ImageIdentity
 from buildkit.ship.export import export
 from buildkit.ship.layers import GZIP, ZSTD
-from buildkit.ship.normalize import Normalization, TarClamp, clamp_tar, normalize_config
+from buildkit.ship.layertar import Listing, TarClamp, clamp_tar
+from buildkit.ship.normalize import Normalization, normalize_config, unchanged_entries
 from tests.saved_layouts import Image, SavingEngine, classic, containerd, digest, overlay2_oci, podman
 
 EPOCH = 1735689600
@@ -67,14 +69,16 @@ def test_times_after_the_epoch_are_clamped_and_nothing_else_moves(pax: bool) -> 
     before = layer(LATER + 0.5, pax=pax)
     after = clamp_tar(before, EPOCH)
     old, new = members(before), members(after)
-    assert [m[:1] + m[2:] for m in old] == [m[:1] + m[2:] for m in new], "names, modes, owners, links, contents: the engine's"
-    assert {m[0]: m[1] for m in new} == {m[0]: (1_000_000_000 if m[0] == "etc/old.conf" else EPOCH) for m in old}
+    kept = [m for m in old if ".wh." not in m[0]]
+    assert [m[:1] + m[2:] for m in kept] == [m[:1] + m[2:] for m in new if ".wh." not in m[0]], "names, modes, owners, links, contents"
+    assert [m for m in new if ".wh." in m[0]] == [("etc/.wh.removed", 0, 0, 0, "", b"")], "a whiteout is its name alone"
+    assert {m[0]: m[1] for m in new} == {m[0]: (1_000_000_000 if m[0] == "etc/old.conf" else 0 if ".wh." in m[0] else EPOCH) for m in old}
     with tarfile.open(fileobj=io.BytesIO(after)) as tar:
         for member in tar:
             for key in ("mtime", "atime", "ctime"):
                 if key in member.pax_headers and member.name != "etc/old.conf":
                     assert member.pax_headers[key] == str(EPOCH), (member.name, member.pax_headers)
-            if pax:
+            if pax and ".wh." not in member.name:
                 assert member.pax_headers["SCHILY.xattr.user.why"] == "kept"
     assert clamp_tar(after, EPOCH) == after, "clamping again changes nothing"
 
@@ -98,7 +102,9 @@ def test_any_pieces_give_the_same_tar_and_a_tar_with_nothing_later_is_its_own() 
         clamp.close()
         assert b"".join(parts) == whole
     untouched = layer(EPOCH - 5)
-    assert clamp_tar(untouched, EPOCH) == untouched
+    once = clamp_tar(untouched, EPOCH)
+    assert [m for m in members(once) if ".wh." not in m[0]] == [m for m in members(untouched) if ".wh." not in m[0]]
+    assert clamp_tar(once, EPOCH) == once, "a normalized layer is its own normalization"
 
 
 def test_two_builds_moments_apart_clamp_to_the_same_bytes() -> None:
@@ -169,3 +175,165 @@ def test_every_layout_publishes_the_clamped_layers_and_keeps_the_base(tmp_path: 
         assert engine.exports == (2 if layout in ("docker-20.10", "containerd-gzip") else 1)
         published[run] = [{n: (b.digest, b.diff_id) for n, b in exported.layers[d].items()} for d in image.diff_ids]
     assert published[0] == published[1], "two builds two hours apart publish the same blobs"
+
+
+# ---- what the engines' differs write differently ----------------------------------------------------
+
+
+Row = tuple[str, bytes, int, float, str | bytes]
+
+
+def go_tar(entries: Sequence[Row], *, names: str = "") -> bytes:
+    """A layer as Go's archive/tar writes one for an engine (PAX where needed): (name, kind, mode, mtime, link or bytes)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, kind, mode, mtime, extra in entries:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = kind, mode, mtime
+            info.uname = info.gname = names
+            data = extra if isinstance(extra, bytes) else b""
+            if isinstance(extra, str):
+                info.linkname = extra
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data else None)
+    return out.getvalue()
+
+
+D, F, H = tarfile.DIRTYPE, tarfile.REGTYPE, tarfile.LNKTYPE
+OLD = 1_600_000_000  # when the base was made
+BASE_ROOT = go_tar(
+    [
+        ("etc", D, 0o755, OLD, b""), ("etc/.pwd.lock", F, 0o600, OLD, b""), ("etc/passwd", F, 0o644, OLD, b"root\n"),
+        ("tmp", D, 0o1777, OLD, b""), ("var", D, 0o755, OLD, b""), ("var/cache", D, 0o755, OLD, b""),
+        ("var/cache/debconf", D, 0o755, OLD, b""), ("var/cache/debconf/config.dat-old", F, 0o644, OLD, b"x"),
+        ("usr", D, 0o755, OLD, b""), ("usr/bin", D, 0o755, OLD, b""), ("usr/bin/tool", F, 0o755, OLD, b"#!/bin/sh\n"),
+        ("var/lib", D, 0o755, OLD, b""), ("var/lib/dpkg", D, 0o755, OLD, b""), ("var/lib/dpkg/lock", F, 0o640, OLD, b""),
+        ("var/log", D, 0o755, OLD, b""), ("var/log/btmp", F, 0o600, OLD, b""), ("var/log/dpkg.log", F, 0o644, OLD, b"installed\n"),
+    ]
+)  # fmt: skip
+
+
+def step(moment: float, *, overlay2: bool) -> bytes:
+    """One build step (useradd, apt), as each differ writes it: moby's overlay2 differ tars the upper
+    directory (the lock files and directories it copied up unchanged, whiteouts hard-linked to the
+    first one, mode 0600); containerd's writes what changed, its parent directories and empty whiteouts."""
+    whiteouts: list[Row]
+    copied: list[Row]
+    dirs: list[Row]
+    changed: list[Row] = [("etc/passwd", F, 0o644, moment, b"root\nHwHiAiUser\n"), ("var/lib/dpkg/status", F, 0o644, moment, b"ok\n")]
+    if overlay2:
+        whiteouts = [
+            ("var/cache/debconf/.wh.config.dat-old", F, 0o600, moment, b""),
+            ("var/log/.wh.dpkg.log", H, 0o600, moment, "var/cache/debconf/config.dat-old"),
+        ]
+        # tmp: a file made and removed there moved its time, and nothing else
+        copied = [
+            ("etc/.pwd.lock", F, 0o600, OLD, b""),
+            ("tmp", D, 0o1777, moment, b""),
+            ("var/lib/dpkg/lock", F, 0o640, OLD, b""),
+            ("usr", D, 0o755, OLD, b""),
+            ("usr/bin", D, 0o755, OLD, b""),
+            ("usr/bin/tool", F, 0o755, OLD, b"#!/bin/sh\n"),
+        ]
+        dirs = [("etc", D, 0o755, OLD, b""), ("var", D, 0o755, OLD, b""), ("var/cache", D, 0o755, OLD, b""),
+                ("var/cache/debconf", D, 0o755, moment, b""), ("var/lib", D, 0o755, OLD, b""), ("var/lib/dpkg", D, 0o755, moment, b""),
+                ("var/log", D, 0o755, moment, b"")]  # fmt: skip
+    else:
+        whiteouts = [("var/cache/debconf/.wh.config.dat-old", F, 0, 0, b""), ("var/log/.wh.dpkg.log", F, 0, 0, b"")]
+        copied = []
+        dirs = [("etc", D, 0o755, OLD, b""), ("var", D, 0o755, OLD, b""), ("var/cache", D, 0o755, OLD, b""),
+                ("var/cache/debconf", D, 0o755, moment, b""), ("var/lib", D, 0o755, OLD, b""), ("var/lib/dpkg", D, 0o755, moment, b""),
+                ("var/log", D, 0o755, moment, b"")]  # fmt: skip
+    return go_tar(sorted(dirs + changed + whiteouts + copied, key=lambda e: e[0]))
+
+
+def listing_of(data: bytes) -> Listing:
+    lister = TarClamp(2**62, lambda _: None, listing=True)
+    lister.write(data)
+    lister.close()
+    assert lister.listing is not None
+    return lister.listing
+
+
+def published(layers: list[bytes]) -> list[bytes]:
+    """The layers as publishing writes them: the base (the first) as it is, the others normalized."""
+    drops = unchanged_entries([listing_of(data) for data in layers], 1)
+    out = [layers[0]]
+    for data, drop in zip(layers[1:], drops[1:], strict=True):
+        parts: list[bytes] = []
+        clamp = TarClamp(EPOCH, functools.partial(_keep, parts), drop=drop)
+        clamp.write(data)
+        clamp.close()
+        out.append(b"".join(parts))
+    return out
+
+
+def test_both_differs_layers_publish_as_the_same_bytes() -> None:
+    moby, containerd_step = step(LATER, overlay2=True), step(LATER + 60, overlay2=False)
+    assert moby != containerd_step
+    drops = unchanged_entries([listing_of(BASE_ROOT), listing_of(moby)], 1)
+    assert drops[1] == {"etc/.pwd.lock", "tmp", "var/lib/dpkg/lock", "usr", "usr/bin", "usr/bin/tool"}, "as the base left it"
+    assert unchanged_entries([listing_of(BASE_ROOT), listing_of(containerd_step)], 1)[1] == set(), "containerd wrote only changes"
+    assert published([BASE_ROOT, moby]) == published([BASE_ROOT, containerd_step])
+    with tarfile.open(fileobj=io.BytesIO(published([BASE_ROOT, moby])[1])) as tar:
+        whiteouts = {m.name: (m.type, m.mode, m.uid, m.mtime, m.linkname, m.size) for m in tar if ".wh." in m.name}
+    assert set(whiteouts.values()) == {(F, 0, 0, 0, "", 0)} and len(whiteouts) == 2
+
+
+def test_a_change_the_layers_below_do_not_have_is_kept() -> None:
+    """A file or a directory differing from below in any field (mode, owner, time, kind, a file's bytes), or absent below, stays."""
+    moments = [("etc/.pwd.lock", F, 0o644, OLD, b""), ("tmp", D, 0o755, OLD, b""), ("var/lib/dpkg/lock", F, 0o640, OLD + 1, b""),
+               ("var/cache", F, 0o755, OLD, b""), ("srv", D, 0o755, OLD, b""), ("srv/new", F, 0o644, OLD, b""),
+               ("usr/bin/tool", F, 0o755, OLD, b"#!/bin/ok\n")]  # fmt: skip
+    changed = go_tar(moments)
+    assert unchanged_entries([listing_of(BASE_ROOT), listing_of(changed)], 1)[1] == set()
+    assert published([BASE_ROOT, changed])[1] == clamp_tar(changed, EPOCH)
+
+
+def test_what_a_layer_removed_is_not_there_to_be_unchanged() -> None:
+    """A whiteout or an opaque directory below takes the base's entries away: the same entry written
+    again above is a change, kept; an unknown layer below stops every judgement above it."""
+    gone = go_tar([("var", D, 0o755, OLD, b""), ("var/.wh.lib", F, 0, 0, b"")])
+    opaque = go_tar([("var", D, 0o755, LATER, b""), ("var/log", D, 0o755, OLD, b""), ("var/log/.wh..wh..opq", F, 0, 0, b"")])
+    again = go_tar([("var", D, 0o755, OLD, b""), ("var/lib", D, 0o755, OLD, b""), ("var/lib/dpkg", D, 0o755, OLD, b""),
+                    ("var/lib/dpkg/lock", F, 0o640, OLD, b""), ("var/log", D, 0o755, OLD, b""),
+                    ("var/log/btmp", F, 0o600, OLD, b"")])  # fmt: skip
+    base, lifted, reopened, top = (listing_of(d) for d in (BASE_ROOT, gone, opaque, again))
+    everything = {"var", "var/lib", "var/lib/dpkg", "var/lib/dpkg/lock", "var/log", "var/log/btmp"}
+    assert unchanged_entries([base, top], 1)[1] == everything
+    assert unchanged_entries([base, lifted, top], 1)[2] == {"var/log", "var/log/btmp"}, "var/lib was removed: all of it is new again"
+    assert unchanged_entries([base, reopened, top], 1)[2] == {"var/lib", "var/lib/dpkg", "var/lib/dpkg/lock"}, (
+        "var/log was made opaque: btmp is new again, var/log stays as its parent, and var (dated later there) differs"
+    )
+    assert unchanged_entries([base, None, top], 1)[2] == set()
+
+
+@pytest.mark.parametrize("layout", ["docker-20.10", "docker-25-overlay2", "containerd-gzip"])
+def test_the_export_reads_every_listing_first_then_leaves_out_what_is_unchanged(tmp_path: Path, layout: str) -> None:
+    """Through each archive layout (layers in the order of their digests, or named by ids): a listing
+    pass, then the export with each layer's entries left out, gives the bytes of the containerd-style layer."""
+    moby = Image.of([BASE_ROOT, step(LATER, overlay2=True), layer(LATER, seed=3)])
+    archive, identity = layouts(moby)[layout]
+    engine = SavingEngine(archive, 5000, identity.engine_id)
+    listed = export(engine, identity, {}, tmp_path, listing=set(moby.diff_ids))  # type: ignore[arg-type]
+    assert set(listed.listings) == set(moby.diff_ids) and listed.layers == {}
+    drops = dict(zip(moby.diff_ids, unchanged_entries([listed.listings[d] for d in moby.diff_ids], 1), strict=True))
+    clamp = {d: EPOCH for d in moby.diff_ids[1:]}
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    exported = export(engine, identity, {d: (GZIP,) for d in moby.diff_ids}, spool, clamp=clamp, drops=drops)  # type: ignore[arg-type]
+    expected = published([BASE_ROOT, step(LATER + 5, overlay2=False), layer(LATER, seed=3)])
+    got = [gzip.decompress(exported.layers[d]["gzip"].path.read_bytes()) for d in moby.diff_ids]  # type: ignore[union-attr]
+    assert got == expected
+
+
+def test_docker_20_10s_file_type_bits_and_owner_names_leave_the_layer() -> None:
+    """Docker 20.10's archive writes a mode with its file type's bits (0o40755 for a directory) and the
+    owner's names: the published mode is the permissions alone and the owner its ids, as BuildKit's
+    differs write them, and the listing compares them so."""
+    classic_layer = go_tar(
+        [("etc", D, 0o40755, OLD, b""), ("etc/.pwd.lock", F, 0o100600, OLD, b""), ("etc/new", F, 0o100644, LATER, b"x")], names="root"
+    )
+    buildkit_layer = go_tar([("etc", D, 0o755, OLD, b""), ("etc/.pwd.lock", F, 0o600, OLD, b""), ("etc/new", F, 0o644, LATER, b"x")])
+    assert published([BASE_ROOT, classic_layer]) == published([BASE_ROOT, buildkit_layer])
+    assert unchanged_entries([listing_of(BASE_ROOT), listing_of(classic_layer)], 1)[1] == {"etc/.pwd.lock"}

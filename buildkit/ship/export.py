@@ -1,5 +1,5 @@
-"""An image's blobs for publishing, from the cache where every registry has them, else out of the
-engine: ``docker save`` read as it streams, whatever layout the engine writes
+"""An image's layers out of the engine, for publishing (:mod:`.blobs` says which): ``docker save``
+read as it streams, whatever layout the engine writes
 (:mod:`buildkit.image.archive`). A layer the engine stored compressed (the containerd image store)
 is decompressed on the way; every layer's DiffID is taken from the decompressed stream and
 checked against the image's config, and the config against the digest the build verified. Each
@@ -27,112 +27,10 @@ from buildkit.image.archive import SMALL, ArchiveUnreadable, ImageIdentity, blob
 from buildkit.image.stream import ChunkReader, saved
 from buildkit.reach import engine_said
 from buildkit.ship.compressors import StoredLayer
-from buildkit.ship.layers import CHUNK, GZIP, ZSTD, Blob, Compressing, Compression, CompressionCache
-from buildkit.ship.local import LocalImage
-from buildkit.ship.normalize import normalize_config
-from buildkit.ship.options import ShipOptions, Target
-from buildkit.ship.registry import digest_of
+from buildkit.ship.layers import CHUNK, Blob, Compressing, Compression
+from buildkit.ship.layertar import Listing
 
 Say = Callable[[str], None]
-
-
-# ---- which blobs an image needs, and which the registries have --------------------------------------
-
-
-def has_blob(target: Target, digest: str, cache: CompressionCache) -> int | None:
-    """The size of ``digest`` in the target's repository, mounted from another repository of the same
-    registry the cache saw holding it where needed; None when the target still lacks it."""
-    return target.registry.find_blob(target.ref.repository, digest, reversed(cache.seen(target.ref.host, digest)))
-
-
-@dataclass
-class ImageBlobs:
-    config: Blob
-    layers: dict[str, list[Blob]]  # compression name -> the image's layers in order
-    present: set[tuple[str, str]]  # (target, digest) found there while gathering: not looked up again
-
-
-def gather_blobs(
-    client: docker.APIClient,
-    image: LocalImage,
-    targets: list[Target],
-    options: ShipOptions,
-    cache: CompressionCache,
-    spool: Path,
-    tell: Say,
-) -> ImageBlobs:
-    """The image's blobs for every variant: from the cache where every target already has them,
-    else exported from the engine and compressed here. An image built with an epoch is published
-    normalized (:mod:`.normalize`): its layers above the base with their times clamped, its config
-    with theirs; the cache remembers both, so an unchanged layer is neither exported nor compressed again."""
-    try:
-        inspect = client.inspect_image(image.identity.engine_id)
-    except (DockerException, requests.exceptions.RequestException) as exc:
-        raise Unavailable(f"reading image {image.image_id[:19]} from the engine failed: {engine_said(exc)}") from None
-    diff_ids: list[str] = list((inspect.get("RootFS") or {}).get("Layers") or [])
-    norm = image.normalization
-    base = set(diff_ids[: norm.keep]) if norm is not None else set()
-    clamp = {d: norm.epoch for d in diff_ids if d not in base} if norm is not None else {}
-
-    def clamp_key(diff_id: str) -> str:
-        return norm.key if norm is not None and diff_id in clamp else ""
-
-    compressions = list(options.compressions)
-    known: dict[tuple[str, str], Blob] = {}
-    wanted: dict[str, tuple[Compression, ...]] = {}
-    present: set[tuple[str, str]] = set()
-
-    def everywhere(digest: str) -> list[int]:
-        """The sizes of ``digest`` in the targets that have it (looked up until one lacks it)."""
-        sizes = []
-        for target in targets:
-            size = has_blob(target, digest, cache)
-            if size is None:
-                break
-            present.add((target.name, digest))
-            sizes.append(size)
-        return sizes
-
-    for diff_id in dict.fromkeys(diff_ids):
-        for compression in compressions:
-            hit = cache.get(compression, diff_id, clamp_key(diff_id))
-            if hit is not None and len(everywhere(hit.digest)) == len(targets):
-                known[(diff_id, compression.name)] = hit
-            else:
-                wanted[diff_id] = (*wanted.get(diff_id, ()), compression)
-    engine_config: bytes | None = None
-    config_bytes = cache.config(norm.key, image.image_id) if norm is not None else None
-    config_id = digest_of(config_bytes) if config_bytes is not None else image.image_id
-    config_sizes = everywhere(config_id) if norm is None or config_bytes is not None else []
-    if wanted or len(config_sizes) != len(targets):
-        tell(f"exporting {image.image_id[:19]} from the engine ({len(wanted)} of {len(set(diff_ids))} layers to compress)")
-        sizes = {d: size for d in diff_ids if d not in wanted and (size := cache.raw_size(d)) is not None}
-        stored = {d: d for d in diff_ids} | {s: d for s, d in cache.stored_layers().items() if d in diff_ids}
-        exported = export(client, image.identity, wanted, spool, known_sizes=sizes, stored_layers=stored, tell=tell, clamp=clamp)
-        engine_config = exported.config
-        if json.loads(exported.config).get("rootfs", {}).get("diff_ids") != diff_ids:
-            raise PublishFailed(f"image {image.image_id[:19]}: the engine's inspect and its exported config list different layers")
-        for stored_digest, diff_id in exported.stored.items():
-            if stored_digest != diff_id:
-                cache.stored_as(stored_digest, diff_id)
-        for diff_id, blobs in exported.layers.items():
-            for name, blob in blobs.items():
-                compression = GZIP if name == "gzip" else ZSTD
-                known[(diff_id, name)] = blob
-                cache.put(compression, diff_id, blob, blob.raw_size, clamp_key(diff_id))
-    layers = {c.name: [known[(diff_id, c.name)] for diff_id in diff_ids] for c in compressions}
-    if norm is not None:
-        if engine_config is not None:
-            published = [known[(d, compressions[0].name)].diff_id or d for d in diff_ids]
-            config_bytes = normalize_config(engine_config, published, norm)
-            cache.put_config(norm.key, image.image_id, config_bytes)
-        assert config_bytes is not None
-        engine_config = config_bytes
-    if engine_config is None:  # every registry holds every blob and the config as the engine has it
-        return ImageBlobs(Blob(image.image_id, config_sizes[0]), layers, present)
-    path = spool / "config.json"
-    path.write_bytes(engine_config)
-    return ImageBlobs(Blob(digest_of(engine_config), len(engine_config), path), layers, present)
 
 
 # ---- reading the engine's archive ------------------------------------------------------------------
@@ -156,6 +54,7 @@ class Exported:
     layers: dict[str, dict[str, Blob]]
     stored: dict[str, str] = field(default_factory=dict)  # stored digest -> DiffID
     names: dict[str, str] = field(default_factory=dict)  # archive member -> the engine's DiffID of the layer it holds
+    listings: dict[str, Listing] = field(default_factory=dict)  # DiffID -> what each of its entries was
 
 
 def export(
@@ -169,6 +68,8 @@ def export(
     tell: Callable[[str], None] = lambda _: None,
     sleep: Callable[[float], None] = time.sleep,
     clamp: Mapping[str, int] | None = None,
+    drops: Mapping[str, frozenset[str]] | None = None,
+    listing: set[str] | None = None,
 ) -> Exported:
     """The config of ``image`` and, for each DiffID of ``wanted``, its layer compressed each way
     asked, into ``spool``, as the export streams out of the engine.
@@ -183,7 +84,11 @@ def export(
 
     ``clamp`` (DiffID -> epoch) names the layers published with their times clamped; the others (the
     base's) are published as the engine has them. A layer whose DiffID is known only once read (a
-    legacy archive's) is read clamped; one that turns out to be the base's is read again."""
+    legacy archive's) is read clamped; one that turns out to be the base's, or to have entries in
+    ``drops`` (DiffID -> the entries its normalized layer leaves out), is read again.
+
+    ``listing``: the DiffIDs whose listings to take (:attr:`Exported.listings`), each layer read
+    (and decompressed) for it even when nothing is to be compressed."""
     skip = set((known_sizes or {}).values())
     result = Exported(b"", {})
     attempt = 0
@@ -200,6 +105,8 @@ def export(
                 result,
                 tell,
                 dict(clamp or {}),
+                dict(drops or {}),
+                set(listing or ()),
             )
         except Unavailable as exc:
             if attempt == EXPORT_ATTEMPTS - 1:
@@ -214,7 +121,7 @@ def export(
         if not lacking:
             break
         if redo and not reread:
-            tell(f"{len(redo)} layer(s) of the base were read as layers to normalize: exporting again to keep them as they are")
+            tell(f"{len(redo)} layer(s) were normalized before the archive said which they are: exporting again to read them as they need")
             reread = True
             continue
         if not skip:
@@ -238,9 +145,15 @@ class _Reading:
         found: dict[str, dict[str, Blob]],
         clamp: dict[str, int] | None = None,
         names: Mapping[str, str] | None = None,
+        drops: Mapping[str, frozenset[str]] | None = None,
+        listing: set[str] | None = None,
+        listings: dict[str, Listing] | None = None,
     ) -> None:
         self.image, self.wanted, self.spool, self.found = image, wanted, spool, found
         self.clamp, self.known_names = clamp or {}, names or {}
+        self.drops = drops or {}
+        self.list_wanted = listing or set()
+        self.listings = listings if listings is not None else {}
         # a layer read before it is known: clamped unless it turns out to be the base's (then read again)
         self.speculative = next(iter(self.clamp.values()), None)
         self.redo: dict[str, str] = {}
@@ -256,6 +169,12 @@ class _Reading:
     def lacking(self) -> bool:
         return any(d not in self.found for d in self.wanted)
 
+    def unlisted(self, known: str | None) -> bool:
+        """Whether a layer (``known``: its DiffID, None while unknown) must be read for its listing."""
+        if not self.list_wanted.difference(self.listings):
+            return False
+        return known is None or (known in self.list_wanted and known not in self.listings)
+
     def where(self) -> str:
         return f"exporting image {self.image.engine_id[:19]}"
 
@@ -264,7 +183,8 @@ class _Reading:
         checked against ``expected`` (the config's) and against the digest its name gives."""
         self.serial += 1
         epoch = self.clamp.get(expected) if expected is not None else self.speculative
-        self.layer = Compressing(ways, self.spool, self.serial, epoch)
+        drop = self.drops.get(expected, frozenset()) if expected is not None else frozenset()
+        self.layer = Compressing(ways, self.spool, self.serial, epoch, drop=drop, listing=self.unlisted(expected))
         stored = StoredLayer(source)
         try:
             while piece := stored.read():
@@ -288,8 +208,14 @@ class _Reading:
         if named is not None:
             self.stored[named] = diff_id
         self.read[name] = diff_id
-        if epoch is not None and diff_id not in self.clamp and self.layer.diff_id != diff_id:
-            self.layer.discard()  # a base layer read clamped: kept out, read again as the engine has it
+        listed = self.layer.listing
+        if listed is not None and diff_id in self.list_wanted:
+            self.listings[diff_id] = listed
+        base_clamped = diff_id not in self.clamp and self.layer.diff_id != diff_id
+        undropped = expected is None and diff_id in self.clamp and bool(self.drops.get(diff_id))
+        if epoch is not None and (base_clamped or undropped):
+            # a base layer read clamped, or a layer read without the entries it leaves out: kept out, read again
+            self.layer.discard()
             self.layer = None
             if diff_id in self.wanted and diff_id not in self.found:
                 self.redo[name] = diff_id
@@ -322,12 +248,17 @@ class _Reading:
         named = blob_digest(member.name)
         known = stored_layers.get(named, named if named in self.wanted else None) if named else None
         known = known or self.known_names.get(member.name)  # learnt by an earlier pass over this archive
-        if not self.lacking() or (known is not None and (known not in self.wanted or known in self.found)):
-            return  # nothing left to compress, or a layer every registry has: read past
-        if named is None and member.size in skip:
-            return  # most likely a layer every registry has: read past (a wanted one is exported again)
-        ways = self.wanted[known] if known is not None else self.every_way
-        tell(f"compressing a layer of {member.size / 1e6:.0f} MB as it leaves the engine: {', '.join(c.key for c in ways)}")
+        if not self.unlisted(known):
+            if not self.lacking() or (known is not None and (known not in self.wanted or known in self.found)):
+                return  # nothing left to compress, or a layer every registry has: read past
+            if named is None and member.size in skip:
+                return  # most likely a layer every registry has: read past (a wanted one is exported again)
+        pending = known is not None and known in self.wanted and known not in self.found
+        ways = self.every_way if known is None else self.wanted[known] if pending else ()
+        if ways:
+            tell(f"compressing a layer of {member.size / 1e6:.0f} MB as it leaves the engine: {', '.join(c.key for c in ways)}")
+        else:
+            tell(f"reading a layer of {member.size / 1e6:.0f} MB for what its entries are")
         self.layer_from(member.name, source, member.size, ways, known)
 
     def finish(self) -> bytes:
@@ -377,8 +308,10 @@ def _export(
     result: Exported,
     tell: Callable[[str], None],
     clamp: dict[str, int],
+    drops: dict[str, frozenset[str]],
+    listing: set[str],
 ) -> tuple[bytes, dict[str, str], dict[str, str]]:
-    reading = _Reading(image, wanted, spool, result.layers, clamp, result.names)
+    reading = _Reading(image, wanted, spool, result.layers, clamp, result.names, drops, listing, result.listings)
     try:
         with saved(client, image.engine_id, CHUNK) as chunks, tarfile.open(fileobj=ChunkReader(chunks), mode="r|") as archive:  # type: ignore[call-overload]
             for member in archive:

@@ -20,16 +20,18 @@ compressed blob is named by its own digest, not the layer's), so such a blob is 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
+import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from buildkit.errors import PublishFailed
-from buildkit.fsio import cache_dir, read_cache, write_cache
+from buildkit.errors import OutputError, PublishFailed
+from buildkit.fsio import cache_dir, read_cache, write_atomic, write_cache
 from buildkit.ship.compressors import BLOCK, GZIP, PUBLISHED, ZSTD, Compression, Sink
-from buildkit.ship.normalize import TarClamp
+from buildkit.ship.layertar import LISTING_FORMAT, Listing, TarClamp
 
 __all__ = ["CHUNK", "GZIP", "PUBLISHED", "ZSTD", "Blob", "Compressing", "Compression", "CompressionCache"]
 
@@ -103,6 +105,23 @@ class CompressionCache:
             self.entries.pop(key, None)
             self.entries[key] = {"json": config.decode()}
 
+    def _listing_path(self, diff_id: str) -> Path:
+        return self.path.parent / "layer-listings" / f"v{LISTING_FORMAT}" / f"{diff_id.removeprefix('sha256:')}.json.gz"
+
+    def listing(self, diff_id: str) -> Listing | None:
+        """What each entry of layer ``diff_id`` was, as an earlier publish read it; None when unknown."""
+        try:
+            data = json.loads(gzip.decompress(self._listing_path(diff_id).read_bytes()))
+            return [(str(name), tuple(entry)) for name, entry in data]
+        except (OSError, ValueError, TypeError, EOFError):
+            return None
+
+    def put_listing(self, diff_id: str, listing: Listing) -> None:
+        path = self._listing_path(diff_id)
+        with contextlib.suppress(OSError, OutputError):  # a cache: a publish that cannot keep it reads the layer again next time
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, gzip.compress(json.dumps(listing, separators=(",", ":")).encode(), 6, mtime=0))
+
     def raw_size(self, diff_id: str) -> int | None:
         """The uncompressed size of layer ``diff_id`` when some entry recorded it."""
         for key, entry in self.entries.items():
@@ -142,6 +161,10 @@ class CompressionCache:
         write_cache(self.path, entries, self.LIMIT)
 
 
+def _nowhere(_: bytes | memoryview) -> None:
+    """Where a layer read only for its listing goes."""
+
+
 class _Hashing:
     """A writer that hashes and counts what passes through it."""
 
@@ -167,11 +190,23 @@ class Compressing:
     """One layer on its way through its compressors: each writes a ``.partial`` file in the spool,
     renamed to its digest when the layer ends; the layer's own digest is taken on the way."""
 
-    def __init__(self, compressions: tuple[Compression, ...], spool: Path, serial: int, epoch: int | None = None) -> None:
+    def __init__(
+        self,
+        compressions: tuple[Compression, ...],
+        spool: Path,
+        serial: int,
+        epoch: int | None = None,
+        *,
+        drop: frozenset[str] = frozenset(),
+        listing: bool = False,
+    ) -> None:
+        """``epoch``: normalize the layer (:class:`.normalize.TarClamp`), leaving out the entries in
+        ``drop``; ``listing``: keep what each entry was (:attr:`listing`), normalized or not."""
         self.raw = hashlib.sha256()
         self.raw_size = 0
         self.engine = hashlib.sha256()  # the layer as the engine gave it, before any clamp
-        self.clamp = TarClamp(epoch, self._compress) if epoch is not None else None
+        self.lister = TarClamp(2**62, _nowhere, listing=True) if listing and epoch is None else None
+        self.clamp = TarClamp(epoch, self._compress, drop=drop, listing=listing) if epoch is not None else None
         self.parts: dict[str, tuple[Path, IO[bytes], _Hashing, Sink]] = {}
         try:
             for compression in compressions:
@@ -185,6 +220,8 @@ class Compressing:
 
     def write(self, data: bytes) -> None:
         self.engine.update(data)
+        if self.lister is not None:
+            self.lister.write(data)
         if self.clamp is not None:
             self.clamp.write(data)
         else:
@@ -205,6 +242,12 @@ class Compressing:
         """The layer has been written whole: what the clamp still holds goes to the compressors."""
         if self.clamp is not None:
             self.clamp.close()
+
+    @property
+    def listing(self) -> Listing | None:
+        """Each entry's fields as the engine wrote them, when asked for."""
+        reader = self.lister or self.clamp
+        return reader.listing if reader is not None else None
 
     @property
     def diff_id(self) -> str:

@@ -1,16 +1,25 @@
-"""What makes two clean builds of the same inputs publish the same bytes: every time a layer's tar
-headers carry, clamped to the image's epoch, and the config's times with them.
+"""What makes two clean builds of the same inputs publish the same bytes, on any engine: every time a
+layer's tar headers carry clamped to the image's epoch, the config's times with them, and each layer
+written as its changes alone, whichever differ wrote it.
 
 The engine writes each file's mtime as the moment the build wrote it; no engine users run clamps it
 (Docker 26's BuildKit refuses ``rewrite-timestamp`` with the containerd store and ignores it with
 overlay2; the classic builder has no such option). Publishing already streams every layer out of the
 engine into its compressors, so the clamp happens there, on every engine and builder alike: each
 header's mtime (and a PAX record's mtime, atime, ctime) later than the epoch becomes the epoch, its
-checksum is written again, and nothing else changes: not a name, a mode, an owner, an xattr, a
-file's bytes or the order. The base's own layers are never touched (they keep the digests every
+checksum is written again. The base's own layers are never touched (they keep the digests every
 image of that base shares). The config follows: its DiffIDs are the clamped layers', its times are
 clamped, and what the classic builder records of its build container (``container``,
 ``container_config``, the parent image in ``config.Image``) is dropped.
+
+The engines' differs write the same change two ways. moby's overlay2 differ tars a step's upper
+directory: every file the step opened for writing and left as it was (a lock file, a file chmod'ed
+to its own mode), every directory a mount point passed through, and whiteouts as hard links to the
+first one. containerd's writes what changed, its parent directories, and whiteouts as empty files.
+So a layer above the base is published without the entries that leave the filesystem as the layers
+below left it (:func:`unchanged_entries`, judged on every layer's listing), and its whiteouts
+written one way (:mod:`.layertar`). What extracts is the same, a directory's time aside; nothing else
+changes: not a name, a mode, an owner, an xattr, a file's bytes or the order.
 
 What the build itself must make the same (the bytes of files: hash-based pycs, no installer
 timestamps, no logs) is the template's job (templates/partials/, buildkit/image/files/build-env.sh).
@@ -18,18 +27,19 @@ timestamps, no logs) is the template's job (templates/partials/, buildkit/image/
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from buildkit.plan.layers import EPOCH_LABEL
+from buildkit.ship.layertar import OPAQUE, WHITEOUT, Entry, Listing
 
 # Bump when what is clamped changes: it keys the compression cache, so an older rule is never served.
-RULES = 1
-BLOCK = 512
+RULES = 2
 
 # The classic builder's record of its build container: its ID and hostname, and the parent image (an
 # intermediate image whose ID depends on the layers before it). BuildKit writes none of them.
@@ -59,8 +69,12 @@ class Normalization:
             "rules": RULES,
             "changed": "file mtimes (and PAX atime/ctime) later than the epoch clamped in every layer above the base; the "
             "config's created and history times clamped, its layers' DiffIDs those of the clamped layers, and the classic "
-            "builder's container, container_config and config.Image dropped. Nothing else: names, modes, owners, xattrs, "
-            "contents and order are the engine's",
+            "builder's container, container_config and config.Image dropped; every whiteout written one way (an empty file, "
+            "mode 0, owner 0:0, time 0); a file left exactly as the layers below had it (contents too) or a directory left so "
+            "(its time aside), with nothing "
+            "changed beneath it, left out (what moby's overlay2 differ copies up and containerd's does not write); modes "
+            "without the file type's bits (Docker 20.10 writes them). Nothing else: the names, permissions, owners, xattrs, "
+            "contents and order of every other entry are the engine's",
         }
 
 
@@ -70,123 +84,71 @@ def epoch_of(labels: dict[str, str]) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-# ---- a layer's tar, streamed ------------------------------------------------------------------------
+# ---- what a layer leaves as it was ------------------------------------------------------------------
 
 
-def _number(field: bytes) -> int:
-    """A tar header's numeric field: octal text, or GNU base-256 (first byte's high bit set)."""
-    if field[:1] and field[0] & 0x80:
-        value = int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
-        return value - (1 << (8 * len(field) - 1)) if field[0] & 0x40 else value
-    text = field.split(b"\0", 1)[0].strip(b" ")
-    return int(text, 8) if text else 0
+def unchanged_entries(listings: Sequence[Listing | None], keep: int) -> list[frozenset[str]]:
+    """For each layer, the entries that leave the filesystem as the layers below left it: a
+    directory or a regular file whose every field (and its contents) is what the layers below gave that path (a
+    directory's time aside), with nothing kept beneath it in its own layer. moby's overlay2 differ writes such entries (a file
+    opened for writing and left as it was, a directory a build step's mount point passed through);
+    containerd's does not, so publishing leaves them out. None for the base's layers (kept as they
+    are) and for every layer above a layer whose listing is unknown (nothing can be judged there)."""
+    state: dict[str, Entry] = {}
+    result: list[frozenset[str]] = []
+    known = True
+    for index, listing in enumerate(listings):
+        if listing is None:
+            known = False
+        if index < keep or not known or listing is None:
+            result.append(frozenset())
+        else:
+            candidates = {name for name, entry in listing if _unchanged(entry, state.get(name))}
+            needed: set[str] = set()
+            for name, _ in listing:
+                if name in candidates:
+                    continue
+                parent = name.rpartition("/")[0]
+                while parent and parent not in needed:
+                    needed.add(parent)
+                    parent = parent.rpartition("/")[0]
+            result.append(frozenset(candidates - needed))
+        mine: set[str] = set()
+        for name, entry in listing or ():
+            _apply(state, name, entry, mine)
+    return result
 
 
-def _checksummed(header: bytearray) -> bytes:
-    header[148:156] = b" " * 8
-    header[148:156] = b"%06o\0 " % sum(header)
-    return bytes(header)
+def _unchanged(entry: Entry, below: Entry | None) -> bool:
+    """A regular file with every field (its contents too) as below, or a directory with every field but its time: a
+    directory's time moves when a step creates and removes something in it, which leaves nothing to
+    publish (containerd's differ writes no such directory)."""
+    if below is None:
+        return False
+    if entry[0] == "5":
+        return entry[:4] + entry[5:] == below[:4] + below[5:]
+    return entry[0] == "0" and entry == below
 
 
-def _pax_records(data: bytes, epoch: int) -> bytes:
-    """A PAX header's records with every time later than ``epoch`` clamped; the rest as it was."""
-    out = bytearray()
-    pos = 0
-    while pos < len(data):
-        space = data.index(b" ", pos)
-        length = int(data[pos:space])
-        record = data[space + 1 : pos + length]
-        pos += length
-        key, _, value = record.rstrip(b"\n").partition(b"=")
-        if key in (b"mtime", b"atime", b"ctime"):
-            seconds = value.split(b".", 1)[0]
-            if seconds.lstrip(b"-").isdigit() and (int(seconds) > epoch or (int(seconds) == epoch and value != seconds)):
-                value = str(epoch).encode()
-        body = b" " + key + b"=" + value + b"\n"
-        size = len(body) + 1
-        while len(str(size)) + len(body) != size:  # the length counts its own digits
-            size = len(str(size)) + len(body)
-        out += str(size).encode() + body
-    return bytes(out)
+def _apply(state: dict[str, Entry], name: str, entry: Entry, mine: set[str]) -> None:
+    """``name`` of one layer over ``state``; ``mine``: the names that layer wrote before it."""
+    parent, _, base = name.rpartition("/")
+    if base == OPAQUE:  # the directory's lower contents are gone; what its own layer wrote stays
+        prefix = parent + "/" if parent else ""
+        for path in [p for p in state if p.startswith(prefix) and p not in mine]:
+            del state[path]
+    elif base.startswith(WHITEOUT):
+        gone = (parent + "/" if parent else "") + base[len(WHITEOUT) :]
+        for path in [p for p in state if p == gone or p.startswith(gone + "/")]:
+            del state[path]
+    else:
+        state[name] = entry
+        mine.add(name)
 
 
-class TarClamp:
-    """A layer's tar in, pieces of any size; the same tar out with its times clamped, into ``out``.
-    File contents pass through untouched (as views of what came in); only headers are rewritten."""
-
-    def __init__(self, epoch: int, out: Callable[[bytes | memoryview], None]) -> None:
-        self.epoch, self.out = epoch, out
-        self.head = bytearray()  # a header being gathered (a PAX header: with its records)
-        self.need = BLOCK
-        self.passthrough = 0  # bytes of file data (with padding) to pass as they are
-        self.clamped = 0  # headers whose times were clamped
-
-    def write(self, data: bytes | memoryview) -> None:
-        view = memoryview(data)
-        pos, end = 0, len(view)
-        while pos < end:
-            if self.passthrough:
-                n = min(self.passthrough, end - pos)
-                self.out(view[pos : pos + n])
-                pos += n
-                self.passthrough -= n
-                continue
-            take = min(self.need - len(self.head), end - pos)
-            self.head += view[pos : pos + take]
-            pos += take
-            if len(self.head) == self.need:
-                self._header()
-
-    def _header(self) -> None:
-        header = self.head
-        if self.need == BLOCK and not any(header):  # an end-of-archive block
-            self.out(bytes(header))
-            self.head = bytearray()
-            return
-        size = _number(bytes(header[124:136]))
-        padded = -(-size // BLOCK) * BLOCK
-        kind = bytes(header[156:157])
-        if kind in (b"x", b"g"):
-            if self.need == BLOCK:  # gather its records first
-                self.need = BLOCK + padded
-                if padded:
-                    return
-            records = _pax_records(bytes(header[BLOCK : BLOCK + size]), self.epoch)
-            first = bytearray(header[:BLOCK])
-            if records != bytes(header[BLOCK : BLOCK + size]):
-                self.clamped += 1
-                first[124:136] = b"%011o\0" % len(records)
-            self._mtime(first)
-            self.out(_checksummed(first) + records + b"\0" * (-len(records) % BLOCK))
-            self.head, self.need = bytearray(), BLOCK
-            return
-        first = bytearray(header)
-        if self._mtime(first):
-            self.clamped += 1
-        self.out(_checksummed(first))
-        self.head = bytearray()
-        self.passthrough = padded if kind not in (b"1", b"2", b"3", b"4", b"5", b"6") else 0
-
-    def _mtime(self, header: bytearray) -> bool:
-        if _number(bytes(header[136:148])) <= self.epoch:
-            return False
-        header[136:148] = b"%011o\0" % self.epoch
-        return True
-
-    def close(self) -> None:
-        """Whatever followed the archive (nothing, in a layer) goes out as it came."""
-        if self.head:
-            self.out(bytes(self.head))
-            self.head = bytearray()
-
-
-def clamp_tar(data: bytes, epoch: int) -> bytes:
-    """A whole tar's bytes, clamped (tests and small layers)."""
-    parts: list[bytes] = []
-    clamp = TarClamp(epoch, lambda piece: parts.append(bytes(piece)))
-    clamp.write(data)
-    clamp.close()
-    return b"".join(parts)
+def drop_key(drop: frozenset[str]) -> str:
+    """What names a layer's dropped entries in cache keys ("" when none)."""
+    return hashlib.sha256("\n".join(sorted(drop)).encode()).hexdigest()[:16] if drop else ""
 
 
 # ---- the config -------------------------------------------------------------------------------------

@@ -29,8 +29,8 @@ from buildkit.image.buildrecord import read_record
 from buildkit.imageref import RegistryRef
 from buildkit.plan import arch_tag
 from buildkit.ship.attach import Attached, stage_sbom
+from buildkit.ship.blobs import ImageBlobs, gather_blobs
 from buildkit.ship.compose import Form, image_manifest, index_manifest
-from buildkit.ship.export import ImageBlobs, gather_blobs
 from buildkit.ship.layers import Blob, Compression, CompressionCache
 from buildkit.ship.lazy import LazyIndex, Ztocs, from_registry, image_ztocs, stage_lazy_index
 from buildkit.ship.local import LocalImage, record_published
