@@ -17,7 +17,7 @@ The jobs, and what each waits for::
     docker-20.10     lint, services    pytest -m "docker and engine_20_10 and not emulated", on Docker 20.10
     docker-overlay2  lint, services    pytest -m "docker and engine_overlay2 and not emulated", on Docker 26.1.5 on overlay2
     emulated         services          pytest -m emulated, on the emulated engine (only with --arm64)
-    reproduced       docker-b, docker-20.10, docker-overlay2   python -m tests.reproduced: where the engines' images differ
+    reproduced       docker-b, docker-20.10, docker-overlay2   python -m tests.reproduced: one image across engines
     bench            unit, docker, docker-b   make bench-quick
 
 Every docker test runs on the engine a fresh Docker install gives (the containerd image store), in

@@ -91,6 +91,33 @@ def test_arm64_build_completes_the_multi_arch_index(docker_env: DockerEnv, built
     assert platforms == {"amd64": built["pushed"][0]["digest"], "arm64": result["pushed"][0]["digest"]}
 
 
+def test_build_push_of_inputs_a_registry_holds_tags_that_image_and_builds_nothing(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    """The session's image was published under its inputs' tag too; `build --push` of the same inputs to
+    that repository finds it and tags it (no build, no verification, no upload); to a repository that
+    lacks it, it builds, and the rebuild publishes the very same digest."""
+    registry = Registry(docker_env.registry)
+    held = registry.get_manifest(built["repo"], built["inputs_tag"])
+    assert built["inputs_tag"].startswith("inputs-") and held is not None and held.digest == built["digest"]
+
+    def build_push(repo: str) -> tuple[dict[str, Any], str]:
+        proc = docker_env.ascendkit(
+            "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
+            "--push", "--no-index", "--registry", f"{docker_env.registry}/{repo}", "--json", "--quiet",
+            cwd=tmp_path, check=True,
+        )  # fmt: skip
+        return json.loads(proc.stdout), proc.stderr
+
+    again, said = build_push(built["repo"])
+    assert again["built"] is False and again["reused"] == built["inputs_tag"] and again["digest"] == built["digest"], again
+    assert "not built: " in said and "building " not in said and "verified" not in said, said
+    assert [p["digest"] for p in again["pushed"]] == [built["digest"]] * len(built["pushed"])
+    elsewhere, said = build_push(f"{built['repo']}-elsewhere")
+    assert "built" not in elsewhere and "building " in said, "a registry that lacks it: built (from the cache), verified, pushed"
+    assert elsewhere["digest"] == built["digest"] and elsewhere["inputs_tag"] == built["inputs_tag"]
+
+
 # ---- several registries, zstd, media types: read back with skopeo and pulled with containerd's ctr ----
 
 
@@ -171,7 +198,8 @@ def test_docker_media_types_leave_nothing_oci_in_the_repository(docker_env: Dock
     target = f"{docker_env.registry2}/docker-{uuid.uuid4().hex[:8]}"
     outcome = _publish(docker_env, built, "--registry", target, "--media-types", "docker")
     tags = skopeo.tags(target)
-    assert len(tags) == len(built["tags"]) + 2, tags  # the image's tags, its SBOM's and its provenance's (unsigned: no key)
+    # the image's tags, its inputs' (buildkit/image/inputs.py), its SBOM's and its provenance's (unsigned: no key)
+    assert len(tags) == len(built["tags"]) + 3 and built["inputs_tag"] in tags, tags
     for tag in tags:
         text = skopeo.raw(f"{target}:{tag}").decode()
         assert "application/vnd.oci" not in text, f"{tag} carries an OCI media type"

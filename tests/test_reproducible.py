@@ -2,12 +2,13 @@
 pruned first, so every package is fetched and every sdist built again, minutes apart) publish the same
 config and the same gzip and zstd manifests, on every engine this runs on: Docker 26.1.5 with the
 containerd store (the docker-b job: it shares no image with the rest), on overlay2 and Docker 20.10
-with the classic builder (their jobs).
-The second build is `ascendkit rebuild` of the first, from the inputs its provenance records, as a user
+with the classic builder (their jobs); and for aarch64, every step under qemu, on the emulated engine
+(the emulated job). The second build is `ascendkit rebuild` of the first, from the inputs its provenance records, as a user
 checks a published image.
 
 Each job writes what it published to ``$ASCENDKIT_SERVICES_DIR/reproducible/<engine>.json``; CI's
-``reproduced`` job (tests/reproduced.py) then reports where the engines differ from each other. Where
+``reproduced`` job (tests/reproduced.py) then holds the engines to one image (the classic builder to
+BuildKit's layers). Where
 the two builds differ, `ascendkit diff` names every differing file and its layer in the failure."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, cast
 
 import pytest
 
-from tests.conftest import TEST_MATRIX, DockerEnv
+from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin
 from tests.services import STATE
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine_20_10, pytest.mark.engine_overlay2]
@@ -33,12 +34,12 @@ def engine_name(docker_env: DockerEnv) -> str:
     return os.environ.get("ASCENDKIT_ENGINE_NAME") or str(docker_env.client.info().get("Name") or "engine")
 
 
-def clean_build(docker_env: DockerEnv, workdir: Path, repository: str, *builder: str) -> dict[str, Any]:
+def clean_build(docker_env: DockerEnv, workdir: Path, repository: str, arch: str, base: str, *builder: str) -> dict[str, Any]:
     """A build of the test stack with nothing cached (its steps, BuildKit's cache mounts), published gzip and zstd."""
     docker_env.client.prune_builds(filters=cast(Any, {"type": ["exec.cachemount"]}), all=True)  # the stubs know two filters
     workdir.mkdir()
     proc = docker_env.ascendkit(
-        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
+        "build", "--hw", "a3", "--arch", arch, "--matrix", str(TEST_MATRIX), "--base-image", base,
         "--no-cache", "--push", "--registry", repository, "--compression", "zstd", "--no-index", "--json", "--quiet", *builder,
         cwd=workdir, check=True,
     )  # fmt: skip
@@ -63,10 +64,25 @@ def _published(result: dict[str, Any], repository: str, workdir: Path) -> dict[s
 
 
 def test_two_clean_builds_publish_the_same_image(docker_env: DockerEnv, tmp_path: Path) -> None:
-    run = uuid.uuid4().hex[:8]
     # Docker 20.10 is where users still run the classic builder: held to it there (its rebuild takes the recorded builder)
     builder = ("--builder", "classic") if engine_name(docker_env) == "docker-20.10" else ()
-    first = clean_build(docker_env, tmp_path / "first", f"{docker_env.registry}/repro-{run}-first", *builder)
+    first = reproduced(docker_env, tmp_path, "x86_64", docker_env.standin, *builder)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    name = engine_name(docker_env)
+    (RESULTS / f"{name}.json").write_text(json.dumps({"engine": name, **first}, indent=2))
+
+
+@pytest.mark.emulated
+def test_two_clean_arm64_builds_under_emulation_publish_the_same_image(docker_env: DockerEnv, tmp_path: Path) -> None:
+    """The same for aarch64, the SKU hosts' arch: every step run under qemu on the emulated engine."""
+    first = reproduced(docker_env, tmp_path, "aarch64", arm64_standin())
+    assert first["arch"] == "aarch64"
+
+
+def reproduced(docker_env: DockerEnv, tmp_path: Path, arch: str, base: str, *builder: str) -> dict[str, Any]:
+    """A clean build published, then `ascendkit rebuild` of it; what the first published, once both agree."""
+    run = uuid.uuid4().hex[:8]
+    first = clean_build(docker_env, tmp_path / "first", f"{docker_env.registry}/repro-{run}-first", arch, base, *builder)
     docker_env.client.prune_builds(filters=cast(Any, {"type": ["exec.cachemount"]}), all=True)
     (tmp_path / "second").mkdir()
     checked = docker_env.ascendkit(
@@ -89,8 +105,4 @@ def test_two_clean_builds_publish_the_same_image(docker_env: DockerEnv, tmp_path
         pytest.fail(
             f"two clean builds ({first['builder']}) published different images {same}:\n{shown.stdout[-6000:]}{shown.stderr[-2000:]}"
         )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    name = engine_name(docker_env)
-    (RESULTS / f"{name}.json").write_text(
-        json.dumps({"engine": name, **first, "engine_configs": [first["engine_config"], second["engine_config"]]}, indent=2)
-    )
+    return {**first, "arch": arch, "engine_configs": [first["engine_config"], second["engine_config"]]}

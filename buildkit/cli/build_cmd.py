@@ -210,6 +210,8 @@ def _build_one(
         return
     check_outputs(plan)
     client = connect()
+    if pushing is not None and _reused(client, loaded, plan, pushing, given["as_json"]):
+        return
     typer.echo(
         f"building {plan.refs[0]} ({plan.stack_id}, chip {plan.chip_id}, {plan.os_name}, {plan.arch}) FROM {plan.base_image}", err=True
     )
@@ -233,6 +235,24 @@ def _build_one(
     summary["digest"] = summary["pushed"][0]["digest"] if summary.get("pushed") else None
     if given["as_json"]:
         print_json(summary)
+
+
+def _reused(client: Any, loaded: LoadedMatrix, plan: BuildPlan, pushing: PushRequest, as_json: bool) -> bool:
+    """``build --push`` of inputs every registry already holds the image of: tagged, not built."""
+    from buildkit.ship.request import reuse_built
+
+    outcome = reuse_built(client, loaded, plan, pushing, say=to_stderr)
+    if outcome is None:
+        return False
+    pushed = outcome.pushed[0] if outcome.pushed else None
+    summary: dict[str, Any] = {"built": False, "arch": plan.arch, "tags": list(plan.refs), **outcome.describe()}
+    if pushed is not None:
+        typer.echo(f"not built: {pushed.ref} holds the image these inputs publish (found by {outcome.reused})", err=True)
+    print_summary([summary])
+    summary["digest"] = summary["pushed"][0]["digest"] if summary.get("pushed") else None
+    if as_json:
+        print_json(summary)
+    return True
 
 
 def _builder_name(builder: str) -> str:

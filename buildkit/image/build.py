@@ -197,7 +197,7 @@ def base_of(client: docker.APIClient, ref: str, engine: EngineFacts) -> BaseImag
     digests = [d for d in inspect.get("RepoDigests") or [] if d.partition("@")[0] == name] or list(inspect.get("RepoDigests") or [])
     if digests:
         digest = sorted(digests)[0].partition("@")[2]
-        if engine.image_store != CONTAINERD_STORE or _registry_digest(ref) == digest:
+        if engine.image_store != CONTAINERD_STORE or registry_digest(ref) == digest:
             return BaseImage(ref, digest, True, layers)
     return BaseImage(ref, identify(client, ref, inspect, engine.image_store).config, False, layers)
 
@@ -214,7 +214,7 @@ def _ask_registry(ref: str, timeout: int = 20) -> tuple[dict[str, Any] | None, s
         quick.close()
 
 
-def _registry_digest(ref: str) -> str | None:
+def registry_digest(ref: str) -> str | None:
     """The digest ``ref``'s registry serves it at, or None when the registry cannot say."""
     answer, _ = _ask_registry(ref)
     digest = ((answer or {}).get("Descriptor") or {}).get("digest")
@@ -259,7 +259,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
             _tag(client, image.engine_id, plan.refs)
         checks = [recorded_check(check) for check in before["checks"]]
         ran_on = _engine_fields(before["image"], image, engine, _builder_record(plan, builder, progress))
-        updates = {"build": build_record(plan, base_of(client, plan.base_image, engine)), **ran_on}
+        updates = {"build": build_record(plan, base_of(client, plan.base_image, engine), builder.name), **ran_on}
         if any(before.get(key) != value for key, value in updates.items()):  # what this build ran from and on
             with deferred():
                 write_manifest(plan.manifest_dir, plan.manifest_name, {**before, **updates})
@@ -276,7 +276,10 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
     checks = compare(facts, plan.expected)
     base = base_of(client, plan.base_image, engine)
     data = manifest_data(facts, plan.expected, checks, plan.refs)
-    data.update(build=build_record(plan, base), **_engine_fields(data["image"], image, engine, _builder_record(plan, builder, progress)))
+    data.update(
+        build=build_record(plan, base, builder.name),
+        **_engine_fields(data["image"], image, engine, _builder_record(plan, builder, progress)),
+    )
     bad = failures(checks)
     with deferred():  # the manifest, the SBOM and every tag, or (stopped before this) none of them
         manifest_json, manifest_md = write_manifest(plan.manifest_dir, plan.manifest_name, data)

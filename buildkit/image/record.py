@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.image.buildplan import BuildPlan
+from buildkit.image.inputs import build_inputs, inputs_digest, inputs_tag
 from buildkit.image.render import os_family
 from buildkit.image.sbom import BaseImage
 from buildkit.plan.layers import EPOCH_LABEL, SOURCE_DATE_EPOCH
@@ -79,7 +80,8 @@ def reproducibility_caveats(plan: BuildPlan) -> list[dict[str, str]]:
     return caveats
 
 
-def build_record(plan: BuildPlan, base: BaseImage) -> dict[str, Any]:
+def build_record(plan: BuildPlan, base: BaseImage, builder: str) -> dict[str, Any]:
+    inputs = build_inputs(plan, builder, base.digest)
     return {
         "source": source_of(plan.matrix_root or PACKAGE_DIR.parent),
         "stack": plan.stack_id,
@@ -97,4 +99,6 @@ def build_record(plan: BuildPlan, base: BaseImage) -> dict[str, Any]:
         # built to reproduce: the same inputs give the same published image (buildkit/ship/normalize.py)
         "reproducible": {"source_date_epoch": SOURCE_DATE_EPOCH, "label": EPOCH_LABEL, "caveats": reproducibility_caveats(plan)},
         "build_args": {name: _public(value) for name, value in sorted(plan.buildargs)},
+        # every input as one digest: what `build --push` finds an image it need not build by (buildkit/image/inputs.py)
+        "inputs": {"digest": inputs_digest(inputs), "tag": inputs_tag(inputs_digest(inputs)), "parts": inputs},
     }

@@ -71,6 +71,8 @@ class PublishOutcome:
     trust: dict[str, list[dict[str, str | None]]] = field(default_factory=dict)  # target name -> each digest's signature and provenance
     lazy: dict[str, list[LazyIndex]] = field(default_factory=dict)  # target name -> the SOCI index of each image (--lazy soci)
     index_missing: tuple[str, ...] = ()
+    inputs_tag: str = ""  # the tag naming the image by its inputs (buildkit/image/inputs.py), where it was written
+    reused: str = ""  # `build --push`: the image found under its inputs' tag and tagged, not built
 
     @property
     def pushed(self) -> list[Published]:
@@ -84,7 +86,7 @@ class PublishOutcome:
         return None if first is None else [p for p in first if p.compression == "gzip"]
 
     def describe(self) -> dict[str, Any]:
-        return {
+        described = {
             "pushed": [p.describe() for p in self.pushed],
             "index": None if self.index is None else [p.describe() for p in self.index],
             "index_missing": list(self.index_missing),
@@ -101,6 +103,7 @@ class PublishOutcome:
                 for name, pushed in self.registries.items()
             ],
         }
+        return described | ({"inputs_tag": self.inputs_tag} if self.inputs_tag else {}) | ({"reused": self.reused} if self.reused else {})
 
 
 def push_image(
@@ -141,8 +144,24 @@ def push_image(
                 published = Published(f"{target.name}:{variant.tag(name)}@{digest}", digest, image.arch, variant.name)
                 outcome.registries.setdefault(target.name, []).append(published)
                 tell(f"pushed {published.ref}")
+    outcome.inputs_tag = _tag_inputs(image, build, targets, manifests, tell)
     record_published(image, _recorded(targets, outcome, options), blobs.config.digest)
     return outcome
+
+
+def _tag_inputs(
+    image: LocalImage, build: dict[str, Any], targets: list[Target], manifests: list[tuple[Compression, bytes, str]], tell: Say
+) -> str:
+    """The image tagged by its inputs too, where it was built to reproduce: a later `build --push` of
+    the same inputs finds it there and tags it instead of building (:mod:`.reuse`)."""
+    tag = str(((build.get("build") or {}).get("inputs") or {}).get("tag") or "")
+    if image.normalization is None or not tag:
+        return ""
+    for target in targets:
+        for variant, body, media_type in manifests:
+            StagedTag(target.registry, target.ref.repository, variant.tag(tag), body, media_type).write()
+    tell(f"tagged {tag} too: a build of the same inputs finds the image by it")
+    return tag
 
 
 def _attach(
@@ -280,8 +299,17 @@ def publish_image(
     options = options or ShipOptions()
     registries = [Target.of(ref) for ref in targets]
     outcome = push_image(client, image, registries, options, say=tell)
-    if not want_index:
-        return outcome
+    if want_index:
+        complete_index(outcome, image, registries, options, require_index=require_index, say=tell)
+    return outcome
+
+
+def complete_index(
+    outcome: PublishOutcome, image: LocalImage, registries: list[Target], options: ShipOptions, *, require_index: bool, say: Say
+) -> None:
+    """The multi-arch index over ``image``'s arches in each registry, just pushed (into ``outcome``);
+    with ``require_index`` a missing arch refuses it, else the outcome names what is missing."""
+    tell = say
     found = []
     for target in registries:
         for variant in options.compressions:
@@ -300,7 +328,7 @@ def publish_image(
                 continue
             found.append((target, variant, members))
     if outcome.index_missing:
-        return outcome
+        return
     staged = [  # every index by digest in every registry before any of their tags
         stage_index(
             target,
@@ -317,7 +345,6 @@ def publish_image(
         outcome.indexes.setdefault(index.target.name, []).extend(published)
         for p in published:
             tell(f"published index {p.ref}")
-    return outcome
 
 
 def closes_its_index(images: list[LocalImage]) -> list[bool]:

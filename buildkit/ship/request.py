@@ -18,7 +18,7 @@ from buildkit.image.buildrecord import read_record
 from buildkit.imageref import IMAGE_REFERENCE, RegistryRef
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.ship.local import LocalImage, normalization_of
-from buildkit.ship.options import ShipOptions, ship_options
+from buildkit.ship.options import ShipOptions, Target, ship_options
 from buildkit.ship.publish import PublishOutcome, publish_image
 from buildkit.trust.keys import Signer
 
@@ -132,3 +132,30 @@ def push_built(
     normalization = normalization_of(read_record(result.manifest_json))
     image = LocalImage(result.image_id, plan.arch, arches, plan.tags, result.manifest_json, engine_id, normalization)
     return publish_image(client, image, list(push.targets), want_index=push.index, require_index=False, options=push.options, say=say)
+
+
+def reuse_built(
+    client: docker.APIClient,
+    loaded: LoadedMatrix,
+    plan: BuildPlan,
+    push: PushRequest,
+    say: Callable[[str], None] | None = None,
+) -> PublishOutcome | None:
+    """``build --push`` without a build: when every registry holds the image these very inputs publish
+    (:mod:`.reuse`), that image given the build's names and its index completed; None when it must be
+    built (some registry lacks it, or ``--no-cache`` / ``--reverify`` ask for a build)."""
+    from buildkit.ship.reuse import find_built, planned_inputs_tag, tag_built
+
+    tell = say or (lambda _: None)
+    if plan.no_cache or plan.reverify:
+        return None
+    tag = planned_inputs_tag(client, plan)
+    targets = [Target.of(ref) for ref in push.targets]
+    found = find_built(targets, tag, push.options) if tag else None
+    if tag is None or found is None:
+        return None
+    manifest = found[(targets[0].name, "gzip")]
+    tell(f"{targets[0].name}:{tag}@{manifest.digest} was built from these very inputs: tagging it, not building")
+    config = str(manifest.json().get("config", {}).get("digest", ""))
+    image = LocalImage(config, plan.arch, tuple(loaded.matrix.stacks[plan.stack_id].arches), plan.tags)
+    return tag_built(image, targets, found, push.options, tag, want_index=push.index, say=tell)

@@ -86,6 +86,11 @@ def resolve(ref: str) -> tuple[Registry, str, Manifest]:
     return registry, repository, manifest
 
 
+def signed_by(registry: Registry, repository: str, digest: str, signer: Signer) -> bool:
+    """Whether ``digest`` carries a valid signature by ``signer``'s key for this repository."""
+    return _signature(registry, repository, digest, signer.public).status == "ok"
+
+
 def _signature(registry: Registry, repository: str, digest: str, key: PublicKey) -> Check:
     name = f"signature {digest}"
     found = attached(registry, repository, digest, "sig", SIMPLE_SIGNING)

@@ -1,0 +1,86 @@
+"""``build --push`` of inputs every registry already holds an image for: nothing is built. Images are
+built to reproduce, so the same inputs (:mod:`buildkit.image.inputs`) would publish that very image;
+a publish tags each image ``inputs-<digest>`` beside its names, and here that tag is looked up in
+every registry, for every compression asked (and, when signing, with a signature by the same key),
+and the image found is given the build's names (and its index is completed) instead of building,
+verifying and publishing it again.
+
+An unchanged rebuild on a cold CI runner then costs a few registry requests, not a build."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import docker
+import requests
+from docker.errors import DockerException, NotFound
+
+from buildkit.image.buildplan import BuildPlan
+from buildkit.image.buildx import choose_builder
+from buildkit.image.engine import engine_facts
+from buildkit.image.inputs import build_inputs, inputs_digest, inputs_tag
+from buildkit.ship.local import LocalImage
+from buildkit.ship.options import Published, ShipOptions, Target
+from buildkit.ship.publish import PublishOutcome, complete_index
+from buildkit.ship.registry import Manifest
+from buildkit.ship.staged import StagedTag
+from buildkit.ship.trust import signed_by
+
+Say = Callable[[str], None]
+
+
+def planned_inputs_tag(client: docker.APIClient, plan: BuildPlan) -> str | None:
+    """The inputs tag the build of ``plan`` would publish under, on this engine with its builder; None
+    where the base's digest cannot be told without pulling it (then the build goes on)."""
+    from buildkit.image.build import base_of, registry_digest
+
+    try:
+        engine = engine_facts(client)
+        builder = choose_builder(plan.builder, engine, cache=bool(plan.cache_ref), export=plan.cache_export)
+        try:
+            base = base_of(client, plan.base_image, engine).digest
+        except NotFound:
+            base = registry_digest(plan.base_image) or ""
+    except (DockerException, requests.exceptions.RequestException):
+        return None
+    return inputs_tag(inputs_digest(build_inputs(plan, builder.name, base))) if base else None
+
+
+def find_built(targets: list[Target], tag: str, options: ShipOptions) -> dict[tuple[str, str], Manifest] | None:
+    """Each target's image (per compression) tagged ``tag``, when every target holds one for every
+    compression asked, signed by ``options.signer``'s key where it signs; else None."""
+    found = {}
+    for target in targets:
+        for variant in options.compressions:
+            manifest = target.registry.get_manifest(target.ref.repository, variant.tag(tag))
+            if manifest is None or manifest.is_index:
+                return None
+            if options.signer is not None and not signed_by(target.registry, target.ref.repository, manifest.digest, options.signer):
+                return None
+            found[(target.name, variant.name)] = manifest
+    return found
+
+
+def tag_built(
+    image: LocalImage,
+    targets: list[Target],
+    found: dict[tuple[str, str], Manifest],
+    options: ShipOptions,
+    tag: str,
+    *,
+    want_index: bool,
+    say: Say,
+) -> PublishOutcome:
+    """The image ``found`` under ``tag`` given ``image``'s names in every target, then its index."""
+    outcome = PublishOutcome(inputs_tag=tag, reused=tag)
+    for target in targets:
+        for variant in options.compressions:
+            manifest = found[(target.name, variant.name)]
+            for name in image.tag_names:
+                digest = StagedTag(target.registry, target.ref.repository, variant.tag(name), manifest.body, manifest.media_type).write()
+                published = Published(f"{target.name}:{variant.tag(name)}@{digest}", digest, image.arch, variant.name)
+                outcome.registries.setdefault(target.name, []).append(published)
+                say(f"tagged {published.ref}")
+    if want_index:
+        complete_index(outcome, image, targets, options, require_index=False, say=say)
+    return outcome
