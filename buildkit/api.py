@@ -209,7 +209,9 @@ def build_and_push(
 ) -> tuple[BuildResult, list[Published]]:
     """``ascendkit build --push``: :func:`build`, then the verified image by digest to each registry
     with its SBOM (and, ``index``, the multi-arch index over the arches already there). The push
-    options are checked, as the command checks them, before anything is built."""
+    options are checked, as the command checks them, before anything is built. Unlike the command,
+    it always builds (it returns the build): the command's shortcut for inputs a registry already
+    holds the image of is :func:`buildkit.ship.request.reuse_built`."""
     push = push_request([registry] if isinstance(registry, str) else registry, push=True, index=index,
                         media_types=media_types, compression=compression, signed=sign_key is not None, lazy=lazy)  # fmt: skip
     assert push is not None
