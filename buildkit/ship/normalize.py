@@ -88,13 +88,14 @@ def epoch_of(labels: dict[str, str]) -> int | None:
 
 
 def unchanged_entries(listings: Sequence[Listing | None], keep: int) -> list[frozenset[str]]:
-    """For each layer, the entries that leave the filesystem as the layers below left it: a
-    directory or a regular file whose every field (and its contents) is what the layers below gave that path (a
-    directory's time aside), with nothing kept beneath it in its own layer. moby's overlay2 differ writes such entries (a file
-    opened for writing and left as it was, a directory a build step's mount point passed through);
-    containerd's does not, so publishing leaves them out. None for the base's layers (kept as they
-    are) and for every layer above a layer whose listing is unknown (nothing can be judged there)."""
-    state: dict[str, Entry] = {}
+    """For each layer, the entries that leave the filesystem as the layers below left it: a directory
+    or a regular file whose every field (and its contents) is what the layers below gave that path (a
+    directory's time aside), with nothing kept beneath it in its own layer. moby's overlay2 differ
+    writes such entries (a file opened for writing and left as it was, a directory a build step's
+    mount point passed through); containerd's does not, so publishing leaves them out. None for the
+    base's layers (kept as they are) and for every layer above a layer whose listing is unknown
+    (nothing can be judged there)."""
+    tree = _Tree()
     result: list[frozenset[str]] = []
     known = True
     for index, listing in enumerate(listings):
@@ -103,7 +104,7 @@ def unchanged_entries(listings: Sequence[Listing | None], keep: int) -> list[fro
         if index < keep or not known or listing is None:
             result.append(frozenset())
         else:
-            candidates = {name for name, entry in listing if _unchanged(entry, state.get(name))}
+            candidates = {name for name, entry in listing if _unchanged(entry, tree.entries.get(name))}
             needed: set[str] = set()
             for name, _ in listing:
                 if name in candidates:
@@ -115,14 +116,14 @@ def unchanged_entries(listings: Sequence[Listing | None], keep: int) -> list[fro
             result.append(frozenset(candidates - needed))
         mine: set[str] = set()
         for name, entry in listing or ():
-            _apply(state, name, entry, mine)
+            tree.apply(name, entry, mine)
     return result
 
 
 def _unchanged(entry: Entry, below: Entry | None) -> bool:
-    """A regular file with every field (its contents too) as below, or a directory with every field but its time: a
-    directory's time moves when a step creates and removes something in it, which leaves nothing to
-    publish (containerd's differ writes no such directory)."""
+    """A regular file with every field (its contents too) as below, or a directory with every field
+    but its time: a directory's time moves when a step creates and removes something in it, which
+    leaves nothing to publish (containerd's differ writes no such directory)."""
     if below is None:
         return False
     if entry[0] == "5":
@@ -130,20 +131,36 @@ def _unchanged(entry: Entry, below: Entry | None) -> bool:
     return entry[0] == "0" and entry == below
 
 
-def _apply(state: dict[str, Entry], name: str, entry: Entry, mine: set[str]) -> None:
-    """``name`` of one layer over ``state``; ``mine``: the names that layer wrote before it."""
-    parent, _, base = name.rpartition("/")
-    if base == OPAQUE:  # the directory's lower contents are gone; what its own layer wrote stays
-        prefix = parent + "/" if parent else ""
-        for path in [p for p in state if p.startswith(prefix) and p not in mine]:
-            del state[path]
-    elif base.startswith(WHITEOUT):
-        gone = (parent + "/" if parent else "") + base[len(WHITEOUT) :]
-        for path in [p for p in state if p == gone or p.startswith(gone + "/")]:
-            del state[path]
-    else:
-        state[name] = entry
-        mine.add(name)
+class _Tree:
+    """The filesystem the layers so far leave: each path's entry, and each directory's children (a
+    whiteout removes a whole subtree without a walk over every path)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
+        self.children: dict[str, set[str]] = {}
+
+    def apply(self, name: str, entry: Entry, mine: set[str]) -> None:
+        """``name`` of one layer; ``mine``: the names that layer wrote before it."""
+        parent, _, base = name.rpartition("/")
+        if base == OPAQUE:  # the directory's lower contents are gone; what its own layer wrote stays
+            for child in [c for c in self.children.get(parent, ()) if c not in mine]:
+                self.remove(child)
+        elif base.startswith(WHITEOUT):
+            self.remove((parent + "/" if parent else "") + base[len(WHITEOUT) :])
+        else:
+            self.entries[name] = entry
+            self.children.setdefault(parent, set()).add(name)
+            mine.add(name)
+
+    def remove(self, path: str) -> None:
+        """``path`` and everything beneath it."""
+        parent = path.rpartition("/")[0]
+        self.children.get(parent, set()).discard(path)
+        pending = [path]
+        while pending:
+            current = pending.pop()
+            self.entries.pop(current, None)
+            pending.extend(self.children.pop(current, ()))
 
 
 def drop_key(drop: frozenset[str]) -> str:
