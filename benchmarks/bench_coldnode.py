@@ -131,8 +131,8 @@ def case(work: Path, ref: str, mcd: int, quick: bool) -> dict[str, float]:
 def index_lazily(registry: str, ref: str) -> str:
     """The gzip image's SOCI index as ``publish --lazy soci`` makes and pushes it (zTOCs of its layers
     of 10 MiB and more, listed under the referrers tag of this registry, which has no referrers API); its digest."""
-    from buildkit.ship.lazy import from_registry, image_ztocs, stage_lazy_index
-    from buildkit.ship.registry import Registry
+    from buildkit.ship.lazy.soci import from_registry, image_ztocs, stage_lazy_index
+    from buildkit.ship.oci.registry import Registry
 
     repository, _, tag = ref.removeprefix(registry + "/").partition(":")
     client = Registry(registry)

@@ -32,11 +32,11 @@ from buildkit.image.buildrecord import read_record
 from buildkit.image.engine import connect
 from buildkit.imageref import RegistryRef
 from buildkit.matrix.load import load_matrix
-from buildkit.ship.layers import GZIP
-from buildkit.ship.local import LocalImage, normalization_of
+from buildkit.ship.layers.compressing import GZIP
+from buildkit.ship.layers.local import LocalImage, normalization_of
+from buildkit.ship.oci.registry import Registry
 from buildkit.ship.options import ShipOptions, Target
 from buildkit.ship.publish import push_image
-from buildkit.ship.registry import Registry
 from buildkit.ship.request import PushRequest, reuse_built
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -45,12 +45,12 @@ from buildkit.image.buildplan import plan_build
 from buildkit.image.engine import connect
 from buildkit.imageref import RegistryRef
 from buildkit.matrix.load import load_matrix
-from buildkit.ship.compressors import StoredLayer, compress_threads
-from buildkit.ship.layers import GZIP, ZSTD, Compression
-from buildkit.ship.local import LocalImage
+from buildkit.ship.layers.compressing import GZIP, ZSTD, Compression
+from buildkit.ship.layers.compressors import StoredLayer, compress_threads
+from buildkit.ship.layers.local import LocalImage
 from buildkit.ship.options import ShipOptions, Target
 from buildkit.ship.publish import push_image
-from buildkit.ship.trust import verify_image
+from buildkit.ship.trust.checks import verify_image
 from buildkit.trust.keys import decrypt_private_key, generate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ def biggest_layer(client: docker.APIClient, image_id: str, dest: Path, limit: in
 
 def levels(layer: Path, quick: bool) -> list[dict[str, Any]]:
     """Each compression of the layer, on every core, beside ISA-L -3 (the gzip of before, whose bytes
-    depend on the instruction set: buildkit/ship/codecs.py) and zlib -6 (what `docker push` writes)."""
+    depend on the instruction set: buildkit/ship/layers/codecs.py) and zlib -6 (what `docker push` writes)."""
     rows = []
     configs = [GZIP, Compression("zstd", 3), Compression("zstd", 9), *([] if quick else [Compression("zstd", 19)])]
     for compression in configs:

@@ -200,8 +200,8 @@ def child_publish(local: str, destination: str, compression: str) -> None:
     from buildkit.image.archive import identify
     from buildkit.image.engine import connect
     from buildkit.imageref import RegistryRef
-    from buildkit.ship.layers import PUBLISHED
-    from buildkit.ship.local import LocalImage
+    from buildkit.ship.layers.compressing import PUBLISHED
+    from buildkit.ship.layers.local import LocalImage
     from buildkit.ship.options import ShipOptions, Target
     from buildkit.ship.publish import push_image
 
@@ -215,7 +215,7 @@ def child_publish(local: str, destination: str, compression: str) -> None:
 
 
 def blob_bytes(registry: str, repository: str, tag: str) -> int:
-    from buildkit.ship.registry import Registry
+    from buildkit.ship.oci.registry import Registry
 
     manifest = Registry(registry).get_manifest(repository, tag)
     assert manifest is not None, f"{registry}/{repository}:{tag} was not published"

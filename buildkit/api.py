@@ -40,7 +40,7 @@ from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.smoke import SmokeReport, run_smoke
 from buildkit.run.smokerequest import make_request
 from buildkit.settings import Mirrors
-from buildkit.ship.local import load_local_image
+from buildkit.ship.layers.local import load_local_image
 from buildkit.ship.options import Published
 from buildkit.ship.publish import publish_all
 from buildkit.ship.request import publish_request, push_built, push_request

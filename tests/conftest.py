@@ -113,7 +113,7 @@ def repo_copy(tmp_path: Path) -> Path:
 
 def published_config(built: dict[str, Any]) -> str:
     """The config digest a built image is published with: its build record's (publishing clamps its times,
-    buildkit/ship/normalize.py), or the engine's where it publishes the image as the engine has it."""
+    buildkit/ship/layers/normalize.py), or the engine's where it publishes the image as the engine has it."""
     record = json.loads((Path(built["workdir"]) / built["manifest"]).read_text(encoding="utf-8"))  # relative to the build's directory
     return str((record.get("published") or {}).get("config") or built["image_id"])
 

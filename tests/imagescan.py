@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import docker
 
-from buildkit.ship.compressors import StoredLayer
+from buildkit.ship.layers.compressors import StoredLayer
 
 
 def _is_tar(content: bytes) -> bool:

@@ -8,7 +8,7 @@ fails for want of its record). Across engines:
 
 - Docker 26.1.5 with the containerd store and on overlay2 build with the same BuildKit from the same
   Dockerfile, and their layers come out of two differs (containerd's snapshotter diff, moby's overlay2
-  diff) that write a step's changes differently; publishing writes them one way (ship/normalize.py),
+  diff) that write a step's changes differently; publishing writes them one way (ship/layers/normalize.py),
   so the two publish one image: the same config and manifests, gzip and zstd. Fails otherwise, naming
   each differing file.
 - Docker 20.10's classic builder publishes the same layers as BuildKit, but for the empty layer

@@ -13,7 +13,7 @@ from pathlib import Path
 import docker
 
 from buildkit.image.archive import identify
-from buildkit.ship.local import LocalImage
+from buildkit.ship.layers.local import LocalImage
 
 
 def build_small_image(client: docker.APIClient, manifests: Path) -> LocalImage:

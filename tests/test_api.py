@@ -17,7 +17,7 @@ from buildkit.errors import InputError
 from buildkit.image.verify import failures
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.plan import plan_image, plan_target, stack_layers
-from buildkit.ship.registry import Registry
+from buildkit.ship.oci.registry import Registry
 from tests.conftest import MATRIX, ROOT, TEST_MATRIX, DockerEnv, default_tag
 
 

@@ -532,7 +532,7 @@ def test_the_compression_flag_offers_what_publishing_knows() -> None:
     from typing import get_args
 
     from buildkit.cli.ship_options import CompressionOption
-    from buildkit.ship.layers import PUBLISHED
+    from buildkit.ship.layers.compressing import PUBLISHED
     from buildkit.ship.options import ship_options
 
     (choices, _) = get_args(CompressionOption)

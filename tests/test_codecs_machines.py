@@ -3,7 +3,7 @@ CPU has it), qemu-user's Haswell (AVX2) and Nehalem (SSE4.2) models, and aarch64
 So the same image published from two CI runners gets one digest.
 
 ISA-L, the gzip of before, gave four streams of one layer on those four; zlib-ng's blocks
-(buildkit/ship/codecs.py) must give one. Each machine runs ``python -m buildkit.ship.codecs`` on the
+(buildkit/ship/layers/codecs.py) must give one. Each machine runs ``python -m buildkit.ship.layers.codecs`` on the
 same file: the x86_64 models this interpreter under qemu-x86_64 with ``-cpu``, aarch64 the arm64
 stand-in base's own Python 3.11 with the aarch64 wheels of zlib-ng and zstandard (PyPI), on the
 emulated engine."""
@@ -66,18 +66,19 @@ def _arm64_site(dest: Path) -> Path:
 
 def test_every_machine_gives_the_same_gzip_and_zstd_bytes(docker_env: DockerEnv, tmp_path: Path) -> None:
     sample = _sample(tmp_path / "layer.tar")
-    here = _digests([sys.executable, "-m", "buildkit.ship.codecs", str(sample), "2"])
+    here = _digests([sys.executable, "-m", "buildkit.ship.layers.codecs", str(sample), "2"])
     assert set(here) == {"gzip", "zstd"}
     assert shutil.which(QEMU_X86), f"{QEMU_X86} is missing: `make test` installs qemu-user-static with ASCENDKIT_ARM64=1"
     seen = {"this machine": here}
     for model in CPU_MODELS:
-        seen[f"x86_64 -cpu {model}"] = _digests([QEMU_X86, "-cpu", model, sys.executable, "-m", "buildkit.ship.codecs", str(sample), "3"])
+        argv = [QEMU_X86, "-cpu", model, sys.executable, "-m", "buildkit.ship.layers.codecs", str(sample), "3"]
+        seen[f"x86_64 -cpu {model}"] = _digests(argv)
 
     site = _arm64_site(tmp_path / "arm64")
     client = docker_env.client
     container = client.create_container(
         arm64_standin(),
-        ["python3", "-m", "buildkit.ship.codecs", "/mnt/sample/layer.tar", "1"],
+        ["python3", "-m", "buildkit.ship.layers.codecs", "/mnt/sample/layer.tar", "1"],
         environment={"PYTHONPATH": "/mnt/site"},
         host_config=client.create_host_config(
             binds={str(site): {"bind": "/mnt/site", "mode": "ro"}, str(tmp_path): {"bind": "/mnt/sample", "mode": "ro"}}

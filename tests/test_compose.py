@@ -14,7 +14,7 @@ import pytest
 import zstandard
 
 from buildkit.errors import InputError, PublishFailed
-from buildkit.ship.compose import (
+from buildkit.ship.layers.compose import (
     DOCKER_CONFIG,
     DOCKER_LAYER,
     OCI_CONFIG,
@@ -28,8 +28,8 @@ from buildkit.ship.compose import (
     sbom_layer,
     sbom_of_layer,
 )
-from buildkit.ship.layers import GZIP, ZSTD, Blob, CompressionCache
-from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, digest_of
+from buildkit.ship.layers.compressing import GZIP, ZSTD, Blob, CompressionCache
+from buildkit.ship.oci.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, digest_of
 
 CONFIG = Blob("sha256:" + "c" * 64, 1234)
 LAYERS = [Blob("sha256:" + "a" * 64, 10), Blob("sha256:" + "b" * 64, 20)]

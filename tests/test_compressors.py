@@ -14,7 +14,7 @@ import pytest
 import zstandard
 
 from buildkit.errors import InputError
-from buildkit.ship.compressors import BLOCK, GZIP, ZSTD, Compression, compress_threads
+from buildkit.ship.layers.compressors import BLOCK, GZIP, ZSTD, Compression, compress_threads
 
 
 def _layer() -> bytes:

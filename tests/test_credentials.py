@@ -1,4 +1,4 @@
-"""Registry credentials as Docker keeps them (buildkit/ship/credentials.py): a credential helper named
+"""Registry credentials as Docker keeps them (buildkit/ship/oci/credentials.py): a credential helper named
 by credHelpers or credsStore, run from PATH through docker-py's own code, before auths; an identity
 token as OAuth2's refresh token; and a refusal that names the registry and the login command.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from buildkit.errors import InputError, PublishFailed
-from buildkit.ship.credentials import credentials_for
-from buildkit.ship.registry import DOCKER_MANIFEST, Registry
+from buildkit.ship.oci.credentials import credentials_for
+from buildkit.ship.oci.registry import DOCKER_MANIFEST, Registry
 from tests.fake_registry import Store, fake_registry
 
 BODY = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": "sha256:cfg"}}).encode()

@@ -21,7 +21,7 @@ import pytest
 
 from buildkit.errors import PublishFailed
 from buildkit.imageref import RegistryRef
-from buildkit.ship.local import LocalImage
+from buildkit.ship.layers.local import LocalImage
 from buildkit.ship.options import ShipOptions, Target
 from buildkit.ship.publish import push_image
 from tests.conftest import DockerEnv

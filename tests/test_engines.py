@@ -25,8 +25,8 @@ import pytest
 from buildkit.image.archive import identify
 from buildkit.image.engine import CONTAINERD_STORE, GRAPH_DRIVER_STORE, PODMAN_STORE, engine_facts
 from buildkit.imageref import RegistryRef
-from buildkit.ship.compressors import GZIP_MAGIC, ZSTD_MAGIC
-from buildkit.ship.local import LocalImage
+from buildkit.ship.layers.compressors import GZIP_MAGIC, ZSTD_MAGIC
+from buildkit.ship.layers.local import LocalImage
 from buildkit.ship.options import Target, ship_options
 from buildkit.ship.publish import push_image
 from tests import skopeo

@@ -17,12 +17,12 @@ import pytest
 
 from buildkit.errors import ExitCode, Unavailable
 from buildkit.imageref import RegistryRef
-from buildkit.ship.attach import fallback_tag
-from buildkit.ship.local import LocalImage
+from buildkit.ship.layers.local import LocalImage
+from buildkit.ship.oci.registry import Registry
 from buildkit.ship.options import ShipOptions, Target
 from buildkit.ship.publish import push_image
-from buildkit.ship.registry import Registry
-from buildkit.ship.trust import verify_image
+from buildkit.ship.trust.attach import fallback_tag
+from buildkit.ship.trust.checks import verify_image
 from buildkit.trust.keys import decrypt_private_key, generate
 from tests import skopeo
 from tests.conftest import DockerEnv

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from buildkit.cli import app
 from buildkit.ship.imagediff import diff_images, read_published
-from buildkit.ship.registry import Registry
+from buildkit.ship.oci.registry import Registry
 from tests.fake_registry import fake_registry
 from tests.saved_layouts import digest
 

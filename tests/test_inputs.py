@@ -15,9 +15,9 @@ from buildkit.image.inputs import build_inputs, inputs_digest, inputs_tag
 from buildkit.imageref import RegistryRef
 from buildkit.matrix.load import load_matrix
 from buildkit.ship import reuse
-from buildkit.ship.layers import GZIP, ZSTD
+from buildkit.ship.layers.compressing import GZIP, ZSTD
+from buildkit.ship.oci.registry import DOCKER_LIST, OCI_MANIFEST, Manifest
 from buildkit.ship.options import ShipOptions, Target
-from buildkit.ship.registry import DOCKER_LIST, OCI_MANIFEST, Manifest
 from buildkit.ship.request import PushRequest, reuse_built
 from tests.conftest import ROOT
 

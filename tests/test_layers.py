@@ -19,8 +19,8 @@ from docker.errors import APIError
 
 from buildkit.errors import PublishFailed, Unavailable
 from buildkit.image.archive import SMALL, ImageIdentity, config_in_archive
-from buildkit.ship.export import Exported, export
-from buildkit.ship.layers import GZIP, ZSTD, Compression
+from buildkit.ship.layers.compressing import GZIP, ZSTD, Compression
+from buildkit.ship.layers.export import Exported, export
 from tests.saved_layouts import Image, SavingEngine, classic, containerd, digest, members_of, overlay2_oci, podman, tar_of
 
 BIG = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(SMALL // 16))  # 2 MiB: spooled to disk

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from buildkit.ship.lazy import LAYER_DIGEST, SOCI_INDEX, from_registry
-from buildkit.ship.registry import Registry
-from buildkit.ship.ztoc import build_ztoc, marshal
+from buildkit.ship.lazy.soci import LAYER_DIGEST, SOCI_INDEX, from_registry
+from buildkit.ship.lazy.ztoc import build_ztoc, marshal
+from buildkit.ship.oci.registry import Registry
 from tests.conftest import DockerEnv
 from tests.containerd_node import containerd, private_var_lib, soci_binaries, throttled, tls_for_loopback
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from buildkit.errors import ExitCode
-from buildkit.ship.attach import fallback_tag
-from buildkit.ship.compose import index_manifest
-from buildkit.ship.registry import Registry
+from buildkit.ship.layers.compose import index_manifest
+from buildkit.ship.oci.registry import Registry
+from buildkit.ship.trust.attach import fallback_tag
 from tests import skopeo
 from tests.conftest import DockerEnv
 from tests.faultproxy import Faults, fault_proxy

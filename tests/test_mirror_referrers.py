@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
-from buildkit.ship.attach import attach_sbom, fetch_sbom
-from buildkit.ship.compose import EMPTY_CONFIG, OCI_EMPTY, descriptor, dump, image_manifest
-from buildkit.ship.layers import Blob
+from buildkit.ship.layers.compose import EMPTY_CONFIG, OCI_EMPTY, descriptor, dump, image_manifest
+from buildkit.ship.layers.compressing import Blob
 from buildkit.ship.mirror import mirror
-from buildkit.ship.registry import OCI_INDEX, OCI_MANIFEST, Registry, digest_of
+from buildkit.ship.oci.registry import OCI_INDEX, OCI_MANIFEST, Registry, digest_of
+from buildkit.ship.trust.attach import attach_sbom, fetch_sbom
 from tests.fake_registry import fake_registry
 
 SBOM = b'{"bomFormat": "CycloneDX", "specVersion": "1.6"}'

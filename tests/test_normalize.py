@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from buildkit.image.archive import ImageIdentity
-from buildkit.ship.export import export
-from buildkit.ship.layers import GZIP, ZSTD
-from buildkit.ship.layertar import Listing, TarClamp, clamp_tar
-from buildkit.ship.normalize import Normalization, normalize_config, unchanged_entries
+from buildkit.ship.layers.compressing import GZIP, ZSTD
+from buildkit.ship.layers.export import export
+from buildkit.ship.layers.layertar import Listing, TarClamp, clamp_tar
+from buildkit.ship.layers.normalize import Normalization, normalize_config, unchanged_entries
 from tests.saved_layouts import Image, SavingEngine, classic, containerd, digest, overlay2_oci, podman
 
 EPOCH = 1735689600

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from buildkit.image.buildx import find_buildx
-from buildkit.ship.registry import Registry
+from buildkit.ship.oci.registry import Registry
 from tests.conftest import DockerEnv
 
 pytestmark = pytest.mark.docker

@@ -13,7 +13,7 @@ import pytest
 
 from buildkit.errors import ExitCode
 from buildkit.image.archive import identify
-from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_MANIFEST, Registry
+from buildkit.ship.oci.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_MANIFEST, Registry
 from tests import skopeo
 from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin, published_config, set_aside
 

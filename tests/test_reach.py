@@ -24,7 +24,7 @@ from buildkit.errors import ExitCode, Unavailable
 from buildkit.image.engine import connect
 from buildkit.lock.index import IndexClient, IndexUnreachable
 from buildkit.reach import cause, engine_failure, http_failure, text_cause
-from buildkit.ship.registry import Registry
+from buildkit.ship.oci.registry import Registry
 
 REPR_MARKERS = ("Error(", "Exception(", "HTTPConnectionPool", "HTTPSConnectionPool", "Max retries", "object at 0x", "Errno", "'Connection")
 MAX_LENGTH = 200

@@ -13,8 +13,8 @@ import pytest
 
 from buildkit.errors import InputError
 from buildkit.matrix.load import load_matrix
+from buildkit.ship.oci.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest
 from buildkit.ship.rebuild import check_inputs, recorded_inputs
-from buildkit.ship.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest
 from buildkit.trust.provenance import statement
 from tests.conftest import TEST_MATRIX
 

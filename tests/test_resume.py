@@ -17,7 +17,7 @@ from typing import IO, cast
 import pytest
 
 from buildkit.ship.mirror import mirror
-from buildkit.ship.registry import OCI_MANIFEST, Registry
+from buildkit.ship.oci.registry import OCI_MANIFEST, Registry
 from tests.conftest import DockerEnv
 from tests.faultproxy import Faults, fault_proxy
 

@@ -16,8 +16,8 @@ from buildkit.image.sbom import BaseImage, diff, dumps, entries, loads, lock_has
 from buildkit.image.verify import ImageFacts
 from buildkit.matrix.load import load_matrix
 from buildkit.plan import plan_image, plan_target
-from buildkit.ship.attach import attach_sbom, check_sbom_ref, fallback_tag, fetch_sbom, image_digest
-from buildkit.ship.registry import OCI_MANIFEST, Registry
+from buildkit.ship.oci.registry import OCI_MANIFEST, Registry
+from buildkit.ship.trust.attach import attach_sbom, check_sbom_ref, fallback_tag, fetch_sbom, image_digest
 from tests.conftest import TEST_MATRIX
 from tests.fake_registry import fake_registry
 

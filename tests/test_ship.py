@@ -17,7 +17,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from buildkit.errors import ExitCode
 from buildkit.image.archive import identify
-from buildkit.ship.registry import DOCKER_LIST, Registry
+from buildkit.ship.oci.registry import DOCKER_LIST, Registry
 from buildkit.trust.keys import generate
 from tests import skopeo
 from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin, edit, run_installed, set_aside

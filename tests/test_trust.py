@@ -27,9 +27,9 @@ from buildkit.errors import InputError, PublishFailed
 from buildkit.image.record import source_of
 from buildkit.k8s.crd import crd_for, validate
 from buildkit.k8s.policy import policy_name, render_policy
-from buildkit.ship.registry import OCI_INDEX, OCI_MANIFEST, Registry
-from buildkit.ship.sign import attached, attest_digest, sign_digest
-from buildkit.ship.trust import sign_tree, verify_image
+from buildkit.ship.oci.registry import OCI_INDEX, OCI_MANIFEST, Registry
+from buildkit.ship.trust.checks import sign_tree, verify_image
+from buildkit.ship.trust.sign import attached, attest_digest, sign_digest
 from buildkit.trust import keys
 from buildkit.trust.envelope import (
     DSSE_ENVELOPE,

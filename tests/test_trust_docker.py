@@ -23,9 +23,9 @@ from in_toto_attestation.v1.statement import Statement
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]
 
-from buildkit.ship.attach import fallback_tag
-from buildkit.ship.compose import index_manifest
-from buildkit.ship.registry import Registry
+from buildkit.ship.layers.compose import index_manifest
+from buildkit.ship.oci.registry import Registry
+from buildkit.ship.trust.attach import fallback_tag
 from buildkit.trust.envelope import DSSE_ENVELOPE, SIMPLE_SIGNING
 from buildkit.trust.keys import fingerprint
 from tests.conftest import TEST_MATRIX, DockerEnv, build_and_push

@@ -1,4 +1,4 @@
-"""zTOCs and SOCI indexes (buildkit/ship/ztoc.py, tarindex.py, lazy.py) without an engine.
+"""zTOCs and SOCI indexes (buildkit/ship/lazy/ztoc.py, tarindex.py, lazy.py) without an engine.
 
 Held to soci-snapshotter 0.4.1's own sources (tests/fixtures/upstream/soci/): the flatbuffer's slots
 and types are read from its ztoc.fbs, the index's media types and annotations from soci_index.go.
@@ -25,11 +25,12 @@ from flatbuffers import number_types
 from flatbuffers.table import Table
 
 from buildkit.errors import InputError, PublishFailed
-from buildkit.ship import lazy, ztoc
-from buildkit.ship.compressors import GZIP
+from buildkit.ship.layers.compressors import GZIP
+from buildkit.ship.lazy import soci as lazy
+from buildkit.ship.lazy import ztoc
+from buildkit.ship.lazy.tarindex import TarIndex, UnsupportedTar
+from buildkit.ship.oci.registry import OCI_INDEX, OCI_MANIFEST, Manifest, Registry
 from buildkit.ship.options import ship_options
-from buildkit.ship.registry import OCI_INDEX, OCI_MANIFEST, Manifest, Registry
-from buildkit.ship.tarindex import TarIndex, UnsupportedTar
 from tests.fake_registry import fake_registry
 from tests.upstream_sources import vendored
 

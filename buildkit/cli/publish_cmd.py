@@ -75,7 +75,7 @@ def publish(
             print_json(described)
         return
     from buildkit.image.engine import connect
-    from buildkit.ship.local import load_local_image
+    from buildkit.ship.layers.local import load_local_image
     from buildkit.ship.publish import PublishOutcome, publish_all
 
     assert images is not None

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def _read(ref: str, arch: str | None, manifest_dir: Path) -> tuple[dict[str, Any], str]:
     from buildkit.imageref import registry_of
-    from buildkit.ship.attach import local_sbom, registry_sbom
+    from buildkit.ship.trust.attach import local_sbom, registry_sbom
 
     if registry_of(ref) is not None:  # HOST[:PORT]/REPO:TAG or @sha256:...: the registry's copy, no engine needed
         return registry_sbom(ref, arch)
@@ -58,7 +58,7 @@ def sbom(
     """The components of an image (Python packages, OS packages, CANN, git checkouts, base image) from
     its CycloneDX SBOM; or, with `diff A B`, those added, removed and changed from A to B."""
     from buildkit.image.sbom import diff, entries
-    from buildkit.ship.attach import check_sbom_ref
+    from buildkit.ship.trust.attach import check_sbom_ref
 
     is_diff = images[0] == "diff"
     refs = images[1:] if is_diff else images
@@ -105,7 +105,7 @@ def sbom(
 
 
 def _show_provenance(ref: str, arch: str | None, as_json: bool) -> None:
-    from buildkit.ship.trust import registry_provenance
+    from buildkit.ship.trust.checks import registry_provenance
 
     document, where = registry_provenance(ref, arch)
     if as_json:

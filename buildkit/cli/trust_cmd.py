@@ -50,7 +50,7 @@ def sign(
 ) -> None:
     """Sign an image in a registry (an index and every member) with a cosign key, as cosign does:
     a signature at sha256-<hex>.sig beside each digest, for this repository. No network beyond the registry."""
-    from buildkit.ship.trust import check_registry_ref, resolve, sign_tree
+    from buildkit.ship.trust.checks import check_registry_ref, resolve, sign_tree
 
     check_registry_ref(image)
     signer = load_sign_key(key)
@@ -76,7 +76,7 @@ def verify(
     from buildkit.cli.tables import RichTable as Table
     from buildkit.matrix.load import load_matrix
     from buildkit.plan.layers import expected_packages
-    from buildkit.ship.trust import check_registry_ref, verify_image
+    from buildkit.ship.trust.checks import check_registry_ref, verify_image
     from buildkit.trust.keys import load_public_key
 
     check_registry_ref(image)

@@ -1,6 +1,6 @@
 """Everything an image is built from, as one digest: the Dockerfile the builder runs, every file of the
 build context (the scripts it COPYs, each lock section), the build arguments, the base by digest, the
-platform and the builder. Images are built to reproduce (:mod:`buildkit.ship.normalize`): the same
+platform and the builder. Images are built to reproduce (:mod:`buildkit.ship.layers.normalize`): the same
 inputs publish the same image. So a publish tags the image ``inputs-<digest>`` too, and ``build
 --push`` with inputs a registry already holds under that tag need not build at all: it tags what is
 there (:mod:`buildkit.ship.reuse`).

@@ -96,7 +96,7 @@ def build_record(plan: BuildPlan, base: BaseImage, builder: str) -> dict[str, An
         "lock_files": {path: hashlib.sha256(text.encode()).hexdigest() for path, text in plan.lock_files},
         "base_image": {"ref": base.ref, "digest": base.digest, "from_registry": base.from_registry}
         | ({"layers": base.layers} if base.layers >= 0 else {}),
-        # built to reproduce: the same inputs give the same published image (buildkit/ship/normalize.py)
+        # built to reproduce: the same inputs give the same published image (buildkit/ship/layers/normalize.py)
         "reproducible": {"source_date_epoch": SOURCE_DATE_EPOCH, "label": EPOCH_LABEL, "caveats": reproducibility_caveats(plan)},
         "build_args": {name: _public(value) for name, value in sorted(plan.buildargs)},
         # every input as one digest: what `build --push` finds an image it need not build by (buildkit/image/inputs.py)

@@ -80,7 +80,7 @@ def the_image(ref: str) -> PrepullImage:
 def images_of_tag(ref: str) -> tuple[tuple[PrepullImage, ...], list[str]]:
     """Every published image of ``ref``'s tag: the named one and its gzip or ``-zstd`` sibling where
     the registry has it, each pinned, with the platforms of its index. Notes say what was found."""
-    from buildkit.ship.remote import index_platforms, pinned_platforms
+    from buildkit.ship.oci.remote import index_platforms, pinned_platforms
 
     name, tag, _ = split_ref(ref)
     notes: list[str] = []
@@ -120,7 +120,7 @@ def imagepulljob(name: str, metadata: dict[str, Any], image: PrepullImage, node_
 
 def manifest_url(image: PrepullImage) -> str:
     """The image's manifest as Dragonfly fetches it: ``https://HOST/v2/REPO/manifests/REF``."""
-    from buildkit.ship.session import host_url
+    from buildkit.ship.oci.session import host_url
 
     where = registry_of(image.ref)
     assert where is not None, "a prepull image is pinned at its registry"

@@ -105,7 +105,7 @@ def resolve(loaded: LoadedMatrix, request: K8sRequest, stack: str | None = None)
     ``allow_tag``), the job's stack and framework from the image's labels (else ``stack``), the
     pods' user from the labels (else the matrix's). An unreachable registry is exit 4 only where
     nothing else can stand in for what it would have said."""
-    from buildkit.ship.remote import image_labels, pin_digest
+    from buildkit.ship.oci.remote import image_labels, pin_digest
 
     notes: list[str] = []
     warnings: list[str] = []
@@ -160,7 +160,7 @@ def _image_job(loaded: LoadedMatrix, image: str, arch: str, stack: str | None) -
     (which framework's job; ``trainer.device=npu`` for a verl without NPU auto-detection) follow from it.
     """
     from buildkit.run.smoke import image_job_of
-    from buildkit.ship.remote import image_labels
+    from buildkit.ship.oci.remote import image_labels
 
     unreachable = False
     try:

@@ -1,7 +1,7 @@
 """The resolved image plan: for one (stack, chip, OS, arch), everything later stages read.
 
 Computed once from the matrix: the ordered install layers with their pins and lock sections
-(:mod:`.layers`), the git checkouts, the base image, tags, labels and the versions verification
+(:mod:`buildkit.ship.layers.compressing`), the git checkouts, the base image, tags, labels and the versions verification
 expects (:mod:`.image`), and which images a command means (:mod:`.targets`). lock, render,
 wheelhouse, build, verify and smoke take these values; none of them re-derives any of it.
 

@@ -153,7 +153,7 @@ def _labels(target: RenderTarget, stack: Stack, chip: Chip, skus: tuple[str, ...
         (f"{LABEL_PREFIX}.atb-cxx-abi", str(stack.atb_cxx_abi)),
         (USER_LABEL, f"{user.name} {user.uid}:{user.gid}"),  # its USER uid:gid, with the name
         (f"{LABEL_PREFIX}.device-gid", str(user.device_gid)),  # the device group it was built for (a record)
-        (EPOCH_LABEL, str(SOURCE_DATE_EPOCH)),  # what publishing clamps times to (buildkit/ship/normalize.py)
+        (EPOCH_LABEL, str(SOURCE_DATE_EPOCH)),  # what publishing clamps times to (buildkit/ship/layers/normalize.py)
         (f"{LABEL_PREFIX}.version.cann", stack.cann),
         (f"{LABEL_PREFIX}.version.python", stack.python),
     ]

@@ -10,7 +10,7 @@ from buildkit.matrix.model import TOOL_COMPONENTS, Installer, PypiPin, SourcePat
 
 LABEL_PREFIX = "io.ascendkit"
 # The epoch every image is built and published against: bytecode is hash-based when it is set, and
-# publishing clamps every file time and config time later than it (buildkit/ship/normalize.py). A
+# publishing clamps every file time and config time later than it (buildkit/ship/layers/normalize.py). A
 # fixed point, part of the template's inputs, never the clock: one value for every layer, stack and
 # release, so a layer whose own inputs did not change keeps its digest when another layer's did (an
 # epoch that moved with the lock or the matrix would re-date, and so re-ship, every layer above the

@@ -31,7 +31,7 @@ import requests
 from buildkit.errors import InputError, PublishFailed, Unavailable
 from buildkit.imageref import RegistryRef
 from buildkit.retry import RetryPolicy
-from buildkit.ship.session import default_retries, host_url
+from buildkit.ship.oci.session import default_retries, host_url
 
 Flavor = Literal["quay", "harbor", "dockerhub"]
 FLAVORS: tuple[Flavor, ...] = ("quay", "harbor", "dockerhub")

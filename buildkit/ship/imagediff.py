@@ -17,9 +17,9 @@ from typing import IO, Any, cast
 
 from buildkit.errors import InputError, PublishFailed
 from buildkit.imageref import registry_of, split_ref
-from buildkit.ship.attach import member_digest
-from buildkit.ship.compressors import BLOCK, StoredLayer
-from buildkit.ship.registry import Manifest, Registry
+from buildkit.ship.layers.compressors import BLOCK, StoredLayer
+from buildkit.ship.oci.registry import Manifest, Registry
+from buildkit.ship.trust.attach import member_digest
 
 # The config fields compared (rootfs is the layers, compared file by file instead); created and history
 # differ between builds at other moments unless publishing normalized them.

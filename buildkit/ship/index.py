@@ -23,13 +23,13 @@ from buildkit.image.buildrecord import read_record
 from buildkit.image.sbom import SBOM_SUFFIX, sbom_beside
 from buildkit.imageref import RegistryRef
 from buildkit.plan import arch_tag, tag_of, variant_tag
-from buildkit.ship.attach import Attached, stage_sbom
-from buildkit.ship.local import index_names
+from buildkit.ship.layers.local import index_names
+from buildkit.ship.oci.registry import IMAGE_MANIFESTS, Manifest
+from buildkit.ship.oci.staged import StagedTag, write_all
 from buildkit.ship.options import Published, ShipOptions, Target
 from buildkit.ship.publish import stage_index
-from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest
-from buildkit.ship.staged import StagedTag, write_all
-from buildkit.ship.trust import stage_trust
+from buildkit.ship.trust.attach import Attached, stage_sbom
+from buildkit.ship.trust.checks import stage_trust
 
 
 @dataclass(frozen=True)

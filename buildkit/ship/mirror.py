@@ -20,13 +20,14 @@ from typing import Any, Literal
 
 from buildkit.errors import InputError, PublishFailed
 from buildkit.imageref import IMAGE_REFERENCE, RegistryRef, registry_of, split_ref
-from buildkit.ship.attach import attach_sbom, fallback_tag
-from buildkit.ship.compose import OCI_TYPES, convert, dump, sbom_layer, sbom_of_layer
-from buildkit.ship.registry import DOCKER_MANIFEST, IMAGE_MANIFESTS, INDEXES, OCI_INDEX, Manifest, Registry, digest_of
-from buildkit.ship.sign import walk
-from buildkit.ship.staged import StagedTag
-from buildkit.ship.trust import sign_tree
-from buildkit.ship.upload import check_settings, each_at_once
+from buildkit.ship.layers.compose import OCI_TYPES, convert, dump, sbom_layer, sbom_of_layer
+from buildkit.ship.oci.registry import DOCKER_MANIFEST, IMAGE_MANIFESTS, INDEXES, OCI_INDEX, Manifest, Registry, digest_of
+from buildkit.ship.oci.staged import StagedTag
+from buildkit.ship.oci.upload import each_at_once
+from buildkit.ship.options import check_settings
+from buildkit.ship.trust.attach import attach_sbom, fallback_tag
+from buildkit.ship.trust.checks import sign_tree
+from buildkit.ship.trust.sign import walk
 from buildkit.trust.keys import Signer
 
 Say = Callable[[str], None]

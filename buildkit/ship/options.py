@@ -9,9 +9,11 @@ from typing import Any
 
 from buildkit.errors import InputError
 from buildkit.imageref import RegistryRef
-from buildkit.ship.compose import Form, image_form
-from buildkit.ship.layers import GZIP, PUBLISHED, Compression
-from buildkit.ship.registry import Registry
+from buildkit.ship.layers.compose import Form, image_form
+from buildkit.ship.layers.compressing import GZIP, PUBLISHED, Compression
+from buildkit.ship.layers.compressors import compress_threads
+from buildkit.ship.oci.registry import Registry
+from buildkit.ship.oci.upload import chunk_size, parallel_uploads
 from buildkit.trust.keys import Signer
 
 
@@ -20,7 +22,7 @@ class ShipOptions:
     form: Form = None  # --media-types: None (the default), docker or oci
     compressions: tuple[Compression, ...] = (GZIP,)  # --compression zstd: (GZIP, ZSTD), zstd under <tag>-zstd
     signer: Signer | None = None  # --sign-key: sign every image and index, and the provenance
-    lazy: str | None = None  # --lazy soci: a SOCI index beside the gzip image (buildkit/ship/lazy.py)
+    lazy: str | None = None  # --lazy soci: a SOCI index beside the gzip image (buildkit/ship/lazy/soci.py)
 
     def __post_init__(self) -> None:
         for compression in self.compressions:
@@ -71,3 +73,9 @@ def ship_options(media_types: str | None, compression: str, signer: Signer | Non
         raise InputError(f"compression {compression!r}: give {' or '.join(PUBLISHED)}")
     form: Form = None if media_types in (None, "default") else media_types  # type: ignore[assignment]
     return ShipOptions(form=form, compressions=PUBLISHED[compression], signer=signer, lazy=lazy)
+
+
+def check_settings() -> None:
+    """InputError (exit 2) for a shipping setting of the environment that is not a number in range
+    (the upload's chunk and parallel uploads, the compressors' threads)."""
+    chunk_size(), parallel_uploads(), compress_threads()

@@ -28,18 +28,18 @@ from buildkit.fsio import read_input_bytes
 from buildkit.image.buildrecord import read_record
 from buildkit.imageref import RegistryRef
 from buildkit.plan import arch_tag
-from buildkit.ship.attach import Attached, stage_sbom
-from buildkit.ship.blobs import ImageBlobs, gather_blobs
-from buildkit.ship.compose import Form, image_manifest, index_manifest
-from buildkit.ship.layers import Blob, Compression, CompressionCache
-from buildkit.ship.lazy import LazyIndex, Ztocs, from_registry, image_ztocs, stage_lazy_index
-from buildkit.ship.local import LocalImage, record_published
-from buildkit.ship.options import Published, ShipOptions, Target
-from buildkit.ship.registry import IMAGE_MANIFESTS, Manifest, digest_of
-from buildkit.ship.sign import stage_signature
-from buildkit.ship.staged import StagedTag, write_all
-from buildkit.ship.trust import stage_trust
-from buildkit.ship.upload import check_settings, each_at_once
+from buildkit.ship.layers.blobs import ImageBlobs, gather_blobs
+from buildkit.ship.layers.compose import Form, image_manifest, index_manifest
+from buildkit.ship.layers.compressing import Blob, Compression, CompressionCache
+from buildkit.ship.layers.local import LocalImage, record_published
+from buildkit.ship.lazy.soci import LazyIndex, Ztocs, from_registry, image_ztocs, stage_lazy_index
+from buildkit.ship.oci.registry import IMAGE_MANIFESTS, Manifest, digest_of
+from buildkit.ship.oci.staged import StagedTag, write_all
+from buildkit.ship.oci.upload import each_at_once
+from buildkit.ship.options import Published, ShipOptions, Target, check_settings
+from buildkit.ship.trust.attach import Attached, stage_sbom
+from buildkit.ship.trust.checks import stage_trust
+from buildkit.ship.trust.sign import stage_signature
 from buildkit.trust.keys import Signer
 
 Say = Callable[[str], None]

@@ -26,12 +26,12 @@ from buildkit.image.progress import Reporter
 from buildkit.imageref import split_ref
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.settings import Mirrors
-from buildkit.ship.attach import member_digest
-from buildkit.ship.compressors import ZSTD
 from buildkit.ship.imagediff import Difference, diff_images, read_published
-from buildkit.ship.registry import OCI_MANIFEST, Manifest
+from buildkit.ship.layers.compressors import ZSTD
+from buildkit.ship.oci.registry import OCI_MANIFEST, Manifest
 from buildkit.ship.request import push_built, push_request
-from buildkit.ship.trust import check_registry_ref, registry_provenance, resolve
+from buildkit.ship.trust.attach import member_digest
+from buildkit.ship.trust.checks import check_registry_ref, registry_provenance, resolve
 
 ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
 

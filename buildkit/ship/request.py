@@ -17,7 +17,7 @@ from buildkit.image.buildplan import BuildPlan, BuildResult
 from buildkit.image.buildrecord import read_record
 from buildkit.imageref import IMAGE_REFERENCE, RegistryRef
 from buildkit.matrix.load import LoadedMatrix
-from buildkit.ship.local import LocalImage, normalization_of
+from buildkit.ship.layers.local import LocalImage, normalization_of
 from buildkit.ship.options import ShipOptions, Target, ship_options
 from buildkit.ship.publish import PublishOutcome, publish_image
 from buildkit.trust.keys import Signer

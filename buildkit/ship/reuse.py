@@ -19,12 +19,12 @@ from buildkit.image.buildplan import BuildPlan
 from buildkit.image.buildx import choose_builder
 from buildkit.image.engine import engine_facts
 from buildkit.image.inputs import build_inputs, inputs_digest, inputs_tag
-from buildkit.ship.local import LocalImage
+from buildkit.ship.layers.local import LocalImage
+from buildkit.ship.oci.registry import Manifest
+from buildkit.ship.oci.staged import StagedTag
 from buildkit.ship.options import Published, ShipOptions, Target
 from buildkit.ship.publish import PublishOutcome, complete_index
-from buildkit.ship.registry import Manifest
-from buildkit.ship.staged import StagedTag
-from buildkit.ship.trust import signed_by
+from buildkit.ship.trust.checks import signed_by
 
 Say = Callable[[str], None]
 

@@ -18,7 +18,7 @@ to its own mode), every directory a mount point passed through, and whiteouts as
 first one. containerd's writes what changed, its parent directories, and whiteouts as empty files.
 So a layer above the base is published without the entries that leave the filesystem as the layers
 below left it (:func:`unchanged_entries`, judged on every layer's listing), and its whiteouts
-written one way (:mod:`.layertar`). What extracts is the same, a directory's time aside; nothing else
+written one way (:mod:`buildkit.ship.layers.layertar`). What extracts is the same, a directory's time aside; nothing else
 changes: not a name, a mode, an owner, an xattr, a file's bytes or the order.
 
 What the build itself must make the same (the bytes of files: hash-based pycs, no installer
@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from buildkit.plan.layers import EPOCH_LABEL
-from buildkit.ship.layertar import OPAQUE, WHITEOUT, Entry, Listing
+from buildkit.ship.layers.layertar import OPAQUE, WHITEOUT, Entry, Listing
 
 # Bump when what is clamped changes: it keys the compression cache, so an older rule is never served.
 RULES = 2

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from buildkit.errors import PublishFailed
-from buildkit.ship.registry import Registry, digest_of
+from buildkit.ship.oci.registry import Registry, digest_of
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
-"""An image's layers out of the engine, for publishing (:mod:`.blobs` says which): ``docker save``
+"""An image's layers out of the engine, for publishing (:mod:`buildkit.ship.layers.blobs` says which): ``docker save``
 read as it streams, whatever layout the engine writes
 (:mod:`buildkit.image.archive`). A layer the engine stored compressed (the containerd image store)
 is decompressed on the way; every layer's DiffID is taken from the decompressed stream and
 checked against the image's config, and the config against the digest the build verified. Each
-layer goes into its compressors (:mod:`.layers`) as it leaves the engine, so no uncompressed
+layer goes into its compressors (:mod:`buildkit.ship.layers.compressing`) as it leaves the engine, so no uncompressed
 layer is ever written to disk."""
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from buildkit.errors import PublishFailed, Unavailable
 from buildkit.image.archive import SMALL, ArchiveUnreadable, ImageIdentity, blob_digest, link_target, saved_image
 from buildkit.image.stream import ChunkReader, saved
 from buildkit.reach import engine_said
-from buildkit.ship.compressors import StoredLayer
-from buildkit.ship.layers import CHUNK, Blob, Compressing, Compression
-from buildkit.ship.layertar import Listing
+from buildkit.ship.layers.compressing import CHUNK, Blob, Compressing, Compression
+from buildkit.ship.layers.compressors import StoredLayer
+from buildkit.ship.layers.layertar import Listing
 
 Say = Callable[[str], None]
 

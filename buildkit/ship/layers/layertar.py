@@ -1,7 +1,7 @@
 """A layer's tar as a stream: read header by header as it leaves the engine, written out again with its
 times clamped, its whiteouts written one way and the entries publishing leaves out left out
 (:class:`TarClamp`), and what each entry was kept on the way (its listing). Only headers are
-rewritten; file contents pass through as views of what came in. :mod:`.normalize` says why."""
+rewritten; file contents pass through as views of what came in. :mod:`buildkit.ship.layers.normalize` says why."""
 
 from __future__ import annotations
 

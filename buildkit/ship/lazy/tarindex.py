@@ -1,5 +1,5 @@
 """The entries of a layer's tar as it streams past, with where each one's bytes start: the TOC of
-a zTOC (:mod:`.ztoc`).
+a zTOC (:mod:`buildkit.ship.lazy.ztoc`).
 
 Read the way Go's archive/tar reads a tar, since that is what soci's TOC records (a name with its
 trailing slash, the mode field as written, PAX records as they came, the sizes and offsets its

@@ -1,9 +1,9 @@
 """A client for the OCI distribution API: manifests and blobs by digest, cross-repository mounts,
 tags, referrers; every call bounded and retried the way busy registries need
-(:class:`~buildkit.ship.session.RegistrySession` owns the transport: credentials, headers, retries).
+(:class:`~buildkit.ship.oci.session.RegistrySession` owns the transport: credentials, headers, retries).
 
 The bound is per call: what already landed is never sent again (blobs are looked up by digest
-first, and an upload cut off resumes where the registry stands: :mod:`.upload`), so a long push
+first, and an upload cut off resumes where the registry stands: :mod:`buildkit.ship.oci.upload`), so a long push
 converges however many calls fail on the way.
 """
 
@@ -20,8 +20,8 @@ from typing import Any, Literal
 import requests
 
 from buildkit.errors import InputError, PublishFailed
-from buildkit.ship.session import RegistrySession
-from buildkit.ship.upload import Opener, Upload
+from buildkit.ship.oci.session import RegistrySession
+from buildkit.ship.oci.upload import Opener, Upload
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -163,7 +163,7 @@ class Registry(RegistrySession):
 
     def upload_blob(self, repository: str, digest: str, size: int, opener: Opener, tell: Callable[[str], None] | None = None) -> None:
         """Upload a blob (``opener(offset)`` gives its bytes from ``offset`` on), in chunks that a
-        dropped connection does not make start again (:mod:`.upload` says how); ``tell`` hears of
+        dropped connection does not make start again (:mod:`buildkit.ship.oci.upload` says how); ``tell`` hears of
         each resumption."""
         Upload(self, repository, digest, size, opener, tell).run()
 

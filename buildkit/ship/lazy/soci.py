@@ -35,13 +35,13 @@ import urllib3
 
 from buildkit.errors import PublishFailed
 from buildkit.fsio import cache_dir, write_atomic
-from buildkit.ship.compose import dump
-from buildkit.ship.compressors import compress_threads
-from buildkit.ship.layers import Blob
-from buildkit.ship.registry import OCI_INDEX, OCI_MANIFEST, Manifest, Registry, digest_of
-from buildkit.ship.staged import StagedTag
-from buildkit.ship.tarindex import UnsupportedTar
-from buildkit.ship.ztoc import SPAN, VERSION, build_ztoc, marshal
+from buildkit.ship.layers.compose import dump
+from buildkit.ship.layers.compressing import Blob
+from buildkit.ship.layers.compressors import compress_threads
+from buildkit.ship.lazy.tarindex import UnsupportedTar
+from buildkit.ship.lazy.ztoc import SPAN, VERSION, build_ztoc, marshal
+from buildkit.ship.oci.registry import OCI_INDEX, OCI_MANIFEST, Manifest, Registry, digest_of
+from buildkit.ship.oci.staged import StagedTag
 
 SOCI_INDEX = "application/vnd.amazon.soci.index.v1+json"  # the index's config media type, its artifactType
 ZTOC = "application/octet-stream"

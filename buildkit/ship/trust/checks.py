@@ -23,11 +23,11 @@ from buildkit.errors import InputError
 from buildkit.image.sbom import loads
 from buildkit.image.verify import normalize, version_matches
 from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
-from buildkit.ship.attach import fetch_sbom, member_digest
-from buildkit.ship.compose import Form
-from buildkit.ship.registry import Manifest, Registry
-from buildkit.ship.sign import PREDICATE_ANNOTATION, attached, members_of, sign_digest, stage_attestation, stage_signature, walk
-from buildkit.ship.staged import StagedTag
+from buildkit.ship.layers.compose import Form
+from buildkit.ship.oci.registry import Manifest, Registry
+from buildkit.ship.oci.staged import StagedTag
+from buildkit.ship.trust.attach import fetch_sbom, member_digest
+from buildkit.ship.trust.sign import PREDICATE_ANNOTATION, attached, members_of, sign_digest, stage_attestation, stage_signature, walk
 from buildkit.trust.envelope import DSSE_ENVELOPE, SIGNATURE_ANNOTATION, SIMPLE_SIGNING, dsse_envelope, open_envelope, read_simple_signing
 from buildkit.trust.keys import PublicKey, Signer
 from buildkit.trust.provenance import SLSA_PROVENANCE, STATEMENT_TYPE, pins_of, statement

@@ -17,7 +17,7 @@ from buildkit.image.buildrecord import BuildRecord, RecordedPush, read_record, w
 from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import sbom_beside
 from buildkit.plan import index_tag, tag_of
-from buildkit.ship.normalize import Normalization, epoch_of
+from buildkit.ship.layers.normalize import Normalization, epoch_of
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from buildkit.arch import DOCKER_ARCH
 from buildkit.errors import InputError, PublishFailed
 from buildkit.imageref import registry_of, split_ref
 from buildkit.reach import http_failure
-from buildkit.ship.registry import Manifest, Registry
+from buildkit.ship.oci.registry import Manifest, Registry
 
 
 def pin_digest(ref: str) -> str:

@@ -1,6 +1,6 @@
 """One owner for talking to a registry host: its credentials and tokens, the headers every call
 carries, the retry policy every call is held to, and the failures a call ends with. The API client
-(:mod:`.registry`) and the chunked uploads (:mod:`.upload`) both speak through it, so neither
+(:mod:`buildkit.ship.oci.registry`) and the chunked uploads (:mod:`buildkit.ship.oci.upload`) both speak through it, so neither
 reaches into the other.
 
 Registries under load answer 503 and 429, drop connections mid-upload and answer slowly. Each call
@@ -8,7 +8,7 @@ is retried on a dropped or refused connection, a timeout, 408, 429 and 5xx, wait
 registry's ``Retry-After`` asks (capped) or backing off exponentially; a registry that keeps failing
 ends the run as :class:`Unavailable` (exit 4) in one line that names it. Anonymous, basic and
 bearer-token registries are supported, with the credentials Docker would send
-(:mod:`buildkit.ship.credentials`: credHelpers, credsStore, auths); a registry that still refuses
+(:mod:`buildkit.ship.oci.credentials`: credHelpers, credsStore, auths); a registry that still refuses
 names itself and the login command.
 """
 
@@ -26,7 +26,7 @@ from buildkit.errors import PublishFailed, Unavailable
 from buildkit.reach import cause, http_failure, registry_failure
 from buildkit.retry import MAX_WAIT, RETRIED_STATUS, TRANSIENT, RetryPolicy
 from buildkit.settings import env_whole_number
-from buildkit.ship.credentials import Credentials, credentials_for, login_hint
+from buildkit.ship.oci.credentials import Credentials, credentials_for, login_hint
 
 _REPOSITORY_OF_PATH = re.compile(r"^/(?P<repo>.+?)/(?:manifests|blobs|tags|referrers)/")
 

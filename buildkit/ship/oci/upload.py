@@ -31,10 +31,9 @@ from buildkit.errors import PublishFailed, Unavailable
 from buildkit.reach import cause, http_failure, registry_failure
 from buildkit.retry import RETRIED_STATUS, TRANSIENT
 from buildkit.settings import env_whole_number
-from buildkit.ship.compressors import compress_threads
 
 if TYPE_CHECKING:
-    from buildkit.ship.session import RegistrySession
+    from buildkit.ship.oci.session import RegistrySession
 
 Opener = Callable[[int], IO[bytes]]  # the blob's bytes from an offset on
 READ = 1 << 20
@@ -51,11 +50,6 @@ def chunk_size() -> int:
 def parallel_uploads() -> int:
     """Blobs of one image sent at once: ``$ASCENDKIT_UPLOAD_PARALLEL``, default 4 (docker's is 5)."""
     return env_whole_number("ASCENDKIT_UPLOAD_PARALLEL", 4, 1, 32)
-
-
-def check_settings() -> None:
-    """InputError (exit 2) for a shipping setting of the environment that is not a number in range."""
-    chunk_size(), parallel_uploads(), compress_threads()
 
 
 class _Counted:

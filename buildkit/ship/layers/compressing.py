@@ -1,5 +1,5 @@
 """A local image's blobs as registries store them: its config byte for byte and each layer compressed
-by us (gzip, and zstd when asked); what :mod:`.export` fills as it reads the engine's archive.
+by us (gzip, and zstd when asked); what :mod:`buildkit.ship.layers.export` fills as it reads the engine's archive.
 
 The engine does not push: ``docker push`` composes each manifest from what the engine remembers of
 earlier pushes (a retried push wrote a manifest without two layers' ``size``, so one image got two
@@ -8,7 +8,7 @@ same bytes go to every registry, so a manifest has one digest everywhere.
 
 Each layer goes into its compressors as it leaves the engine, both formats at once: no
 uncompressed layer is ever written to disk, so a publish needs temporary space for the compressed
-blobs only (:mod:`.compressors` says how they are made).
+blobs only (:mod:`buildkit.ship.layers.compressors` says how they are made).
 
 A layer compressed before is not compressed again: the cache (``$ASCENDKIT_CACHE``, default
 ``~/.cache/ascendkit``) remembers the digest each (layer, compression) gave, and the layer's size;
@@ -30,8 +30,8 @@ from typing import IO, Any
 
 from buildkit.errors import OutputError, PublishFailed
 from buildkit.fsio import cache_dir, read_cache, write_atomic, write_cache
-from buildkit.ship.compressors import BLOCK, GZIP, PUBLISHED, ZSTD, Compression, Sink
-from buildkit.ship.layertar import LISTING_FORMAT, Listing, TarClamp
+from buildkit.ship.layers.compressors import BLOCK, GZIP, PUBLISHED, ZSTD, Compression, Sink
+from buildkit.ship.layers.layertar import LISTING_FORMAT, Listing, TarClamp
 
 __all__ = ["CHUNK", "GZIP", "PUBLISHED", "ZSTD", "Blob", "Compressing", "Compression", "CompressionCache"]
 

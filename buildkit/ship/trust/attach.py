@@ -26,9 +26,9 @@ from buildkit.image.archive import identify
 from buildkit.image.engine import ascendkit_image
 from buildkit.image.sbom import MEDIA_TYPE, loads, sbom_path
 from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
-from buildkit.ship.compose import Form, sbom_artifact, sbom_layer, sbom_of_layer
-from buildkit.ship.registry import DOCKER_MANIFEST, Manifest, Registry, digest_of
-from buildkit.ship.staged import StagedTag
+from buildkit.ship.layers.compose import Form, sbom_artifact, sbom_layer, sbom_of_layer
+from buildkit.ship.oci.registry import DOCKER_MANIFEST, Manifest, Registry, digest_of
+from buildkit.ship.oci.staged import StagedTag
 
 
 def fallback_tag(digest: str, kind: str = "sbom") -> str:

@@ -1,7 +1,7 @@
 """The layer codecs, byte for byte the same on every machine: gzip as fixed 1 MiB blocks deflated by
 zlib-ng on worker threads and joined into one gzip member, zstd as zstd's own multi-threaded frame.
 
-Standard library, zlib-ng and zstandard only, so ``python -m buildkit.ship.codecs FILE`` prints a
+Standard library, zlib-ng and zstandard only, so ``python -m buildkit.ship.layers.codecs FILE`` prints a
 file's digests on any interpreter that has those two wheels (CI's cross-machine test runs it under
 qemu's CPU models and on arm64).
 
@@ -157,6 +157,6 @@ def digests(path: str, threads: int) -> dict[str, str]:
     return found
 
 
-if __name__ == "__main__":  # python -m buildkit.ship.codecs FILE [THREADS]: one line per format
+if __name__ == "__main__":  # python -m buildkit.ship.layers.codecs FILE [THREADS]: one line per format
     for format_name, digest in digests(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2).items():
         print(format_name, digest)

@@ -29,8 +29,8 @@ from typing import Any, Literal
 from buildkit.arch import DOCKER_ARCH
 from buildkit.errors import InputError, PublishFailed
 from buildkit.image.sbom import MEDIA_TYPE as SBOM_MEDIA_TYPE
-from buildkit.ship.layers import Blob
-from buildkit.ship.registry import DOCKER_LIST, DOCKER_MANIFEST, IMAGE_MANIFESTS, OCI_INDEX, OCI_MANIFEST, Manifest, digest_of
+from buildkit.ship.layers.compressing import Blob
+from buildkit.ship.oci.registry import DOCKER_LIST, DOCKER_MANIFEST, IMAGE_MANIFESTS, OCI_INDEX, OCI_MANIFEST, Manifest, digest_of
 
 Form = Literal["docker", "oci"] | None  # None: the default form
 FORMS = ("docker", "oci")

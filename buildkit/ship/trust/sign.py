@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from buildkit.errors import PublishFailed
-from buildkit.ship.attach import fallback_tag
-from buildkit.ship.compose import DOCKER_CONFIG, OCI_CONFIG, Form, descriptor, dump
-from buildkit.ship.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, Registry, digest_of
-from buildkit.ship.staged import StagedTag, commit, stage
+from buildkit.ship.layers.compose import DOCKER_CONFIG, OCI_CONFIG, Form, descriptor, dump
+from buildkit.ship.oci.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, Registry, digest_of
+from buildkit.ship.oci.staged import StagedTag, commit, stage
+from buildkit.ship.trust.attach import fallback_tag
 from buildkit.trust.envelope import DSSE_ENVELOPE, SIGNATURE_ANNOTATION, SIMPLE_SIGNING, simple_signing_payload
 from buildkit.trust.keys import Signer
 

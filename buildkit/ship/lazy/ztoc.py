@@ -31,7 +31,7 @@ from typing import IO
 import flatbuffers
 
 from buildkit.errors import PublishFailed
-from buildkit.ship.tarindex import TarEntry, TarIndex
+from buildkit.ship.lazy.tarindex import TarEntry, TarIndex
 
 VERSION = "0.9"  # the zTOC format soci-snapshotter 0.4 writes (ztoc.Version09)
 SPAN = 1 << 22  # uncompressed bytes between checkpoints: soci's default (4 MiB)

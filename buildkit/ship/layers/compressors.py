@@ -1,6 +1,6 @@
 """How a layer is compressed: gzip as zlib-ng's deflate in parallel 1 MiB blocks joined into one
 member, zstd with zstd's own worker threads; both on every core, and the same bytes whatever the
-core count and whatever the machine (:mod:`.codecs` says how, and why not ISA-L any more).
+core count and whatever the machine (:mod:`buildkit.ship.layers.codecs` says how, and why not ISA-L any more).
 
 Chosen by measurement (docs/shipping.md, "Compression"; ``make bench``): on real binaries and
 Python trees, zlib -6 (what ``docker push`` writes) costs 24 CPU s per GB on one core; pigz -6
@@ -25,7 +25,7 @@ from isal import igzip, isal_zlib
 
 from buildkit.plan import variant_tag
 from buildkit.settings import env_whole_number
-from buildkit.ship.codecs import BLOCK, GZIP_LEVEL, ZSTD_LEVEL, BlockGzipSink, Writer, ZstdSink, gzip_library, zstd_library
+from buildkit.ship.layers.codecs import BLOCK, GZIP_LEVEL, ZSTD_LEVEL, BlockGzipSink, Writer, ZstdSink, gzip_library, zstd_library
 
 __all__ = ["BLOCK", "GZIP", "PUBLISHED", "ZSTD", "Compression", "Sink", "StoredLayer", "Writer", "compress_threads"]
 
@@ -53,7 +53,7 @@ class Sink(Protocol):
 @dataclass(frozen=True)
 class Compression:
     """How an image's layers are compressed: the one type from ``--compression`` to the wire (its
-    name picks the layer media type in :mod:`.compose`, its tags come from :meth:`tag`)."""
+    name picks the layer media type in :mod:`buildkit.ship.layers.compose`, its tags come from :meth:`tag`)."""
 
     name: str  # gzip | zstd
     level: int

@@ -1,6 +1,6 @@
 """Which blobs an image needs to publish, and which the registries have already: from the cache where
-every registry holds them, else exported from the engine (:mod:`.export`) and compressed; for an
-image built with an epoch, each layer normalized (:mod:`.normalize`) as every layer's listing says."""
+every registry holds them, else exported from the engine (:mod:`buildkit.ship.layers.export`) and compressed; for an
+image built with an epoch, each layer normalized (:mod:`buildkit.ship.layers.normalize`) as every layer's listing says."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from docker.errors import DockerException
 
 from buildkit.errors import PublishFailed, Unavailable
 from buildkit.reach import engine_said
-from buildkit.ship.export import export
-from buildkit.ship.layers import GZIP, ZSTD, Blob, Compression, CompressionCache
-from buildkit.ship.local import LocalImage
-from buildkit.ship.normalize import drop_key, normalize_config, unchanged_entries
+from buildkit.ship.layers.compressing import GZIP, ZSTD, Blob, Compression, CompressionCache
+from buildkit.ship.layers.export import export
+from buildkit.ship.layers.local import LocalImage
+from buildkit.ship.layers.normalize import drop_key, normalize_config, unchanged_entries
+from buildkit.ship.oci.registry import digest_of
 from buildkit.ship.options import ShipOptions, Target
-from buildkit.ship.registry import digest_of
 
 Say = Callable[[str], None]
 
@@ -52,7 +52,7 @@ def gather_blobs(
 ) -> ImageBlobs:
     """The image's blobs for every variant: from the cache where every target already has them,
     else exported from the engine and compressed here. An image built with an epoch is published
-    normalized (:mod:`.normalize`): its layers above the base with their times clamped, its config
+    normalized (:mod:`buildkit.ship.layers.normalize`): its layers above the base with their times clamped, its config
     with theirs; the cache remembers both, so an unchanged layer is neither exported nor compressed again."""
     try:
         inspect = client.inspect_image(image.identity.engine_id)
