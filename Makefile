@@ -80,7 +80,7 @@ lint: $(STAMP) $(CHECKOV_STAMP) ## ruff, mypy --strict, import contracts, shellc
 	$(BIN)/actionlint -config-file .github/actionlint.yaml -shellcheck $(BIN)/shellcheck -pyflakes= $(WORKFLOW)
 	$(BIN)/zizmor --offline --config .github/zizmor.yml --persona pedantic --min-severity medium $(WORKFLOW)
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows $(WORKFLOW)
-	$(BIN)/python -m tests.scan --checkov $(CHECKOV)
+	$(BIN)/python -m tests.harness.scan --checkov $(CHECKOV)
 	$(BIN)/ascendkit matrix validate
 	$(BIN)/ascendkit render --check
 
@@ -94,18 +94,18 @@ network: $(STAMP) ## Run the tests that need PyPI (resolving locks, downloading 
 	$(BIN)/pytest -m "network and not docker"
 
 services: $(STAMP) ## As root: start dockerd, the registry on 127.0.0.1:5000 and the stand-in CANN base (ASCENDKIT_ARM64=1: also the arm64 stand-in and the emulated tests' own engine)
-	$(BIN)/python -m tests.services start $(ARM64_FLAG)
+	$(BIN)/python -m tests.harness.services start $(ARM64_FLAG)
 	@echo "now: set -a; . $(SERVICES_ENV); set +a"
 
 services-stop: $(STAMP) ## Stop what `make services` started
-	$(BIN)/python -m tests.services stop
+	$(BIN)/python -m tests.harness.services stop
 
-test: $(STAMP) ## What CI runs: lint, the services, every test, the quick benchmarks, at once where they can be (tests/ci.py); stops the services
-	$(BIN)/python -m tests.ci $(ARM64_FLAG)
+test: $(STAMP) ## What CI runs: lint, the services, every test, the quick benchmarks, at once where they can be (tests/harness/ci.py); stops the services
+	$(BIN)/python -m tests.harness.ci $(ARM64_FLAG)
 
 smoke: $(STAMP) ## Config check, doctor and smoke job (JOB=grpo|sft) of the HW image (STACK= or IMAGE=, MODEL= ...); no NPUs here: the config check only; STANDIN=1 without CANN
 ifeq ($(STANDIN),1)
-	$(BIN)/python -m tests.services start
+	$(BIN)/python -m tests.harness.services start
 	set -a; . $(SERVICES_ENV); set +a; \
 	  built=$$($(BIN)/ascendkit build --hw $(HW) --arch "$$(uname -m)" --matrix tests/fixtures/test_matrix.yaml --base-image "$$ASCENDKIT_STANDIN_IMAGE" \
 	    --repo ascendkit-standin/verl --manifest-dir $(SERVICES_DIR)/manifests --quiet --json) && \

@@ -50,8 +50,8 @@ from buildkit.settings import Mirrors, default_ca_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the locked-install runner the arm64 layers test uses
-from tests.locked_install import install_script, run_install, write_sections  # noqa: E402
-from tests.upstream import CACHE_ROOT  # noqa: E402
+from tests.harness.locked_install import install_script, run_install, write_sections  # noqa: E402
+from tests.harness.upstream import CACHE_ROOT  # noqa: E402
 
 TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"
 MATRIX = ROOT / "compat_matrix.yaml"

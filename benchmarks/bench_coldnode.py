@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.containerd_node, buildkit: run as a script from anywhere
+sys.path.insert(0, str(ROOT))  # tests.harness.containerd_node, buildkit: run as a script from anywhere
 
-from tests.containerd_node import CACHE, ENGINE, containerd, soci_binaries, throttled, tls_for_loopback  # noqa: E402
+from tests.harness.containerd_node import CACHE, ENGINE, containerd, soci_binaries, throttled, tls_for_loopback  # noqa: E402
 
 WHEELS = CACHE / "torch-wheels"
 TORCH = "torch==2.5.1"

@@ -10,7 +10,7 @@ JSON (default benchmarks/results/ship.json); asserts nothing.
   --compression zstd`): the bytes of each, and the time containerd's `ctr` (Debian's containerd,
   what a Kubernetes node runs) takes to pull and unpack each from the local registry, alternating,
   the image and its content removed before every pull; the ratios;
-* one publish through each mode of the fault proxy (tests/faultproxy.py: 503, 429 with
+* one publish through each mode of the fault proxy (tests/harness/faultproxy.py: 503, 429 with
   Retry-After, a write in four cut off, slow answers, all at once) beside a clean one, each into a
   repository of its own on the second registry: wall time, retries, faults injected. The test image
   without --quick (its layers compressed and sent whole each time), a small image with it;
@@ -55,8 +55,8 @@ from buildkit.trust.keys import decrypt_private_key, generate
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.faultproxy import MODES, fault_proxy  # noqa: E402
-from tests.smallimage import build_small_image  # noqa: E402
+from tests.harness.faultproxy import MODES, fault_proxy  # noqa: E402
+from tests.harness.smallimage import build_small_image  # noqa: E402
 
 TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"
 FAULT_MODES = ("clean", "503", "429", "drop", "slow", "mixed")

@@ -5,7 +5,7 @@
   against ``skopeo copy`` from the same engine compressing gzip, and again compressing zstd (the
   tool a user would pick instead; its two pushes together are the yardstick for our one);
 * ``ascendkit mirror`` against ``skopeo copy --all``, registry to registry;
-* a mirror through the fault proxy cutting the connection once (tests/faultproxy.py ``cut`` and
+* a mirror through the fault proxy cutting the connection once (tests/harness/faultproxy.py ``cut`` and
   ``cut-through``): the bytes that left against the image's.
 
 Each row: wall time, CPU (user + system of the process and its children), peak RSS (GNU time) and
@@ -44,7 +44,7 @@ import docker
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.faultproxy import Faults, fault_proxy  # noqa: E402
+from tests.harness.faultproxy import Faults, fault_proxy  # noqa: E402
 
 # Debian 13's skopeo (1.18) where `make services` unpacked it: Debian 12's 1.9 asks the engine for API
 # 1.22, which Docker 25 and later refuse ("client version 1.22 is too old"), so it cannot read the

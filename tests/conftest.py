@@ -25,8 +25,8 @@ from buildkit.image.render import context_paths
 from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import render_unresolved
 from buildkit.matrix.load import LoadedMatrix, load_matrix
-from tests.gitserver import serve
-from tests.openrlhf_standin import standin_repository
+from tests.harness.gitserver import serve
+from tests.harness.openrlhf_standin import standin_repository
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "compat_matrix.yaml"
@@ -126,7 +126,7 @@ def line_of(text: str, needle: str, occurrence: int = 1) -> int:
 
 # ---- integration: the real Docker engine, registry and stand-in base ---------------------------
 
-# The docker tests `make test` runs on a second engine of the same kind (tests/ci.py's docker-b job)
+# The docker tests `make test` runs on a second engine of the same kind (tests/harness/ci.py's docker-b job)
 # while the rest run on the first: those that share no image with the others (they build their own,
 # or none), and the fault tests, which wait on their proxies most of the time (the test image they
 # publish is built there once more: a minute, against the five they spend waiting).

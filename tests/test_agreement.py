@@ -27,7 +27,7 @@ from buildkit.lock.metadata import Declared, MetadataReader, MetadataUnavailable
 from buildkit.matrix.load import LoadedMatrix, parse_matrix
 from buildkit.matrix.model import Stack
 from tests.conftest import MATRIX, MATRIX_TEXT
-from tests.upstream_metadata import STORE, from_index, name_of, vendored, wanted
+from tests.harness.upstream_metadata import STORE, from_index, name_of, vendored, wanted
 
 READ = vendored()
 UNFIXED_CANN91 = "vllm-ascend 0.23.0.post1 requires transformers==5.5.4, and the stack pins transformers 5.10.4"
@@ -181,13 +181,13 @@ def test_the_vendored_metadata_is_the_indexs(loaded: LoadedMatrix, tmp_path: Pat
     assert set(stored) <= set(on_index) or not on_index, "a vendored pin the index no longer serves"
     for name, data in stored.items():
         if name in on_index:
-            assert data == on_index[name], f"{name}: run `python -m tests.upstream_metadata vendor`"
+            assert data == on_index[name], f"{name}: run `python -m tests.harness.upstream_metadata vendor`"
 
 
 def test_the_store_has_no_stale_files(loaded: LoadedMatrix) -> None:
     names = {name_of(component, pin, arch) for _, arch, component, pin in wanted(loaded)}
     stale = {p.name for p in STORE.iterdir()} - names
-    assert not stale, f"vendored files no pin of the matrix reads: {sorted(stale)}; run `python -m tests.upstream_metadata vendor`"
+    assert not stale, f"vendored files no pin of the matrix reads: {sorted(stale)}; run `python -m tests.harness.upstream_metadata vendor`"
 
 
 def test_lock_names_a_disagreement_before_it_asks_the_resolver(monkeypatch: pytest.MonkeyPatch, loaded: LoadedMatrix) -> None:

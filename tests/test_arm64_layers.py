@@ -29,8 +29,8 @@ from buildkit.plan import LABEL_PREFIX
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.job import ImageJob, JobFacts, build_job, load_job
 from tests.conftest import MATRIX, ROOT, DockerEnv, arm64_standin
-from tests.locked_install import BUILD_ENV, install_script, run_install, write_sections
-from tests.upstream import CACHE_ROOT
+from tests.harness.locked_install import BUILD_ENV, install_script, run_install, write_sections
+from tests.harness.upstream import CACHE_ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.emulated]
 

@@ -178,7 +178,7 @@ def test_a_release_archive_is_found_or_missing_where_its_host_serves_it(tmp_path
     """sgl-kernel-npu's archives, asked of the stand-in host: found (and whether a sha256 is recorded), or missing."""
     from buildkit.lock.availability import _check_archive
     from buildkit.matrix.load import load_matrix as load
-    from tests import sglang_standin
+    from tests.harness import sglang_standin
 
     archive = load(TEST_MATRIX).matrix.stacks["teststack-sglang"].sgl_kernel_npu
     assert archive is not None

@@ -24,7 +24,7 @@ from buildkit.lock.lockfile import read_lock, render_unresolved
 from buildkit.matrix.load import load_matrix
 from buildkit.plan import UV_LAYER
 from tests.conftest import TEST_MATRIX, DockerEnv, write_unresolved_locks
-from tests.imagescan import scan_saved_image
+from tests.harness.imagescan import scan_saved_image
 
 pytestmark = pytest.mark.docker
 

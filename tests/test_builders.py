@@ -20,7 +20,7 @@ from buildkit.image.buildplan import plan_build
 from buildkit.image.probe import run_in_image
 from buildkit.matrix.load import load_matrix
 from tests.conftest import TEST_MATRIX, DockerEnv
-from tests.imagescan import saved_entries
+from tests.harness.imagescan import saved_entries
 
 pytestmark = pytest.mark.docker
 

@@ -1,4 +1,4 @@
-"""tests/ci.py, the runner behind `make test`: order, failure, interruption, output, and the job graph."""
+"""tests/harness/ci.py, the runner behind `make test`: order, failure, interruption, output, and the job graph."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ci import FAILED, NOT_RUN, PASSED, STOPPED, Job, Runner, jobs_for
+from tests.harness.ci import FAILED, NOT_RUN, PASSED, STOPPED, Job, Runner, jobs_for
 
 
 def py(code: str) -> list[str]:

@@ -21,7 +21,7 @@ import pytest
 from buildkit.errors import InputError, PublishFailed
 from buildkit.ship.oci.credentials import credentials_for
 from buildkit.ship.oci.registry import DOCKER_MANIFEST, Registry
-from tests.fake_registry import Store, fake_registry
+from tests.harness.fake_registry import Store, fake_registry
 
 BODY = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": "sha256:cfg"}}).encode()
 SECRET = "s3cret-never-printed"

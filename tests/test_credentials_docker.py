@@ -25,7 +25,7 @@ from buildkit.ship.layers.local import LocalImage
 from buildkit.ship.options import ShipOptions, Target
 from buildkit.ship.publish import push_image
 from tests.conftest import DockerEnv
-from tests.smallimage import build_small_image
+from tests.harness.smallimage import build_small_image
 from tests.test_credentials import SECRET, stand_in_helper
 
 pytestmark = pytest.mark.docker
@@ -52,7 +52,7 @@ def guarded_registry(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFac
     """distribution on a port of its own, every call behind Basic auth for robot / SECRET."""
     for exe in ("docker-registry", "htpasswd"):
         if shutil.which(exe) is None:
-            pytest.fail(f"{exe} is missing: `make test` (tests/services.py) installs it")
+            pytest.fail(f"{exe} is missing: `make test` (tests/harness/services.py) installs it")
     root = tmp_path_factory.mktemp("guarded-registry")
     users = subprocess.run(["htpasswd", "-Bbn", "robot", SECRET], capture_output=True, text=True, check=True).stdout
     (root / "htpasswd").write_text(users)

@@ -463,7 +463,7 @@ def test_a_950_image_knows_its_family_beyond_the_socs_it_lists(tmp_path: Path, s
 
 # ---- the engine: what `docker version` and `docker info` answered on each engine the tests run ----------
 
-ENGINES = Path(__file__).parent / "fixtures" / "engines"  # the answers of the real engines (tests/services.py starts them)
+ENGINES = Path(__file__).parent / "fixtures" / "engines"  # the answers of the real engines (tests/harness/services.py starts them)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 from buildkit.doctor.base import NODE_ENV, Environment
 from buildkit.doctor.contract import HCCL_ROOTINFO, TOPO_DIR, control_nodes
 from buildkit.doctor.topology import check_node_runtime, check_rootinfo, check_topology, node_runtime
-from tests.hosttree import stand_in_host
+from tests.harness.hosttree import stand_in_host
 
 TOPO = "/usr/local/Ascend/driver/topo/950/atlas_350_3.json"
 

@@ -29,8 +29,8 @@ from buildkit.ship.layers.compressors import GZIP_MAGIC, ZSTD_MAGIC
 from buildkit.ship.layers.local import LocalImage
 from buildkit.ship.options import Target, ship_options
 from buildkit.ship.publish import push_image
-from tests import skopeo
 from tests.conftest import DockerEnv
+from tests.harness import skopeo
 
 pytestmark = pytest.mark.docker
 REQUIRED = os.environ.get("ASCENDKIT_REQUIRE_DOCKER") == "1" or os.environ.get("CI", "").lower() in ("1", "true")

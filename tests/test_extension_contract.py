@@ -11,7 +11,7 @@ import pytest
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
 from tests.conftest import ROOT
-from tests.upstream import sdist_member
+from tests.harness.upstream import sdist_member
 
 PINS = sorted(
     {

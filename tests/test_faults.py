@@ -1,4 +1,4 @@
-"""Publishing through a registry that misbehaves on purpose: our fault proxy (tests/faultproxy.py) in
+"""Publishing through a registry that misbehaves on purpose: our fault proxy (tests/harness/faultproxy.py) in
 front of the real second registry answers 503 and 429 (with Retry-After) to one request in three,
 cuts one write in four half-way through its body, answers slowly, or all of that at once; or stays
 down. Every result is read back from the registry behind the proxy with skopeo."""
@@ -24,10 +24,10 @@ from buildkit.ship.publish import push_image
 from buildkit.ship.trust.attach import fallback_tag
 from buildkit.ship.trust.checks import verify_image
 from buildkit.trust.keys import decrypt_private_key, generate
-from tests import skopeo
 from tests.conftest import DockerEnv
-from tests.faultproxy import MODES, Faults, fault_proxy
-from tests.smallimage import build_small_image
+from tests.harness import skopeo
+from tests.harness.faultproxy import MODES, Faults, fault_proxy
+from tests.harness.smallimage import build_small_image
 
 pytestmark = pytest.mark.docker
 

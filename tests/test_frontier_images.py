@@ -4,7 +4,7 @@ for an Ascend 950 SKU (its chip a5).
 
 teststack-sglang's SGLang is an sdist whose own pyproject.toml is a CUDA build and whose
 pyproject_npu.toml is the NPU build, its kernels wheels in a release archive per chip
-(tests/sglang_standin.py), served from this host as a user's mirrors of Ascend's index and GitHub
+(tests/harness/sglang_standin.py), served from this host as a user's mirrors of Ascend's index and GitHub
 would serve them. The image must hold the NPU build, the archive's wheels, and say which rollout it
 carries, so that `k8s render` gives the job SGLang's settings from the image alone.
 """
@@ -22,7 +22,7 @@ import yaml
 
 from buildkit.image.probe import run_in_image
 from tests.conftest import TEST_MATRIX, DockerEnv, bridge_gateway, build_and_push
-from tests.sglang_standin import DIST, populate, serve
+from tests.harness.sglang_standin import DIST, populate, serve
 
 pytestmark = pytest.mark.docker
 

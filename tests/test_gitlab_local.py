@@ -1,4 +1,4 @@
-"""The GitLab pipeline executed, not only validated: gitlab-ci-local (npm, pinned in tests/services.py) runs
+"""The GitLab pipeline executed, not only validated: gitlab-ci-local (npm, pinned in tests/harness/services.py) runs
 ci/gitlab/images.gitlab-ci.yml with the shell executor in a clone of this repository, against the test stack: the plan
 job writes the child pipeline; then the child's build job for the test image builds and verifies it on the real
 engine and pushes it, signed, to the local registry, which skopeo reads back.
@@ -34,7 +34,7 @@ def _gitlab_ci_local() -> str:
     if not exe or not Path(exe).exists():
         if os.environ.get("CI", "").lower() in ("1", "true") or os.environ.get("ASCENDKIT_REQUIRE_DOCKER") == "1":
             pytest.fail("ASCENDKIT_GITLAB_CI_LOCAL is not set: `make test` installs gitlab-ci-local")
-        pytest.skip("ASCENDKIT_GITLAB_CI_LOCAL is not set: `make test` (tests/services.py) installs gitlab-ci-local")
+        pytest.skip("ASCENDKIT_GITLAB_CI_LOCAL is not set: `make test` (tests/harness/services.py) installs gitlab-ci-local")
     return exe
 
 

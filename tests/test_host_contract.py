@@ -1,7 +1,7 @@
 """The host contract (buildkit/doctor/host_contract.json) held to upstream: Ascend Docker Runtime's
 mount list and device rules, the device plugin's resource names and environment, vllm-ascend's
 `docker run` blocks for A2/A3 and the 950, verl's multi-node environment; read from the files
-themselves (tests/fixtures/upstream/ascend-host/, see tests/upstream_host.py). Every difference must
+themselves (tests/fixtures/upstream/ascend-host/, see tests/harness/upstream_host.py). Every difference must
 be one the contract's ``deviations`` table lists with its reason, and every listed one must still be
 a difference: a new upstream fact fails here until someone decides."""
 
@@ -16,7 +16,7 @@ from buildkit.doctor.contract import HCCL_ROOTINFO, TOPO_DIR, ChipContract, chip
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
 from tests.conftest import ROOT
-from tests.upstream_host import BASE_LIST, load_facts
+from tests.harness.upstream_host import BASE_LIST, load_facts
 
 FACTS = load_facts()
 MATRICES = [load_matrix(ROOT / DEFAULT_MATRIX).matrix, load_matrix(ROOT / "tests/fixtures/test_matrix.yaml").matrix]

@@ -23,7 +23,7 @@ from buildkit.run.devices import host_config_args, plan_devices
 from buildkit.run.job import JobFacts
 from buildkit.run.smoke import SmokeRequest, run_smoke
 from tests.conftest import TEST_MATRIX, DockerEnv, build_and_push
-from tests.hosttree import stand_in_host
+from tests.harness.hosttree import stand_in_host
 from tests.test_host_contract import docs_blocks, listed, runtime_devices, runtime_paths
 
 pytestmark = pytest.mark.docker

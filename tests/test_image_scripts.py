@@ -26,8 +26,8 @@ from buildkit.image.secrets import BuildSecrets, SecretServer
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.plan import CONSTRAINTS_FILE, ENTRYPOINT, IMAGE_LOCKS_DIR, plan_image, plan_target
 from tests.conftest import ROOT
-from tests.gitserver import serving
-from tests.sglang_standin import wheel_bytes
+from tests.harness.gitserver import serving
+from tests.harness.sglang_standin import wheel_bytes
 
 BUILD_ENV_SH = context_file("build_env")
 CA = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
@@ -251,7 +251,7 @@ def test_an_archives_wheels_install_in_order_only_when_its_sha256_matches(tmp_pa
 
 def test_a_checkout_from_a_mirror_with_credentials_never_prints_them(tmp_path: Path) -> None:
     """ascendkit_git_clone, run for real under xtrace: the served credentials reach git, not the log."""
-    from tests.gitserver import make_repository, serve
+    from tests.harness.gitserver import make_repository, serve
 
     files = tmp_path / "files"
     files.mkdir()

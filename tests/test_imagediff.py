@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from buildkit.cli import app
 from buildkit.ship.imagediff import diff_images, read_published
 from buildkit.ship.oci.registry import Registry
-from tests.fake_registry import fake_registry
-from tests.saved_layouts import digest
+from tests.harness.fake_registry import fake_registry
+from tests.harness.saved_layouts import digest
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 

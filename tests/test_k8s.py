@@ -21,7 +21,7 @@ from buildkit.k8s.validate import validate_documents
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.job import ImageJob, JobFacts
-from tests.hosttree import contract_paths
+from tests.harness.hosttree import contract_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "k8s"

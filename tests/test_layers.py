@@ -1,5 +1,5 @@
 """Reading an image out of an engine's `docker save` stream and compressing its layers, on archives
-in every engine's layout (tests/saved_layouts.py: Docker 20.10's, Docker 25+'s OCI layout, the
+in every engine's layout (tests/harness/saved_layouts.py: Docker 20.10's, Docker 25+'s OCI layout, the
 containerd store's compressed blobs in gzip and zstd behind a nested index, Podman's docker-archive),
 chunks of any size, and what is missing, broken or not the verified image named."""
 
@@ -21,7 +21,7 @@ from buildkit.errors import PublishFailed, Unavailable
 from buildkit.image.archive import SMALL, ImageIdentity, config_in_archive
 from buildkit.ship.layers.compressing import GZIP, ZSTD, Compression
 from buildkit.ship.layers.export import Exported, export
-from tests.saved_layouts import Image, SavingEngine, classic, containerd, digest, members_of, overlay2_oci, podman, tar_of
+from tests.harness.saved_layouts import Image, SavingEngine, classic, containerd, digest, members_of, overlay2_oci, podman, tar_of
 
 BIG = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(SMALL // 16))  # 2 MiB: spooled to disk
 SMALL_LAYER = b"a small layer\n" * 100

@@ -22,7 +22,7 @@ from buildkit.ship.lazy.soci import LAYER_DIGEST, SOCI_INDEX, from_registry
 from buildkit.ship.lazy.ztoc import build_ztoc, marshal
 from buildkit.ship.oci.registry import Registry
 from tests.conftest import DockerEnv
-from tests.containerd_node import containerd, private_var_lib, soci_binaries, throttled, tls_for_loopback
+from tests.harness.containerd_node import containerd, private_var_lib, soci_binaries, throttled, tls_for_loopback
 
 pytestmark = pytest.mark.docker
 SOCI_CLI_TOOL = "AWS SOCI CLI v0.1"  # what soci 0.4.1's `soci create` writes in every zTOC

@@ -22,10 +22,10 @@ from buildkit.lock.lockfile import LockedPackage, Resolution, lock_problem, read
 from buildkit.lock.resolve import _check, assign_layers, parse_uv_output
 from buildkit.lock.sdist import SourceMetadata, read_sdist
 from buildkit.matrix.load import LoadedMatrix, load_matrix
-from tests import sglang_standin
 from tests.conftest import ROOT, TEST_MATRIX
-from tests.gitserver import serve
-from tests.openrlhf_standin import REPO_PATH, standin_repository
+from tests.harness import sglang_standin
+from tests.harness.gitserver import serve
+from tests.harness.openrlhf_standin import REPO_PATH, standin_repository
 
 UV_OUTPUT = """\
 attrs==21.4.0 \\
@@ -444,7 +444,7 @@ STORED = "locks/_sources/openrlhf-standin/12e2a08edffda11502c61db53dfa9cc7b647b1
 
 @pytest.fixture
 def standin_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """tests/gitserver.py serving the OpenRLHF-shaped stand-in repository: the test matrix's GitHub."""
+    """tests/harness/gitserver.py serving the OpenRLHF-shaped stand-in repository: the test matrix's GitHub."""
     root = tmp_path_factory.mktemp("git")
     standin_repository(root)
     with serve(root) as url:

@@ -14,7 +14,7 @@ from buildkit.accuracy.metrics import STEP_TIME, StepParser, parse_line, parse_l
 from buildkit.cli import app
 from buildkit.errors import ExitCode
 from tests.conftest import ROOT
-from tests.openrlhf_log import openrlhf_log, status
+from tests.harness.openrlhf_log import openrlhf_log, status
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 GPU_STEP1 = {

@@ -16,9 +16,9 @@ from buildkit.errors import ExitCode
 from buildkit.ship.layers.compose import index_manifest
 from buildkit.ship.oci.registry import Registry
 from buildkit.ship.trust.attach import fallback_tag
-from tests import skopeo
 from tests.conftest import DockerEnv
-from tests.faultproxy import Faults, fault_proxy
+from tests.harness import skopeo
+from tests.harness.faultproxy import Faults, fault_proxy
 
 pytestmark = pytest.mark.docker
 

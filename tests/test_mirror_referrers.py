@@ -11,7 +11,7 @@ from buildkit.ship.layers.compressing import Blob
 from buildkit.ship.mirror import mirror
 from buildkit.ship.oci.registry import OCI_INDEX, OCI_MANIFEST, Registry, digest_of
 from buildkit.ship.trust.attach import attach_sbom, fetch_sbom
-from tests.fake_registry import fake_registry
+from tests.harness.fake_registry import fake_registry
 
 SBOM = b'{"bomFormat": "CycloneDX", "specVersion": "1.6"}'
 SIGNATURE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"

@@ -25,7 +25,7 @@ from buildkit.run.devices import device_groups, host_config_args, plan_devices
 from buildkit.run.job import JobFacts
 from buildkit.run.smoke import SmokeRequest, run_smoke
 from tests.conftest import DockerEnv
-from tests.hosttree import contract_paths
+from tests.harness.hosttree import contract_paths
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[1]

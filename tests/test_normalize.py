@@ -1,7 +1,7 @@
 """Publishing normalizes what the engine cannot: two builds of the same inputs, their files written at
 other moments, publish the same layers and config. Times later than the epoch are clamped and nothing
 else changes; the base's layers are published as the engine has them; every engine's archive layout
-gives the same result (tests/saved_layouts.py)."""
+gives the same result (tests/harness/saved_layouts.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from buildkit.ship.layers.compressing import GZIP, ZSTD
 from buildkit.ship.layers.export import export
 from buildkit.ship.layers.layertar import Listing, TarClamp, clamp_tar
 from buildkit.ship.layers.normalize import Normalization, normalize_config, unchanged_entries
-from tests.saved_layouts import Image, SavingEngine, classic, containerd, digest, overlay2_oci, podman
+from tests.harness.saved_layouts import Image, SavingEngine, classic, containerd, digest, overlay2_oci, podman
 
 EPOCH = 1735689600
 LATER = EPOCH + 86400 * 700  # a build's moment

@@ -32,9 +32,9 @@ from buildkit.matrix.load import load_matrix
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.job import REWARD_FILE, ImageJob, Job, JobFacts, build_job, spec_for
 from tests.conftest import MATRIX, TEST_MATRIX
-from tests.openrlhf_standin import UPSTREAM, standin_repository, standin_tree, vendored
+from tests.harness.openrlhf_standin import UPSTREAM, standin_repository, standin_tree, vendored
+from tests.harness.upstream import sdist_member, verl_importable
 from tests.test_smoke import gsm8k_generator
-from tests.upstream import sdist_member, verl_importable
 
 SHIPPED = load_matrix(MATRIX)
 FACTS = JobFacts.of(SHIPPED.matrix.compat)
@@ -122,7 +122,7 @@ def test_the_test_stacks_source_is_made_of_that_file(tmp_path: Path) -> None:
     (source,) = [st.framework_source for st in load_matrix(TEST_MATRIX).matrix.stacks.values() if st.framework == "openrlhf"]
     assert source is not None
     made = standin_repository(tmp_path)
-    assert source.ref == made, "tests/fixtures/test_matrix.yaml pins the commit tests/openrlhf_standin.py makes"
+    assert source.ref == made, "tests/fixtures/test_matrix.yaml pins the commit tests/harness/openrlhf_standin.py makes"
 
 
 def test_the_argument_marks_agree() -> None:
@@ -266,7 +266,7 @@ def test_the_reward_scores_as_verls_gsm8k_rule_does() -> None:
 @pytest.mark.parametrize(("stack_id", "index"), [(s, i) for s, st in OPENRLHF_STACKS.items() for i in range(len(st.patches))])
 def test_each_patch_line_stands_once_in_the_pinned_source(stack_id: str, index: int) -> None:
     """The line the matrix comments out is in the pinned release exactly once (the file of the
-    release's sdist from PyPI, vendored: tests/upstream.py)."""
+    release's sdist from PyPI, vendored: tests/harness/upstream.py)."""
     stack = OPENRLHF_STACKS[stack_id]
     patch = stack.patches[index]
     pin = next(p for c, p in stack.pins().items() if (p.package or c.replace("_", "-")) == patch.package)

@@ -1,7 +1,7 @@
 """The OpenRLHF-shaped test image through the whole pipeline, on the real engine and registry.
 
 Built from the test matrix's ``teststack-openrlhf`` on the stand-in base: the framework from a git
-checkout at its pinned commit (served by tests/gitserver.py, as a user's --github-url mirror
+checkout at its pinned commit (served by tests/harness/gitserver.py, as a user's --github-url mirror
 serves it) with ``TARGET_DEVICE=NPU``, its requirements from the lock, DeepSpeed's stand-in from an
 sdist, the patch after the vllm-ascend layer. Then verified, pushed with its SBOM, read back with
 skopeo (a client ascendkit did not write), and smoke-checked: ``smoke --check`` runs OpenRLHF's
@@ -24,7 +24,7 @@ from buildkit.image.probe import run_in_image
 from buildkit.resources import DEFAULT_MATRIX
 from tests.conftest import OPENRLHF_STANDIN_COMMIT as COMMIT
 from tests.conftest import TEST_MATRIX, DockerEnv
-from tests.openrlhf_standin import REPO_PATH
+from tests.harness.openrlhf_standin import REPO_PATH
 
 pytestmark = pytest.mark.docker
 MATRIX = Path(__file__).resolve().parents[1] / DEFAULT_MATRIX  # the shipped SKUs (smoke and k8s size the job by them)

@@ -24,8 +24,8 @@ from buildkit.k8s.render import as_documents, render
 from buildkit.k8s.request import K8sRequest
 from buildkit.k8s.validate import validate_documents
 from buildkit.run.job import JobFacts
+from tests.harness.upstream_sources import vendored
 from tests.test_preflight import IMAGE, LOADED
-from tests.upstream_sources import vendored
 
 ROOT = Path(__file__).resolve().parent
 DRAGONFLY = ROOT / "fixtures" / "upstream" / "dragonfly"

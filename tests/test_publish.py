@@ -14,8 +14,8 @@ import pytest
 from buildkit.errors import ExitCode
 from buildkit.image.archive import identify
 from buildkit.ship.oci.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_MANIFEST, Registry
-from tests import skopeo
 from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin, published_config, set_aside
+from tests.harness import skopeo
 
 pytestmark = pytest.mark.docker
 

@@ -15,8 +15,8 @@ import pytest
 from buildkit.doctor.base import Environment
 from buildkit.doctor.pulls import check_pulls, pull_config, read_config, settings
 from buildkit.k8s.preflight import format_table, summarize
-from tests.services import STATE
-from tests.upstream_sources import vendored
+from tests.harness.services import STATE
+from tests.harness.upstream_sources import vendored
 
 UPSTREAM = Path(__file__).resolve().parent / "fixtures" / "upstream" / "containerd"
 V3 = 'version = 3\n[plugins."io.containerd.cri.v1.images"]\n'

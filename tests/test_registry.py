@@ -19,7 +19,7 @@ from buildkit.retry import retry_after
 from buildkit.ship.mirror import mirror
 from buildkit.ship.oci.registry import DOCKER_LIST, DOCKER_MANIFEST, Registry
 from buildkit.ship.oci.remote import image_labels
-from tests.fake_registry import Store, fake_registry
+from tests.harness.fake_registry import Store, fake_registry
 
 BODY = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": "sha256:cfg"}}).encode()
 

@@ -25,7 +25,7 @@ from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.run.job import ImageJob, JobFacts
 from buildkit.run.replay import ReplaySides, compose_replay, differing_names, dump_names
 from tests.conftest import MATRIX
-from tests.upstream import compose_ppo_trainer, verl_importable, verl_wheel
+from tests.harness.upstream import compose_ppo_trainer, verl_importable, verl_wheel
 
 GPUS = 8
 SHIPPED = load_matrix(MATRIX)

@@ -7,7 +7,7 @@ with the classic builder (their jobs); and for aarch64, every step under qemu, o
 checks a published image.
 
 Each job writes what it published to ``$ASCENDKIT_SERVICES_DIR/reproducible/<engine>.json``; CI's
-``reproduced`` job (tests/reproduced.py) then holds the engines to one image (the classic builder to
+``reproduced`` job (tests/harness/reproduced.py) then holds the engines to one image (the classic builder to
 BuildKit's layers). Where
 the two builds differ, `ascendkit diff` names every differing file and its layer in the failure."""
 
@@ -22,7 +22,7 @@ from typing import Any, cast
 import pytest
 
 from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin
-from tests.services import STATE
+from tests.harness.services import STATE
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine_20_10, pytest.mark.engine_overlay2]
 

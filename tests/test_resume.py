@@ -1,4 +1,4 @@
-"""Uploads at real size through a connection that is cut: our fault proxy (tests/faultproxy.py) in
+"""Uploads at real size through a connection that is cut: our fault proxy (tests/harness/faultproxy.py) in
 front of the real second registry (CNCF distribution) resets the connection carrying the Nth MB.
 
 Behind a proxy that holds request bodies until whole (nginx's default), the registry never sees the
@@ -19,7 +19,7 @@ import pytest
 from buildkit.ship.mirror import mirror
 from buildkit.ship.oci.registry import OCI_MANIFEST, Registry
 from tests.conftest import DockerEnv
-from tests.faultproxy import Faults, fault_proxy
+from tests.harness.faultproxy import Faults, fault_proxy
 
 pytestmark = pytest.mark.docker
 

@@ -19,7 +19,7 @@ from buildkit.plan import plan_image, plan_target
 from buildkit.ship.oci.registry import OCI_MANIFEST, Registry
 from buildkit.ship.trust.attach import attach_sbom, check_sbom_ref, fallback_tag, fetch_sbom, image_digest
 from tests.conftest import TEST_MATRIX
-from tests.fake_registry import fake_registry
+from tests.harness.fake_registry import fake_registry
 
 HASH = "a" * 64
 LOCK = f"""# ascendkit lock section: layer torch (generated)

@@ -1,4 +1,4 @@
-"""The third-party scanner's gate (tests/scan.py, run by `make lint`): what it skips is reasoned,
+"""The third-party scanner's gate (tests/harness/scan.py, run by `make lint`): what it skips is reasoned,
 and a defect it exists to catch fails it. checkov runs for real (from .venv-checkov)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from buildkit.k8s.policy import POLICY_KINDS
-from tests.scan import CHECKOV, CONFIG, KINDS, ROOT, pods_of, write_manifests
+from tests.harness.scan import CHECKOV, CONFIG, KINDS, ROOT, pods_of, write_manifests
 
 
 def test_every_skip_in_the_config_has_its_reason() -> None:
@@ -51,7 +51,7 @@ def test_the_scan_covers_every_kind_and_every_pod(tmp_path: Path) -> None:
 
 def scan(*paths: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tests.scan", "--checkov", str(CHECKOV), *map(str, paths)],
+        [sys.executable, "-m", "tests.harness.scan", "--checkov", str(CHECKOV), *map(str, paths)],
         capture_output=True, text=True, cwd=ROOT, check=False,
     )  # fmt: skip
 

@@ -19,8 +19,8 @@ from buildkit.errors import ExitCode
 from buildkit.image.archive import identify
 from buildkit.ship.oci.registry import DOCKER_LIST, Registry
 from buildkit.trust.keys import generate
-from tests import skopeo
 from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin, edit, run_installed, set_aside
+from tests.harness import skopeo
 from tests.test_workflow import command_lines
 
 pytestmark = pytest.mark.docker

@@ -39,10 +39,10 @@ from buildkit.run.devices import (
 from buildkit.run.job import MODEL_DIR, SMOKE_FILES, JobFacts
 from buildkit.run.report import judge, write_reports
 from buildkit.run.smoke import SmokeRequest, run_smoke
-from tests.hosttree import contract_paths, stand_in_host
-from tests.openrlhf_log import openrlhf_log
-from tests.openrlhf_standin import standin_tree
-from tests.upstream import compose_config, hydra_config_name
+from tests.harness.hosttree import contract_paths, stand_in_host
+from tests.harness.openrlhf_log import openrlhf_log
+from tests.harness.openrlhf_standin import standin_tree
+from tests.harness.upstream import compose_config, hydra_config_name
 
 SKUS = load_matrix().matrix.skus
 

@@ -20,11 +20,11 @@ from buildkit.run.smoke import run_smoke
 from buildkit.run.smokereplay import check_bundle_request
 from buildkit.run.smokerequest import make_request
 from tests.conftest import MATRIX
-from tests.openrlhf_log import openrlhf_log
+from tests.harness.openrlhf_log import openrlhf_log
+from tests.harness.upstream import compose_ppo_trainer
 from tests.test_replay import verl_skip_module
 from tests.test_replay_bundle import _compose, _run_on_the_gpu_machine
 from tests.test_smoke import LOGS, OPENRLHF_LABELS, FakeEngine, _openrlhf_request, smoke_request
-from tests.upstream import compose_ppo_trainer
 
 LABELS = {"io.ascendkit.chip": "a3", "io.ascendkit.stack": "cann9.0", "io.ascendkit.version.verl": "0.8.0"}
 

@@ -41,7 +41,7 @@ from buildkit.trust.envelope import (
     simple_signing_payload,
 )
 from buildkit.trust.provenance import SLSA_PROVENANCE, pins_of, statement
-from tests.fake_registry import fake_registry
+from tests.harness.fake_registry import fake_registry
 
 PASSWORD = b"s3cret"
 DIGEST = "sha256:" + "ab" * 32

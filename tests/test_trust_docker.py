@@ -50,7 +50,7 @@ def _skopeo() -> str:
     """Debian trixie's skopeo, which `make services` fetches (bookworm's has sigstore cut out)."""
     found = os.environ.get("ASCENDKIT_SKOPEO_SIGSTORE", "")
     if not found or not Path(found).is_file():
-        pytest.fail("ASCENDKIT_SKOPEO_SIGSTORE names no skopeo with sigstore: `python -m tests.services start` fetches one")
+        pytest.fail("ASCENDKIT_SKOPEO_SIGSTORE names no skopeo with sigstore: `python -m tests.harness.services start` fetches one")
     return found
 
 

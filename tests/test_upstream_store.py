@@ -1,4 +1,4 @@
-"""The vendored upstream files the contract tests read (tests/upstream.py): intact, complete for the
+"""The vendored upstream files the contract tests read (tests/harness/upstream.py): intact, complete for the
 shipped matrix, and (with the network) byte for byte what PyPI serves."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.upstream import STORE, needed, source_of
+from tests.harness.upstream import STORE, needed, source_of
 
 
 def test_every_vendored_file_is_the_one_recorded_and_nothing_else_is_there() -> None:
@@ -22,10 +22,10 @@ def test_every_vendored_file_is_the_one_recorded_and_nothing_else_is_there() -> 
 
 
 def test_the_store_holds_what_the_shipped_matrix_needs() -> None:
-    """A pin that moves without `python -m tests.upstream vendor` fails here, naming the command."""
+    """A pin that moves without `python -m tests.harness.upstream vendor` fails here, naming the command."""
     stored = {p.name for p in STORE.iterdir() if p.is_dir()}
     wanted = {f"{project}-{version}" for project, version in needed()}
-    assert stored == wanted, "run `python -m tests.upstream vendor` (needs PyPI) and commit tests/fixtures/upstream/pypi"
+    assert stored == wanted, "run `python -m tests.harness.upstream vendor` (needs PyPI) and commit tests/fixtures/upstream/pypi"
 
 
 @pytest.mark.network

@@ -28,8 +28,8 @@ from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.job import ImageJob, Job, JobFacts, build_job, load_job, spec_for
 from tests.conftest import MATRIX
+from tests.harness.upstream import compose_config, compose_ppo_trainer, config_dir, hydra_config_name, verl_importable, verl_wheel
 from tests.test_smoke import gsm8k_generator
-from tests.upstream import compose_config, compose_ppo_trainer, config_dir, hydra_config_name, verl_importable, verl_wheel
 
 SHIPPED = load_matrix(MATRIX)
 GRPO_FILE = SMOKE_DIR / "grpo_smoke.yaml"  # verl's GRPO job

@@ -1,5 +1,5 @@
 """Each stack held to the verl images it stands for (buildkit/matrix/parity.py), read from verl's own Ascend
-Dockerfiles, vendored in upstream/ (tests/upstream_files.py) with their commits and sha256; and the reader of
+Dockerfiles, vendored in upstream/ (tests/harness/upstream_files.py) with their commits and sha256; and the reader of
 those Dockerfiles (buildkit/matrix/upstream.py), on small Dockerfiles of its own and on the vendored ones."""
 
 from __future__ import annotations

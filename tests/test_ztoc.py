@@ -31,8 +31,8 @@ from buildkit.ship.lazy import ztoc
 from buildkit.ship.lazy.tarindex import TarIndex, UnsupportedTar
 from buildkit.ship.oci.registry import OCI_INDEX, OCI_MANIFEST, Manifest, Registry
 from buildkit.ship.options import ship_options
-from tests.fake_registry import fake_registry
-from tests.upstream_sources import vendored
+from tests.harness.fake_registry import fake_registry
+from tests.harness.upstream_sources import vendored
 
 SOCI = vendored("soci")
 

@@ -60,7 +60,7 @@ def _validate_metadata(doc: dict[str, Any]) -> list[tuple[str, str]]:
 def pod_templates(doc: dict[str, Any]) -> list[tuple[str, Any]]:
     """The pod templates a custom resource carries, each with its path (absent or malformed ones
     too): the CRD checks their shape, the Kubernetes schemas what a pod made from them must be
-    (what the operator's create would be refused for). tests/scan.py hands them to checkov."""
+    (what the operator's create would be refused for). tests/harness/scan.py hands them to checkov."""
     spec = _mapping(doc.get("spec"))
     if doc.get("kind") == "RayJob":
         cluster = _mapping(spec.get("rayClusterSpec"))

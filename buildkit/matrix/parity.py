@@ -50,7 +50,7 @@ class Vendored:
 
     def text(self, file: str) -> str:
         if file not in self.sources:
-            raise InputError(f"{self.root / 'SOURCES.json'}: {file} is not vendored (python -m tests.upstream_files vendor)")
+            raise InputError(f"{self.root / 'SOURCES.json'}: {file} is not vendored (python -m tests.harness.upstream_files vendor)")
         return (self.root / file).read_text(encoding="utf-8")
 
     def requirements(self, repo: str, ref: str, name: str) -> tuple[str, str] | None:

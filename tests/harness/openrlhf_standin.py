@@ -10,9 +10,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tests.gitserver import make_repository
+from tests.harness.gitserver import make_repository
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 STANDIN = FIXTURES / "openrlhf-standin"
 UPSTREAM = FIXTURES / "upstream" / "openrlhf"
 REPO_PATH = "ascendkit-standin/OpenRLHF.git"  # the test matrix's repo openrlhf-standin
@@ -41,7 +41,7 @@ def standin_tree(dest: Path) -> Path:
 
 
 def standin_repository(root: Path) -> str:
-    """A bare repository of the tree at ``root/REPO_PATH``, for tests/gitserver.py; returns its commit."""
+    """A bare repository of the tree at ``root/REPO_PATH``, for tests/harness/gitserver.py; returns its commit."""
     tree = standin_tree(root / "standin-tree")
     commit = make_repository(tree, root / REPO_PATH, "OpenRLHF-shaped stand-in source for ascendkit's tests")
     shutil.rmtree(tree)

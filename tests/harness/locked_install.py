@@ -19,7 +19,7 @@ import docker
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.plan import INSTALLER_ARG, section_path, stack_layers
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUILD_ENV = ROOT / "buildkit/image/files/build-env.sh"
 SECONDS_MARK = "ASCENDKIT_INSTALL_SECONDS="
 

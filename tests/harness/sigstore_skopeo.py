@@ -15,7 +15,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.debian_packages import unpacked
+from tests.harness.debian_packages import unpacked
 
 SUITE = "trixie"
 PACKAGES = ("skopeo", "libc6", "libgpgme11t64", "libassuan9", "libgpg-error0", "libsqlite3-0")

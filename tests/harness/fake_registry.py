@@ -2,7 +2,7 @@
 tokens, and answers a unit test scripts (a 503 now, a 429 with Retry-After, a body cut off).
 
 CNCF distribution 2.8 (what `make test` runs) has no referrers endpoint and no auth, so the SBOM's
-tag fallback and every fault are tested against it for real (tests/faultproxy.py); this in-memory
+tag fallback and every fault are tested against it for real (tests/harness/faultproxy.py); this in-memory
 server on 127.0.0.1 speaks just enough of the distribution API (blobs, uploads, mounts, manifests,
 tags, and with ``referrers=True`` the referrers endpoint and the ``OCI-Subject`` answer) to test
 the rest. It serves this process's tests only; it is the only fake registry of the tests.

@@ -7,7 +7,7 @@ the artifact's own sha256 from the index. So the unit job needs no network. The 
 ``test_the_vendored_upstream_is_pypis_own`` downloads every artifact again (checked against the
 index's sha256) and holds the vendored files to it byte for byte; after a pin moves,
 
-    python -m tests.upstream vendor
+    python -m tests.harness.upstream vendor
 
 fetches what the matrix now needs and rewrites the store (then commit it). verl's package
 initialisers import torch, which these hosts cannot install for x86_64 (PyPI's x86 torch is the
@@ -40,7 +40,7 @@ from typing import Any
 PYPI = "https://pypi.org/simple"
 # verl's packages whose __init__ imports torch (verl: DataProto; verl.utils: the tokenizer helpers).
 BARE_PACKAGES = ("verl", "verl.utils")
-STORE = Path(__file__).resolve().parent / "fixtures" / "upstream" / "pypi"
+STORE = Path(__file__).resolve().parents[1] / "fixtures" / "upstream" / "pypi"
 CACHE_ROOT = Path(os.environ.get("ASCENDKIT_CACHE", Path.home() / ".cache" / "ascendkit"))  # kept between runs
 CACHE = CACHE_ROOT / "upstream"
 # What the tests read of each kind of artifact (paths inside the wheel, or below the sdist's top directory).
@@ -73,7 +73,7 @@ def vendored(project: str, version: str) -> Path:
     where = STORE / f"{_canon(project)}-{version}"
     assert (where / "SOURCE.json").is_file(), (
         f"{project} {version} is not vendored in {where.relative_to(STORE.parents[2])}: "
-        "run `python -m tests.upstream vendor` (it needs PyPI) and commit what it writes"
+        "run `python -m tests.harness.upstream vendor` (it needs PyPI) and commit what it writes"
     )
     return where
 
@@ -86,7 +86,7 @@ def verl_wheel(version: str) -> Path:
 def sdist_member(project: str, version: str, member: str) -> str:
     """One file of ``project``'s ``version`` sdist (its path below the sdist's top directory)."""
     path = vendored(project, version) / member
-    assert path.is_file(), f"{project} {version}: {member} is not vendored; add it to what `python -m tests.upstream vendor` takes"
+    assert path.is_file(), f"{project} {version}: {member} is not vendored; add it to what `python -m tests.harness.upstream vendor` takes"
     return path.read_text(encoding="utf-8", errors="replace")
 
 
@@ -100,7 +100,7 @@ def needed() -> dict[tuple[str, str], tuple[str, tuple[str, ...]]]:
     from buildkit.matrix.load import load_matrix
     from buildkit.resources import DEFAULT_MATRIX
 
-    matrix = load_matrix(Path(__file__).resolve().parent.parent / DEFAULT_MATRIX).matrix
+    matrix = load_matrix(Path(__file__).resolve().parents[2] / DEFAULT_MATRIX).matrix
     wanted: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {("verl", "0.6.1"): ("wheel", WHEEL_MEMBERS["verl"])}
 
     def take(project: str, version: str, member: str) -> None:
@@ -282,6 +282,6 @@ class _Bare(importlib.abc.Loader):
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["vendor"]:
-        sys.exit("usage: python -m tests.upstream vendor")
+        sys.exit("usage: python -m tests.harness.upstream vendor")
     for line in vendor():
         print(line)

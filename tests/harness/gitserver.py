@@ -6,7 +6,7 @@ CI cannot reach GitHub, so the checkouts the images build (the OpenRLHF-shaped t
 requirement files ``ascendkit lock`` reads at a commit come from here, through the code paths a
 user's ``--github-url`` mirror takes. Also usable by hand:
 
-    python -m tests.gitserver ROOT [--port 8418]
+    python -m tests.harness.gitserver ROOT [--port 8418]
 """
 
 from __future__ import annotations

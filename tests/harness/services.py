@@ -1,10 +1,10 @@
 """Start and stop the real parts the integration tests use, on a CI-like machine where we are root.
 
-    python -m tests.services start [--arm64]   # install what is missing, start, write the env file
-    python -m tests.services stop              # stop what start started
+    python -m tests.harness.services start [--arm64]   # install what is missing, start, write the env file
+    python -m tests.harness.services stop              # stop what start started
 
 * the engines users run (docs/engines.md), each dockerd on a private socket, data root, exec root
-  and bridge, from Debian's own packages unpacked beside the system (tests/debian_packages.py, so
+  and bridge, from Debian's own packages unpacked beside the system (tests/harness/debian_packages.py, so
   the same on Debian 12 and 13): **Docker 26.1.5 with the containerd image store** (trixie's
   docker.io and containerd: what a fresh Docker 29 install and Docker Desktop use; every docker
   test's engine), **Docker 20.10** (bookworm's: the graph-driver store and the legacy `docker save`
@@ -20,7 +20,7 @@
   is made too, through qemu-user-static (both debootstraps run at once), and a second engine is
   started for the tests marked ``emulated``: on its own socket, data root and bridge, sharing
   only the registry with the first, the way the workflow's arm64 build runs on a runner of its
-  own (a Docker 20.10). `make test` runs those tests there beside the others (tests/ci.py), so
+  own (a Docker 20.10). `make test` runs those tests there beside the others (tests/harness/ci.py), so
   what they build, remove and run never shows in the other tests' engine.
 
 The env file (``$ASCENDKIT_SERVICES_DIR/env``, default /tmp/ascendkit-services/env) holds
@@ -29,7 +29,7 @@ ASCENDKIT_ENGINE_HOSTS (every engine: ``name=unix://...`` pairs, for the tests t
 into several), ASCENDKIT_DOCKER_CLI (trixie's docker CLI 26.1.5), ASCENDKIT_BUILDX (trixie's
 docker-buildx 0.13.1, which `ascendkit build` runs BuildKit through),
 ASCENDKIT_CONTAINERD (the socket of the engine's containerd, for `ctr` in the zstd tests and the
-benchmark), ASCENDKIT_SKOPEO_SIGSTORE (a skopeo with sigstore, tests/sigstore_skopeo.py) and,
+benchmark), ASCENDKIT_SKOPEO_SIGSTORE (a skopeo with sigstore, tests/harness/sigstore_skopeo.py) and,
 with --arm64, ASCENDKIT_EMULATED_DOCKER_HOST for the tests. ``env.<engine>`` holds the same for
 each other engine (its DOCKER_HOST, registries and containerd).
 """
@@ -57,8 +57,8 @@ import docker
 from docker.errors import NotFound
 
 from buildkit.fsio import sha256_of
-from tests import debian_packages
-from tests.sigstore_skopeo import skopeo_sigstore
+from tests.harness import debian_packages
+from tests.harness.sigstore_skopeo import skopeo_sigstore
 
 STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
 ENV_FILE = STATE / "env"
@@ -110,7 +110,7 @@ LEGACY = Engine("docker-20.10", "bookworm", bridge=("ak-d2010", "10.215.0.1/24")
 OVERLAY2 = Engine("docker-overlay2", "trixie", bridge=("ak-overlay2", "10.216.0.1/24"), registry_port=REGISTRY_PORT + 20)
 # Its own bridge and subnet, so its iptables rules and addresses never meet docker0's.
 EMULATED = Engine("docker-emulated", "bookworm", bridge=("ascendkit-emu0", "10.213.0.1/24"))
-OTHERS = (SECOND, LEGACY, OVERLAY2)  # the engines that run a job of tests of their own (tests/ci.py)
+OTHERS = (SECOND, LEGACY, OVERLAY2)  # the engines that run a job of tests of their own (tests/harness/ci.py)
 STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
 STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}

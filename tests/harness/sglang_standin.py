@@ -11,7 +11,7 @@ They are served from one directory by a static HTTP server: a PEP 503 simple ind
 the test matrix's ``ascend`` index redirected with ``--ascend-index-url``) and the release assets
 (``/<repo path>/releases/download/<release>/``, its GitHub redirected with ``--github-url``).
 
-    python -m tests.sglang_standin serve   # serve it on 127.0.0.1 (for `ascendkit lock` of the test matrix)
+    python -m tests.harness.sglang_standin serve   # serve it on 127.0.0.1 (for `ascendkit lock` of the test matrix)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import zipfile
 from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
-from tests.gitserver import serving
+from tests.harness.gitserver import serving
 
 SDIST = "ak_sglang_standin-0.5.10.tar.gz"
 DIST = "ak-sglang-standin"
@@ -171,7 +171,7 @@ def serve(root: Path, host: str = "127.0.0.1", port: int = 0) -> contextlib.Abst
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.sglang_standin")
+    parser = argparse.ArgumentParser(prog="python -m tests.harness.sglang_standin")
     parser.add_argument("command", choices=["serve", "sha256"])
     parser.add_argument("--dir", type=Path, default=Path("/tmp/ascendkit-sglang-standin"))
     args = parser.parse_args()

@@ -6,7 +6,7 @@ unchecked: every kind's pod templates are also written out as plain v1 Pods. Eve
 failing is skipped in `.checkov.yaml` with its reason; anything else fails lint. Prints one line of
 figures per framework and, on a failure, each failed check with its resource.
 
-    python -m tests.scan [--checkov PATH] [--keep DIR] [PATHS...]
+    python -m tests.harness.scan [--checkov PATH] [--keep DIR] [PATHS...]
 
 PATHS replaces what is scanned (tests plant a defect this way); --keep leaves the written
 manifests in DIR.
@@ -34,7 +34,7 @@ from buildkit.matrix.load import load_matrix
 from buildkit.run.job import ImageJob, JobFacts
 from buildkit.trust.keys import Signer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / ".checkov.yaml"
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
 WORKFLOW = ROOT / ".github" / "workflows" / "images.yml"
@@ -148,7 +148,11 @@ def framework_of(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.scan", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.harness.scan",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--checkov", type=Path, default=CHECKOV)
     parser.add_argument("--keep", type=Path, help="write the manifests here (kept) instead of a temporary directory")
     parser.add_argument("paths", nargs="*", type=Path, help="scan these instead of everything ascendkit ships")

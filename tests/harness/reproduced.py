@@ -1,7 +1,7 @@
 """CI's ``reproduced`` job: the engines' images compared, after each engine held two clean builds of its own
 (tests/test_reproducible.py wrote what each published to ``$ASCENDKIT_SERVICES_DIR/reproducible/``).
 
-    python -m tests.reproduced
+    python -m tests.harness.reproduced
 
 Each engine's own pair of clean builds must have published one image (else its job failed, and this
 fails for want of its record). Across engines:
@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from buildkit.ship.imagediff import diff_images, read_published
-from tests.services import STATE
+from tests.harness.services import STATE
 
 RESULTS = STATE / "reproducible"
 BUILDKIT_ENGINES = ("docker-b", "docker-overlay2")  # the containerd store (tests/test_reproducible.py runs on the second engine), overlay2

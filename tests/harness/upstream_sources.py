@@ -7,7 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
-UPSTREAM = Path(__file__).parent / "fixtures" / "upstream"
+UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
 
 
 def vendored(project: str) -> dict[str, Path]:

@@ -6,7 +6,7 @@ verl publishes its Ascend images' Dockerfiles in ``docker/ascend/`` with the tab
 file's repository, branch, commit, git blob and sha256; ``tests/test_verl_parity.py`` checks every
 sha256. After upstream moves, with local clones of both repositories:
 
-    python -m tests.upstream_files vendor VERL_GIT_DIR VLLM_ASCEND_GIT_DIR
+    python -m tests.harness.upstream_files vendor VERL_GIT_DIR VLLM_ASCEND_GIT_DIR
 
 rewrites ``upstream/`` from the refs below (then commit it, re-run ``ascendkit render --all`` and
 read the parity page's diff).
@@ -81,7 +81,7 @@ def vendor(clones: dict[str, Path]) -> list[dict[str, str]]:
     about = (
         "Upstream files ascendkit reads: verl's Ascend Dockerfiles and their tag table, and the requirement files those "
         "Dockerfiles install. The parity page (docs/verl-parity.md) and `ascendkit matrix import` read them; "
-        "tests/test_verl_parity.py checks each sha256. Vendor again with `python -m tests.upstream_files vendor`."
+        "tests/test_verl_parity.py checks each sha256. Vendor again with `python -m tests.harness.upstream_files vendor`."
     )
     (UPSTREAM / "SOURCES.json").write_text(json.dumps({"about": about, "files": entries}, indent=2) + "\n", encoding="utf-8")
     return entries

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.services import STATE
+from tests.harness.services import STATE
 
 ENGINE = STATE / "engine-trixie-v1" / "usr" / "bin"  # containerd 1.7.24 and its ctr, unpacked by `make services`
 CACHE = Path.home() / ".cache" / "ascendkit-bench"
@@ -29,7 +29,7 @@ SOCI = CACHE / "soci-trixie-v1" / "usr" / "bin"  # Debian 13's soci-snapshotter 
 def soci_binaries() -> Path:
     """Where soci and soci-snapshotter-grpc are: Debian 13's package, fetched (sha256-checked) once."""
     if not (SOCI / "soci").is_file():
-        from tests.debian_packages import unpacked
+        from tests.harness.debian_packages import unpacked
 
         CACHE.mkdir(parents=True, exist_ok=True)
         unpacked(CACHE, "trixie", ("soci-snapshotter",), "soci")

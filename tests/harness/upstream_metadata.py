@@ -6,7 +6,7 @@ Each file is one pin on one arch: the distribution, its version, its ``Requires-
 through HTTP ranges, or the sdist the image builds from). Pins whose index this machine cannot reach
 (the PyTorch CPU index, Ascend's) have no file: the tests say so. After a pin moves,
 
-    python -m tests.upstream_metadata vendor
+    python -m tests.harness.upstream_metadata vendor
 
 reads what the matrix now pins and rewrites the store (then commit it); the ``network`` test
 ``test_the_vendored_metadata_is_the_indexs`` holds the store to the index.
@@ -80,6 +80,6 @@ def vendor(cache: Path) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["vendor"]:
-        print("usage: python -m tests.upstream_metadata vendor", file=sys.stderr)
+        print("usage: python -m tests.harness.upstream_metadata vendor", file=sys.stderr)
         sys.exit(2)
     sys.exit(vendor(Path(sys.argv[2]) if len(sys.argv) > 2 else Path("/tmp/ascendkit-metadata-cache")))

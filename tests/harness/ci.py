@@ -1,12 +1,12 @@
 """What `make test` (and so CI) runs: the lint, every test and the quick benchmarks, at once where
 they can be.
 
-    python -m tests.ci [--arm64]
+    python -m tests.harness.ci [--arm64]
 
 The jobs, and what each waits for::
 
     job              waits for         runs
-    services         -                 python -m tests.services start [--arm64]: engines, registries, stand-ins
+    services         -                 python -m tests.harness.services start [--arm64]: engines, registries, stand-ins
     lint             -                 make lint
     unit             lint              pytest -n auto -m "not docker and not network and not matrix_moves": no engine,
                                        every proxy dead, an empty cache
@@ -17,7 +17,7 @@ The jobs, and what each waits for::
     docker-20.10     lint, services    pytest -m "docker and engine_20_10 and not emulated", on Docker 20.10
     docker-overlay2  lint, services    pytest -m "docker and engine_overlay2 and not emulated", on Docker 26.1.5 on overlay2
     emulated         services          pytest -m emulated, on the emulated engine (only with --arm64)
-    reproduced       docker-b, docker-20.10, docker-overlay2   python -m tests.reproduced: one image across engines
+    reproduced       docker-b, docker-20.10, docker-overlay2   python -m tests.harness.reproduced: one image across engines
     bench            unit, docker, docker-b   make bench-quick
 
 Every docker test runs on the engine a fresh Docker install gives (the containerd image store), in
@@ -25,7 +25,7 @@ two halves at once on two such engines (tests/conftest.py's SECOND_ENGINE says w
 what differs between engines (build, load, export, publish, mirror, smoke, verify, the host-contract
 containers) runs on Docker 20.10 too, and export and publish on Docker 26 over overlay2 (the OCI
 layout of uncompressed blobs): each of those jobs has its engine, its registries and its env file
-(tests/services.py), so nothing one pushes or removes shows in another.
+(tests/harness/services.py), so nothing one pushes or removes shows in another.
 
 The emulated tests (the default stack's real arm64 layers, installed and importing verl under
 qemu) take about as long as all the other jobs together: run beside them, the whole takes the
@@ -64,9 +64,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.services import EMULATED_HOST_VAR, ENV_FILE, STATE
+from tests.harness.services import EMULATED_HOST_VAR, ENV_FILE, STATE
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 PASSED, FAILED, NOT_RUN, STOPPED = "passed", "FAILED", "not run", "stopped"
@@ -115,13 +115,13 @@ def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float:
 
 
 def services_env() -> dict[str, str]:
-    """The env file `tests.services start` wrote."""
+    """The env file `tests.harness.services start` wrote."""
     pairs = (line.split("=", 1) for line in ENV_FILE.read_text().splitlines() if "=" in line)
     return {key: value for key, value in pairs}
 
 
 def engine_env(name: str) -> Callable[[], dict[str, str]]:
-    """The env file `tests.services start` wrote for engine ``name`` (``env.<name>``)."""
+    """The env file `tests.harness.services start` wrote for engine ``name`` (``env.<name>``)."""
 
     def read() -> dict[str, str]:
         path = ENV_FILE.with_name(f"env.{name}")
@@ -172,7 +172,7 @@ UNIT_MARKS = "not docker and not network and not matrix_moves"
 
 def jobs_for(arm64: bool) -> list[Job]:
     make = ["make", "--no-print-directory"]
-    services = [str(BIN / "python"), "-m", "tests.services", "start", *(["--arm64"] if arm64 else [])]
+    services = [str(BIN / "python"), "-m", "tests.harness.services", "start", *(["--arm64"] if arm64 else [])]
     jobs = [
         Job("services", services),
         Job("lint", [*make, "lint"]),
@@ -203,7 +203,12 @@ def jobs_for(arm64: bool) -> list[Job]:
             ("lint", "services"),
             engine_env("docker-overlay2"),
         ),
-        Job("reproduced", [str(BIN / "python"), "-m", "tests.reproduced"], ("docker-b", "docker-20.10", "docker-overlay2"), services_env),
+        Job(
+            "reproduced",
+            [str(BIN / "python"), "-m", "tests.harness.reproduced"],
+            ("docker-b", "docker-20.10", "docker-overlay2"),
+            services_env,
+        ),
         Job("bench", [*make, "bench-quick"], ("unit", "docker", "docker-b"), services_env),
     ]
     if arm64:
@@ -248,7 +253,7 @@ class Runner:
                 counts = pytest_counts(line)
                 if counts is not None:
                     job.counts = counts
-                self.say(job.name, line.removeprefix(f"[{job.name}] "))  # tests.services heads its own lines
+                self.say(job.name, line.removeprefix(f"[{job.name}] "))  # tests.harness.services heads its own lines
         code = job.process.wait()
         with self.changed:
             job.ended = time.monotonic()
@@ -319,7 +324,7 @@ class Runner:
 
 def stop_services(runner: Runner) -> None:
     if runner.jobs["services"].started:
-        code = subprocess.run([str(BIN / "python"), "-m", "tests.services", "stop"], cwd=ROOT, check=False).returncode
+        code = subprocess.run([str(BIN / "python"), "-m", "tests.harness.services", "stop"], cwd=ROOT, check=False).returncode
         if code != 0:
             print(f"[ci] stopping the services failed (exit {code})", file=sys.stderr)
 

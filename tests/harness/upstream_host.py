@@ -7,7 +7,7 @@ list), and ``facts.json``, the facts this module extracts from each upstream fil
 mounts, environment, resource names), each with the file's repository, path, commit, git blob id
 and sha256, so anyone can check them against the file. After an upstream release:
 
-    python -m tests.upstream_host extract --mind-cluster DIR --vllm-ascend DIR --verl DIR
+    python -m tests.harness.upstream_host extract --mind-cluster DIR --vllm-ascend DIR --verl DIR
 
 (each DIR a git clone; the refs are the ones below) rewrites facts.json and base.list; the unit test
 ``tests/test_host_contract.py`` then names every difference from our contract that is not in the
@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-STORE = Path(__file__).resolve().parent / "fixtures" / "upstream" / "ascend-host"
+STORE = Path(__file__).resolve().parents[1] / "fixtures" / "upstream" / "ascend-host"
 FACTS = STORE / "facts.json"
 BASE_LIST = STORE / "base.list"
 
@@ -118,7 +118,9 @@ def extract(mind_cluster: Path, vllm_ascend: Path, verl: Path) -> dict[str, Any]
     name_consts, topo_consts = go_strings(names), go_strings(topo)
     BASE_LIST.write_text(base)
     return {
-        "about": "Facts read from upstream files by tests/upstream_host.py (see its docstring); each source names its file exactly.",
+        "about": (
+            "Facts read from upstream files by tests/harness/upstream_host.py (see its docstring); each source names its file exactly."
+        ),
         "runtime_base_list": {"repository": MIND_CLUSTER[0], **base_where, "mounts": [line for line in base.splitlines() if line]},
         "runtime_devices": {"repository": MIND_CLUSTER[0], **runtime_where, **runtime_devices(runtime)},
         "runtime_ub_mounts": {"repository": MIND_CLUSTER[0], **hook_where, "where_present": hook_mounts(hook)},
