@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -58,3 +59,14 @@ def test_no_module_is_over_400_lines() -> None:
     """Rooms that fit: a module that grows past this is split by what it does (docs/architecture.md)."""
     sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text(encoding="utf-8").splitlines()) for p in (ROOT / "buildkit").rglob("*.py")}
     assert not {name: n for name, n in sizes.items() if n > 400}
+
+
+def test_no_command_function_is_over_60_lines() -> None:
+    """A command reads as its options (one line each: declared once as types in cli/*_options.py), one
+    call into its stage's request builder, and its printing; what grows past that goes to a helper."""
+    long = {}
+    for path in (ROOT / "buildkit" / "cli").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > 60:
+                long[f"{path.name}:{node.name}"] = node.end_lineno - node.lineno + 1
+    assert not long

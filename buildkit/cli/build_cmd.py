@@ -69,9 +69,11 @@ from buildkit.errors import InputError
 from buildkit.resources import DEFAULT_MATRIX
 
 if TYPE_CHECKING:
+    from buildkit.fleet import TargetOutcome
     from buildkit.image.buildplan import BuildPlan, BuildResult
     from buildkit.image.progress import Step
     from buildkit.matrix.load import LoadedMatrix
+    from buildkit.plan import ImagePlan
     from buildkit.ship.request import PushRequest
 
 
@@ -147,12 +149,7 @@ def build(
     from buildkit.image.buildplan import check_names
     from buildkit.matrix.load import load_matrix
 
-    if hw is None and not every:
-        raise InputError("give --hw (e.g. --hw a3), or --all (narrowed by --stack/--hw/--os/--arch)")
-    if every and dry_run:
-        raise InputError("--all builds; for the list of targets run `ascendkit plan`")
-    if offline != (wheelhouse is not None):
-        raise InputError("--offline and --wheelhouse DIR go together: an offline build installs every package from DIR")
+    _check_flags(given)
     pushing = _pushing(given)
     check_names(repository, base_image)  # options every target shares: refused once, not per target
     loaded = load_matrix(matrix)
@@ -162,6 +159,16 @@ def build(
     else:
         assert hw is not None
         _build_one(loaded, hw, options, stack=stack, os_name=os_name, arch=arch, pushing=pushing, given=given)
+
+
+def _check_flags(given: dict[str, Any]) -> None:
+    """The flags that only go together (or never do), refused before anything is read."""
+    if given["hw"] is None and not given["every"]:
+        raise InputError("give --hw (e.g. --hw a3), or --all (narrowed by --stack/--hw/--os/--arch)")
+    if given["every"] and given["dry_run"]:
+        raise InputError("--all builds; for the list of targets run `ascendkit plan`")
+    if given["offline"] != (given["wheelhouse"] is not None):
+        raise InputError("--offline and --wheelhouse DIR go together: an offline build installs every package from DIR")
 
 
 def _pushing(given: dict[str, Any]) -> PushRequest | None:
@@ -308,6 +315,14 @@ def _build_all(
         outcomes += build_each(
             client, builds, lambda _: StepPrinter(show_output=not quiet), publish=push, on_start=announce, on_error=failed
         )
+    _print_fleet(outcomes, fleet, as_json)
+    code = exit_code(outcomes)
+    if code:
+        raise typer.Exit(code)
+
+
+def _print_fleet(outcomes: list[TargetOutcome], fleet: list[ImagePlan], as_json: bool) -> None:
+    """Every target's outcome, in the fleet's order: a table on stderr, and with --json the list."""
     order = {f"{p.stack_id} {p.chip_id} {p.os_name} {p.arch}": i for i, p in enumerate(fleet)}
     outcomes.sort(key=lambda o: order[o.name])
     if as_json:
@@ -326,6 +341,3 @@ def _build_all(
             o.message,
         )
     Console(stderr=True, highlight=False, width=200).print(table)
-    code = exit_code(outcomes)
-    if code:
-        raise typer.Exit(code)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,6 +17,14 @@ from buildkit.cli.base import (
     out,
     print_json,
     user_errors,
+)
+from buildkit.cli.lock_options import (
+    LockAllStacksOption,
+    LockArchOption,
+    LockExcludeNewerOption,
+    LockJobsOption,
+    LockStackOption,
+    LockUpgradeOption,
 )
 from buildkit.cli.mirror_options import (
     AscendIndexUrl,
@@ -40,13 +49,11 @@ if TYPE_CHECKING:
 @app.command("lock")
 @user_errors
 def lock(
-    stack: Annotated[str | None, typer.Option("--stack", "-s", help="Only this stack; default: every stack (same as --all).")] = None,
-    all_stacks: Annotated[bool, typer.Option("--all", help="Every stack of the matrix (the default).")] = False,
-    arch: Annotated[Arch | None, typer.Option("--arch", help="Only this arch; default: every arch of each stack.")] = None,
-    upgrade: Annotated[
-        bool, typer.Option("--upgrade", help="Resolve afresh instead of keeping the current lock's versions where they fit.")
-    ] = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=16, help="Targets resolved at once.")] = 4,
+    stack: LockStackOption = None,
+    all_stacks: LockAllStacksOption = False,
+    arch: LockArchOption = None,
+    upgrade: LockUpgradeOption = False,
+    jobs: LockJobsOption = 4,
     pip_index_url: PipIndexUrl = None,
     pytorch_index_url: PytorchIndexUrl = None,
     ascend_index_url: AscendIndexUrl = None,
@@ -54,14 +61,7 @@ def lock(
     gitcode_url: GitcodeUrl = None,
     ca_bundle: CaBundle = None,
     config: ConfigFile = None,
-    exclude_newer: Annotated[
-        str | None,
-        typer.Option(
-            "--exclude-newer",
-            metavar="<DATE>",
-            help="Resolve as the indexes stood then (2026-11-25 or 2026-11-25T00:00:00Z): a re-lock that reproduces.",
-        ),
-    ] = None,
+    exclude_newer: LockExcludeNewerOption = None,
     as_json: JsonFlag = False,
     matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
@@ -84,31 +84,13 @@ def lock(
     loaded = load_matrix(matrix)
     targets = lock_targets(loaded, stack, arch)
     mirrors = mirrors_from(
-        config,
-        ca_bundle,
-        pip_index_url=pip_index_url,
-        pytorch_index_url=pytorch_index_url,
-        ascend_index_url=ascend_index_url,
-        github_url=github_url,
-        gitcode_url=gitcode_url,
-    )
-    printing = threading.Lock()
-
-    def progress(outcome: LockOutcome) -> None:
-        with printing:
-            typer.echo(f"{outcome.target.name}: {outcome.status} ({outcome.seconds:.1f}s) {outcome.detail.splitlines()[0]}", err=True)
-
+        config, ca_bundle, pip_index_url=pip_index_url, pytorch_index_url=pytorch_index_url, ascend_index_url=ascend_index_url,
+        github_url=github_url, gitcode_url=gitcode_url,
+    )  # fmt: skip
     outcomes = lock_all(
-        loaded,
-        targets,
-        index_urls=index_urls_for(loaded, mirrors),
-        ca_bundle=ca_bundle_of(mirrors),
-        upgrade=upgrade,
-        jobs=jobs,
-        on_done=None if as_json else progress,
-        git_hosts=git_hosts_for(loaded, mirrors),
-        exclude_newer=exclude_newer,
-    )
+        loaded, targets, index_urls=index_urls_for(loaded, mirrors), ca_bundle=ca_bundle_of(mirrors), upgrade=upgrade, jobs=jobs,
+        on_done=None if as_json else _progress(), git_hosts=git_hosts_for(loaded, mirrors), exclude_newer=exclude_newer,
+    )  # fmt: skip
     failed = [o for o in outcomes if o.status == "failed"]
     unresolved = [o for o in outcomes if o.status == "unresolved"]
     code = ExitCode.CHECK_FAILED if failed else ExitCode.UNVERIFIED if unresolved else ExitCode.OK
@@ -118,6 +100,17 @@ def lock(
         _print_table(outcomes)
     if code != ExitCode.OK:
         raise typer.Exit(int(code))
+
+
+def _progress() -> Callable[[LockOutcome], None]:
+    """A line on stderr as each target is done (the targets resolve at once: one line at a time)."""
+    printing = threading.Lock()
+
+    def progress(outcome: LockOutcome) -> None:
+        with printing:
+            typer.echo(f"{outcome.target.name}: {outcome.status} ({outcome.seconds:.1f}s) {outcome.detail.splitlines()[0]}", err=True)
+
+    return progress
 
 
 def _print_table(outcomes: list[LockOutcome]) -> None:

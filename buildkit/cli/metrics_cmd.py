@@ -12,11 +12,19 @@ from typing import Annotated
 
 import typer
 
-from buildkit.cli.base import JsonFlag, app, finite, out, print_json, user_errors
+from buildkit.cli.base import JsonFlag, app, out, print_json, user_errors
+from buildkit.cli.metrics_options import (
+    CompareBaselineArgument,
+    CompareMethodOption,
+    CompareMetricOption,
+    CompareNpuLogArgument,
+    ComparePlotOption,
+    CompareThroughputStepsOption,
+    CompareToleranceOption,
+)
 from buildkit.cli.tables import RichTable
 from buildkit.errors import ExitCode, InputError
 from buildkit.fsio import STDOUT, check_output_file, output_dir, write_atomic, write_output
-from buildkit.run import MAX_STEPS
 
 metrics_app = typer.Typer(help="Read verl and OpenRLHF console logs.", no_args_is_help=True)
 baseline_app = typer.Typer(help="Baselines from real GPU runs.", no_args_is_help=True)
@@ -72,25 +80,13 @@ def metrics_parse(
 @app.command("compare")
 @user_errors
 def compare(
-    npu_log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="The NPU run's log.")],
-    baseline: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="A GPU run's log or baseline file.")],
-    metric: Annotated[list[str] | None, typer.Option("--metric", help="Metric to gate (repeatable, paired with --tolerance).")] = None,
-    tolerance: Annotated[
-        list[float] | None,
-        typer.Option("--tolerance", min=0, max=100, callback=finite, help="Its tolerance: mean absolute error x 100 (the seeds' %)."),
-    ] = None,
-    throughput_steps: Annotated[
-        int, typer.Option("--throughput-steps", min=1, max=MAX_STEPS, help="Steps averaged for the throughput ratio.")
-    ] = 4,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of the judged metrics per step (with their bands).")] = None,
-    method: Annotated[
-        str,
-        typer.Option(
-            "--method",
-            help="seeds: the seeds' mean absolute error (any two runs); replay: against the GPU run whose rollouts the NPU run "
-            "replayed; regression: against an earlier NPU run (verl's nightly); identical: two NPU runs of one replay.",
-        ),
-    ] = "seeds",
+    npu_log: CompareNpuLogArgument,
+    baseline: CompareBaselineArgument,
+    metric: CompareMetricOption = None,
+    tolerance: CompareToleranceOption = None,
+    throughput_steps: CompareThroughputStepsOption = 4,
+    plot: ComparePlotOption = None,
+    method: CompareMethodOption = "seeds",
     as_json: JsonFlag = False,
 ) -> None:
     """Judge an NPU run against a reference run by one method (exit 1 when it fails; docs/smoke.md says what each proves)."""

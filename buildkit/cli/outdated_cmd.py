@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from buildkit.cli.base import JsonFlag, WorkingMatrixPath, matrix_app, out, print_json, user_errors
 from buildkit.cli.mirror_options import AscendIndexUrl, CaBundle, ConfigFile, PipIndexUrl, PytorchIndexUrl, ca_bundle_of, mirrors_from
+from buildkit.cli.outdated_options import OutdatedProposeOption, OutdatedStackOption
 from buildkit.cli.tables import RichTable
 from buildkit.errors import ExitCode, InputError
 from buildkit.resources import DEFAULT_MATRIX
@@ -16,10 +15,8 @@ from buildkit.resources import DEFAULT_MATRIX
 @matrix_app.command("outdated", short_help="Find newer releases of the pins.")
 @user_errors
 def matrix_outdated(
-    stack: Annotated[str | None, typer.Option("--stack", "-s", help="Only this stack; default: all.")] = None,
-    propose: Annotated[
-        str | None, typer.Option("--propose", help="NEW_ID: print a new stack stanza from --stack with the accepted bumps.")
-    ] = None,
+    stack: OutdatedStackOption = None,
+    propose: OutdatedProposeOption = None,
     pip_index_url: PipIndexUrl = None,
     pytorch_index_url: PytorchIndexUrl = None,
     ascend_index_url: AscendIndexUrl = None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,6 +14,10 @@ from buildkit.cli.ship_options import (
     LazyOption,
     ManifestDir,
     MediaTypesOption,
+    PublishDryRunOption,
+    PublishImagesArgument,
+    PublishIndexOnlyOption,
+    PublishNoIndexOption,
     RegistriesOption,
     SignKeyOption,
     load_sign_key,
@@ -23,25 +27,22 @@ from buildkit.cli.ship_options import (
 from buildkit.errors import InputError
 from buildkit.fsio import read_input_text
 
+if TYPE_CHECKING:
+    from buildkit.imageref import RegistryRef
+    from buildkit.ship.options import ShipOptions
+
 
 @app.command("publish")
 @user_errors
 def publish(
-    images: Annotated[list[str] | None, typer.Argument(help="Local images built by ascendkit (any of their tags).")] = None,
+    images: PublishImagesArgument = None,
     registry: RegistriesOption = None,
-    no_index: Annotated[bool, typer.Option("--no-index", help="Push the per-arch images only.")] = False,
-    index_only: Annotated[
-        bool,
-        typer.Option(
-            "--index-only",
-            help="No engine: from the build manifests in --manifest-dir (pushed by each arch's `build --push`), check every "
-            "member in each registry, attach their SBOMs and publish each multi-arch index.",
-        ),
-    ] = False,
+    no_index: PublishNoIndexOption = False,
+    index_only: PublishIndexOnlyOption = False,
     media_types: MediaTypesOption = None,
     compression: CompressionOption = "gzip",
     lazy: LazyOption = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --index-only: check everything in the registry, push nothing.")] = False,
+    dry_run: PublishDryRunOption = False,
     sign_key: SignKeyOption = None,
     manifest_dir: ManifestDir = Path("manifests"),
     as_json: JsonFlag = False,
@@ -62,28 +63,39 @@ def publish(
         signer=lambda: load_sign_key(sign_key),
         lazy=lazy,
     )
-    targets, options = list(request.targets), request.options
     if index_only:
-        from buildkit.ship.index import publish_indexes
+        _publish_indexes(manifest_dir, list(request.targets), request.options, dry_run=dry_run, as_json=as_json)
+    else:
+        assert images is not None
+        _publish_images(images, list(request.targets), request.options, manifest_dir, index=not no_index, as_json=as_json)
 
-        outcomes = publish_indexes(manifest_dir, targets, options=options, dry_run=dry_run, say=to_stderr)
-        if dry_run:
-            typer.echo(f"ascendkit: dry run: {len(outcomes)} index(es) checked, nothing pushed", err=True)
-        described = [o.describe() for o in outcomes]
-        print_summary(described)
-        if as_json:
-            print_json(described)
-        return
+
+def _publish_indexes(manifest_dir: Path, targets: list[RegistryRef], options: ShipOptions, *, dry_run: bool, as_json: bool) -> None:
+    """``publish --index-only``: every multi-arch index from the build manifests, no engine."""
+    from buildkit.ship.index import publish_indexes
+
+    outcomes = publish_indexes(manifest_dir, targets, options=options, dry_run=dry_run, say=to_stderr)
+    if dry_run:
+        typer.echo(f"ascendkit: dry run: {len(outcomes)} index(es) checked, nothing pushed", err=True)
+    described = [o.describe() for o in outcomes]
+    print_summary(described)
+    if as_json:
+        print_json(described)
+
+
+def _publish_images(
+    images: list[str], targets: list[RegistryRef], options: ShipOptions, manifest_dir: Path, *, index: bool, as_json: bool
+) -> None:
+    """Local images by digest to every registry, then their indexes; what reached them said if stopped."""
     from buildkit.image.engine import connect
     from buildkit.ship.layers.local import load_local_image
     from buildkit.ship.publish import PublishOutcome, publish_all
 
-    assert images is not None
     client = connect()
     local = [load_local_image(client, ref, manifest_dir) for ref in images]
     done: list[PublishOutcome] = []
     try:
-        publish_all(client, local, targets, index=not no_index, options=options, say=to_stderr, done=done)
+        publish_all(client, local, targets, index=index, options=options, say=to_stderr, done=done)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say exactly what reached the registries
         published = [p.ref for o in done for ps in [*o.registries.values(), *o.indexes.values()] for p in ps]
         rest = images[len(done) :]

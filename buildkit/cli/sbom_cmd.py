@@ -57,7 +57,6 @@ def sbom(
 ) -> None:
     """The components of an image (Python packages, OS packages, CANN, git checkouts, base image) from
     its CycloneDX SBOM; or, with `diff A B`, those added, removed and changed from A to B."""
-    from buildkit.image.sbom import diff, entries
     from buildkit.ship.trust.attach import check_sbom_ref
 
     is_diff = images[0] == "diff"
@@ -73,25 +72,38 @@ def sbom(
         return
     documents = [_read(ref, arch, manifest_dir) for ref in refs]
     if is_diff:
-        (before, a_where), (after, b_where) = documents
-        change = diff(before, after)
-        if as_json:
-            print_json({"from": a_where, "to": b_where, **change.describe()})
-            return
-        table = RichTable(
-            title=f"{a_where} -> {b_where}: {len(change.added)} added, {len(change.removed)} removed, {len(change.changed)} changed"
-        )
-        for column in ("change", "kind", "name", "from", "to", "pin"):
-            table.add_column(column)
-        for a, b in change.changed:
-            table.add_row("changed", a.kind, a.name, a.version, b.version, b.detail)
-        for e in change.added:
-            table.add_row("added", e.kind, e.name, "", e.version, e.detail)
-        for e in change.removed:
-            table.add_row("removed", e.kind, e.name, e.version, "", e.detail)
-        out.print(table)
+        _show_diff(documents, as_json)
+    else:
+        _show_components(*documents[0], as_json)
+
+
+def _show_diff(documents: list[tuple[dict[str, Any], str]], as_json: bool) -> None:
+    """What changed from the first SBOM to the second: added, removed and changed components."""
+    from buildkit.image.sbom import diff
+
+    (before, a_where), (after, b_where) = documents
+    change = diff(before, after)
+    if as_json:
+        print_json({"from": a_where, "to": b_where, **change.describe()})
         return
-    document, where = documents[0]
+    table = RichTable(
+        title=f"{a_where} -> {b_where}: {len(change.added)} added, {len(change.removed)} removed, {len(change.changed)} changed"
+    )
+    for column in ("change", "kind", "name", "from", "to", "pin"):
+        table.add_column(column)
+    for a, b in change.changed:
+        table.add_row("changed", a.kind, a.name, a.version, b.version, b.detail)
+    for e in change.added:
+        table.add_row("added", e.kind, e.name, "", e.version, e.detail)
+    for e in change.removed:
+        table.add_row("removed", e.kind, e.name, e.version, "", e.detail)
+    out.print(table)
+
+
+def _show_components(document: dict[str, Any], where: str, as_json: bool) -> None:
+    """One SBOM's components, a row each."""
+    from buildkit.image.sbom import entries
+
     if as_json:
         print_json(document)
         return

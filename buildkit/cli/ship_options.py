@@ -67,6 +67,23 @@ SignKeyOption = Annotated[
 ]
 
 
+# `ascendkit publish` alone
+PublishImagesArgument = Annotated[list[str] | None, typer.Argument(help="Local images built by ascendkit (any of their tags).")]
+
+PublishNoIndexOption = Annotated[bool, typer.Option("--no-index", help="Push the per-arch images only.")]
+
+PublishIndexOnlyOption = Annotated[
+    bool,
+    typer.Option(
+        "--index-only",
+        help="No engine: from the build manifests in --manifest-dir (pushed by each arch's `build --push`), check every "
+        "member in each registry, attach their SBOMs and publish each multi-arch index.",
+    ),
+]
+
+PublishDryRunOption = Annotated[bool, typer.Option("--dry-run", help="With --index-only: check everything in the registry, push nothing.")]
+
+
 def load_sign_key(source: str | None) -> Any:
     """The signer of ``--sign-key`` (None without one), its passphrase from $COSIGN_PASSWORD or, on a terminal, a prompt."""
     if source is None:

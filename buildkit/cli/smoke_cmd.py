@@ -3,15 +3,34 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
 from buildkit.cancel import interrupted
-from buildkit.cli.base import JsonFlag, MatrixPath, app, finite, print_json, user_errors
+from buildkit.cli.base import JsonFlag, MatrixPath, app, print_json, user_errors
+from buildkit.cli.smoke_options import (
+    SmokeAsRootOption,
+    SmokeBaselineOption,
+    SmokeCheckOption,
+    SmokeConfigCheckOption,
+    SmokeDataOption,
+    SmokeDevicesOption,
+    SmokeEnvOption,
+    SmokeHwOption,
+    SmokeImageOption,
+    SmokeJobOption,
+    SmokeModelPathOption,
+    SmokeOutOption,
+    SmokeOverrideOption,
+    SmokePrivilegedOption,
+    SmokeQuietOption,
+    SmokeStackOption,
+    SmokeStallTimeoutOption,
+    SmokeStepsOption,
+    SmokeTimeoutOption,
+)
 from buildkit.fsio import output_dir
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.run import MAX_SECONDS, MAX_STEPS, SmokeJob
 
 
 def _progress(line: str) -> None:
@@ -21,80 +40,25 @@ def _progress(line: str) -> None:
 @app.command("smoke")
 @user_errors
 def smoke(
-    hw: Annotated[str, typer.Option("--hw", help="SKU: {skus} (its NPUs per node size the job).")],
-    image: Annotated[
-        str | None,
-        typer.Option(
-            "--image",
-            envvar="ASCENDKIT_SMOKE_IMAGE",
-            help="Image to test; default: the local build of --stack (or the default stack) for --hw.",
-        ),
-    ] = None,
-    stack: Annotated[
-        str | None, typer.Option("--stack", help="Without --image: test this stack's local build (e.g. openrlhf-cann8.1).")
-    ] = None,
-    model_path: Annotated[
-        Path | None,
-        typer.Option("--model-path", exists=True, file_okay=False, help="Host directory of Qwen2.5-0.5B-Instruct (mounted read-only)."),
-    ] = None,
-    data: Annotated[
-        Path | None,
-        typer.Option("--data", exists=True, file_okay=False, help="Directory with gsm8k train.parquet/test.parquet; default: generated."),
-    ] = None,
-    job: Annotated[
-        SmokeJob,
-        typer.Option("--job", help="grpo (verl or OpenRLHF, from the image) or sft (verl: LoRA SFT, seed 000). See smoke_tests/."),
-    ] = "grpo",
-    steps: Annotated[
-        int | None, typer.Option("--steps", min=1, max=MAX_STEPS, help="Training steps (default 5; a replay: its bundle's).")
-    ] = None,
-    baseline: Annotated[
-        Path | None,
-        typer.Option(
-            "--baseline",
-            exists=True,
-            help="A GPU run's log or baseline file (the seeds' gate), or a sealed replay bundle (`baseline replay`): replay it.",
-        ),
-    ] = None,
-    timeout: Annotated[
-        float, typer.Option("--timeout", min=1, max=MAX_SECONDS, callback=finite, help="Seconds for doctor and the job together.")
-    ] = 1800,
-    out: Annotated[Path, typer.Option("--out", help="Report directory: report.json, report.md, report.png, the logs.")] = Path("smoke-out"),
-    devices: Annotated[str | None, typer.Option("--devices", help="NPU ids to use, e.g. 0-7 (default: all of the SKU's).")] = None,
-    privileged: Annotated[bool, typer.Option("--privileged", help="Run privileged instead of with explicit devices.")] = False,
-    as_root: Annotated[
-        bool, typer.Option("--as-root", help="Run the containers as root instead of the image's user (HwHiAiUser, 1000:1000).")
-    ] = False,
-    override: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--override",
-            help="Extra argument of the job (repeatable): a Hydra override KEY=VALUE (verl), a flag --override=--name=value (OpenRLHF).",
-        ),
-    ] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="Extra environment KEY=VALUE in the job (repeatable).")] = None,
-    check: Annotated[
-        bool,
-        typer.Option(
-            "--check",
-            help="Only the config check: verl composes the job's config (--cfg job), OpenRLHF parses its flags, in the image; any host.",
-        ),
-    ] = False,
-    config_check: Annotated[
-        bool,
-        typer.Option("--config-check/--no-config-check", help="Run the config check before doctor and the job (default on)."),
-    ] = True,
-    stall_timeout: Annotated[
-        float,
-        typer.Option(
-            "--stall-timeout",
-            min=1,
-            max=MAX_SECONDS,
-            callback=finite,
-            help="Stop the job when no step follows Ray's start for this many seconds.",
-        ),
-    ] = 900,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not echo the job's log.")] = False,
+    hw: SmokeHwOption,
+    image: SmokeImageOption = None,
+    stack: SmokeStackOption = None,
+    model_path: SmokeModelPathOption = None,
+    data: SmokeDataOption = None,
+    job: SmokeJobOption = "grpo",
+    steps: SmokeStepsOption = None,
+    baseline: SmokeBaselineOption = None,
+    timeout: SmokeTimeoutOption = 1800,
+    out: SmokeOutOption = Path("smoke-out"),
+    devices: SmokeDevicesOption = None,
+    privileged: SmokePrivilegedOption = False,
+    as_root: SmokeAsRootOption = False,
+    override: SmokeOverrideOption = None,
+    env: SmokeEnvOption = None,
+    check: SmokeCheckOption = False,
+    config_check: SmokeConfigCheckOption = True,
+    stall_timeout: SmokeStallTimeoutOption = 900,
+    quiet: SmokeQuietOption = False,
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
@@ -111,27 +75,11 @@ def smoke(
     from buildkit.run.smokerequest import make_request
 
     request = make_request(  # checked before the engine: a mistake in the options is exit 2, not 4
-        load_matrix(matrix),
-        hw,
-        out,
-        image=image,
-        stack=stack,
-        job=job,
-        steps=steps,
-        timeout=timeout,
-        stall_timeout=stall_timeout,
-        model_path=model_path,
-        data_path=data,
-        baseline=baseline,
-        devices=devices,
-        privileged=privileged,
-        as_root=as_root,
-        overrides=override or [],
-        env=env or [],
-        check_only=check,
-        config_check=config_check,
+        load_matrix(matrix), hw, out, image=image, stack=stack, job=job, steps=steps, timeout=timeout, stall_timeout=stall_timeout,
+        model_path=model_path, data_path=data, baseline=baseline, devices=devices, privileged=privileged, as_root=as_root,
+        overrides=override or [], env=env or [], check_only=check, config_check=config_check,
         progress=None if as_json else _progress,
-    )
+    )  # fmt: skip
     client = connect()
     typer.echo(f"smoke: {request.image} on --hw {request.sku_id}; report in {out}/", err=True)
     try:

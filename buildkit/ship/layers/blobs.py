@@ -14,6 +14,7 @@ import requests
 from docker.errors import DockerException
 
 from buildkit.errors import PublishFailed, Unavailable
+from buildkit.image.engine import CONTAINERD_STORE, engine_facts
 from buildkit.reach import engine_said
 from buildkit.ship.layers.compressing import GZIP, ZSTD, Blob, Compression, CompressionCache
 from buildkit.ship.layers.export import export
@@ -142,7 +143,12 @@ def layer_drops(
     """For each layer of the image, the entries its normalized layer leaves out
     (:func:`.normalize.unchanged_entries`), judged on every layer's listing: from the cache, else
     read out of the engine once (the layers an engine's archive holds come in the order of their
-    digests, not the image's, so they are read before any is compressed)."""
+    digests, not the image's, so they are read before any is compressed). None on the containerd
+    image store: its differ writes what a step changed and nothing else, so there is nothing to
+    leave out, and no second pass over the engine's archive is paid for (CI's `reproduced` job holds
+    its images to overlay2's)."""
+    if _writes_changes_only(client):
+        return dict.fromkeys(diff_ids, frozenset())
     listings = {d: cache.listing(d) for d in dict.fromkeys(diff_ids)}
     missing = {d for d, listing in listings.items() if listing is None}
     if missing and len(diff_ids) > keep:
@@ -161,3 +167,12 @@ def layer_drops(
     for diff_id, drop in zip(diff_ids, unchanged_entries([listings[d] for d in diff_ids], keep), strict=True):
         drops[diff_id] = drop if drops.get(diff_id, drop) == drop else frozenset()  # a layer twice, judged twice: none left out
     return drops
+
+
+def _writes_changes_only(client: docker.APIClient) -> bool:
+    """Whether the engine's differ writes only what each step changed (the containerd image store's:
+    moby's graph drivers tar a step's whole upper directory)."""
+    try:
+        return engine_facts(client).image_store == CONTAINERD_STORE
+    except (DockerException, requests.exceptions.RequestException, AttributeError, KeyError, TypeError):
+        return False  # an engine that cannot say: every layer judged
