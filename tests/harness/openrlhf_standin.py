@@ -1,6 +1,8 @@
 """The test stack's OpenRLHF source: the stand-in tree of tests/fixtures/openrlhf-standin with the
 real ``train_ppo_ray.py`` (vendored verbatim from the fork at the pinned commit) in its place, as a
-git repository whose commit id depends on the files alone (the test matrix pins it)."""
+git repository whose commit id depends on the files alone (the test matrix pins it: so its README
+still names this module's old place, tests/openrlhf_standin.py, and tests/gitserver.py; a word
+changed there is a new commit to pin)."""
 
 from __future__ import annotations
 
