@@ -56,11 +56,11 @@ def _arm64_site(dest: Path) -> Path:
     for wheel in sorted(wheels.glob("*.whl")):
         with zipfile.ZipFile(wheel) as archive:
             archive.extractall(site)
-    package = site / "buildkit" / "ship"  # the module alone: it needs nothing of ascendkit's
+    package = site / "buildkit" / "ship" / "layers"  # the module alone: it needs nothing of ascendkit's
     package.mkdir(parents=True)
-    (site / "buildkit" / "__init__.py").write_text("")
-    (package / "__init__.py").write_text("")
-    shutil.copy2(ROOT / "buildkit" / "ship" / "codecs.py", package / "codecs.py")
+    for parent in (site / "buildkit", site / "buildkit" / "ship", package):
+        (parent / "__init__.py").write_text("")
+    shutil.copy2(ROOT / "buildkit" / "ship" / "layers" / "codecs.py", package / "codecs.py")
     return site
 
 

@@ -104,6 +104,7 @@ def test_build_push_of_inputs_a_registry_holds_tags_that_image_and_builds_nothin
     def build_push(repo: str) -> tuple[dict[str, Any], str]:
         proc = docker_env.ascendkit(
             "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
+            "--repo", "ascendkit-elsewhere/verl",  # its own local tags (not part of the inputs): the session's image keeps its
             "--push", "--no-index", "--registry", f"{docker_env.registry}/{repo}", "--json", "--quiet",
             cwd=tmp_path, check=True,
         )  # fmt: skip
@@ -115,7 +116,8 @@ def test_build_push_of_inputs_a_registry_holds_tags_that_image_and_builds_nothin
     assert [p["digest"] for p in again["pushed"]] == [built["digest"]] * len(built["pushed"])
     elsewhere, said = build_push(f"{built['repo']}-elsewhere")
     assert "built" not in elsewhere and "building " in said, "a registry that lacks it: built (from the cache), verified, pushed"
-    assert elsewhere["digest"] == built["digest"] and elsewhere["inputs_tag"] == built["inputs_tag"]
+    assert elsewhere["digest"] == built["digest"] and elsewhere["inputs_tag"] == built["inputs_tag"], "the same image, rebuilt"
+    assert identify(docker_env.client, built["tags"][0]).config == built["image_id"], "the session's local tags stay on its image"
 
 
 # ---- several registries, zstd, media types: read back with skopeo and pulled with containerd's ctr ----
