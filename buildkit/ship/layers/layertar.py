@@ -141,8 +141,6 @@ class TarClamp:
         self.extended: dict[str, str] = {}  # their records, as the engine wrote them
         self.pax_path: str | None = None  # the name a PAX header among them gives
         self.clamped = 0  # headers whose times were clamped
-        self.dropped = 0
-        self.whiteouts = 0
         self.listing: Listing | None = [] if listing else None
 
     def write(self, data: bytes | memoryview) -> None:
@@ -223,7 +221,6 @@ class TarClamp:
                     self._hash(memoryview(b""))
         if name in self.drop:
             self.pending, self.extended, self.pax_path = [], {}, None
-            self.dropped += 1
             self.skipping = padded if kind not in _DATALESS else 0
             return
         first = bytearray(header)
@@ -287,7 +284,6 @@ class TarClamp:
         header[157:257] = b"\0" * 100
         if bytes(header[257:263]) == b"ustar\0":
             header[265:329] = b"\0" * 64
-        self.whiteouts += 1
 
     def _flush(self) -> None:
         for block in self.pending:
