@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import cpuacct
 from tests.harness.ci import FAILED, NOT_RUN, PASSED, STOPPED, Job, Runner, jobs_for
 
 
@@ -166,3 +167,36 @@ def test_a_missing_arm64_stand_in_fails_where_it_was_asked_for(monkeypatch: pyte
         arm64_standin()
     monkeypatch.setenv("ASCENDKIT_STANDIN_IMAGE_ARM64", "ascendkit-standin/cann:arm64")
     assert arm64_standin() == "ascendkit-standin/cann:arm64"
+
+
+def test_each_job_runs_in_its_own_cpu_group_and_the_table_shows_what_it_used(tmp_path: Path) -> None:
+    """Each job joins its group before it runs anything (its children with it); the table reads each
+    group's cpuacct.usage. A directory stands in for the cgroup hierarchy: the kernel's is root's."""
+    hierarchy = tmp_path / "cgroup" / "cpuacct"
+    hierarchy.mkdir(parents=True)
+    account = cpuacct.CpuAccount.create("run", hierarchy)
+    assert account.root is not None
+    jobs = [Job("unit", py("import os; print(os.getpid())")), Job("lint", py("print('ok')"))]
+    runner = Runner(jobs, tmp_path, os.environ, account)
+    runner.run()
+    assert jobs[0].process is not None
+    assert (account.root / "job-unit" / "cgroup.procs").read_text().strip() == str(jobs[0].process.pid)
+    assert runner.base_env[cpuacct.ENV_VAR] == str(account.root)
+    (account.root / "job-unit" / "cpuacct.usage").write_text(str(90 * 10**9))
+    (account.root / "engine-docker").mkdir()
+    (account.root / "engine-docker" / "cpuacct.usage").write_text(str(600 * 10**9))
+    table = runner.summary().splitlines()
+    assert table[0].split()[4] == "cpu" and table[1].split()[4] == "1.5m", table
+    assert "core-minutes: docker 10.0" in table[3]
+    for path in (account.root / "job-unit", account.root / "job-lint", account.root / "engine-docker"):
+        for name in ("cgroup.procs", "cpuacct.usage"):
+            (path / name).unlink(missing_ok=True)  # the kernel's files go with their group
+    account.remove()
+    assert not account.root.exists()
+
+
+def test_without_a_cpu_hierarchy_nothing_is_measured_and_the_table_says_so(tmp_path: Path) -> None:
+    account = cpuacct.CpuAccount.create("run", tmp_path / "nowhere" / "cpuacct")
+    assert account.root is None and account.wrap("job-unit", ["true"]) == ["true"]
+    runner = run([Job("unit", py("print(1)"))], tmp_path)
+    assert "CPU per job: not measured" in runner.summary()

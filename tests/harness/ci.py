@@ -64,6 +64,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.harness import cpuacct
 from tests.harness.services import EMULATED_HOST_VAR, ENV_FILE, STATE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,10 +220,13 @@ def jobs_for(arm64: bool) -> list[Job]:
 class Runner:
     """Runs jobs as their prerequisites pass, each in its own process group, printing their lines."""
 
-    def __init__(self, jobs: list[Job], logs: Path, base_env: Mapping[str, str]) -> None:
+    def __init__(self, jobs: list[Job], logs: Path, base_env: Mapping[str, str], account: cpuacct.CpuAccount | None = None) -> None:
         self.jobs = {job.name: job for job in jobs}
         self.logs = logs
+        self.account = account or cpuacct.CpuAccount(None)
         self.base_env = dict(base_env)
+        if self.account.root is not None:
+            self.base_env[cpuacct.ENV_VAR] = str(self.account.root)
         self.width = max(len(name) for name in self.jobs)
         self.lock = threading.RLock()  # re-entrant: the signal handler runs on the main thread, maybe inside it
         self.changed = threading.Condition(self.lock)
@@ -239,7 +243,12 @@ class Runner:
         env = {**self.base_env, **job.env(), "PYTHONUNBUFFERED": "1"}
         job.started = time.monotonic()
         job.process = subprocess.Popen(
-            list(job.argv), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            self.account.wrap(f"job-{job.name}", job.argv),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.say(job.name, f"started: {' '.join(job.argv)}")
         threading.Thread(target=self._follow, args=(job,), daemon=True).start()
@@ -303,7 +312,8 @@ class Runner:
                 os.killpg(job.process.pid, signal.SIGTERM)
 
     def summary(self) -> str:
-        rows = [f"{'job':<{self.width}}  {'result':<8} {'start':>6} {'took':>6} {'passed':>6} {'failed':>6} {'skipped':>7}"]
+        used = self.account.seconds()
+        rows = [f"{'job':<{self.width}}  {'result':<8} {'start':>6} {'took':>6} {'cpu':>6} {'passed':>6} {'failed':>6} {'skipped':>7}"]
         for job in self.jobs.values():
             start = f"{(job.started - self.t0) / 60:5.1f}m" if job.started else ""
             took = f"{(job.ended - job.started) / 60:5.1f}m" if job.ended else ""
@@ -311,8 +321,15 @@ class Runner:
             if job.counts:
                 failed = job.counts.get("failed", 0) + job.counts.get("error", 0)
                 tests = [str(job.counts.get("passed", 0)), str(failed), str(job.counts.get("skipped", 0))]
-            row = f"{job.name:<{self.width}}  {job.result:<8} {start:>6} {took:>6} {tests[0]:>6} {tests[1]:>6} {tests[2]:>7}"
+            cpu = f"{used[f'job-{job.name}'] / 60:5.1f}m" if f"job-{job.name}" in used else ""
+            row = f"{job.name:<{self.width}}  {job.result:<8} {start:>6} {took:>6} {cpu:>6} {tests[0]:>6} {tests[1]:>6} {tests[2]:>7}"
             rows.append(f"{row}  {job.detail}".rstrip())
+        engines = {name.removeprefix("engine-"): s for name, s in used.items() if name.startswith("engine-")}
+        if engines:
+            each = ", ".join(f"{name} {s / 60:.1f}" for name, s in engines.items())
+            rows.append(f"engines' CPU (their builds and containers), core-minutes: {each}")
+        elif self.account.root is None:
+            rows.append("CPU per job: not measured (no writable cgroup v1 cpuacct hierarchy)")
         busy = cpu_busy(self.cpu0, cpu_times())
         rows.append(f"total {(time.monotonic() - self.t0) / 60:.1f} min; the CPUs were busy {busy:.0%} of it ({os.cpu_count()} cores)")
         return "\n".join(rows)
@@ -340,7 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     base_env = {**os.environ, "ASCENDKIT_REQUIRE_DOCKER": "1"}
     for name in ("DOCKER_HOST", "ASCENDKIT_REGISTRY", "ASCENDKIT_STANDIN_IMAGE", "ASCENDKIT_STANDIN_IMAGE_ARM64", EMULATED_HOST_VAR):
         base_env.pop(name, None)  # the unit job gets no engine; the others get the services' own
-    runner = Runner(jobs_for(args.arm64), logs, base_env)
+    account = cpuacct.CpuAccount.create(f"ascendkit-ci-{os.getpid()}")
+    runner = Runner(jobs_for(args.arm64), logs, base_env, account)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda s, _frame: runner.interrupt(s))
     try:
@@ -348,7 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         stop_services(runner)
         print(runner.summary(), flush=True)
-        print(f"(each job's whole output: {logs}/<job>.log)", flush=True)
+        print(f"(each job's whole output: {logs}/<job>.log; cpu: the core-minutes its own processes used)", flush=True)
+        account.remove()
     if runner.interrupted:
         return 128 + runner.interrupted
     return 0 if runner.ok else 1

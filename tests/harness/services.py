@@ -57,7 +57,7 @@ import docker
 from docker.errors import NotFound
 
 from buildkit.fsio import sha256_of
-from tests.harness import debian_packages
+from tests.harness import cpuacct, debian_packages
 from tests.harness.sigstore_skopeo import skopeo_sigstore
 
 STATE = Path(os.environ.get("ASCENDKIT_SERVICES_DIR", "/tmp/ascendkit-services"))
@@ -229,6 +229,9 @@ def start_dockerd(engine: Engine = MAIN) -> None:
     if engine.bridge:
         _make_bridge(*engine.bridge)
         argv += ["--bridge", engine.bridge[0]]
+    measured = cpuacct.engine_group(engine.name)  # under tests.harness.ci: its CPU and its containers' counted apart
+    if measured is not None:
+        argv = [*measured[0], *argv, *measured[1]]
     # Its own containerd, shims and docker-proxy first on the PATH; runc and iptables the system's.
     path = f"{root / 'usr/bin'}:{root / 'usr/sbin'}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}:/usr/sbin:/sbin"
     with (STATE / f"dockerd{engine.name.removeprefix('docker')}.log").open("ab") as out:  # dockerd.log, dockerd-20.10.log, ...
