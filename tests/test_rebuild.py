@@ -14,7 +14,7 @@ import pytest
 from buildkit.errors import InputError
 from buildkit.matrix.load import load_matrix
 from buildkit.ship.oci.registry import DOCKER_MANIFEST, OCI_MANIFEST, Manifest
-from buildkit.ship.rebuild import check_inputs, recorded_inputs
+from buildkit.ship.rebuild import check_inputs, is_local, local_original, recorded_inputs
 from buildkit.trust.provenance import statement
 from tests.conftest import TEST_MATRIX
 
@@ -84,7 +84,53 @@ def test_a_bad_image_or_destination_is_refused_before_any_engine_is_reached(monk
     from buildkit.cli import app
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/ascendkit/none.sock")  # were it reached: exit 4, not 2
+    bad = CliRunner().invoke(app, ["rebuild", "127.0.0.1:5000/Not A Ref!", "--to", "127.0.0.1:5000/scratch"])
+    assert bad.exit_code == 2 and "give a registry image" in bad.output, bad.output
     local = CliRunner().invoke(app, ["rebuild", "ascendkit/verl:local", "--to", "127.0.0.1:5000/scratch"])
-    assert local.exit_code == 2 and "give a registry image" in local.output, local.output
+    assert local.exit_code == 4, "a local image: the engine it is on is asked for it"
     bad_to = CliRunner().invoke(app, ["rebuild", "127.0.0.1:5000/verl:x", "--to", "not a repository"])
     assert bad_to.exit_code == 2 and "not a repository" in bad_to.output, bad_to.output
+
+
+@pytest.mark.parametrize(
+    ("ref", "local"),
+    [
+        ("ascendkit/verl:teststack-a3-debian12-x86_64", True),
+        ("verl:x", True),
+        ("127.0.0.1:5000/verl:x", False),
+        ("registry.example/ml/verl@sha256:" + "a" * 64, False),
+        ("localhost/verl:x", False),
+    ],
+)
+def test_a_name_with_no_registry_host_is_an_image_on_this_engine(ref: str, local: bool) -> None:
+    assert is_local(ref) is local
+
+
+def test_a_local_image_is_rebuilt_from_its_build_record_as_publish_would_publish_it() -> None:
+    """A local image's inputs are its record's, through the provenance publishing would attach; the
+    media types and compression are publish's defaults."""
+    inputs = recorded_inputs(statement("ascendkit/verl", "sha256:" + "b" * 64, record()), "ascendkit/verl:x", None)
+    assert (inputs.stack, inputs.epoch, inputs.media_types, inputs.compression) == ("teststack", 1735689600, "default", "gzip")
+
+
+class _Engine:
+    """An engine holding one ascendkit image (as docker-py's APIClient answers inspect_image)."""
+
+    def inspect_image(self, ref: str) -> dict[str, Any]:
+        labels = {"org.opencontainers.image.version": "teststack-a3-debian12", "io.ascendkit.stack": "teststack"}
+        return {"Id": "sha256:" + "b" * 64, "Architecture": "amd64", "Config": {"Labels": labels}}
+
+
+def test_a_local_image_without_its_build_record_is_refused_before_anything_is_built(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"no build manifest at .*teststack-a3-debian12-x86_64\.json.*its inputs cannot be recovered"):
+        local_original(_Engine(), "ascendkit/verl:x", tmp_path)  # type: ignore[arg-type]
+    failed = record() | {
+        "schema_version": 1,
+        "passed": False,
+        "labels": {},
+        "builder": {"name": "buildkit", "version": "0.13.1", "steps_total": 1, "steps_cached": 0},
+    }
+    failed["image"] = {"id": "sha256:" + "b" * 64, "tags": ["ascendkit/verl:x"]}
+    (tmp_path / "teststack-a3-debian12-x86_64.json").write_text(json.dumps(failed))
+    with pytest.raises(InputError, match="does not record a passed verification"):
+        local_original(_Engine(), "ascendkit/verl:x", tmp_path)  # type: ignore[arg-type]

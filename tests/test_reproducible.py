@@ -4,7 +4,8 @@ config and the same gzip and zstd manifests, on every engine this runs on: Docke
 containerd store (the docker-b job: it shares no image with the rest), on overlay2 and Docker 20.10
 with the classic builder (their jobs); and for aarch64, every step under qemu, on the emulated engine
 (the emulated job). The second build is `ascendkit rebuild` of the first, from the inputs its provenance records, as a user
-checks a published image.
+checks a published image; on overlay2 the first is not published, and `rebuild` takes it from the engine and
+its build record, as a user checks an image before publishing it.
 
 Each job writes what it published to ``$ASCENDKIT_SERVICES_DIR/reproducible/<engine>.json``; CI's
 ``reproduced`` job (tests/harness/reproduced.py) then holds the engines to one image (the classic builder to
@@ -21,6 +22,7 @@ from typing import Any, cast
 
 import pytest
 
+from buildkit.ship.oci.registry import Registry
 from tests.conftest import TEST_MATRIX, DockerEnv, arm64_standin
 from tests.harness.services import STATE
 
@@ -64,11 +66,14 @@ def _published(result: dict[str, Any], repository: str, workdir: Path) -> dict[s
 
 
 def test_two_clean_builds_publish_the_same_image(docker_env: DockerEnv, tmp_path: Path) -> None:
-    # Docker 20.10 is where users still run the classic builder: held to it there (its rebuild takes the recorded builder)
-    builder = ("--builder", "classic") if engine_name(docker_env) == "docker-20.10" else ()
-    first = reproduced(docker_env, tmp_path, "x86_64", docker_env.standin, *builder)
-    RESULTS.mkdir(parents=True, exist_ok=True)
     name = engine_name(docker_env)
+    if name == "docker-overlay2":  # one engine rebuilds a local image: the same builds, the other way in
+        first = reproduced_locally(docker_env, tmp_path)
+    else:
+        # Docker 20.10 is where users still run the classic builder: held to it there (its rebuild takes the recorded builder)
+        builder = ("--builder", "classic") if name == "docker-20.10" else ()
+        first = reproduced(docker_env, tmp_path, "x86_64", docker_env.standin, *builder)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps({"engine": name, **first}, indent=2))
 
 
@@ -77,6 +82,45 @@ def test_two_clean_arm64_builds_under_emulation_publish_the_same_image(docker_en
     """The same for aarch64, the SKU hosts' arch: every step run under qemu on the emulated engine."""
     first = reproduced(docker_env, tmp_path, "aarch64", arm64_standin())
     assert first["arch"] == "aarch64"
+
+
+def reproduced_locally(docker_env: DockerEnv, tmp_path: Path) -> dict[str, Any]:
+    """A clean build left on the engine, unpublished; `ascendkit rebuild` of the local image publishes it and its
+    rebuild to a scratch repository and compares; the image's own tag and build record stay as they were."""
+    scratch = f"{docker_env.registry}/repro-{uuid.uuid4().hex[:8]}"
+    docker_env.client.prune_builds(filters=cast(Any, {"type": ["exec.cachemount"]}), all=True)
+    first_dir = tmp_path / "first"
+    first_dir.mkdir()
+    built = docker_env.ascendkit(
+        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
+        "--no-cache", "--repo", "ascendkit-repro/verl", "--json", "--quiet", cwd=first_dir, check=True,
+    )  # fmt: skip
+    result = json.loads(built.stdout)
+    tag, record_path = result["tags"][0], first_dir / result["manifest"]
+    record_before, image_before = record_path.read_bytes(), docker_env.client.inspect_image(tag)["Id"]
+    docker_env.client.prune_builds(filters=cast(Any, {"type": ["exec.cachemount"]}), all=True)
+    checked = docker_env.ascendkit(
+        "rebuild", tag, "--to", scratch, "--manifest-dir", str(record_path.parent), "--matrix", str(TEST_MATRIX), "--json", "--quiet",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert checked.returncode in (0, 1), f"rebuild could not run:\n{checked.stderr[-4000:]}"
+    outcome = json.loads(checked.stdout)
+    assert record_path.read_bytes() == record_before, "a scratch push is not a publication: the record stays as it was"
+    assert docker_env.client.inspect_image(tag)["Id"] == image_before, "the image's tag stays on it"
+    rebuilt_tag = outcome["build"]["tags"][0]
+    assert rebuilt_tag.startswith("ascendkit-repro/verl-rebuilt:"), rebuilt_tag
+    assert (record_path.parent / "rebuilt" / record_path.name).is_file(), "the rebuild's record apart from the original's"
+    second = _published(outcome["build"], scratch, tmp_path)
+    original = outcome["original"].rpartition("@")[2]
+    config = Registry(docker_env.registry).get_manifest(scratch.split("/", 1)[1], original)
+    assert config is not None and outcome["inputs"]["image"].startswith(f"{tag} (")
+    first = {"config": config.json()["config"]["digest"], "gzip": original, "zstd": outcome["zstd"][0]}
+    same = {key: first[key] == second[key] for key in ("config", "gzip", "zstd")}
+    if not all(same.values()):
+        lines = "\n".join(f"  {d}" for d in outcome["differences"])
+        pytest.fail(f"a clean build and its rebuild ({second['builder']}) published different images {same}:\n{lines}")
+    assert outcome["same"], outcome
+    return {**second, "ref": outcome["original"], "arch": "x86_64", "engine_configs": [image_before, second["engine_config"]]}
 
 
 def reproduced(docker_env: DockerEnv, tmp_path: Path, arch: str, base: str, *builder: str) -> dict[str, Any]:

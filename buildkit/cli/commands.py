@@ -26,7 +26,7 @@ SUMMARIES: dict[str, str] = {
     "render": "Render Dockerfiles and every generated file.",
     "sbom": "List or diff the components of an image.",
     "diff": "Compare two published images file by file.",
-    "rebuild": "Rebuild a published image from its inputs and compare.",
+    "rebuild": "Rebuild an image from its inputs and compare.",
     "smoke": "Run a short training job in an image and judge it.",
     "matrix": "Inspect and validate the compatibility matrix.",
     "k8s": "Kubernetes manifests and the node preflight.",
@@ -125,9 +125,11 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "rebuild": (
         ("buildkit.cli.rebuild_cmd",),
         (
-            "Rebuild a published image from the inputs its provenance records (stack, SKU, arch, OS, the base by "
-            "digest, each lock section by sha256, the epoch), with nothing cached, publish it to --to as the original "
-            "was published, and compare: exit 0 when it is the same image (the same digest), 1 when it differs, each "
+            "Rebuild an image from its recorded inputs (stack, SKU, arch, OS, the base by digest, each lock section "
+            "by sha256, the epoch): a published one's from its provenance, a local one's (NAME:TAG on this engine) from "
+            "its build record in --manifest-dir, published to --to first as `publish` would (its own tag and record "
+            "left as they were; the rebuild tagged REPO-rebuilt, recorded in --manifest-dir/rebuilt). Built with "
+            "nothing cached, published to --to as the original was, and compared: exit 0 when it is the same image (the same digest), 1 when it differs, each "
             "differing file named with its layer and what differs. An image whose inputs cannot be recovered here (no "
             "provenance or no epoch, another matrix stack or lock section, a base this engine lacks) is refused (exit 2) "
             "before anything is built."

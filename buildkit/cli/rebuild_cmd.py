@@ -1,4 +1,4 @@
-"""``ascendkit rebuild IMAGE --to HOST/REPO``: check a published image by building it again from its recorded inputs."""
+"""``ascendkit rebuild IMAGE --to HOST/REPO``: check an image, published or local, by building it again from its recorded inputs."""
 
 from __future__ import annotations
 
@@ -29,7 +29,13 @@ from buildkit.resources import DEFAULT_MATRIX
 @app.command("rebuild")
 @user_errors
 def rebuild(
-    image: Annotated[str, typer.Argument(help="HOST[:PORT]/REPO:TAG or @sha256:... as published by ascendkit.", metavar="IMAGE")],
+    image: Annotated[
+        str,
+        typer.Argument(
+            help="HOST[:PORT]/REPO:TAG or @sha256:... as published by ascendkit, or NAME:TAG on this engine as built by it.",
+            metavar="IMAGE",
+        ),
+    ],
     to: Annotated[
         str,
         typer.Option("--to", help="HOST[:PORT]/REPO the rebuilt image is published to, beside the original (a scratch repository)."),
@@ -49,9 +55,10 @@ def rebuild(
     as_json: JsonFlag = False,
     matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
-    """Rebuild a published image from the inputs its provenance records (stack, SKU, arch, OS, the base by
-    digest, each lock section by sha256, the epoch), with nothing cached, publish it to --to as the original
-    was published, and compare: exit 0 when it is the same image (the same digest), 1 when it differs, each
+    """Rebuild an image from its recorded inputs (stack, SKU, arch, OS, the base by digest, each lock section
+    by sha256, the epoch): a published one's from its provenance, a local one's from its build record in
+    --manifest-dir (published to --to first, as `publish` would). Built with nothing cached, published to
+    --to as the original was, and compared: exit 0 when it is the same image (the same digest), 1 when it differs, each
     differing file named with its layer and what differs. An image whose inputs cannot be recovered here (no
     provenance or no epoch, another matrix stack or lock section, a base this engine lacks) is refused (exit 2)
     before anything is built."""

@@ -1,37 +1,52 @@
-"""Checking a published image by rebuilding it: its inputs recovered from the provenance publishing
-attached to it (the stack, SKU, arch and OS, the base image by digest, each lock section by sha256, the
-epoch), held to what is at hand here, built again with nothing cached, published beside it, and the
-two compared: the same digest, or each differing file named (:mod:`.imagediff`).
+"""Checking an image by rebuilding it: its inputs recovered (the stack, SKU, arch and OS, the base
+image by digest, each lock section by sha256, the epoch), held to what is at hand here, built again
+with nothing cached, published beside it, and the two compared: the same digest, or each differing
+file named (:mod:`.imagediff`).
 
-An image whose inputs cannot be recovered is refused before anything is built: no provenance, one
-with no epoch (built before images were reproducible), a stack this matrix does not hold, a lock
-section that is not the one it was built from, a base image this engine does not have at its digest.
+A published image's inputs come from the provenance publishing attached to it. A local one's
+(``NAME:TAG`` on this engine, not yet published) come from its build record in ``--manifest-dir``,
+the very record its provenance would be made from; it is published to the scratch repository first,
+as ``publish`` would publish it, so that both sides are compared in the form a node pulls. Its
+record is left as it was (the scratch push is not a publication), and the rebuild is tagged and
+recorded apart (``<repository>-rebuilt``, ``<manifest-dir>/rebuilt/``): the user's tag and record
+stay on the original.
+
+An image whose inputs cannot be recovered is refused before anything is built: no provenance (or no
+build record), one with no epoch (built before images were reproducible), a stack this matrix does
+not hold, a lock section that is not the one it was built from, a base image this engine does not
+have at its digest.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import docker
 
-from buildkit.errors import InputError
+from buildkit.errors import InputError, PublishFailed
 from buildkit.image.archive import identify
 from buildkit.image.build import run_build
 from buildkit.image.buildplan import BuildResult, check_outputs, plan_build
+from buildkit.image.buildrecord import read_record
 from buildkit.image.progress import Reporter
-from buildkit.imageref import split_ref
+from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.settings import Mirrors
 from buildkit.ship.imagediff import Difference, diff_images, read_published
 from buildkit.ship.layers.compressors import ZSTD
+from buildkit.ship.layers.local import LocalImage, load_local_image
 from buildkit.ship.oci.registry import OCI_MANIFEST, Manifest
-from buildkit.ship.request import push_built, push_request
+from buildkit.ship.publish import publish_image
+from buildkit.ship.request import PushRequest, push_built, push_request
 from buildkit.ship.trust.attach import member_digest
 from buildkit.ship.trust.checks import check_registry_ref, registry_provenance, resolve
+from buildkit.trust.provenance import statement as provenance_statement
 
 ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
 
@@ -70,8 +85,9 @@ class RecordedInputs:
         }
 
 
-def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest) -> RecordedInputs:
-    """The inputs ``statement`` (the image's SLSA provenance) records; InputError naming what is missing."""
+def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest | None) -> RecordedInputs:
+    """The inputs ``statement`` (the image's SLSA provenance) records; InputError naming what is missing.
+    ``manifest``: the published image's (how it was published), None for a local image (as `publish` would)."""
     definition = (statement.get("predicate") or {}).get("buildDefinition") or {}
     params = definition.get("externalParameters") or {}
     reproducible = params.get("reproducible")
@@ -96,7 +112,7 @@ def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest) -
         raise InputError(f"{where}: its provenance names no lock sections: its inputs cannot be recovered")
     source = next((str(d.get("uri", "")) for d in dependencies if d.get("name") == "source"), "")
     skus = params.get("skus") or []
-    body = manifest.json()
+    body = manifest.json() if manifest is not None else {}
     layers = [str(layer.get("mediaType", "")) for layer in body.get("layers") or []]
     return RecordedInputs(
         where=where,
@@ -110,7 +126,7 @@ def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest) -
         epoch=int(reproducible["source_date_epoch"]),
         locks=locks,
         source=source,
-        media_types="oci" if manifest.media_type == OCI_MANIFEST and ZSTD_LAYER not in layers else "default",
+        media_types="oci" if manifest is not None and manifest.media_type == OCI_MANIFEST and ZSTD_LAYER not in layers else "default",
         compression="zstd" if ZSTD_LAYER in layers else "gzip",
         builder=str(params.get("builder") or "auto"),
     )
@@ -144,10 +160,55 @@ def check_base(client: docker.APIClient, inputs: RecordedInputs) -> None:
         )
 
 
+def is_local(ref: str) -> bool:
+    """``ref`` names an image on this engine (``NAME[:TAG]``, no registry host), as Docker reads references."""
+    return bool(IMAGE_REFERENCE.match(ref)) and registry_of(ref) is None and "@" not in ref
+
+
 def check_request(ref: str, to: str) -> None:
     """IMAGE and --to checked before any engine or registry is contacted (exit 2 naming what is wrong)."""
-    check_registry_ref(ref)
+    if not is_local(ref):
+        check_registry_ref(ref)
     push_request([to], push=True, index=False)  # --to: HOST[:PORT]/REPO, refused as `build --registry` refuses it
+
+
+@dataclass(frozen=True)
+class LocalOriginal:
+    """A local image to rebuild: as publishing reads it, and its provenance as publishing would write it."""
+
+    image: LocalImage
+    statement: dict[str, Any]
+    where: str
+    repository: str  # where the engine has it tagged: the rebuild is tagged beside it, in <repository>-rebuilt
+
+
+def local_original(client: docker.APIClient, ref: str, manifest_dir: Path) -> LocalOriginal:
+    """``ref`` on this engine with its build record; InputError when its inputs cannot be recovered."""
+    try:
+        image = load_local_image(client, ref, manifest_dir)
+    except PublishFailed as exc:  # no record, or one of another image or of a failed verification
+        raise InputError(f"{exc}: its inputs cannot be recovered (a local image is rebuilt from its build record)") from None
+    assert image.manifest is not None
+    record = read_record(image.manifest).as_dict()
+    name = split_ref(ref)[0]
+    where = f"{ref} ({image.image_id[:19]}) on this engine, recorded in {image.manifest}"
+    return LocalOriginal(image, provenance_statement(name, image.image_id, record), where, name)
+
+
+def _publish_original(
+    client: docker.APIClient, original: LocalOriginal, push: PushRequest, say: Callable[[str], None] | None
+) -> dict[str, str]:
+    """The local original published to the scratch repository (each compression's digest), from a copy
+    of its record and SBOM: the user's record does not count a scratch push as a publication."""
+    assert original.image.manifest is not None
+    with tempfile.TemporaryDirectory(prefix="ascendkit-rebuild-") as tmp:
+        copied = Path(tmp) / original.image.manifest.name
+        shutil.copy2(original.image.manifest, copied)
+        if original.image.sbom is not None and original.image.sbom.is_file():
+            shutil.copy2(original.image.sbom, Path(tmp) / original.image.sbom.name)
+        image = replace(original.image, manifest=copied)
+        outcome = publish_image(client, image, list(push.targets), want_index=False, require_index=False, options=push.options, say=say)
+    return {p.compression: p.digest for p in next(iter(outcome.registries.values()))}
 
 
 @dataclass(frozen=True)
@@ -188,9 +249,14 @@ def rebuild(
     say: Callable[[str], None] | None = None,
 ) -> RebuildOutcome:
     """``ref`` rebuilt from its recorded inputs with nothing cached, published to ``to`` as it was
-    published (its media types, its compression) and compared."""
-    statement, where = registry_provenance(ref, arch)
-    registry, repository, manifest = resolve(where)
+    published (its media types, its compression) and compared. A local ``ref`` (see the module's word)
+    is published to ``to`` first, as `publish` would publish it."""
+    local = local_original(client, ref, manifest_dir) if is_local(ref) else None
+    if local is not None:
+        statement, where, manifest = local.statement, local.where, None
+    else:
+        statement, where = registry_provenance(ref, arch)
+        registry, repository, manifest = resolve(where)
     inputs = recorded_inputs(statement, where, manifest)
     check_inputs(inputs, loaded)
     check_base(client, inputs)
@@ -198,24 +264,29 @@ def rebuild(
     assert push is not None
     plan = plan_build(
         loaded, inputs.hw, stack=inputs.stack, os_name=inputs.os, arch=inputs.arch, base_image=inputs.base_image,
-        mirrors=mirrors, no_cache=True, manifest_dir=manifest_dir, builder=inputs.builder,
+        mirrors=mirrors, no_cache=True, builder=inputs.builder,
+        manifest_dir=manifest_dir / "rebuilt" if local else manifest_dir, repository=f"{local.repository}-rebuilt" if local else None,
     )  # fmt: skip
     check_outputs(plan)
     result = run_build(client, plan, reporter)
-    outcome = push_built(client, loaded, plan, result, push, say=say)
-    first = next(iter(outcome.registries.values()))
-    rebuilt = {p.compression: p.digest for p in first}
     target = to.rstrip("/")
-    original = f"{registry.host}/{repository}@{manifest.digest}"
+    published = _publish_original(client, local, push, say) if local is not None else {}
+    outcome = push_built(client, loaded, plan, result, push, say=say)
+    rebuilt = {p.compression: p.digest for p in next(iter(outcome.registries.values()))}
     compared = f"{target}@{rebuilt[inputs.compression]}"
-    differences = []
-    if manifest.digest != rebuilt[inputs.compression]:
-        differences = diff_images(read_published(original, inputs.arch), read_published(compared, inputs.arch))
     zstd = None
-    tag = split_ref(ref)[1]
-    if inputs.compression == "gzip" and tag:  # the zstd variant published beside it, where there is one
-        other = registry.get_manifest(repository, ZSTD.tag(tag))
-        if other is not None:
-            digest = member_digest(other, inputs.arch, f"{registry.host}/{repository}:{ZSTD.tag(tag)}")
-            zstd = (digest, rebuilt["zstd"])
+    if local is not None:
+        original = f"{target}@{published[inputs.compression]}"
+        zstd = (published["zstd"], rebuilt["zstd"])
+    else:
+        original = f"{registry.host}/{repository}@{manifest.digest}"  # type: ignore[union-attr]
+        tag = split_ref(ref)[1]
+        if inputs.compression == "gzip" and tag:  # the zstd variant published beside it, where there is one
+            other = registry.get_manifest(repository, ZSTD.tag(tag))
+            if other is not None:
+                digest = member_digest(other, inputs.arch, f"{registry.host}/{repository}:{ZSTD.tag(tag)}")
+                zstd = (digest, rebuilt["zstd"])
+    differences = []
+    if original.rpartition("@")[2] != rebuilt[inputs.compression]:
+        differences = diff_images(read_published(original, inputs.arch), read_published(compared, inputs.arch))
     return RebuildOutcome(inputs, original, compared, zstd, differences, result)
