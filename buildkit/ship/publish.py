@@ -139,14 +139,21 @@ def push_image(
     write_all(_attach(image, targets, subjects, build, options, outcome, tell, ztocs))  # the attachments' tags, then the image's
     for target in targets:
         for variant, body, media_type in manifests:
-            for name in image.tag_names:
-                digest = StagedTag(target.registry, target.ref.repository, variant.tag(name), body, media_type).write()
-                published = Published(f"{target.name}:{variant.tag(name)}@{digest}", digest, image.arch, variant.name)
-                outcome.registries.setdefault(target.name, []).append(published)
-                tell(f"pushed {published.ref}")
+            tag_manifest(outcome, target, image, variant, body, media_type, tell, said="pushed")
     outcome.inputs_tag = _tag_inputs(image, build, targets, manifests, tell)
     record_published(image, _recorded(targets, outcome, options), blobs.config.digest)
     return outcome
+
+
+def tag_manifest(
+    outcome: PublishOutcome, target: Target, image: LocalImage, variant: Compression, body: bytes, media_type: str, tell: Say, *, said: str
+) -> None:
+    """The manifest ``body`` (``image``'s ``variant``) under each of the image's tag names in ``target``, each noted in ``outcome``."""
+    for name in image.tag_names:
+        digest = StagedTag(target.registry, target.ref.repository, variant.tag(name), body, media_type).write()
+        published = Published(f"{target.name}:{variant.tag(name)}@{digest}", digest, image.arch, variant.name)
+        outcome.registries.setdefault(target.name, []).append(published)
+        tell(f"{said} {published.ref}")
 
 
 def _tag_inputs(

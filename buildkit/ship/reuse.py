@@ -21,9 +21,8 @@ from buildkit.image.engine import engine_facts
 from buildkit.image.inputs import build_inputs, inputs_digest, inputs_tag
 from buildkit.ship.layers.local import LocalImage
 from buildkit.ship.oci.registry import Manifest
-from buildkit.ship.oci.staged import StagedTag
-from buildkit.ship.options import Published, ShipOptions, Target
-from buildkit.ship.publish import PublishOutcome, complete_index
+from buildkit.ship.options import ShipOptions, Target
+from buildkit.ship.publish import PublishOutcome, complete_index, tag_manifest
 from buildkit.ship.trust.checks import signed_by
 
 Say = Callable[[str], None]
@@ -76,11 +75,7 @@ def tag_built(
     for target in targets:
         for variant in options.compressions:
             manifest = found[(target.name, variant.name)]
-            for name in image.tag_names:
-                digest = StagedTag(target.registry, target.ref.repository, variant.tag(name), manifest.body, manifest.media_type).write()
-                published = Published(f"{target.name}:{variant.tag(name)}@{digest}", digest, image.arch, variant.name)
-                outcome.registries.setdefault(target.name, []).append(published)
-                say(f"tagged {published.ref}")
+            tag_manifest(outcome, target, image, variant, manifest.body, manifest.media_type, say, said="tagged")
     if want_index:
         complete_index(outcome, image, targets, options, require_index=False, say=say)
     return outcome
