@@ -143,6 +143,14 @@ def test_uv_gets_the_indexes_and_wheelhouse_pip_gets(loaded: LoadedMatrix, tmp_p
     assert defaults.stdout == f"{args['PIP_INDEX_URL']}|unset"
 
 
+def test_uv_waits_minutes_not_seconds_for_a_compiling_python_to_start(loaded: LoadedMatrix, tmp_path: Path) -> None:
+    """uv's default, 60 s, failed an aarch64 build under qemu on a loaded machine: 10 min, or what the user sets."""
+    args = dockerfile_args(loaded, "cann8.3")
+    probe = 'printf "%s" "${UV_COMPILE_BYTECODE_TIMEOUT}"'
+    assert source_build_env(tmp_path, "aarch64", args, probe).stdout == "600"
+    assert source_build_env(tmp_path, "aarch64", {**args, "UV_COMPILE_BYTECODE_TIMEOUT": "0"}, probe).stdout == "0"
+
+
 # ---- patch.py: a line commented out of an installed distribution, in the open --------------------------
 
 

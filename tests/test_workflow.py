@@ -7,6 +7,7 @@ them can pass vacuously. Every `ascendkit` command line of the workflow is parse
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -210,9 +211,15 @@ def command_lines() -> list[list[str]]:
     return commands
 
 
+@functools.cache
+def _command() -> Any:
+    """The click command Typer makes of the app: made once (a second or more each time), parsed with many times."""
+    return typer.main.get_command(app)
+
+
 def parse(argv: list[str]) -> Any:
     """Parse ``argv`` exactly as the ascendkit command would, without running it (Typer's own click)."""
-    group: Any = typer.main.get_command(app)
+    group: Any = _command()
     with group.make_context("ascendkit", argv[:1], resilient_parsing=False) as ctx:
         command = group.get_command(ctx, argv[0])
         assert command is not None, argv[0]

@@ -102,6 +102,9 @@ done
 export UV_INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}"
 if [ -n "${PIP_EXTRA_INDEX_URL:-}" ]; then export UV_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL}"; fi
 if [ -n "${PIP_FIND_LINKS:-}" ]; then export UV_FIND_LINKS="${PIP_FIND_LINKS// /,}"; fi
+# uv gives each bytecode-compiling Python 60 s to start, then fails the step: an aarch64 image built
+# under qemu on a busy x86_64 machine takes longer than that (seen in CI). Bounded still, at 10 min.
+export UV_COMPILE_BYTECODE_TIMEOUT="${UV_COMPILE_BYTECODE_TIMEOUT:-600}"
 
 # ascendkit_install LAYER PIN...: what each pip layer runs. With this arch's lock resolved, it
 # installs the layer's section of the lock (COPYed right before the step) with every hash enforced
