@@ -125,13 +125,14 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "rebuild": (
         ("buildkit.cli.rebuild_cmd",),
         (
-            "Rebuild an image from its recorded inputs (stack, SKU, arch, OS, the base by digest, each lock section "
-            "by sha256, the epoch): a published one's from its provenance, a local one's (NAME:TAG on this engine) from "
-            "its build record in --manifest-dir, published to --to first as `publish` would (its own tag and record "
-            "left as they were; the rebuild tagged REPO-rebuilt, recorded in --manifest-dir/rebuilt). Built with "
-            "nothing cached, published to --to as the original was, and compared: exit 0 when it is the same image (the same digest), 1 when it differs, each "
-            "differing file named with its layer and what differs. An image whose inputs cannot be recovered here (no "
-            "provenance or no epoch, another matrix stack or lock section, a base this engine lacks) is refused (exit 2) "
+            "Rebuild an image from its recorded inputs (stack, SKU, arch, OS, the base by digest, each lock "
+            "section by sha256, the epoch): a published one's from its provenance, a local one's (NAME:TAG on "
+            "this engine) from its build record in --manifest-dir, published to --to first as `publish` would "
+            "(its own tag and record left as they were; the rebuild tagged REPO-rebuilt, recorded in "
+            "--manifest-dir/rebuilt). Built with nothing cached, published to --to as the original was, and "
+            "compared: exit 0 when it is the same image (the same digest), 1 when it differs, each differing file "
+            "named with its layer and what differs. An image whose inputs cannot be recovered here (no provenance "
+            "or no epoch, another matrix stack or lock section, a base this engine lacks) is refused (exit 2) "
             "before anything is built."
         ),
     ),
