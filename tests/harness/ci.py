@@ -42,8 +42,9 @@ nested inside the unit job, where it was half of that job's time.
 Each job's output is printed as it comes, every line headed by the job's name, and kept whole in
 ``$ASCENDKIT_SERVICES_DIR/ci/<job>.log``. A job whose prerequisite failed does not run, and says so.
 The services are stopped at the end whatever happened, also on Ctrl-C or SIGTERM; then a table
-says how each job ended, how long it took and, for a pytest job, how many tests passed, failed and were skipped
-(read from pytest's closing line). The exit status is 0 when every job passed, else 1
+says how each job ended, how long it took, the CPU its processes used (tests/harness/cpuacct.py, with each
+engine's builds and containers on a line of their own) and, for a pytest job, how many tests passed, failed
+and were skipped (read from pytest's closing line). The exit status is 0 when every job passed, else 1
 (130 or 143 when interrupted).
 """
 
