@@ -243,6 +243,9 @@ def start_registry(name: str = "registry", port: int = REGISTRY_PORT) -> None:
     pid_file = STATE / f"{name}.pid"
     if _alive(pid_file):
         return
+    # Every run pushes under names of its own: what earlier runs pushed is only disk (gigabytes a run, which
+    # filled this machine's disk after eight runs). A registry starts empty.
+    shutil.rmtree(STATE / f"{name}-data", ignore_errors=True)
     config = STATE / f"{name}.yml"
     config.write_text(
         "version: 0.1\n"
