@@ -89,4 +89,4 @@ def engine_group(engine: str) -> tuple[list[str], list[str]] | None:
     path = account.group(f"engine-{engine}")
     assert path is not None
     relative = "/" + path.relative_to(CPUACCT).as_posix()  # the parent's path in every hierarchy, as dockerd takes it
-    return ["sh", "-c", _JOIN, str(path)], ["--cgroup-parent", f"{relative}/containers"]
+    return account.wrap(f"engine-{engine}", []), ["--cgroup-parent", f"{relative}/containers"]
