@@ -227,7 +227,7 @@ def main() -> None:
     bumped_result = results.get("bump_verl")
     rows = [
         (
-            "cached build (--quick)" if args.quick else "cold build (--no-cache)",
+            "build, the engine's cache as found" if args.quick else "cold build (--no-cache)",
             f"{results['cold']['seconds']:.1f}s",
             f"{results['cold']['cached']}/{results['cold']['steps']} cached",
         ),

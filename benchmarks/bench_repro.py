@@ -71,10 +71,15 @@ def reused(standin: str, registry: str, repository: str) -> float:
 
 def publish(image: LocalImage, registry: str, repository: str) -> tuple[dict[str, int], float]:
     """``image`` pushed to a repository of its own (nothing there to mount): its layers (digest -> size) and the time."""
-    os.environ["ASCENDKIT_CACHE"] = tempfile.mkdtemp(prefix="bench-repro-cache-")  # every layer compressed by this publish
-    started = time.perf_counter()
-    outcome = push_image(connect(), image, [Target.of(RegistryRef(registry, repository))], ShipOptions(compressions=(GZIP,)))
-    seconds = time.perf_counter() - started
+    before = os.environ.get("ASCENDKIT_CACHE")
+    with tempfile.TemporaryDirectory(prefix="bench-repro-cache-") as cache:  # every layer compressed by this publish
+        os.environ["ASCENDKIT_CACHE"] = cache
+        started = time.perf_counter()
+        outcome = push_image(connect(), image, [Target.of(RegistryRef(registry, repository))], ShipOptions(compressions=(GZIP,)))
+        seconds = time.perf_counter() - started
+    os.environ.pop("ASCENDKIT_CACHE")
+    if before is not None:
+        os.environ["ASCENDKIT_CACHE"] = before
     manifest = Registry(registry).get_manifest(repository, outcome.pushed[0].digest)
     assert manifest is not None
     return {str(layer["digest"]): int(layer["size"]) for layer in manifest.json()["layers"]}, seconds

@@ -34,6 +34,8 @@ MATRIX_TEXT = MATRIX.read_text(encoding="utf-8")
 
 EditMatrix = Callable[..., Path]
 
+pytest_plugins = ("tests.harness.cpu_report",)  # under `make test`: the docker tests that used the most CPU
+
 # The tests' own servers (registries, indexes, git hosts, fault proxies) listen on the loopback: never
 # behind the proxy a CI machine or a corporate laptop sets for the outside world, which the unit tests
 # must not need (`make unit-offline` points every proxy at a dead port to prove it).

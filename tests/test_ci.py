@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -14,6 +15,8 @@ import pytest
 
 from tests.harness import cpuacct
 from tests.harness.ci import FAILED, NOT_RUN, PASSED, STOPPED, Job, Runner, jobs_for
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def py(code: str) -> list[str]:
@@ -200,3 +203,35 @@ def test_without_a_cpu_hierarchy_nothing_is_measured_and_the_table_says_so(tmp_p
     assert account.root is None and account.wrap("job-unit", ["true"]) == ["true"]
     runner = run([Job("unit", py("print(1)"))], tmp_path)
     assert "CPU per job: not measured" in runner.summary()
+
+
+def test_a_docker_job_names_its_tests_that_used_the_most_cpu(tmp_path: Path) -> None:
+    """tests/harness/cpu_report.py: each test is charged what its engine's group used while it ran, and
+    the session ends with them ranked. A file stands in for the engine group's counter; the tests below
+    'build' by adding to it, as the kernel would while the engine works for them."""
+    group = tmp_path / "cgroup" / "run" / "engine-docker-b"
+    group.mkdir(parents=True)
+    usage = group / "cpuacct.usage"
+    usage.write_text("0")
+    (tmp_path / "test_some.py").write_text(
+        "from pathlib import Path\n"
+        f"USAGE = Path({str(usage)!r})\n"
+        "def spend(seconds):\n"
+        "    USAGE.write_text(str(int(USAGE.read_text()) + seconds * 10**9))\n"
+        "def test_cheap():\n    spend(2)\n"
+        "def test_dear():\n    spend(300)\n"
+        "def test_nothing():\n    pass\n"
+    )
+    env = {**os.environ, cpuacct.ENV_VAR: str(group.parent), "DOCKER_HOST": "unix:///tmp/state/docker-b.sock", "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "pytest", "-p", "tests.harness.cpu_report", "-p", "no:cacheprovider", "-c", os.devnull, "test_some.py"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = proc.stdout.split("the 3 tests that used the most CPU", 1)[1].splitlines()[1:5]
+    assert report[0].startswith("core-seconds: the engine (engine-docker-b) 302, the tests' own processes "), report
+    ranked = [line.split()[-1] for line in report[1:]]
+    assert ranked == ["test_some.py::test_dear", "test_some.py::test_cheap", "test_some.py::test_nothing"], report
+    assert report[1].split()[:4] == ["300.0", "=", "300.0", "engine"], report
+
+    elsewhere = {**env, "DOCKER_HOST": "unix:///tmp/state/docker.sock"}  # an engine with no group: nothing measured, nothing said
+    unmeasured = subprocess.run(argv, cwd=tmp_path, env=elsewhere, capture_output=True, text=True, check=False)
+    assert unmeasured.returncode == 0 and "used the most CPU" not in unmeasured.stdout

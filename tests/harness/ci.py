@@ -18,7 +18,7 @@ The jobs, and what each waits for::
     docker-overlay2  lint, services    pytest -m "docker and engine_overlay2 and not emulated", on Docker 26.1.5 on overlay2
     emulated         services          pytest -m emulated, on the emulated engine (only with --arm64)
     reproduced       docker-b, docker-20.10, docker-overlay2   python -m tests.harness.reproduced: one image across engines
-    bench            unit, docker, docker-b   make bench-quick
+    bench            lint, services    make bench-quick, on an engine of its own (docker-bench), beside the tests
 
 Every docker test runs on the engine a fresh Docker install gives (the containerd image store), in
 two halves at once on two such engines (tests/conftest.py's SECOND_ENGINE says which run on the second);
@@ -211,7 +211,7 @@ def jobs_for(arm64: bool) -> list[Job]:
             ("docker-b", "docker-20.10", "docker-overlay2"),
             services_env,
         ),
-        Job("bench", [*make, "bench-quick"], ("unit", "docker", "docker-b"), services_env),
+        Job("bench", [*make, "bench-quick", "BENCH_ENGINE=docker-bench"], ("lint", "services"), engine_env("docker-bench")),
     ]
     if arm64:
         jobs.insert(2, Job("emulated", pytest_argv("emulated", "emulated"), ("services",), emulated_env))

@@ -9,7 +9,9 @@
   docker.io and containerd: what a fresh Docker 29 install and Docker Desktop use; every docker
   test's engine), **Docker 20.10** (bookworm's: the graph-driver store and the legacy `docker save`
   layout), and **Docker 26.1.5 on overlay2** (the OCI layout of uncompressed blobs). The latter two
-  run the tests marked ``engine_20_10`` and ``engine_overlay2``;
+  run the tests marked ``engine_20_10`` and ``engine_overlay2``; a second containerd-store engine
+  (docker-b) runs the tests marked ``second_engine``, and a third (docker-bench) the quick benchmarks,
+  which empty their engine between builds;
 * two CNCF distribution registries (Debian's docker-registry) on 127.0.0.1 per engine that runs
   tests, each with its own storage: a publish to several registries, and a mirror from one to the
   other, are tested for real (the second stands for the registry inside China beside quay.io), and
@@ -110,7 +112,10 @@ LEGACY = Engine("docker-20.10", "bookworm", bridge=("ak-d2010", "10.215.0.1/24")
 OVERLAY2 = Engine("docker-overlay2", "trixie", bridge=("ak-overlay2", "10.216.0.1/24"), registry_port=REGISTRY_PORT + 20)
 # Its own bridge and subnet, so its iptables rules and addresses never meet docker0's.
 EMULATED = Engine("docker-emulated", "bookworm", bridge=("ascendkit-emu0", "10.213.0.1/24"))
-OTHERS = (SECOND, LEGACY, OVERLAY2)  # the engines that run a job of tests of their own (tests/harness/ci.py)
+# The quick benchmarks' engine (CI's bench job): they empty their engine between builds, so they cannot share one
+# with a job of tests; on an engine of their own they run beside the tests instead of after them.
+BENCH = Engine("docker-bench", "trixie", containerd_store=True, bridge=("ak-bench", "10.218.0.1/24"), registry_port=REGISTRY_PORT + 40)
+OTHERS = (SECOND, LEGACY, OVERLAY2, BENCH)  # the engines with an env file of their own, each for one job (tests/harness/ci.py)
 STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
 STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}
