@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import urllib.request
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,18 +85,41 @@ def test_a_render_builds_with_a_plain_docker_build(docker_env: DockerEnv, built:
         docker_env.client.remove_image(tag, noprune=True)
 
 
-def test_the_pip_cache_is_a_mount_never_a_layer(docker_env: DockerEnv, tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class UniqueBuild:
+    """One BuildKit build of a variant of the test stack no engine holds a cache of, its cache exported."""
+
+    matrix: Path
+    workdir: Path
+    cache: str  # the registry cache's repository
+    repository: str
+    result: dict[str, Any]
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def unique_build(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> UniqueBuild:
+    """The build both tests below look at: every step runs (a stack variable of its own, set before every
+    RUN), through the pip cache mount, and writes the registry cache. One build, not two: each is a
+    minute of the engine's CPU, and neither test's subject changes what the other's sees."""
+    workdir = tmp_path_factory.mktemp("unique")
+    matrix = _unique_matrix(workdir)
+    marker = uuid.uuid4().hex[:12]
+    repository = f"cache-{marker}/verl"
+    cache = f"{docker_env.registry}/{repository}"
+    argv = ["build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(matrix), "--base-image", docker_env.standin, "--json"]
+    proc = docker_env.ascendkit(*argv, "--cache-repo", cache, "--repo", f"cachefirst-{marker}/verl", cwd=workdir, check=True)
+    return UniqueBuild(matrix, workdir, cache, repository, json.loads(proc.stdout), proc.stderr)
+
+
+def test_the_pip_cache_is_a_mount_never_a_layer(docker_env: DockerEnv, unique_build: UniqueBuild) -> None:
     """Every installing step of a BuildKit build finds the cache mount and installs through it, and no
     layer holds a file under its path; the image is one image, not an index with BuildKit's
-    attestations. A variant of the test stack of its own (a stack variable set before every RUN), so
-    every step runs here whatever this engine built before."""
-    matrix = _unique_matrix(tmp_path)
-    argv = ["build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(matrix), "--base-image", docker_env.standin, "--json"]
-    proc = docker_env.ascendkit(*argv, "--repo", f"cachemount-{uuid.uuid4().hex[:8]}/verl", cwd=tmp_path, check=True)
-    result = json.loads(proc.stdout)
+    attestations (its cache exported to a registry or not)."""
+    result = unique_build.result
     assert result["steps_cached"] == 0 and result["builder"] == "buildkit"
-    said = proc.stderr.count("ascendkit: pip and uv keep their downloads in BuildKit's cache mount /var/cache/ascendkit")
-    assert said >= 5, proc.stderr[-3000:]  # once per installing step
+    said = unique_build.stderr.count("ascendkit: pip and uv keep their downloads in BuildKit's cache mount /var/cache/ascendkit")
+    assert said >= 5, unique_build.stderr[-3000:]  # once per installing step
     saved = list(saved_entries(docker_env.client, result["engine_id"]))
     inside = [entry for _, entry, _ in saved if entry.startswith(f"{CACHE_DIR}/")]
     assert inside == [], inside[:10]
@@ -128,22 +152,19 @@ def _manifest(registry: str, repository: str, tag: str) -> dict[str, Any]:
     return result
 
 
-def test_a_registry_cache_builds_an_engine_with_nothing_cached(docker_env: DockerEnv, tmp_path: Path) -> None:
+def test_a_registry_cache_builds_an_engine_with_nothing_cached(docker_env: DockerEnv, unique_build: UniqueBuild) -> None:
     """A build exports its cache (mode=max) to the registry, one tag per stack, chip, OS and arch.
     Another engine that has never built this image (Docker 26 on overlay2: a fresh runner) then
     takes every step from the registry cache, importing only (--cache-import-only: buildx's
     docker driver exports a cache only from the containerd store). The image is made unique by a
     stack variable set before every RUN, so no engine holds a local cache of it, and no engine's
     own cache is pruned under the other tests."""
-    matrix = _unique_matrix(tmp_path)
-    marker = uuid.uuid4().hex[:12]
-    repository = f"cache-{marker}/verl"
-    cache, tag = f"{docker_env.registry}/{repository}", "buildcache-teststack-a3-debian12-x86_64"
-    first = _build(docker_env, tmp_path, "--cache-repo", cache, "--repo", f"cachefirst-{marker}/verl", matrix=matrix)
+    first, cache, repository = unique_build.result, unique_build.cache, unique_build.repository
+    tag = "buildcache-teststack-a3-debian12-x86_64"
     assert first["steps_cached"] == 0, "nothing of this image was cached anywhere"
     assert first["notes"] == [f"the registry cache holds nothing for this image yet ({cache}:{tag}); this build writes it"]
     assert _tags(docker_env.registry, repository) == [tag]
-    recorded = json.loads((tmp_path / first["manifest"]).read_text())["builder"]
+    recorded = json.loads((unique_build.workdir / first["manifest"]).read_text())["builder"]
     assert recorded["cache"] == f"{cache}:{tag}" and recorded["cache_exported"] is True
     assert "application/vnd.buildkit.cacheconfig.v0" in json.dumps(_manifest(docker_env.registry, repository, tag))
 
@@ -152,8 +173,10 @@ def test_a_registry_cache_builds_an_engine_with_nothing_cached(docker_env: Docke
     fresh = DockerEnv(
         docker_env.client, docker_env.standin, docker_env.registry, {**docker_env.env, "DOCKER_HOST": hosts["docker-overlay2"]}
     )
-    second = tmp_path / "second"
+    second = unique_build.workdir / "second"
     second.mkdir()
+    marker = repository.split("/")[0].removeprefix("cache-")
+    matrix = unique_build.matrix
     again = _build(fresh, second, "--cache-repo", cache, "--cache-import-only", "--repo", f"cachesecond-{marker}/verl", matrix=matrix)
     assert again["steps_cached"] == again["steps_total"] >= 15, again
     assert again["notes"] == [] and again["image_id"] != ""
