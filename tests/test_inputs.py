@@ -101,3 +101,32 @@ def test_no_cache_and_reverify_build_without_asking_anyone(plan: BuildPlan) -> N
     push = PushRequest((RegistryRef.parse("127.0.0.1:9/nowhere"),), ShipOptions())
     for asked in ({"no_cache": True}, {"reverify": True}):
         assert reuse_built(NoEngine(), load_matrix(TEST_MATRIX), dataclasses.replace(plan, **asked), push) is None  # type: ignore[arg-type]
+
+
+def test_a_base_found_once_makes_the_inputs_tag_and_the_record_alike(plan: BuildPlan, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`build --push` works the base's digest out once (on the containerd store a loaded base is hashed whole):
+    the inputs tag is made from it and the build record names it, never a second answer."""
+    from buildkit.doctor.engine import engine_from
+    from buildkit.image import build
+    from buildkit.image.engine import EngineFacts
+    from buildkit.image.sbom import BaseImage
+
+    def again(*_: object) -> BaseImage:
+        raise AssertionError("the base was worked out again")
+
+    class Engine:  # a Docker 26 engine as /version and /info describe it, nothing else
+        def version(self) -> dict[str, Any]:
+            return {"Version": "26.1.5", "ApiVersion": "1.45", "Components": [{"Name": "Engine", "Version": "26.1.5"}]}
+
+        def info(self) -> dict[str, Any]:
+            return {"Driver": "overlayfs", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+
+    monkeypatch.setattr(build, "base_of", again)
+    monkeypatch.setattr(reuse, "choose_builder", lambda *_, **__: type("Builder", (), {"name": "buildkit"})())
+    known = BaseImage(plan.base_image, BASE, False, 3)
+    assert reuse.planned_inputs_tag(Engine(), plan, known) == inputs_tag(digest(plan))  # type: ignore[arg-type]
+    facts = EngineFacts(**engine_from(Engine().version(), Engine().info()))
+    assert build._base(Engine(), plan, facts, known) is known  # type: ignore[arg-type]
+    other = BaseImage("elsewhere/cann:1", BASE, False, 3)  # found for another ref: not this build's base
+    with pytest.raises(AssertionError, match="worked out again"):
+        build._base(Engine(), plan, facts, other)  # type: ignore[arg-type]

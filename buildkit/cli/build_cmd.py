@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from buildkit.fleet import TargetOutcome
     from buildkit.image.buildplan import BuildPlan, BuildResult
     from buildkit.image.progress import Step
+    from buildkit.image.sbom import BaseImage
     from buildkit.matrix.load import LoadedMatrix
     from buildkit.plan import ImagePlan
     from buildkit.ship.request import PushRequest
@@ -217,12 +218,17 @@ def _build_one(
         return
     check_outputs(plan)
     client = connect()
-    if pushing is not None and _reused(client, loaded, plan, pushing, given["as_json"]):
-        return
+    base = None
+    if pushing is not None:
+        from buildkit.image.build import local_base
+
+        base = local_base(client, plan.base_image)  # once: what the inputs tag is made from is what the record names
+        if _reused(client, loaded, plan, pushing, given["as_json"], base):
+            return
     typer.echo(
         f"building {plan.refs[0]} ({plan.stack_id}, chip {plan.chip_id}, {plan.os_name}, {plan.arch}) FROM {plan.base_image}", err=True
     )
-    result = run_build(client, plan, StepPrinter(show_output=not given["quiet"]))
+    result = run_build(client, plan, StepPrinter(show_output=not given["quiet"]), base)
     summary: dict[str, Any] = result.describe()
     verified = "unchanged; its passed verification is reused (--reverify runs it again)" if result.verification == "reused" else "verified"
     for note in result.notes:
@@ -244,11 +250,11 @@ def _build_one(
         print_json(summary)
 
 
-def _reused(client: Any, loaded: LoadedMatrix, plan: BuildPlan, pushing: PushRequest, as_json: bool) -> bool:
+def _reused(client: Any, loaded: LoadedMatrix, plan: BuildPlan, pushing: PushRequest, as_json: bool, base: BaseImage | None) -> bool:
     """``build --push`` of inputs every registry already holds the image of: tagged, not built."""
     from buildkit.ship.request import reuse_built
 
-    outcome = reuse_built(client, loaded, plan, pushing, say=to_stderr)
+    outcome = reuse_built(client, loaded, plan, pushing, say=to_stderr, base=base)
     if outcome is None:
         return False
     pushed = outcome.pushed[0] if outcome.pushed else None

@@ -202,6 +202,15 @@ def base_of(client: docker.APIClient, ref: str, engine: EngineFacts) -> BaseImag
     return BaseImage(ref, identify(client, ref, inspect, engine.image_store).config, False, layers)
 
 
+def local_base(client: docker.APIClient, ref: str) -> BaseImage | None:
+    """:func:`base_of` the engine's own ``ref``; None when the engine does not hold it (the build pulls it)
+    or cannot say now (the build then meets the engine's failure, and reports it)."""
+    try:
+        return base_of(client, ref, engine_facts(client))
+    except (DockerException, requests.exceptions.RequestException):
+        return None
+
+
 def _ask_registry(ref: str, timeout: int = 20) -> tuple[dict[str, Any] | None, str]:
     """What ``ref``'s registry says of it, through the engine (its mirrors and credentials), on a
     connection of its own that gives up within ``timeout`` seconds; else None and why."""
@@ -227,7 +236,10 @@ def _tag(client: docker.APIClient, image_id: str, refs: list[str]) -> None:
         client.tag(image_id, repository, tag, force=True)
 
 
-def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | None = None) -> BuildResult:
+def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | None = None, base: BaseImage | None = None) -> BuildResult:
+    """Build, verify and tag ``plan``. ``base``: its base as :func:`local_base` already found it in this command (`build
+    --push` works it out to find the image by its inputs), so that the record names the very digest the inputs tag was
+    made from and the containerd store's base, which has no registry digest, is not hashed twice."""
     check_outputs(plan)
     started = time.monotonic()
     progress = BuildProgress(reporter or QuietReporter())
@@ -259,7 +271,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
             _tag(client, image.engine_id, plan.refs)
         checks = [recorded_check(check) for check in before["checks"]]
         ran_on = _engine_fields(before["image"], image, engine, _builder_record(plan, builder, progress))
-        updates = {"build": build_record(plan, base_of(client, plan.base_image, engine), builder.name), **ran_on}
+        updates = {"build": build_record(plan, _base(client, plan, engine, base), builder.name), **ran_on}
         if any(before.get(key) != value for key, value in updates.items()):  # what this build ran from and on
             with deferred():
                 write_manifest(plan.manifest_dir, plan.manifest_name, {**before, **updates})
@@ -274,7 +286,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
             exc, f"image {image.config[:19]} was built but not verified; nothing was tagged and no manifest written"
         ) from None
     checks = compare(facts, plan.expected)
-    base = base_of(client, plan.base_image, engine)
+    base = _base(client, plan, engine, base)
     data = manifest_data(facts, plan.expected, checks, plan.refs)
     data.update(
         build=build_record(plan, base, builder.name),
@@ -290,6 +302,10 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
         lines = "\n".join(f"    {c.name}: expected {c.expected}, found {c.actual}" for c in bad)
         raise VerifyFailed(f"image {image.config[:19]} does not match the matrix; nothing was tagged:\n{lines}\n  manifest: {manifest_md}")
     return _result(plan, image, started, (builder, progress), checks, (manifest_json, manifest_md), sbom, "ran")
+
+
+def _base(client: docker.APIClient, plan: BuildPlan, engine: EngineFacts, known: BaseImage | None) -> BaseImage:
+    return known if known is not None and known.ref == plan.base_image else base_of(client, plan.base_image, engine)
 
 
 def _engine_fields(recorded: dict[str, Any], image: ImageIdentity, engine: EngineFacts, builder: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import docker
 from buildkit.errors import InputError
 from buildkit.image.buildplan import BuildPlan, BuildResult
 from buildkit.image.buildrecord import read_record
+from buildkit.image.sbom import BaseImage
 from buildkit.imageref import IMAGE_REFERENCE, RegistryRef
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.ship.layers.local import LocalImage, normalization_of
@@ -140,16 +141,18 @@ def reuse_built(
     plan: BuildPlan,
     push: PushRequest,
     say: Callable[[str], None] | None = None,
+    base: BaseImage | None = None,
 ) -> PublishOutcome | None:
     """``build --push`` without a build: when every registry holds the image these very inputs publish
     (:mod:`.reuse`), that image given the build's names and its index completed; None when it must be
-    built (some registry lacks it, or ``--no-cache`` / ``--reverify`` ask for a build)."""
+    built (some registry lacks it, or ``--no-cache`` / ``--reverify`` ask for a build). ``base``: the
+    engine's own base, when the caller found it already (it hands the same to the build)."""
     from buildkit.ship.reuse import find_built, planned_inputs_tag, tag_built
 
     tell = say or (lambda _: None)
     if plan.no_cache or plan.reverify:
         return None
-    tag = planned_inputs_tag(client, plan)
+    tag = planned_inputs_tag(client, plan, base)
     targets = [Target.of(ref) for ref in push.targets]
     found = find_built(targets, tag, push.options) if tag else None
     if tag is None or found is None:

@@ -19,6 +19,7 @@ from buildkit.image.buildplan import BuildPlan
 from buildkit.image.buildx import choose_builder
 from buildkit.image.engine import engine_facts
 from buildkit.image.inputs import build_inputs, inputs_digest, inputs_tag
+from buildkit.image.sbom import BaseImage
 from buildkit.ship.layers.local import LocalImage
 from buildkit.ship.oci.registry import Manifest
 from buildkit.ship.options import ShipOptions, Target
@@ -28,21 +29,25 @@ from buildkit.ship.trust.checks import signed_by
 Say = Callable[[str], None]
 
 
-def planned_inputs_tag(client: docker.APIClient, plan: BuildPlan) -> str | None:
+def planned_inputs_tag(client: docker.APIClient, plan: BuildPlan, base: BaseImage | None = None) -> str | None:
     """The inputs tag the build of ``plan`` would publish under, on this engine with its builder; None
-    where the base's digest cannot be told without pulling it (then the build goes on)."""
+    where the base's digest cannot be told without pulling it (then the build goes on). ``base``: the
+    engine's own base, when the caller already found it (:func:`buildkit.image.build.local_base`)."""
     from buildkit.image.build import base_of, registry_digest
 
     try:
         engine = engine_facts(client)
         builder = choose_builder(plan.builder, engine, cache=bool(plan.cache_ref), export=plan.cache_export)
-        try:
-            base = base_of(client, plan.base_image, engine).digest
-        except NotFound:
-            base = registry_digest(plan.base_image) or ""
+        if base is not None and base.ref == plan.base_image:
+            digest = base.digest
+        else:
+            try:
+                digest = base_of(client, plan.base_image, engine).digest
+            except NotFound:
+                digest = registry_digest(plan.base_image) or ""
     except (DockerException, requests.exceptions.RequestException):
         return None
-    return inputs_tag(inputs_digest(build_inputs(plan, builder.name, base))) if base else None
+    return inputs_tag(inputs_digest(build_inputs(plan, builder.name, digest))) if digest else None
 
 
 def find_built(targets: list[Target], tag: str, options: ShipOptions) -> dict[tuple[str, str], Manifest] | None:
