@@ -91,7 +91,8 @@ class UniqueBuild:
 
     matrix: Path
     workdir: Path
-    cache: str  # the registry cache's repository
+    marker: str  # the names of its own: cache-<marker>/verl, cachefirst-<marker>/verl
+    cache: str  # the registry cache's repository, with its registry
     repository: str
     result: dict[str, Any]
     stderr: str
@@ -109,7 +110,7 @@ def unique_build(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory
     cache = f"{docker_env.registry}/{repository}"
     argv = ["build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(matrix), "--base-image", docker_env.standin, "--json"]
     proc = docker_env.ascendkit(*argv, "--cache-repo", cache, "--repo", f"cachefirst-{marker}/verl", cwd=workdir, check=True)
-    return UniqueBuild(matrix, workdir, cache, repository, json.loads(proc.stdout), proc.stderr)
+    return UniqueBuild(matrix, workdir, marker, cache, repository, json.loads(proc.stdout), proc.stderr)
 
 
 def test_the_pip_cache_is_a_mount_never_a_layer(docker_env: DockerEnv, unique_build: UniqueBuild) -> None:
@@ -175,9 +176,8 @@ def test_a_registry_cache_builds_an_engine_with_nothing_cached(docker_env: Docke
     )
     second = unique_build.workdir / "second"
     second.mkdir()
-    marker = repository.split("/")[0].removeprefix("cache-")
-    matrix = unique_build.matrix
-    again = _build(fresh, second, "--cache-repo", cache, "--cache-import-only", "--repo", f"cachesecond-{marker}/verl", matrix=matrix)
+    repo = f"cachesecond-{unique_build.marker}/verl"
+    again = _build(fresh, second, "--cache-repo", cache, "--cache-import-only", "--repo", repo, matrix=unique_build.matrix)
     assert again["steps_cached"] == again["steps_total"] >= 15, again
     assert again["notes"] == [] and again["image_id"] != ""
     assert json.loads((second / again["manifest"]).read_text())["builder"]["cache_exported"] is False

@@ -126,7 +126,7 @@ def test_a_base_found_once_makes_the_inputs_tag_and_the_record_alike(plan: Build
     known = BaseImage(plan.base_image, BASE, False, 3)
     assert reuse.planned_inputs_tag(Engine(), plan, known) == inputs_tag(digest(plan))  # type: ignore[arg-type]
     facts = EngineFacts(**engine_from(Engine().version(), Engine().info()))
-    assert build._base(Engine(), plan, facts, known) is known  # type: ignore[arg-type]
+    assert build.base_for(Engine(), plan.base_image, facts, known) is known  # type: ignore[arg-type]
     other = BaseImage("elsewhere/cann:1", BASE, False, 3)  # found for another ref: not this build's base
     with pytest.raises(AssertionError, match="worked out again"):
-        build._base(Engine(), plan, facts, other)  # type: ignore[arg-type]
+        build.base_for(Engine(), plan.base_image, facts, other)  # type: ignore[arg-type]

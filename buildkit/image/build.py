@@ -202,6 +202,11 @@ def base_of(client: docker.APIClient, ref: str, engine: EngineFacts) -> BaseImag
     return BaseImage(ref, identify(client, ref, inspect, engine.image_store).config, False, layers)
 
 
+def base_for(client: docker.APIClient, ref: str, engine: EngineFacts, known: BaseImage | None = None) -> BaseImage:
+    """``known`` when it is ``ref``'s (found earlier in this command), else :func:`base_of` ``ref``."""
+    return known if known is not None and known.ref == ref else base_of(client, ref, engine)
+
+
 def local_base(client: docker.APIClient, ref: str) -> BaseImage | None:
     """:func:`base_of` the engine's own ``ref``; None when the engine does not hold it (the build pulls it)
     or cannot say now (the build then meets the engine's failure, and reports it)."""
@@ -271,7 +276,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
             _tag(client, image.engine_id, plan.refs)
         checks = [recorded_check(check) for check in before["checks"]]
         ran_on = _engine_fields(before["image"], image, engine, _builder_record(plan, builder, progress))
-        updates = {"build": build_record(plan, _base(client, plan, engine, base), builder.name), **ran_on}
+        updates = {"build": build_record(plan, base_for(client, plan.base_image, engine, base), builder.name), **ran_on}
         if any(before.get(key) != value for key, value in updates.items()):  # what this build ran from and on
             with deferred():
                 write_manifest(plan.manifest_dir, plan.manifest_name, {**before, **updates})
@@ -286,7 +291,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
             exc, f"image {image.config[:19]} was built but not verified; nothing was tagged and no manifest written"
         ) from None
     checks = compare(facts, plan.expected)
-    base = _base(client, plan, engine, base)
+    base = base_for(client, plan.base_image, engine, base)
     data = manifest_data(facts, plan.expected, checks, plan.refs)
     data.update(
         build=build_record(plan, base, builder.name),
@@ -302,10 +307,6 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
         lines = "\n".join(f"    {c.name}: expected {c.expected}, found {c.actual}" for c in bad)
         raise VerifyFailed(f"image {image.config[:19]} does not match the matrix; nothing was tagged:\n{lines}\n  manifest: {manifest_md}")
     return _result(plan, image, started, (builder, progress), checks, (manifest_json, manifest_md), sbom, "ran")
-
-
-def _base(client: docker.APIClient, plan: BuildPlan, engine: EngineFacts, known: BaseImage | None) -> BaseImage:
-    return known if known is not None and known.ref == plan.base_image else base_of(client, plan.base_image, engine)
 
 
 def _engine_fields(recorded: dict[str, Any], image: ImageIdentity, engine: EngineFacts, builder: dict[str, Any]) -> dict[str, Any]:

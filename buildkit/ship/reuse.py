@@ -33,18 +33,15 @@ def planned_inputs_tag(client: docker.APIClient, plan: BuildPlan, base: BaseImag
     """The inputs tag the build of ``plan`` would publish under, on this engine with its builder; None
     where the base's digest cannot be told without pulling it (then the build goes on). ``base``: the
     engine's own base, when the caller already found it (:func:`buildkit.image.build.local_base`)."""
-    from buildkit.image.build import base_of, registry_digest
+    from buildkit.image.build import base_for, registry_digest
 
     try:
         engine = engine_facts(client)
         builder = choose_builder(plan.builder, engine, cache=bool(plan.cache_ref), export=plan.cache_export)
-        if base is not None and base.ref == plan.base_image:
-            digest = base.digest
-        else:
-            try:
-                digest = base_of(client, plan.base_image, engine).digest
-            except NotFound:
-                digest = registry_digest(plan.base_image) or ""
+        try:
+            digest = base_for(client, plan.base_image, engine, base).digest
+        except NotFound:
+            digest = registry_digest(plan.base_image) or ""
     except (DockerException, requests.exceptions.RequestException):
         return None
     return inputs_tag(inputs_digest(build_inputs(plan, builder.name, digest))) if digest else None

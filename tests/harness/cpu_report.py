@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import resource
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from tests.harness.cpuacct import ENV_VAR
 SHOWN = 15
 
 
-def engine_usage_file(env: dict[str, str] | os._Environ[str] = os.environ) -> Path | None:
+def engine_usage_file(env: Mapping[str, str] = os.environ) -> Path | None:
     """The cpuacct counter of the engine ``DOCKER_HOST`` names (``unix://.../<engine>.sock``), if measured."""
     root, host = env.get(ENV_VAR), env.get("DOCKER_HOST", "")
     if not root or not host.startswith("unix://") or not host.endswith(".sock"):
