@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -113,6 +115,19 @@ def test_rpm_and_git_checkouts(loaded: Any) -> None:
     assert megatron["version"] == commit and megatron["purl"] == f"pkg:github/nvidia/megatron-lm@{commit}"
     assert {"name": "ascendkit:git-ref", "value": "core_v0.12.1"} in megatron["properties"]
     assert by_ref["git:mindspeed"]["purl"].startswith(f"pkg:generic/mindspeed@{'f' * 40}?vcs_url=git%2Bhttps")
+
+
+def test_the_schemas_iri_formats_are_checked_by_a_jsonschema_that_imports_fast(loaded: Any) -> None:
+    """CycloneDX 1.6 writes every URL as an ``iri-reference``: the validator above checks them (a checkout
+    URL with a space is refused), through rfc3987 rather than rfc3987-syntax, whose import builds a
+    parser for over a second in every process that imports jsonschema (pyproject.toml's dev list)."""
+    plan = plan_image(loaded, plan_target(loaded, "a3", "cann8.5", "openeuler24.03"), "aarch64")
+    bad = replace(plan, git_checkouts=tuple(replace(c, path=c.path + "/a b") for c in plan.git_checkouts))
+    document = sbom_document(facts(git_revisions=f"megatron-lm core_v0.12.1 {'0' * 40}\n"), bad, BASE, "ascendkit/verl")
+    error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(dumps(document))
+    assert error is not None and "iri-reference" in str(getattr(error, "data", error))
+    probe = "import sys, jsonschema; print('rfc3987_syntax' in sys.modules, 'rfc3987' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split() == ["False", "True"]
 
 
 def test_a_framework_from_a_checkout_and_a_patched_package(loaded: Any) -> None:
