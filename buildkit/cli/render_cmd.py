@@ -15,6 +15,7 @@ from buildkit.resources import DEFAULT_MATRIX
 
 if TYPE_CHECKING:
     from buildkit.generate import GeneratedFile
+    from buildkit.matrix.load import LoadedMatrix
     from buildkit.matrix.model import Matrix
 
 
@@ -37,10 +38,9 @@ def render(
     matrix: WorkingMatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Render a Dockerfile for one SKU, or (with --all / --check) every generated file."""
-    from buildkit import generate
     from buildkit.image.render import render_dockerfile
     from buildkit.matrix.load import load_matrix
-    from buildkit.plan import all_targets, plan_image, plan_target
+    from buildkit.plan import plan_image, plan_target
 
     if (render_all or check) and (hw or stack or os_name or output):
         raise InputError("--all/--check cover every stack and SKU; drop --hw/--stack/--os/--output")
@@ -49,6 +49,25 @@ def render(
     if output is not None and output != STDOUT:
         check_output_file(output)
     loaded = load_matrix(matrix)
+    if render_all or check:
+        _every_file(loaded, check=check)
+        return
+    assert hw is not None
+    notes: list[str] = []
+    target = plan_target(loaded, hw, stack, os_name, notes)
+    for note in notes:
+        typer.echo(f"ascendkit: {note}", err=True)
+    text = render_dockerfile(loaded, plan_image(loaded, target))
+    if write_output(output, text):
+        typer.echo(f"wrote {output} ({target.stack_id}, chip {target.chip_id}, {target.os_name})", err=True)
+
+
+def _every_file(loaded: LoadedMatrix, *, check: bool) -> None:
+    """--check compares every generated file with a render in memory; --all writes those that changed.
+    Only these need the generator and the pages made from the command line: one Dockerfile does not."""
+    from buildkit import generate
+    from buildkit.plan import all_targets
+
     extra = reference_page(loaded.root) + hardware_page_file(loaded.root, loaded.matrix)
     if check:
         expected = generate.expected_outputs(loaded, extra=extra)
@@ -59,20 +78,10 @@ def render(
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         typer.echo(f"ascendkit: {len(expected)} generated files are up to date", err=True)
         return
-    if render_all:
-        touched = generate.write_all(loaded, extra=extra)
-        for path in touched:
-            typer.echo(f"wrote {path}", err=True)
-        typer.echo(f"ascendkit: {len(all_targets(loaded))} Dockerfiles rendered, {len(touched)} file(s) changed", err=True)
-        return
-    assert hw is not None
-    notes: list[str] = []
-    target = plan_target(loaded, hw, stack, os_name, notes)
-    for note in notes:
-        typer.echo(f"ascendkit: {note}", err=True)
-    text = render_dockerfile(loaded, plan_image(loaded, target))
-    if write_output(output, text):
-        typer.echo(f"wrote {output} ({target.stack_id}, chip {target.chip_id}, {target.os_name})", err=True)
+    touched = generate.write_all(loaded, extra=extra)
+    for path in touched:
+        typer.echo(f"wrote {path}", err=True)
+    typer.echo(f"ascendkit: {len(all_targets(loaded))} Dockerfiles rendered, {len(touched)} file(s) changed", err=True)
 
 
 def reference_page(root: Path) -> tuple[GeneratedFile, ...]:

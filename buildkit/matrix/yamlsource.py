@@ -182,7 +182,7 @@ def load_documents(text: str, source: str) -> list[Any]:
     """Every document of a YAML stream (manifests, printed configs), with the same size limits."""
     try:
         check_yaml_size(text)
-        return list(yaml.safe_load_all(text))
+        return list(yaml.load_all(text, Loader=_LOADER))  # safe: _LOADER is a SafeLoader (libyaml's where PyYAML has it)
     except YamlTooLarge as exc:
         raise YamlSourceError([Finding(Location(Path(source), exc.line, exc.column), "<document>", f"refused: {exc}")]) from None
 
