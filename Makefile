@@ -18,10 +18,10 @@ JOB    ?= grpo
 SMOKE_OUT ?= smoke-out/$(HW)/$(JOB)
 SMOKE_ARGS = --hw $(HW) --job $(JOB) --out $(SMOKE_OUT)$(if $(MODEL), --model-path $(MODEL))$(if $(STEPS), --steps $(STEPS))$(if $(BASELINE), --baseline $(BASELINE))$(if $(DEVICES), --devices $(DEVICES))
 SMOKE_IMAGE = $(if $(IMAGE), --image $(IMAGE),$(if $(STACK), --stack $(STACK)))
-.PHONY: help install render check lock build lint unit moves network services services-stop test smoke bench bench-quick clean
+.PHONY: help install render check lock build lint unit moves network repro-arm64 services services-stop test smoke bench bench-quick clean
 
 help: ## List every target with one line each
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -92,6 +92,10 @@ moves: $(STAMP) $(CHECKOV_STAMP) ## The matrix-moves check: the unit suite again
 
 network: $(STAMP) ## Run the tests that need PyPI (resolving locks, downloading wheels and sdists), no engine
 	$(BIN)/pytest -m "network and not docker"
+
+repro-arm64: $(STAMP) ## The two clean arm64 builds under emulation, published and compared (about 25 min; `make test` leaves them out for time); needs `make services ASCENDKIT_ARM64=1`
+	set -a; . $(SERVICES_ENV); set +a; DOCKER_HOST="$$ASCENDKIT_EMULATED_DOCKER_HOST" ASCENDKIT_REQUIRE_DOCKER=1 ASCENDKIT_ARM64=1 \
+	  $(BIN)/pytest -p no:cacheprovider --durations=5 -m arm64_pair
 
 services: $(STAMP) ## As root: start dockerd, the registry on 127.0.0.1:5000 and the stand-in CANN base (ASCENDKIT_ARM64=1: also the arm64 stand-in and the emulated tests' own engine)
 	$(BIN)/python -m tests.harness.services start $(ARM64_FLAG)

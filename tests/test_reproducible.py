@@ -78,6 +78,7 @@ def test_two_clean_builds_publish_the_same_image(docker_env: DockerEnv, tmp_path
 
 
 @pytest.mark.emulated
+@pytest.mark.arm64_pair  # `make repro-arm64`, not `make test`: see the marker
 def test_two_clean_arm64_builds_under_emulation_publish_the_same_image(docker_env: DockerEnv, tmp_path: Path) -> None:
     """The same for aarch64, the SKU hosts' arch: every step run under qemu on the emulated engine."""
     first = reproduced(docker_env, tmp_path, "aarch64", arm64_standin())
