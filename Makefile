@@ -93,7 +93,7 @@ moves: $(STAMP) $(CHECKOV_STAMP) ## The matrix-moves check: the unit suite again
 network: $(STAMP) ## Run the tests that need PyPI (resolving locks, downloading wheels and sdists), no engine
 	$(BIN)/pytest -m "network and not docker"
 
-repro-arm64: $(STAMP) ## The two clean arm64 builds under emulation, published and compared (about 25 min; `make test` leaves them out for time); needs `make services ASCENDKIT_ARM64=1`
+repro-arm64: $(STAMP) ## The two clean arm64 builds under emulation, published and compared (about 4 min alone on two cores, 4.5 core-minutes of qemu; `make test` leaves them out for time); needs `make services ASCENDKIT_ARM64=1`
 	set -a; . $(SERVICES_ENV); set +a; DOCKER_HOST="$$ASCENDKIT_EMULATED_DOCKER_HOST" ASCENDKIT_REQUIRE_DOCKER=1 ASCENDKIT_ARM64=1 \
 	  $(BIN)/pytest -p no:cacheprovider --durations=5 -m arm64_pair
 
