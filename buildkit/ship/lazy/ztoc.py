@@ -26,12 +26,13 @@ import hashlib
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO
-
-import flatbuffers
+from typing import IO, TYPE_CHECKING
 
 from buildkit.errors import PublishFailed
 from buildkit.ship.lazy.tarindex import TarEntry, TarIndex
+
+if TYPE_CHECKING:  # imported where a zTOC is written: flatbuffers imports numpy, 50 ms every build and publish paid
+    import flatbuffers
 
 VERSION = "0.9"  # the zTOC format soci-snapshotter 0.4 writes (ztoc.Version09)
 SPAN = 1 << 22  # uncompressed bytes between checkpoints: soci's default (4 MiB)
@@ -210,6 +211,8 @@ def _span_digests(stream: IO[bytes], bounds: list[tuple[int, int]]) -> list[str]
 
 def marshal(ztoc: Ztoc) -> bytes:
     """The zTOC as soci writes it (ztoc_marshaler.go)."""
+    import flatbuffers
+
     b = flatbuffers.Builder(0)
     version = b.CreateString(VERSION)
     tool = b.CreateString(ztoc.tool)
