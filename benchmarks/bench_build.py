@@ -7,6 +7,8 @@ Prints a table and writes JSON (default benchmarks/results/build.json); asserts 
 * ascendkit's overhead over a raw ``docker buildx build --load`` of the same Dockerfile and context
   (both fully cached, so the difference is planning, the base-image check, verification and tagging);
 * image size, and wasted bytes: files shadowed or deleted by later layers, plus leftover caches;
+* a --no-cache build with BuildKit's secret mounts beside one with the secrets served (what ascendkit
+  does on BuildKit v0.13 to v0.15: buildkit/image/buildx.py): wall time and the machine's CPU;
 * pip against uv for the same locked install: every lock section of a stack installed by the
   image's own ``ascendkit_install`` (hashes enforced, no build isolation, bytecode compiled),
   offline from a wheelhouse, in a fresh container of the stand-in base, once with each installer.
@@ -39,7 +41,7 @@ import docker
 from buildkit.arch import Arch
 from buildkit.image.build import run_build, write_context
 from buildkit.image.buildplan import BuildPlan, plan_build
-from buildkit.image.buildx import find_buildx
+from buildkit.image.buildx import SECRETS_ENV, find_buildx
 from buildkit.image.engine import connect
 from buildkit.lock.inputs import LockTarget, lock_targets
 from buildkit.lock.relock import index_urls_for, lock_all
@@ -97,6 +99,31 @@ def raw_build_seconds(p: BuildPlan, runs: int) -> float:
             if proc.returncode != 0:
                 raise SystemExit(f"raw buildx build failed: {proc.stderr[-2000:]}")
     return statistics.median(samples)
+
+
+def busy_core_seconds() -> float:
+    """The machine's CPU time so far (every process, the engine's too), from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:8]]
+    return (sum(fields) - fields[3]) / os.sysconf("SC_CLK_TCK")  # all but idle
+
+
+def secrets_channels(client: docker.APIClient, base: BuildPlan) -> dict[str, dict[str, float]]:
+    """One --no-cache build with each way of giving BuildKit the secrets (the CA bundle): the committed
+    render's secret mounts, and the render without them with the secrets served (what ascendkit picks on
+    BuildKit v0.13 to v0.15, which hash every step's root filesystem for a secret mount): wall time and
+    the machine's CPU, the engine's included. Run on the engine being measured, nothing else busy."""
+    out = {}
+    for channel in ("mounts", "served"):
+        os.environ[SECRETS_ENV] = channel
+        try:
+            cpu, start = busy_core_seconds(), time.perf_counter()
+            built = run_build(client, BuildPlan(**{**base.__dict__, "no_cache": True}))
+            out[channel] = {"seconds": round(time.perf_counter() - start, 1), "cpu_core_s": round(busy_core_seconds() - cpu, 1)}
+            if built.steps_cached:
+                raise SystemExit(f"the --no-cache build with the secrets {channel} took {built.steps_cached} step(s) from the cache")
+        finally:
+            del os.environ[SECRETS_ENV]
+    return out
 
 
 def installers(
@@ -206,6 +233,7 @@ def main() -> None:
                 "layers_reused": sum(1 for layer in after if layer in before),
                 "layers_new": sum(1 for layer in after if layer not in before),
             }
+            results["secrets"] = secrets_channels(client, base)
         raw = raw_build_seconds(base, args.runs)
         results["overhead"] = {
             "ascendkit_noop_s": round(ascendkit_noop, 2),
@@ -244,6 +272,20 @@ def main() -> None:
             f"{bumped_result['layers_new']} new"
             if bumped_result
             else "skipped with --quick (it re-locks against PyPI and builds again)",
+        ),
+        (
+            "--no-cache build, secret mounts",
+            f"{results['secrets']['mounts']['seconds']:.1f}s" if "secrets" in results else "-",
+            f"{results['secrets']['mounts']['cpu_core_s']:.0f} core-s of CPU, the engine's included"
+            if "secrets" in results
+            else "skipped with --quick (two --no-cache builds)",
+        ),
+        (
+            "--no-cache build, secrets served",
+            f"{results['secrets']['served']['seconds']:.1f}s" if "secrets" in results else "-",
+            f"{results['secrets']['served']['cpu_core_s']:.0f} core-s: what BuildKit v0.13-v0.15 get (moby/buildkit#5251)"
+            if "secrets" in results
+            else "",
         ),
         (
             "raw buildx build --load, no-op",

@@ -250,7 +250,8 @@ def test_a_stopped_build_leaves_no_tag_container_or_manifest(
 @pytest.mark.engine_20_10
 @pytest.mark.parametrize("builder", ["buildkit", "classic"])
 def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, tmp_path: Path, builder: str) -> None:
-    """BuildKit takes them as secret mounts, the classic builder from a server for one build."""
+    """BuildKit takes them as secret mounts (served instead on Docker 26's BuildKit, which would hash the
+    root filesystem for them: the docker job's engine), the classic builder from a server for one build."""
     # A CA bundle with one certificate nobody else has, and a credential in the index URL.
     key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
     openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ascendkit-test-ca"]

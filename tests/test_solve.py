@@ -17,7 +17,7 @@ from buildkit.errors import InputError, Unavailable
 from buildkit.image import buildx
 from buildkit.image.build import _on_loopback
 from buildkit.image.buildplan import plan_build
-from buildkit.image.buildx import BUILDKIT, CLASSIC, choose_builder, secret_files
+from buildkit.image.buildx import BUILDKIT, CLASSIC, choose_builder, secret_files, serves_secrets
 from buildkit.image.engine import CONTAINERD_STORE, GRAPH_DRIVER_STORE, PODMAN_STORE, EngineFacts
 from buildkit.image.progress import Step
 from buildkit.image.solve import SolveProgress
@@ -145,6 +145,52 @@ def test_buildkit_where_buildx_answers(fake_buildx: Path) -> None:
         assert (builder.name, builder.version, builder.command) == (BUILDKIT, "buildx 0.13.1+ds1, BuildKit v0.13.2", (str(fake_buildx),))
     assert choose_builder("auto", _engine(GRAPH_DRIVER_STORE)).name == BUILDKIT
     assert choose_builder("classic", _engine()).describe() == {"name": CLASSIC, "version": "Docker Engine 26.1.5"}
+
+
+@pytest.mark.parametrize(
+    ("driver", "buildkit", "engine", "served"),
+    [
+        ("docker", "v0.13.2", "26.1.5", True),  # moby/buildkit#5251: a secret mount hashes the root filesystem
+        ("docker", "v0.15.1", "27.1.1", True),
+        ("docker", "v0.16.0", "27.3.1", False),  # fixed
+        ("docker", "v0.12.5", "25.0.5", False),  # before the regression
+        ("docker", "v0.0.0+unknown", "26.1.5", True),  # Debian's buildx: the engine's version says it
+        ("docker", "", "27.2.1", True),
+        ("docker", "v0.0.0+unknown", "27.3.0", False),
+        ("docker", "v0.0.0+unknown", "20.10.24", False),
+        ("docker-container", "v0.13.2", "26.1.5", False),  # its host network is an entitlement: the mounts stay
+    ],
+)
+def test_buildkit_that_hashes_the_root_filesystem_for_a_secret_mount_is_served_its_secrets(
+    driver: str, buildkit: str, engine: str, served: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(buildx.SECRETS_ENV, raising=False)
+    facts = EngineFacts("Docker Engine", engine, "1.45", CONTAINERD_STORE, "overlayfs")
+    assert serves_secrets(driver, buildkit, facts) is served
+    assert not serves_secrets(driver, "", EngineFacts("Podman", engine, "1.41", PODMAN_STORE, "overlay"))  # not Docker's versions
+
+
+def test_the_secrets_channel_can_be_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    fixed = EngineFacts("Docker Engine", "28.2.2", "1.50", CONTAINERD_STORE, "overlayfs")
+    monkeypatch.setenv(buildx.SECRETS_ENV, "served")
+    assert serves_secrets("docker", "v0.23.0", fixed)
+    monkeypatch.setenv(buildx.SECRETS_ENV, "mounts")
+    assert not serves_secrets("docker", "v0.13.2", _engine())
+    monkeypatch.setenv(buildx.SECRETS_ENV, "tmpfs")
+    with pytest.raises(InputError, match="ASCENDKIT_BUILDKIT_SECRETS='tmpfs': set it to mounts or served"):
+        serves_secrets("docker", "v0.13.2", _engine())
+
+
+def test_docker_26s_buildkit_builds_the_render_without_secret_mounts(fake_buildx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same steps, and the same RUN commands (the history an image records): only the secret mounts go."""
+    monkeypatch.delenv(buildx.SECRETS_ENV, raising=False)
+    assert choose_builder("auto", _engine()).serves_secrets  # buildx 0.13.1 says BuildKit v0.13.2
+    plan = plan_build(load_matrix(Path(__file__).parent / "fixtures" / "test_matrix.yaml"), "a3", arch="x86_64", use_default_ca=False)
+    mounts, served = plan.dockerfile_for(BUILDKIT), plan.dockerfile_for(BUILDKIT, served=True)
+    secret_line = "    --mount=type=secret,id=ascendkit-ca --mount=type=secret,id=ascendkit-env \\\n"
+    assert mounts.count(secret_line) == mounts.count("--mount=type=cache") > 5
+    assert served == mounts.replace(secret_line, "") and "--mount=type=secret" not in served
+    assert plan.dockerfile_for(CLASSIC, served=True) == plan.dockerfile_for(CLASSIC)
 
 
 def test_classic_where_it_must_and_a_clear_error_where_buildkit_was_asked_for(no_buildx: None) -> None:

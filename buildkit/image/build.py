@@ -64,10 +64,11 @@ def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 
     )
 
 
-def write_context(plan: BuildPlan, context: Path, builder: str = BUILDKIT) -> None:
-    """The build context of ``plan`` in ``context``: the Dockerfile for ``builder``, the files it
-    COPYs, the lock sections (the benchmarks build the same context raw, to measure ascendkit's overhead)."""
-    (context / "Dockerfile").write_text(plan.dockerfile_for(builder), encoding="utf-8")
+def write_context(plan: BuildPlan, context: Path, builder: str = BUILDKIT, *, served: bool = False) -> None:
+    """The build context of ``plan`` in ``context``: the Dockerfile for ``builder`` (``served``: BuildKit's
+    without secret mounts), the files it COPYs, the lock sections (the benchmarks build the same context
+    raw, to measure ascendkit's overhead)."""
+    (context / "Dockerfile").write_text(plan.dockerfile_for(builder, served=served), encoding="utf-8")
     for relative in context_paths():  # COPYed by the Dockerfile from its repository path
         (context / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(PACKAGE_DIR.parent / relative, context / relative)
@@ -116,7 +117,10 @@ def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -
 
 def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder, progress: SolveProgress) -> str:
     """BuildKit, through ``buildx build``: the image, loaded untagged into the engine; its ID there.
-    No provenance or SBOM attestations (they would make the image an index; ascendkit writes its own)."""
+    No provenance or SBOM attestations (they would make the image an index; ascendkit writes its own).
+    Where this BuildKit hashes the whole root filesystem for a secret mount (``builder.serves_secrets``),
+    it builds the render without them, and the secrets come from the loopback server in ``ftp_proxy``, as
+    for the classic builder: the same steps and the same image (no secret mount is in its history)."""
     shm = Path("/dev/shm")
     private_root = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None  # secrets stay in memory
     with (
@@ -124,19 +128,24 @@ def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder,
         tempfile.TemporaryDirectory(prefix="ascendkit-build-", dir=private_root) as private,
         ExitStack() as cleanup,
     ):
-        write_context(plan, Path(context), BUILDKIT)
+        write_context(plan, Path(context), BUILDKIT, served=builder.serves_secrets)
         metadata = Path(private) / "metadata.json"
         argv = [*builder.command, "build", "--progress=rawjson", "--provenance=false", "--sbom=false", "--load"]
         argv += ["--metadata-file", str(metadata), "--platform", plan.platform, "-f", str(Path(context) / "Dockerfile")]
         argv += [f"--build-arg={name}={value}" for name, value in plan.buildargs]
         if plan.no_cache:
             argv.append("--no-cache")
-        wheels_url = ""
-        if plan.secrets.wheelhouse is not None:  # pip reaches the served wheelhouse on 127.0.0.1
+        wheels_url, environment = "", None
+        if plan.secrets and builder.serves_secrets:  # the CA bundle, the env and any wheelhouse, all served
+            # The value from buildx's environment, not its command line, which any user of the machine can read.
+            environment = {**os.environ, SECRETS_ARG: cleanup.enter_context(SecretServer(plan.secrets)).url}
+            argv.append(f"--build-arg={SECRETS_ARG}")
+        elif plan.secrets.wheelhouse is not None:  # pip reaches the served wheelhouse on 127.0.0.1
             wheels_url = f"{cleanup.enter_context(SecretServer(plan.secrets)).url}/wheels/"
-        if wheels_url or _on_loopback(plan):
+        if wheels_url or _on_loopback(plan) or (plan.secrets and builder.serves_secrets):
             argv += ["--network", "host"]  # BuildKit's steps get a network of their own, without this machine's loopback
-        argv += secret_files(Path(private), plan.secrets.ca_bundle, plan.secrets.env_script(wheels_url))
+        if not builder.serves_secrets:
+            argv += secret_files(Path(private), plan.secrets.ca_bundle, plan.secrets.env_script(wheels_url))
         if plan.cache_ref:
             argv += ["--cache-from", f"type=registry,ref={plan.cache_ref}"]
         if plan.cache_ref and plan.cache_export:
@@ -144,7 +153,13 @@ def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder,
         argv.append(context)
         try:
             process = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, start_new_session=True
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,
+                env=environment,
             )
         except OSError as exc:
             raise Unavailable(f"cannot run buildx ({' '.join(builder.command)}): {exc}") from None

@@ -50,12 +50,16 @@ class BuildPlan:
     reverify: bool = False  # verify even an image whose passed verification is on record
     matrix_root: Path | None = None  # the directory of the matrix and its locks: the source provenance names
     classic_dockerfile: str = ""  # the same steps without BuildKit's mounts, for the classic builder
+    served_dockerfile: str = ""  # BuildKit's without its secret mounts (Builder.serves_secrets)
     builder: str = "auto"  # BUILDERS: BuildKit where the engine and buildx give it, else classic
     cache_repo: str | None = None  # a registry cache (BuildKit): REPO, tagged per stack, chip, OS and arch
     cache_export: bool = True  # False: import the registry cache only (a build without push rights)
 
-    def dockerfile_for(self, builder: str) -> str:
-        return self.dockerfile if builder == "buildkit" or not self.classic_dockerfile else self.classic_dockerfile
+    def dockerfile_for(self, builder: str, *, served: bool = False) -> str:
+        """The render ``builder`` builds: with ``served``, BuildKit's whose secrets ascendkit serves."""
+        if builder != "buildkit":
+            return self.classic_dockerfile or self.dockerfile
+        return self.served_dockerfile if served and self.served_dockerfile else self.dockerfile
 
     @property
     def cache_ref(self) -> str:
@@ -256,6 +260,7 @@ def plan_build(
         image=image,
         dockerfile=render_context(ctx),
         classic_dockerfile=render_context(ctx, buildkit=False),
+        served_dockerfile=render_context(ctx, secret_mounts=False),
         builder=builder,
         cache_repo=cache_repo,
         cache_export=cache_export,

@@ -33,6 +33,15 @@ INSTALL_HINT = (
     "install buildx (Debian/Ubuntu: apt install docker-buildx; Docker's packages: docker-buildx-plugin), "
     "or set ASCENDKIT_BUILDX to a docker-buildx binary"
 )
+# BuildKit v0.13 to v0.15 take a secret mount for a mount of the step's first input, its root filesystem
+# (moby/buildkit#5251, fixed in v0.16; a regression of #4624, v0.13): before each RUN with a secret mount
+# they read and hash every file of the step's root filesystem, again for each such step of a build that
+# is not cached. Measured on Docker 26.1.5 (the containerd store), the test stack's clean build: 57-61 -> 16-35
+# core-seconds of the machine's CPU without the secret mounts (dockerd 34-38 -> 3-13); a 20 GB image: 20 GB read per step.
+# Where buildx does not say the BuildKit version (Debian's buildx says v0.0.0+unknown), the engine's
+# version says which BuildKit the docker driver runs: Docker 26.0 to 27.2 vendor v0.13 to v0.15.
+CHECKSUMMING_BUILDKIT = ((0, 13), (0, 16))
+CHECKSUMMING_ENGINE = ((26, 0), (27, 3))
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class Builder:
     version: str  # "buildx 0.13.1, BuildKit v0.13.2" or "Docker Engine 26.1.5"
     command: tuple[str, ...] = ()  # how buildx is run (BuildKit only)
     note: str = ""  # why auto chose the classic builder
+    serves_secrets: bool = False  # BuildKit gets the render without secret mounts; secrets as the classic builder gets them
 
     def describe(self) -> dict[str, str]:
         return {"name": self.name, "version": self.version}
@@ -108,6 +118,34 @@ def _current_builder(command: tuple[str, ...]) -> tuple[str, str]:
     return (driver[1] if driver else ""), (version[1] if version else "")
 
 
+def _major_minor(version: str) -> tuple[int, int] | None:
+    found = re.search(r"(\d+)\.(\d+)\.(\d+)", version)
+    return (int(found[1]), int(found[2])) if found and found[0] != "0.0.0" else None
+
+
+SECRETS_ENV = "ASCENDKIT_BUILDKIT_SECRETS"  # "mounts" or "served": overrides the choice below (a patched BuildKit)
+
+
+def serves_secrets(driver: str, buildkit: str, engine: EngineFacts) -> bool:
+    """Whether a BuildKit build gets its secrets served rather than mounted: where the engine's own
+    BuildKit (the docker driver, which gives the steps the host's network when asked) hashes a step's
+    whole root filesystem for a secret mount (CHECKSUMMING_BUILDKIT), by the version buildx reports, else
+    by the Docker Engine's. Another driver keeps the mounts (its network.host entitlement is not granted
+    by default); so does a version nobody states. ``$ASCENDKIT_BUILDKIT_SECRETS`` decides where set."""
+    asked = os.environ.get(SECRETS_ENV, "")
+    if asked in ("mounts", "served"):
+        return asked == "served"
+    if asked:
+        raise InputError(f"{SECRETS_ENV}={asked!r}: set it to mounts or served, or leave it unset (ascendkit decides)")
+    if driver != "docker":
+        return False
+    known = _major_minor(buildkit)
+    if known is not None:
+        return CHECKSUMMING_BUILDKIT[0] <= known < CHECKSUMMING_BUILDKIT[1]
+    engine_version = _major_minor(engine.version) if engine.product == "Docker Engine" else None
+    return engine_version is not None and CHECKSUMMING_ENGINE[0] <= engine_version < CHECKSUMMING_ENGINE[1]
+
+
 def refuse_classic_cache(choice: str, cache: bool) -> None:
     """InputError for a registry cache asked of the classic builder (planning refuses it before the
     engine is asked; the choice of builder holds to it for a plan made any other way)."""
@@ -140,7 +178,8 @@ def choose_builder(choice: str, engine: EngineFacts, *, cache: bool = False, exp
                     "(or BUILDX_BUILDER=ascendkit); its base image must then come from a registry. "
                     "--cache-import-only reads the cache without exporting, with any driver"
                 )
-            return Builder(BUILDKIT, f"buildx {version}" + (f", BuildKit {buildkit}" if buildkit else ""), command)
+            described = f"buildx {version}" + (f", BuildKit {buildkit}" if buildkit else "")
+            return Builder(BUILDKIT, described, command, serves_secrets=serves_secrets(driver, buildkit, engine))
         why = found
     if choice == BUILDKIT or cache:
         asked = "--cache-repo needs BuildKit" if choice != BUILDKIT else "--builder buildkit"

@@ -115,6 +115,7 @@ class DockerfileContext:
     image_info: str
     labels: tuple[tuple[str, str], ...]
     buildkit: bool = True  # BuildKit's cache and secret mounts; False: the classic builder's render
+    secret_mounts: bool = True  # False: BuildKit's render without the secret mounts (the secrets served instead)
 
 
 SYSTEM_PACKAGES = {
@@ -300,10 +301,13 @@ def render_dockerfile(loaded: LoadedMatrix, plan: ImagePlan, templates: Path = T
     return render_context(build_context(loaded, plan), templates)
 
 
-def render_context(ctx: DockerfileContext, templates: Path = TEMPLATES_DIR, *, buildkit: bool = True) -> str:
+def render_context(ctx: DockerfileContext, templates: Path = TEMPLATES_DIR, *, buildkit: bool = True, secret_mounts: bool = True) -> str:
     """The Dockerfile for ``ctx``: BuildKit's (the committed renders) or, with ``buildkit`` false, the
-    classic builder's: the same steps and packages without the cache and secret mounts."""
-    ctx = dataclasses.replace(ctx, buildkit=buildkit)
+    classic builder's: the same steps and packages without the cache and secret mounts. With
+    ``secret_mounts`` false, BuildKit's without its secret mounts, for the BuildKit releases that read
+    and hash a step's whole root filesystem before it runs with one (buildkit/image/buildx.py,
+    :func:`serves_secrets`): ascendkit then serves the secrets as it does to the classic builder."""
+    ctx = dataclasses.replace(ctx, buildkit=buildkit, secret_mounts=secret_mounts and buildkit)
     env = _environment(templates)
     try:
         template = env.get_template("Dockerfile.j2")
