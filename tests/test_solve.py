@@ -7,6 +7,7 @@ import base64
 import hashlib
 import random
 import re
+import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,6 +169,20 @@ def test_buildkit_that_hashes_the_root_filesystem_for_a_secret_mount_is_served_i
     facts = EngineFacts("Docker Engine", engine, "1.45", CONTAINERD_STORE, "overlayfs")
     assert serves_secrets(driver, buildkit, facts) is served
     assert not serves_secrets(driver, "", EngineFacts("Podman", engine, "1.41", PODMAN_STORE, "overlay"))  # not Docker's versions
+    assert not serves_secrets(driver, buildkit, facts, local=False)  # its steps could not reach a server here
+
+
+def test_only_an_engine_in_this_network_namespace_is_served_secrets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The served secrets are on 127.0.0.1 here: an engine elsewhere (tcp, ssh, a socket nobody answers)
+    keeps the mounts; one answering on a socket from this very network namespace gets them served."""
+    path = tmp_path / "engine.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:  # this process plays the engine
+        server.bind(str(path))
+        server.listen(4)
+        cases = [(f"unix://{path}", True), ("tcp://10.0.0.5:2376", False), ("ssh://ci@builder", False), (f"unix://{tmp_path}/none", False)]
+        for host, local in cases:
+            monkeypatch.setenv("DOCKER_HOST", host)
+            assert buildx.shares_the_engines_loopback() is local, host
 
 
 def test_the_secrets_channel_can_be_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,6 +199,7 @@ def test_the_secrets_channel_can_be_asked_for(monkeypatch: pytest.MonkeyPatch) -
 def test_docker_26s_buildkit_builds_the_render_without_secret_mounts(fake_buildx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same steps, and the same RUN commands (the history an image records): only the secret mounts go."""
     monkeypatch.delenv(buildx.SECRETS_ENV, raising=False)
+    monkeypatch.setattr(buildx, "shares_the_engines_loopback", lambda: True)  # no engine here: as on the machine's own
     assert choose_builder("auto", _engine()).serves_secrets  # buildx 0.13.1 says BuildKit v0.13.2
     plan = plan_build(load_matrix(Path(__file__).parent / "fixtures" / "test_matrix.yaml"), "a3", arch="x86_64", use_default_ca=False)
     mounts, served = plan.dockerfile_for(BUILDKIT), plan.dockerfile_for(BUILDKIT, served=True)

@@ -19,6 +19,8 @@ import os
 import re
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,18 +128,45 @@ def _major_minor(version: str) -> tuple[int, int] | None:
 SECRETS_ENV = "ASCENDKIT_BUILDKIT_SECRETS"  # "mounts" or "served": overrides the choice below (a patched BuildKit)
 
 
-def serves_secrets(driver: str, buildkit: str, engine: EngineFacts) -> bool:
+def shares_the_engines_loopback() -> bool:
+    """Whether the steps of a build on the engine's host network reach this process on 127.0.0.1: the
+    engine answers on a local socket, and the process behind it is in this process's network namespace
+    (not a remote engine, not one whose socket was mounted into this container, not rootless Docker's)."""
+    host = os.environ.get("DOCKER_HOST", "") or "unix:///var/run/docker.sock"
+    if not host.startswith("unix://"):
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(5)
+            sock.connect(host.removeprefix("unix://"))
+            credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return False
+    pid = struct.unpack("3i", credentials)[0]  # 0: the engine is in another PID namespace (a mounted socket)
+    if pid <= 0:
+        return False
+    try:
+        return Path(f"/proc/{pid}/ns/net").readlink() == Path("/proc/self/ns/net").readlink()
+    except PermissionError:  # root's daemon, seen by a user of the docker group: the machine's own
+        return True
+    except OSError:
+        return False
+
+
+def serves_secrets(driver: str, buildkit: str, engine: EngineFacts, *, local: bool = True) -> bool:
     """Whether a BuildKit build gets its secrets served rather than mounted: where the engine's own
     BuildKit (the docker driver, which gives the steps the host's network when asked) hashes a step's
     whole root filesystem for a secret mount (CHECKSUMMING_BUILDKIT), by the version buildx reports, else
-    by the Docker Engine's. Another driver keeps the mounts (its network.host entitlement is not granted
-    by default); so does a version nobody states. ``$ASCENDKIT_BUILDKIT_SECRETS`` decides where set."""
+    by the Docker Engine's, and its steps can reach the server (``local``: :func:`shares_the_engines_loopback`).
+    Another driver keeps the mounts (its network.host entitlement is not granted by default); so do a
+    remote engine, a version nobody states and a process in a container. ``$ASCENDKIT_BUILDKIT_SECRETS``
+    decides where set."""
     asked = os.environ.get(SECRETS_ENV, "")
     if asked in ("mounts", "served"):
         return asked == "served"
     if asked:
         raise InputError(f"{SECRETS_ENV}={asked!r}: set it to mounts or served, or leave it unset (ascendkit decides)")
-    if driver != "docker":
+    if driver != "docker" or not local:
         return False
     known = _major_minor(buildkit)
     if known is not None:
@@ -179,7 +208,8 @@ def choose_builder(choice: str, engine: EngineFacts, *, cache: bool = False, exp
                     "--cache-import-only reads the cache without exporting, with any driver"
                 )
             described = f"buildx {version}" + (f", BuildKit {buildkit}" if buildkit else "")
-            return Builder(BUILDKIT, described, command, serves_secrets=serves_secrets(driver, buildkit, engine))
+            served = serves_secrets(driver, buildkit, engine, local=shares_the_engines_loopback())
+            return Builder(BUILDKIT, described, command, serves_secrets=served)
         why = found
     if choice == BUILDKIT or cache:
         asked = "--cache-repo needs BuildKit" if choice != BUILDKIT else "--builder buildkit"
