@@ -41,8 +41,8 @@ import docker
 from buildkit.arch import Arch
 from buildkit.image.build import run_build, write_context
 from buildkit.image.buildplan import BuildPlan, plan_build
-from buildkit.image.buildx import SECRETS_ENV, find_buildx
-from buildkit.image.engine import connect
+from buildkit.image.buildx import SECRETS_ENV, choose_builder, find_buildx
+from buildkit.image.engine import connect, engine_facts
 from buildkit.lock.inputs import LockTarget, lock_targets
 from buildkit.lock.relock import index_urls_for, lock_all
 from buildkit.lock.wheelhouse import make_wheelhouse
@@ -82,16 +82,19 @@ def layer_ids(client: docker.APIClient, image: str) -> list[str]:
     return list(client.inspect_image(image)["RootFS"]["Layers"])
 
 
-def raw_build_seconds(p: BuildPlan, runs: int) -> float:
-    """A user's own ``buildx build --load`` of the very context ``run_build`` sends (its build args too)."""
+def raw_build_seconds(client: docker.APIClient, p: BuildPlan, runs: int) -> float:
+    """A user's own ``buildx build --load`` of the very context ``run_build`` sends (its build args too, and,
+    where the engine's BuildKit is served its secrets, the render without secret mounts on the host's network)."""
     found = find_buildx()
     if isinstance(found, str):
         raise SystemExit(f"no buildx to compare with: {found}")
+    served = choose_builder(p.builder, engine_facts(client)).serves_secrets
     samples = []
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as ctx:
-            write_context(p, Path(ctx))
+            write_context(p, Path(ctx), served=served)
             argv = [*found[0], "build", "--load", "--progress=quiet", "--provenance=false", "--sbom=false", ctx]
+            argv += ["--network", "host"] if served else []
             argv += [f"--build-arg={name}={value}" for name, value in p.buildargs]
             start = time.perf_counter()
             proc = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -234,7 +237,7 @@ def main() -> None:
                 "layers_new": sum(1 for layer in after if layer not in before),
             }
             results["secrets"] = secrets_channels(client, base)
-        raw = raw_build_seconds(base, args.runs)
+        raw = raw_build_seconds(client, base, args.runs)
         results["overhead"] = {
             "ascendkit_noop_s": round(ascendkit_noop, 2),
             "raw_buildx_noop_s": round(raw, 2),

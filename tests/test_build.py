@@ -291,6 +291,28 @@ def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, tmp_path:
     assert "ascendkit-bot" not in history + config
 
 
+@pytest.mark.engine_20_10
+@pytest.mark.parametrize("builder", ["buildkit", "classic"])
+def test_the_ca_bundle_given_is_the_one_the_installing_steps_trust(docker_env: DockerEnv, tmp_path: Path, builder: str) -> None:
+    """The bundle reaches pip whichever way the builder takes it: BuildKit's secret mounts (Docker 20.10),
+    the secrets served to the classic builder, and to Docker 26's BuildKit, which would hash a step's whole
+    root filesystem for a secret mount (buildkit/image/buildx.py). PyPI answers these machines without a
+    bundle (the plain `docker build` test): one of a single certificate that signed nothing fails the first
+    install on TLS only if it arrived."""
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ascendkit-untrusted-ca"]
+    subprocess.run([*openssl, "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    proc = docker_env.ascendkit(
+        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
+        "--ca-bundle", str(cert), "--no-cache", "--repo", f"untrusted-{builder}/verl", "--builder", builder, "--quiet",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.BUILD_FAILED, proc.stderr[-3000:]
+    untrusted = r"certificate verify failed|CERTIFICATE_VERIFY_FAILED|invalid peer certificate|UnknownIssuer"
+    assert re.search(untrusted, proc.stderr), proc.stderr[-3000:]
+    assert docker_env.client.images(name=f"untrusted-{builder}/verl") == []
+
+
 def test_unresolved_lock_builds_by_pins_and_says_so(docker_env: DockerEnv, tmp_path: Path) -> None:
     """What an arch whose index was unreachable at lock time gets: the version pins, loudly. Said by
     ascendkit before the build and by the manifest after it, both whether or not the engine's cache

@@ -559,3 +559,15 @@ def test_a_950_job_asks_the_950_device_plugin_and_mounts_the_ub_topology_on_seve
             if mounted:
                 ro = {m["mountPath"] for m in main["volumeMounts"] if m.get("readOnly")}
                 assert multi <= ro
+
+
+def test_the_kubernetes_schemas_are_read_once_per_process() -> None:
+    """kubernetes_validate parses the kind's schema and its 1.8 MB definitions for every document it
+    checks; ours keeps what it read (a suite or a `k8s validate` of many manifests checks hundreds)."""
+    import kubernetes_validate.utils as utils
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    assert validate_documents([pod]) == []
+    reads = utils.schema_contents.cache_info().misses
+    assert validate_documents([pod, {**pod, "spec": {"containers": "none"}}])[0].path == "spec.containers"
+    assert utils.schema_contents.cache_info().misses == reads, "read again"

@@ -142,8 +142,11 @@ def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder,
             argv.append(f"--build-arg={SECRETS_ARG}")
         elif plan.secrets.wheelhouse is not None:  # pip reaches the served wheelhouse on 127.0.0.1
             wheels_url = f"{cleanup.enter_context(SecretServer(plan.secrets)).url}/wheels/"
-        if wheels_url or _on_loopback(plan) or (plan.secrets and builder.serves_secrets):
-            argv += ["--network", "host"]  # BuildKit's steps get a network of their own, without this machine's loopback
+        # BuildKit's steps get a network of their own, without this machine's loopback. Where the secrets are
+        # served, every build takes the host's, with secrets or without: the network is part of a step's cache
+        # key, and a build without a CA bundle would otherwise share no step with one that has it.
+        if wheels_url or _on_loopback(plan) or builder.serves_secrets:
+            argv += ["--network", "host"]
         if not builder.serves_secrets:
             argv += secret_files(Path(private), plan.secrets.ca_bundle, plan.secrets.env_script(wheels_url))
         if plan.cache_ref:

@@ -4,6 +4,7 @@ metadata as ObjectMeta and their pod templates against the Kubernetes schemas to
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +37,22 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _validate_core(doc: dict[str, Any]) -> list[tuple[str, str]]:
+@functools.cache
+def _kubernetes_validate() -> Any:  # the module (untyped)
+    """kubernetes_validate, reading each schema file once per process: its ``validate`` lists its schema
+    directory twice and parses the kind's schema and the 1.8 MB ``_definitions.json`` on every call
+    (11 ms, for every document and every pod template). The files are package data that never change
+    while we run, and nothing it does with them writes to them."""
     import kubernetes_validate as kv
+    import kubernetes_validate.utils as utils
+
+    utils.schema_contents = functools.cache(utils.schema_contents)
+    utils.all_versions = functools.cache(utils.all_versions)
+    return kv
+
+
+def _validate_core(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    kv = _kubernetes_validate()
 
     if not isinstance(doc.get("apiVersion"), str) or not isinstance(doc.get("kind"), str):
         return [("", "apiVersion and kind must be strings")]
