@@ -41,7 +41,7 @@ INSTALL_HINT = (
 # is not cached. Measured on Docker 26.1.5 (the containerd store), the test stack's clean build: 57-61 -> 16-35
 # core-seconds of the machine's CPU without the secret mounts (dockerd 34-38 -> 3-13); a 20 GB image: 20 GB read per step.
 # Where buildx does not say the BuildKit version (Debian's buildx says v0.0.0+unknown), the engine's
-# version says which BuildKit the docker driver runs: Docker 26.0 to 27.2 vendor v0.13 to v0.15.
+# version says which BuildKit the docker driver runs: taken as v0.13 to v0.15 for Docker 26.0 to 27.2 (27.3: v0.16).
 CHECKSUMMING_BUILDKIT = ((0, 13), (0, 16))
 CHECKSUMMING_ENGINE = ((26, 0), (27, 3))
 
@@ -158,8 +158,8 @@ def serves_secrets(driver: str, buildkit: str, engine: EngineFacts, *, local: bo
     BuildKit (the docker driver, which gives the steps the host's network when asked) hashes a step's
     whole root filesystem for a secret mount (CHECKSUMMING_BUILDKIT), by the version buildx reports, else
     by the Docker Engine's, and its steps can reach the server (``local``: :func:`shares_the_engines_loopback`).
-    Another driver keeps the mounts (its network.host entitlement is not granted by default); so do a
-    remote engine, a version nobody states and a process in a container. ``$ASCENDKIT_BUILDKIT_SECRETS``
+    Another driver keeps the mounts (its network.host entitlement is not granted by default); so do an
+    engine outside this process's network namespace and a version nobody states. ``$ASCENDKIT_BUILDKIT_SECRETS``
     decides where set."""
     asked = os.environ.get(SECRETS_ENV, "")
     if asked in ("mounts", "served"):
