@@ -247,15 +247,21 @@ def test_a_stopped_build_leaves_no_tag_container_or_manifest(
     assert not (tmp_path / "manifests").exists() or not any((tmp_path / "manifests").iterdir())
 
 
+def _certificate(directory: Path, name: str) -> Path:
+    """A self-signed certificate nobody else has (its key beside it), valid for a day: a CA of our own."""
+    key, cert = directory / "k.pem", directory / "c.pem"
+    openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}"]
+    subprocess.run([*openssl, "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert
+
+
 @pytest.mark.engine_20_10
 @pytest.mark.parametrize("builder", ["buildkit", "classic"])
 def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, tmp_path: Path, builder: str) -> None:
     """BuildKit takes them as secret mounts (served instead on Docker 26's BuildKit, which would hash the
     root filesystem for them: the docker job's engine), the classic builder from a server for one build."""
     # A CA bundle with one certificate nobody else has, and a credential in the index URL.
-    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
-    openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ascendkit-test-ca"]
-    subprocess.run([*openssl, "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    cert = _certificate(tmp_path, "ascendkit-test-ca")
     unique = cert.read_text().splitlines()[5].encode()  # a base64 line from the middle of the cert
     host_bundle = Path(docker_env.env.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt"))
     bundle = tmp_path / "bundle.pem"
@@ -299,9 +305,7 @@ def test_the_ca_bundle_given_is_the_one_the_installing_steps_trust(docker_env: D
     root filesystem for a secret mount (buildkit/image/buildx.py). PyPI answers these machines without a
     bundle (the plain `docker build` test): one of a single certificate that signed nothing fails the first
     install on TLS only if it arrived."""
-    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
-    openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ascendkit-untrusted-ca"]
-    subprocess.run([*openssl, "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    cert = _certificate(tmp_path, "ascendkit-untrusted-ca")
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
         "--ca-bundle", str(cert), "--no-cache", "--repo", f"untrusted-{builder}/verl", "--builder", builder, "--quiet",
