@@ -286,6 +286,58 @@ def build_and_push(docker_env: DockerEnv, workdir: Path, repo: str, *args: str) 
     return result
 
 
+def certificate(directory: Path, name: str) -> Path:
+    """A self-signed certificate nobody else has (its key beside it), valid for a day: a CA of our own."""
+    key, cert = directory / "k.pem", directory / "c.pem"
+    openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}"]
+    subprocess.run([*openssl, "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert
+
+
+SECRET_TOKEN = "s3cr3t-ascendkit-token-4f9c2"
+
+
+@dataclass(frozen=True)
+class SecretBuild:
+    """A clean build of the test stack given secrets: a CA bundle with one certificate nobody else has
+    (``unique``: a base64 line of it) and a credential in both index URLs."""
+
+    result: dict[str, Any]
+    output: str  # the build's stdout and stderr
+    unique: bytes
+    workdir: Path
+
+
+@pytest.fixture(scope="session")
+def secret_builds(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], SecretBuild]:
+    """``secret_builds(builder)``: the test stack built from clean (``--no-cache``) with secrets by
+    ``builder``, once per session: the secrets test scans it, and the classic one is also what the
+    two builders' comparison holds against BuildKit's build (on the containerd store each classic step
+    is a commit of its own: a classic build costs a minute or two of the engine's CPU there)."""
+    done: dict[str, SecretBuild] = {}
+
+    def build(builder: str) -> SecretBuild:
+        if builder not in done:
+            workdir = tmp_path_factory.mktemp(f"secrets-{builder}")
+            cert = certificate(workdir, "ascendkit-test-ca")
+            host_bundle = Path(docker_env.env.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt"))
+            bundle = workdir / "bundle.pem"
+            bundle.write_bytes(host_bundle.read_bytes() + cert.read_bytes())
+            index = f"https://ascendkit-bot:{SECRET_TOKEN}@pypi.org/simple"
+            proc = docker_env.ascendkit(
+                "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
+                "--ca-bundle", str(bundle), "--pip-index-url", index,
+                "--pytorch-index-url", index,  # x86_64 torch's index, also credentialed
+                "--no-cache", "--repo", f"secrets-{builder}-{uuid.uuid4().hex[:6]}/verl", "--builder", builder, "--json", "-q",
+                cwd=workdir, check=True,
+            )  # fmt: skip
+            unique = cert.read_text().splitlines()[5].encode()  # a base64 line from the middle of the cert
+            done[builder] = SecretBuild(json.loads(proc.stdout), proc.stdout + proc.stderr, unique, workdir)
+        return done[builder]
+
+    return build
+
+
 # ---- the OpenRLHF-shaped test image (tests/test_openrlhf_image.py, tests/test_ray_cluster.py) --------------------
 
 OPENRLHF_STANDIN_COMMIT = "12e2a08edffda11502c61db53dfa9cc7b647b14f"  # tests/fixtures/test_matrix.yaml pins it

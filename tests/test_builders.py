@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from buildkit.image.build import write_context
 from buildkit.image.buildplan import plan_build
 from buildkit.image.probe import run_in_image
 from buildkit.matrix.load import load_matrix
-from tests.conftest import TEST_MATRIX, DockerEnv
+from tests.conftest import TEST_MATRIX, DockerEnv, SecretBuild
 from tests.harness.imagescan import saved_entries
 
 pytestmark = pytest.mark.docker
@@ -42,21 +43,26 @@ def _distributions(env: DockerEnv, image: str) -> list[str]:
 
 
 @pytest.mark.engine_20_10
-def test_both_builders_install_the_same_packages(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+def test_both_builders_install_the_same_packages(
+    docker_env: DockerEnv, built: dict[str, Any], secret_builds: Callable[[str], SecretBuild]
+) -> None:
     """The classic builder gets the render without BuildKit's mounts: the same distributions at the
-    same versions, the same labels, and each manifest names its builder."""
+    same versions, the same labels, and each manifest names its builder. The classic build is the
+    secrets test's (tests/test_build.py: a CA bundle and credentials served to it, from clean): what
+    it is given to reach the index changes nothing it installs or records."""
     assert built["builder"] == "buildkit" and built["builder_version"].startswith("buildx ")
-    classic = _build(docker_env, tmp_path, "--builder", "classic", "--repo", f"classic-{uuid.uuid4().hex[:6]}/verl")
+    build = secret_builds("classic")
+    classic = build.result
     assert classic["builder"] == "classic" and classic["notes"] == []
     buildkit_ref, classic_ref = built["tags"][0], classic["tags"][0]
     packages = _distributions(docker_env, buildkit_ref)
     assert "idna==3.7" in packages and packages == _distributions(docker_env, classic_ref)
     labels = [docker_env.client.inspect_image(ref)["Config"]["Labels"] for ref in (buildkit_ref, classic_ref)]
     assert labels[0] == labels[1]
-    for result, workdir, name in ((built, built["workdir"], "buildkit"), (classic, tmp_path, "classic")):
+    for result, workdir, name in ((built, built["workdir"], "buildkit"), (classic, build.workdir, "classic")):
         recorded = json.loads((workdir / result["manifest"]).read_text())["builder"]
         assert recorded["name"] == name and recorded["steps_total"] == result["steps_total"] >= 15
-    assert json.loads((tmp_path / classic["manifest"]).read_text())["builder"]["version"].startswith("Docker Engine ")
+    assert json.loads((build.workdir / classic["manifest"]).read_text())["builder"]["version"].startswith("Docker Engine ")
 
 
 def test_a_render_builds_with_a_plain_docker_build(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:

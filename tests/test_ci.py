@@ -107,7 +107,8 @@ ENGINE_JOBS = {"docker-20.10": "engine_20_10", "docker-overlay2": "engine_overla
 
 def test_every_test_runs_in_exactly_one_job_and_the_marked_ones_on_their_engine_too() -> None:
     """The jobs' marker expressions split the suite: none left out but the arm64 pair (`make repro-arm64`),
-    none run twice on one engine; a docker test marked for another engine runs there as well, and only such a test."""
+    none run twice on one engine; a docker test marked for another engine runs there as well, and only such a test
+    (one marked engine_20_10_only runs there alone)."""
     for arm64 in (True, False):
         jobs = {job.name: job for job in jobs_for(arm64)}
         marks = {name: job.argv[job.argv.index("-m") + 1] for name, job in jobs.items() if job.argv[0].endswith("pytest")}
@@ -115,7 +116,9 @@ def test_every_test_runs_in_exactly_one_job_and_the_marked_ones_on_their_engine_
         every = {"unit", "moves", "network", "docker", "docker-b"}
         assert set(main) == (every | {"emulated"} if arm64 else every)
         assert set(marks) - set(main) == set(ENGINE_JOBS)
-        for docker, emulated, network, second, moves, pair, *engines in itertools.product((True, False), repeat=6 + len(ENGINE_JOBS)):
+        for docker, emulated, network, second, moves, pair, only, *engines in itertools.product((True, False), repeat=7 + len(ENGINE_JOBS)):
+            if only and (not (docker and engines[0]) or second or emulated):
+                continue  # a case for 20.10's job alone is a docker test marked for it, on the first engine's half
             if (emulated or second) and not docker:
                 continue  # the emulated tests and the second engine's all need an engine
             if moves and (docker or network or emulated or second):
@@ -123,10 +126,11 @@ def test_every_test_runs_in_exactly_one_job_and_the_marked_ones_on_their_engine_
             if pair and not emulated:
                 continue  # the arm64 pair is an emulated test
             names = {"docker": docker, "emulated": emulated, "network": network, "second_engine": second, "matrix_moves": moves}
-            names |= dict(zip(ENGINE_JOBS.values(), engines, strict=True)) | {"arm64_pair": pair}
+            names |= dict(zip(ENGINE_JOBS.values(), engines, strict=True)) | {"arm64_pair": pair, "engine_20_10_only": only}
             # pytest's -m grammar (and, or, not over marker names) is a subset of Python's
             chosen = [name for name, expr in main.items() if eval(expr, {}, names)]
-            assert len(chosen) == (0 if pair else 1), (arm64, names, chosen)  # the pair: `make repro-arm64` only
+            # the pair: `make repro-arm64` only; a case marked engine_20_10_only: the 20.10 job's alone
+            assert len(chosen) == (0 if pair or only else 1), (arm64, names, chosen)
             for job, marker in ENGINE_JOBS.items():
                 assert eval(marks[job], {}, names) == (docker and names[marker] and not emulated), (job, names)
         assert jobs["emulated" if arm64 else "docker"].needs[-1] == "services" == jobs["docker-b"].needs[-1]

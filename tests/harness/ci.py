@@ -12,7 +12,8 @@ The jobs, and what each waits for::
                                        every proxy dead, an empty cache
     moves            lint              pytest -m matrix_moves: the unit suite again in a copy with the default stack moved
     network          lint              pytest -m "network and not docker": what truly needs PyPI (resolving, downloading)
-    docker           lint, services    pytest -m "docker and not second_engine and not emulated", on Docker 26.1.5, containerd store
+    docker           lint, services    pytest -m "docker and not second_engine and not engine_20_10_only and not emulated",
+                                       on Docker 26.1.5, containerd store
     docker-b         lint, services    pytest -m "docker and second_engine and not emulated", on a second engine of that kind
     docker-20.10     lint, services    pytest -m "docker and engine_20_10 and not emulated", on Docker 20.10
     docker-overlay2  lint, services    pytest -m "docker and engine_overlay2 and not emulated", on Docker 26.1.5 on overlay2
@@ -185,7 +186,10 @@ def jobs_for(arm64: bool) -> list[Job]:
         Job("network", pytest_argv("network", "network and not docker"), needs=("lint",)),
         Job(
             "docker",
-            pytest_argv("docker", "docker and not second_engine" + (" and not emulated" if arm64 else " and not arm64_pair")),
+            pytest_argv(
+                "docker",
+                "docker and not second_engine and not engine_20_10_only" + (" and not emulated" if arm64 else " and not arm64_pair"),
+            ),
             ("lint", "services"),
             services_env,
         ),
