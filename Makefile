@@ -18,7 +18,7 @@ JOB    ?= grpo
 SMOKE_OUT ?= smoke-out/$(HW)/$(JOB)
 SMOKE_ARGS = --hw $(HW) --job $(JOB) --out $(SMOKE_OUT)$(if $(MODEL), --model-path $(MODEL))$(if $(STEPS), --steps $(STEPS))$(if $(BASELINE), --baseline $(BASELINE))$(if $(DEVICES), --devices $(DEVICES))
 SMOKE_IMAGE = $(if $(IMAGE), --image $(IMAGE),$(if $(STACK), --stack $(STACK)))
-.PHONY: help install render check lock build lint unit moves network repro-arm64 services services-stop test smoke bench bench-quick clean
+.PHONY: help install bytecode render check lock build lint unit moves network repro-arm64 services services-stop test smoke bench bench-quick clean
 
 help: ## List every target with one line each
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,6 +28,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
+
+# Where PYTHONDONTWRITEBYTECODE is set (these CI machines set it) no process writes the bytecode it compiles,
+# so every `ascendkit` a test starts compiled each module it imports again: a third of its start-up, over
+# thousands of processes a run. Compiled here once; a process still reads bytecode it is not allowed to write.
+bytecode: $(STAMP) ## Compile the checkout's modules (buildkit, tests, benchmarks) to bytecode; only what changed
+	$(BIN)/python -m compileall -q -j 0 buildkit tests benchmarks smoke_tests
 
 # checkov has a venv of its own: its pins conflict with the dev tools' (packaging, cyclonedx-python-lib).
 CHECKOV_VENV := .venv-checkov
@@ -53,7 +59,7 @@ render: $(STAMP) ## Validate the matrix and write every generated file (Dockerfi
 OFFLINE := HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9
 UNIT_MARKS := not docker and not network and not matrix_moves
 
-check: $(STAMP) ## The inner loop (under 2 min): ruff, mypy, the import contracts, render --check, and the unit tests not marked slow, on every core
+check: $(STAMP) bytecode ## The inner loop (under 2 min): ruff, mypy, the import contracts, render --check, and the unit tests not marked slow, on every core
 	$(BIN)/ruff check buildkit tests benchmarks smoke_tests
 	$(BIN)/ruff format --check buildkit tests benchmarks smoke_tests
 	$(BIN)/mypy
@@ -84,13 +90,13 @@ lint: $(STAMP) $(CHECKOV_STAMP) ## ruff, mypy --strict, import contracts, shellc
 	$(BIN)/ascendkit matrix validate
 	$(BIN)/ascendkit render --check
 
-unit: $(STAMP) $(CHECKOV_STAMP) ## Run every test that needs no Docker engine and no network (proxies dead, as in CI), on every core; about 5 min on two
+unit: $(STAMP) $(CHECKOV_STAMP) bytecode ## Run every test that needs no Docker engine and no network (proxies dead, as in CI), on every core; about 5 min on two
 	$(OFFLINE) $(BIN)/pytest -n auto --durations=25 -m "$(UNIT_MARKS)"
 
-moves: $(STAMP) $(CHECKOV_STAMP) ## The matrix-moves check: the unit suite again in a copy with the default stack moved (CI's moves job)
+moves: $(STAMP) $(CHECKOV_STAMP) bytecode ## The matrix-moves check: the unit suite again in a copy with the default stack moved (CI's moves job)
 	$(OFFLINE) $(BIN)/pytest -m matrix_moves
 
-network: $(STAMP) ## Run the tests that need PyPI (resolving locks, downloading wheels and sdists), no engine
+network: $(STAMP) bytecode ## Run the tests that need PyPI (resolving locks, downloading wheels and sdists), no engine
 	$(BIN)/pytest -m "network and not docker"
 
 repro-arm64: $(STAMP) ## The two clean arm64 builds under emulation, published and compared (about 4 min alone on two cores, 4.5 core-minutes of qemu; `make test` leaves them out for time); needs `make services ASCENDKIT_ARM64=1`
@@ -104,7 +110,7 @@ services: $(STAMP) ## As root: start dockerd, the registry on 127.0.0.1:5000 and
 services-stop: $(STAMP) ## Stop what `make services` started
 	$(BIN)/python -m tests.harness.services stop
 
-test: $(STAMP) ## What CI runs: lint, the services, every test, the quick benchmarks, at once where they can be (tests/harness/ci.py); stops the services
+test: $(STAMP) bytecode ## What CI runs: lint, the services, every test, the quick benchmarks, at once where they can be (tests/harness/ci.py); stops the services
 	$(BIN)/python -m tests.harness.ci $(ARM64_FLAG)
 
 smoke: $(STAMP) ## Config check, doctor and smoke job (JOB=grpo|sft) of the HW image (STACK= or IMAGE=, MODEL= ...); no NPUs here: the config check only; STANDIN=1 without CANN
@@ -129,7 +135,7 @@ endif
 
 RESULTS := benchmarks/results
 
-bench: $(STAMP) ## CLI timings; with `make services` running, build timings, pip vs uv, size, wasted bytes, gzip vs zstd pulls, publishes through faults, a 4.5 GB image published and mirrored beside skopeo, BuildKit's registry cache against a classic cold build, an unchanged clean rebuild's bytes to pull, a cold containerd node to its first `import torch` (about 50 min, 30 GB of disk); printed and kept in benchmarks/results/
+bench: $(STAMP) bytecode ## CLI timings; with `make services` running, build timings, pip vs uv, size, wasted bytes, gzip vs zstd pulls, publishes through faults, a 4.5 GB image published and mirrored beside skopeo, BuildKit's registry cache against a classic cold build, an unchanged clean rebuild's bytes to pull, a cold containerd node to its first `import torch` (about 50 min, 30 GB of disk); printed and kept in benchmarks/results/
 	@mkdir -p $(RESULTS)
 	bash -o pipefail -c '$(BIN)/python benchmarks/bench_cli.py | tee $(RESULTS)/cli.txt'
 	bash -o pipefail -c '$(BIN)/python benchmarks/bench_verify.py | tee $(RESULTS)/verify.txt'
@@ -149,7 +155,7 @@ bench: $(STAMP) ## CLI timings; with `make services` running, build timings, pip
 # test stack then leaves the cache that bench_build's and bench_sbom's rebuilds use, instead of a build of their own.
 BENCH_ENV = $(if $(BENCH_ENGINE),$(SERVICES_DIR)/env.$(BENCH_ENGINE),$(SERVICES_ENV))
 
-bench-quick: $(STAMP) ## Every benchmark once, briefly (part of `make test`: a benchmark that breaks fails CI); needs `make services`
+bench-quick: $(STAMP) bytecode ## Every benchmark once, briefly (part of `make test`: a benchmark that breaks fails CI); needs `make services`
 	$(BIN)/python benchmarks/bench_cli.py --runs 1
 	$(BIN)/python benchmarks/bench_verify.py --runs 1
 	$(BIN)/python benchmarks/bench_lock.py --quick
