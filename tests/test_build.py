@@ -285,9 +285,12 @@ def test_no_secrets_in_layers_config_or_history(docker_env: DockerEnv, secret_bu
 def test_the_ca_bundle_given_is_the_one_the_installing_steps_trust(docker_env: DockerEnv, tmp_path: Path, builder: str) -> None:
     """The bundle reaches pip whichever way the builder takes it: BuildKit's secret mounts (Docker 20.10),
     the secrets served to the classic builder, and to Docker 26's BuildKit, which would hash a step's whole
-    root filesystem for a secret mount (buildkit/image/buildx.py). PyPI answers these machines without a
-    bundle (the plain `docker build` test): one of a single certificate that signed nothing fails the first
-    install on TLS only if it arrived."""
+    root filesystem for a secret mount (buildkit/image/buildx.py). A bundle of a single certificate that
+    signed nothing fails the first install on TLS. Where PyPI is reached directly that failure can only come
+    from the bundle. Where the egress inspects TLS (these machines: a CA only the host trusts) a step given
+    no bundle fails as well, and the proof is the other way round: every other build here is given the
+    host's bundle and passes, which it could not without it (the plain `docker build` test, in
+    test_builders.py, fails when not given it)."""
     cert = certificate(tmp_path, "ascendkit-untrusted-ca")
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,

@@ -67,8 +67,12 @@ def test_both_builders_install_the_same_packages(
 
 def test_a_render_builds_with_a_plain_docker_build(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
     """What the committed Dockerfile.a2/a3 promise: `docker build` (Docker 23+: BuildKit through
-    the CLI's buildx) builds a render with no ascendkit around it, no secrets and no cache given.
-    The test stack's render, by Docker 26's own CLI with its buildx plugin."""
+    the CLI's buildx) builds a render with no ascendkit around it and no cache given. The test
+    stack's render, by Docker 26's own CLI with its buildx plugin. These machines reach PyPI through a
+    TLS-inspecting egress proxy whose CA only the host trusts, so the build is given the host's bundle
+    as the render's own secret (`--secret id=ascendkit-ca`), as a user behind such a proxy gives it.
+    It shares no step with ascendkit's build of the same render on this engine (Docker 26's BuildKit:
+    served secrets, the host's network; buildkit/image/buildx.py): every step runs."""
     cli, plugin = os.environ.get("ASCENDKIT_DOCKER_CLI"), os.environ.get("ASCENDKIT_BUILDX")
     assert cli and plugin, "the services unpack Docker 26's CLI and buildx (ASCENDKIT_DOCKER_CLI, ASCENDKIT_BUILDX)"
     config = tmp_path / "docker-config"
@@ -80,7 +84,9 @@ def test_a_render_builds_with_a_plain_docker_build(docker_env: DockerEnv, built:
     write_context(plan, context)
     assert "RUN --mount=type=cache" in (context / "Dockerfile").read_text()
     tag = f"plain-{uuid.uuid4().hex[:8]}/verl:latest"
-    argv = [cli, "build", "--build-arg", f"BASE_IMAGE={docker_env.standin}", "-t", tag, str(context)]
+    bundle = docker_env.env.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt"
+    argv = [cli, "build", "--build-arg", f"BASE_IMAGE={docker_env.standin}", "--secret", f"id=ascendkit-ca,src={bundle}", "-t", tag]
+    argv.append(str(context))
     env = {**docker_env.env, "DOCKER_CONFIG": str(config)}
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
