@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml
 # so every `ascendkit` a test starts compiled each module it imports again: a third of its start-up, over
 # thousands of processes a run. Compiled here once; a process still reads bytecode it is not allowed to write.
 bytecode: $(STAMP) ## Compile the checkout's modules (buildkit, tests, benchmarks) to bytecode; only what changed
-	$(BIN)/python -m compileall -q -j 0 buildkit tests benchmarks smoke_tests
+	$(BIN)/python -m compileall -q -j 0 -x '(^|/)tests/fixtures/' buildkit tests benchmarks smoke_tests  # not the vendored upstream files, held byte for byte
 
 # checkov has a venv of its own: its pins conflict with the dev tools' (packaging, cyclonedx-python-lib).
 CHECKOV_VENV := .venv-checkov
