@@ -112,7 +112,9 @@ def layers_image(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory
     wheelhouse = CACHE_ROOT / "wheelhouse" / f"{STACK_ID}-aarch64"
     docker_env.ascendkit("wheelhouse", "--stack", STACK_ID, "--arch", "aarch64", "-o", str(wheelhouse), cwd=ROOT, check=True)
     client = docker_env.client
-    installed = run_install(client, base, script, sections_dir, wheelhouse, {str(standin_dir): "/mnt/standin"})
+    # A hang guard, not a speed limit: on an engine that has not cached this image (a fresh CI machine) the
+    # install under qemu took 28 min beside `make test`'s other jobs in one run and ran past 30 in the next.
+    installed = run_install(client, base, script, sections_dir, wheelhouse, {str(standin_dir): "/mnt/standin"}, timeout=3600)
     container = installed.container
     try:
         assert installed.exit_code == 0, f"installing the {STACK_ID} aarch64 lock sections failed:\n{installed.log[-4000:]}"
