@@ -100,7 +100,7 @@ def test_served_secrets_reach_pip_and_are_gone_when_the_step_ends(loaded: Loaded
 def test_the_scripts_agree_with_the_paths_the_python_side_uses() -> None:
     build_env = BUILD_ENV_SH.read_text()
     assert f"{IMAGE_LOCKS_DIR}/${{layer}}-${{arch}}.txt" in build_env and f'{IMAGE_LOCKS_DIR}/*-"${{arch}}".txt' in build_env
-    assert build_env.count(CONSTRAINTS_FILE) == 5
+    assert f"\nascendkit_constraints={CONSTRAINTS_FILE}\n" in build_env and build_env.count(CONSTRAINTS_FILE) == 1
     assert f"${{{SECRETS_ARG}:-}}" in build_env
     assert f"exec python3 {DOCTOR_PATH} " in context_file("in_image_cli").read_text()
     assert BUILD_ENV.endswith("/build-env.sh") and ENTRYPOINT == "/usr/local/bin/ascendkit-entrypoint"
@@ -149,6 +149,73 @@ def test_uv_waits_minutes_not_seconds_for_a_compiling_python_to_start(loaded: Lo
     probe = 'printf "%s" "${UV_COMPILE_BYTECODE_TIMEOUT}"'
     assert source_build_env(tmp_path, "aarch64", args, probe).stdout == "600"
     assert source_build_env(tmp_path, "aarch64", {**args, "UV_COMPILE_BYTECODE_TIMEOUT": "0"}, probe).stdout == "0"
+
+
+FAKE_UV = """#!/bin/bash
+# STAND-IN for `python3 -m uv` (its output and status only): fails with uv's message for a compiling
+# Python that stopped answering, as many times as $FAILS says, then installs.
+echo "$*" >> "$CALLS"
+if [ "$(wc -l < "$CALLS")" -le "$FAILS" ]; then
+  echo "Installed 3 packages in 40ms" >&2
+  echo "error: Failed to bytecode-compile installed packages" >&2
+  echo "  Caused by: Bytecode timed out (600s)" >&2
+  exit 2
+fi
+echo "$MESSAGE" >&2
+exit "$STATUS"
+"""
+
+
+@pytest.mark.parametrize(
+    ("fails", "message", "status", "expected_calls", "expected_status"),
+    [
+        (0, "Installed 3 packages", 0, 1, 0),
+        (1, "Installed 3 packages", 0, 2, 0),  # the hang once: installed again, compiling everything
+        (2, "Installed 3 packages", 0, 3, 0),
+        (3, "unused", 0, 3, 2),  # three times: the step fails with uv's status
+        (0, "error: Failed to download `torch==2.8.0`", 1, 1, 1),  # any other failure: not retried
+    ],
+    ids=["passes", "compile-hangs-once", "twice", "always", "other-failure"],
+)
+def test_uv_installs_a_section_again_only_when_its_bytecode_compile_failed(
+    loaded: LoadedMatrix, tmp_path: Path, fails: int, message: str, status: int, expected_calls: int, expected_status: int
+) -> None:
+    """Under qemu uv's compiling Pythons now and then stop answering (astral-sh/uv#11699): the section
+    installs again with --reinstall (a second plain run would compile nothing), at most three times in
+    all; other failures stop the step at once, and nothing of the retries stays behind."""
+    args = dockerfile_args(loaded, "cann8.3")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(FAKE_UV)
+    (fake / "python3").chmod(0o755)
+    section = tmp_path / "framework-aarch64.txt"
+    section.write_text("# status: resolved\nverl==0.6.1 --hash=sha256:" + "0" * 64 + "\n")
+    constraints = tmp_path / "constraints.txt"
+    calls = tmp_path / "calls"
+    shm_before = sorted(Path("/dev/shm").glob("ascendkit-uv.*"))
+    probe = (
+        f"ascendkit_constraints={shlex.quote(str(constraints))}; status=0; ascendkit_install framework || status=$?; "
+        'echo "exit=$status options=$- $(set -o | grep pipefail | tr -s " \t" " ")" >&2'
+    )
+    env = {
+        **args, "PATH": f"{fake}:{os.environ['PATH']}", "ASCENDKIT_SECTION": str(section), "CALLS": str(calls),
+        "FAILS": str(fails), "MESSAGE": message, "STATUS": str(status),
+    }  # fmt: skip
+    script = f"set -eux; . {shlex.quote(str(BUILD_ENV_SH))}; {probe}"
+    proc = subprocess.run(["bash", "-c", script], env={"HOME": str(tmp_path), **env}, capture_output=True, text=True, timeout=60)
+    made = calls.read_text().splitlines()
+    assert len(made) == expected_calls, proc.stderr
+    # the step's status, and the caller's shell options as they were (errexit on, pipefail off)
+    found = re.search(r"^exit=(\d+) options=(\S+) pipefail off$", proc.stderr, re.M)
+    assert found and int(found[1]) == expected_status and "e" in found[2], proc.stderr[-2000:]
+    assert "--reinstall" not in made[0] and all(c.count("--reinstall") == 1 for c in made[1:]), made
+    assert all("--compile-bytecode" in c and "--require-hashes" in c for c in made)
+    assert proc.stderr.count("installing it again, compiling all of it") == expected_calls - 1
+    if expected_status == 0:
+        assert constraints.read_text() == "verl==0.6.1\n"
+    else:
+        assert not constraints.exists(), "a failed section is not a constraint of later steps"
+    assert sorted(Path("/dev/shm").glob("ascendkit-uv.*")) == shm_before, "uv's output is not left behind"
 
 
 # ---- patch.py: a line commented out of an installed distribution, in the open --------------------------

@@ -106,6 +106,9 @@ if [ -n "${PIP_FIND_LINKS:-}" ]; then export UV_FIND_LINKS="${PIP_FIND_LINKS// /
 # under qemu on a busy x86_64 machine takes longer than that (seen in CI). Bounded still, at 10 min.
 export UV_COMPILE_BYTECODE_TIMEOUT="${UV_COMPILE_BYTECODE_TIMEOUT:-600}"
 
+# What the locks installed so far, for later pip steps to keep (plan.CONSTRAINTS_FILE).
+ascendkit_constraints=/etc/ascendkit/constraints.txt
+
 # ascendkit_install LAYER PIN...: what each pip layer runs. With this arch's lock resolved, it
 # installs the layer's section of the lock (COPYed right before the step) with every hash enforced
 # and no build isolation (the build requirements are locked too); the locked versions join the
@@ -137,8 +140,9 @@ ascendkit_install() {
           for other in /etc/ascendkit/locks/*-"${arch}".txt; do
             if [ "${other}" != "${section}" ] && grep -q "^[A-Za-z0-9]" "${other}"; then flags+=(--constraint "${other}"); fi
           done
-          ascendkit_run "${launcher[@]}" python3 -m uv pip install "${flags[@]}" --python "$(command -v python3)" \
-            --no-config "${uv_cache[@]}" --link-mode=copy "${compile[@]}" --require-hashes --no-build-isolation -r "${section}"
+          ascendkit_uv_install "${section}" "${#compile[@]}" "${launcher[@]}" python3 -m uv pip install "${flags[@]}" \
+            --python "$(command -v python3)" --no-config "${uv_cache[@]}" --link-mode=copy "${compile[@]}" --require-hashes \
+            --no-build-isolation -r "${section}" || return
           ;;
         pip)
           ascendkit_run "${pip_env[@]}" "${launcher[@]}" python3 -m pip install "${pip_cache[@]}" "${no_compile[@]}" --require-hashes \
@@ -149,16 +153,42 @@ ascendkit_install() {
           return 2
           ;;
       esac
-      grep -o "^[A-Za-z0-9][^ ]*==[^ ]*" "${section}" >> /etc/ascendkit/constraints.txt
+      grep -o "^[A-Za-z0-9][^ ]*==[^ ]*" "${section}" >> "${ascendkit_constraints}"
     else
       echo "ascendkit: lock layer ${layer}: nothing new, earlier layers installed all of it"
     fi
   elif [ "$#" -gt 0 ]; then
     echo "ascendkit: WARNING: the ${arch} lock is unresolved; installing $* by version pins, hashes NOT enforced" >&2
-    ascendkit_run "${pip_env[@]}" "${launcher[@]}" python3 -m pip install "${pip_cache[@]}" "${no_compile[@]}" -c /etc/ascendkit/constraints.txt \
+    ascendkit_run "${pip_env[@]}" "${launcher[@]}" python3 -m pip install "${pip_cache[@]}" "${no_compile[@]}" -c "${ascendkit_constraints}" \
       "${flags[@]}" "$@"
   fi
   case "${trace}" in *x*) set -x ;; esac
+}
+
+# ascendkit_uv_install SECTION COMPILING COMMAND...: uv's install of one lock section, again with
+# --reinstall (at most twice more) when only its bytecode compile failed. Under qemu, uv's compiling
+# Pythons now and then stop answering (astral-sh/uv#6105, #11699) and uv gives up on them after
+# UV_COMPILE_BYTECODE_TIMEOUT; the packages are in place by then, but a plain second run would find
+# them installed and compile nothing, so the section installs again and uv compiles it all. Any other
+# failure stops the step at once. uv's output is kept on /dev/shm, which no layer holds.
+ascendkit_uv_install() {
+  local - section="$1" compiling="$2" attempt=1 status output
+  shift 2
+  set +e -o pipefail  # uv's status through tee; `local -` restores the caller's options
+  output="$(mktemp -p /dev/shm ascendkit-uv.XXXXXX 2>/dev/null || mktemp)"
+  while :; do
+    ascendkit_run "$@" 2>&1 | tee "${output}"
+    status=$?
+    if [ "${status}" = 0 ]; then break; fi
+    if [ "${compiling}" = 0 ] || [ "${attempt}" -ge 3 ] || ! grep -q "Failed to bytecode-compile" "${output}"; then
+      rm -f "${output}"
+      return "${status}"
+    fi
+    echo "ascendkit: uv's bytecode compile of ${section##*/} failed (attempt ${attempt} of 3): installing it again, compiling all of it" >&2
+    attempt=$((attempt + 1))
+    if [ "${attempt}" = 2 ]; then set -- "$@" --reinstall; fi
+  done
+  rm -f "${output}"
 }
 
 # ascendkit_install_checkout LAYER DIR: the framework's git checkout, after ascendkit_install LAYER
@@ -174,7 +204,7 @@ ascendkit_install_checkout() {
     ascendkit_run python3 -m pip install --no-cache-dir --no-deps --no-build-isolation "${dir}"
   else
     echo "ascendkit: WARNING: the $(uname -m) lock is unresolved; ${dir}'s requirements are resolved by pip, hashes NOT enforced" >&2
-    ascendkit_run python3 -m pip install --no-cache-dir -c /etc/ascendkit/constraints.txt "${dir}"
+    ascendkit_run python3 -m pip install --no-cache-dir -c "${ascendkit_constraints}" "${dir}"
   fi
   case "${trace}" in *x*) set -x ;; esac
 }
@@ -210,7 +240,7 @@ ascendkit_install_project() {
   if grep -qx "# status: resolved" "${section}"; then
     ascendkit_run python3 -m pip install --no-cache-dir --no-deps --no-build-isolation "${tree}"
   else
-    ascendkit_run python3 -m pip install --no-cache-dir -c /etc/ascendkit/constraints.txt "${tree}${extras:+[${extras}]}"
+    ascendkit_run python3 -m pip install --no-cache-dir -c "${ascendkit_constraints}" "${tree}${extras:+[${extras}]}"
   fi
   rm -rf "${work}"
   case "${trace}" in *x*) set -x ;; esac
@@ -292,7 +322,7 @@ PY
     test -n "${found}" || { echo "ascendkit: ${file} holds no ${wheel} wheel" >&2; return 1; }
     wheels+=("${found}")
   done
-  if grep -qx "# status: resolved" "/etc/ascendkit/locks/${layer}-${arch}.txt"; then flags=(--no-deps); else flags=(-c /etc/ascendkit/constraints.txt); fi
+  if grep -qx "# status: resolved" "/etc/ascendkit/locks/${layer}-${arch}.txt"; then flags=(--no-deps); else flags=(-c "${ascendkit_constraints}"); fi
   ascendkit_run python3 -m pip install --no-cache-dir "${flags[@]}" "${wheels[@]}"
   rm -rf "${work}"
   case "${trace}" in *x*) set -x ;; esac
