@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
@@ -233,7 +234,19 @@ def arm64_standin() -> str:
         if os.environ.get("ASCENDKIT_ARM64") == "1" or os.environ.get("CI", "").lower() in ("1", "true"):
             pytest.fail("no arm64 stand-in although ASCENDKIT_ARM64=1 (or CI) asked for one: `make test` should have made it")
         pytest.skip("no arm64 stand-in: `make test` makes one when ASCENDKIT_ARM64=1 (qemu emulation)")
+    state = os.environ.get("ASCENDKIT_STANDIN_ARM64_STATE")  # CI makes it in a job of its own, beside the amd64 tests
+    if state:
+        deadline = time.monotonic() + ARM64_STANDIN_WAIT_S
+        while not Path(state).exists() and time.monotonic() < deadline:
+            time.sleep(2)
+        said = Path(state).read_text().strip() if Path(state).exists() else f"not there after {ARM64_STANDIN_WAIT_S} s"
+        if said != "ready":
+            pytest.fail(f"the arm64 stand-in {standin}: {said} (the `arm64-standin` job's log says more)")
     return standin
+
+
+# A hang guard: its debootstrap under qemu took 12 min beside `make test`'s other jobs on a fresh machine.
+ARM64_STANDIN_WAIT_S = 2700
 
 
 @pytest.fixture(scope="session")

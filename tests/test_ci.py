@@ -133,7 +133,12 @@ def test_every_test_runs_in_exactly_one_job_and_the_marked_ones_on_their_engine_
             assert len(chosen) == (0 if pair or only else 1), (arm64, names, chosen)
             for job, marker in ENGINE_JOBS.items():
                 assert eval(marks[job], {}, names) == (docker and names[marker] and not emulated), (job, names)
-        assert jobs["emulated" if arm64 else "docker"].needs[-1] == "services" == jobs["docker-b"].needs[-1]
+        assert jobs["docker"].needs[-1] == "services" == jobs["docker-b"].needs[-1]
+        if arm64:  # the amd64 tests need not wait for the arm64 stand-in's debootstrap under qemu; the emulated ones do
+            assert jobs["arm64-standin"].needs == ("services",) and jobs["emulated"].needs == ("arm64-standin",)
+            assert jobs["services"].argv[-2:] == ["--arm64", "--arm64-later"]
+        else:
+            assert "arm64-standin" not in jobs and "--arm64-later" not in jobs["services"].argv
         assert all(jobs[job].needs == ("lint", "services") for job in ENGINE_JOBS)
 
 
@@ -176,6 +181,28 @@ def test_a_missing_arm64_stand_in_fails_where_it_was_asked_for(monkeypatch: pyte
         arm64_standin()
     monkeypatch.setenv("ASCENDKIT_STANDIN_IMAGE_ARM64", "ascendkit-standin/cann:arm64")
     assert arm64_standin() == "ascendkit-standin/cann:arm64"
+
+
+def test_the_arm64_stand_in_made_later_is_waited_for_and_its_failure_said(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """CI makes the arm64 stand-in in a job of its own (`services arm64-standin`) beside the amd64 tests:
+    a test that needs it waits for the state file that job writes, and fails with what it says."""
+    import tests.conftest
+    from tests.conftest import arm64_standin
+
+    state = tmp_path / "standin-arm64.state"
+    monkeypatch.setenv("ASCENDKIT_STANDIN_IMAGE_ARM64", "ascendkit-standin/cann:arm64")
+    monkeypatch.setenv("ASCENDKIT_STANDIN_ARM64_STATE", str(state))
+    threading.Timer(1.0, state.write_text, ("ready\n",)).start()
+    started = time.monotonic()
+    assert arm64_standin() == "ascendkit-standin/cann:arm64"
+    assert time.monotonic() - started >= 1.0, "it waited for the job"
+    state.write_text("failed: [services] debootstrap (arm64) failed\n")
+    with pytest.raises(pytest.fail.Exception, match=r"cann:arm64: failed: \[services\] debootstrap \(arm64\) failed"):
+        arm64_standin()
+    state.unlink()
+    monkeypatch.setattr(tests.conftest, "ARM64_STANDIN_WAIT_S", 0)
+    with pytest.raises(pytest.fail.Exception, match="not there after 0 s"):
+        arm64_standin()
 
 
 def test_each_job_runs_in_its_own_cpu_group_and_the_table_shows_what_it_used(tmp_path: Path) -> None:

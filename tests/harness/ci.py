@@ -6,7 +6,10 @@ they can be.
 The jobs, and what each waits for::
 
     job              waits for         runs
-    services         -                 python -m tests.harness.services start [--arm64]: engines, registries, stand-ins
+    services         -                 python -m tests.harness.services start [--arm64 --arm64-later]: engines,
+                                       registries, the amd64 stand-in
+    arm64-standin    services          python -m tests.harness.services arm64-standin: the arm64 stand-in (debootstrap
+                                       under qemu), only with --arm64; the docker job's arm64 build waits for it
     lint             -                 make lint
     unit             lint              pytest -n auto -m "not docker and not network and not matrix_moves": no engine,
                                        every proxy dead, an empty cache
@@ -17,7 +20,7 @@ The jobs, and what each waits for::
     docker-b         lint, services    pytest -m "docker and second_engine and not emulated", on a second engine of that kind
     docker-20.10     lint, services    pytest -m "docker and engine_20_10 and not emulated", on Docker 20.10
     docker-overlay2  lint, services    pytest -m "docker and engine_overlay2 and not emulated", on Docker 26.1.5 on overlay2
-    emulated         services          pytest -m "emulated and not arm64_pair", on the emulated engine (only with --arm64)
+    emulated         arm64-standin     pytest -m "emulated and not arm64_pair", on the emulated engine (only with --arm64)
     reproduced       docker-b, docker-20.10, docker-overlay2   python -m tests.harness.reproduced: one image across engines
     bench            lint, services    make bench-quick, on an engine of its own (docker-bench), beside the tests
 
@@ -177,7 +180,7 @@ UNIT_MARKS = "not docker and not network and not matrix_moves"
 
 def jobs_for(arm64: bool) -> list[Job]:
     make = ["make", "--no-print-directory"]
-    services = [str(BIN / "python"), "-m", "tests.harness.services", "start", *(["--arm64"] if arm64 else [])]
+    services = [str(BIN / "python"), "-m", "tests.harness.services", "start", *(["--arm64", "--arm64-later"] if arm64 else [])]
     jobs = [
         Job("services", services),
         Job("lint", [*make, "lint"]),
@@ -220,7 +223,9 @@ def jobs_for(arm64: bool) -> list[Job]:
         Job("bench", [*make, "bench-quick", "BENCH_ENGINE=docker-bench"], ("lint", "services"), engine_env("docker-bench")),
     ]
     if arm64:
-        jobs.insert(2, Job("emulated", pytest_argv("emulated", "emulated and not arm64_pair"), ("services",), emulated_env))
+        standin = Job("arm64-standin", [str(BIN / "python"), "-m", "tests.harness.services", "arm64-standin"], ("services",))
+        emulated = Job("emulated", pytest_argv("emulated", "emulated and not arm64_pair"), ("arm64-standin",), emulated_env)
+        jobs[2:2] = [standin, emulated]
     return jobs
 
 

@@ -1,6 +1,7 @@
 """Start and stop the real parts the integration tests use, on a CI-like machine where we are root.
 
-    python -m tests.harness.services start [--arm64]   # install what is missing, start, write the env file
+    python -m tests.harness.services start [--arm64 [--arm64-later]]   # install what is missing, start, write the env file
+    python -m tests.harness.services arm64-standin     # after start --arm64 --arm64-later: the arm64 stand-in
     python -m tests.harness.services stop              # stop what start started
 
 * the engines users run (docs/engines.md), each dockerd on a private socket, data root, exec root
@@ -19,7 +20,8 @@
 * the stand-in CANN base image: Debian 12 with Python 3.11 and a clearly labelled placeholder of
   the CANN layout (set_env.sh scripts, a version file, no CANN binaries), made with debootstrap
   because the real CANN base cannot be pulled on these machines. With --arm64 an arm64 stand-in
-  is made too, through qemu-user-static (both debootstraps run at once), and a second engine is
+  is made too, through qemu-user-static (both debootstraps run at once; with --arm64-later, as CI runs
+  it, by `arm64-standin` after start, so that the amd64 tests need not wait), and a second engine is
   started for the tests marked ``emulated``: on its own socket, data root and bridge, sharing
   only the registry with the first, the way the workflow's arm64 build runs on a runner of its
   own (a Docker 20.10). `make test` runs those tests there beside the others (tests/harness/ci.py), so
@@ -32,7 +34,8 @@ into several), ASCENDKIT_DOCKER_CLI (trixie's docker CLI 26.1.5), ASCENDKIT_BUIL
 docker-buildx 0.13.1, which `ascendkit build` runs BuildKit through),
 ASCENDKIT_CONTAINERD (the socket of the engine's containerd, for `ctr` in the zstd tests and the
 benchmark), ASCENDKIT_SKOPEO_SIGSTORE (a skopeo with sigstore, tests/harness/sigstore_skopeo.py) and,
-with --arm64, ASCENDKIT_EMULATED_DOCKER_HOST for the tests. ``env.<engine>`` holds the same for
+with --arm64, ASCENDKIT_EMULATED_DOCKER_HOST for the tests (and with --arm64-later
+ASCENDKIT_STANDIN_ARM64_STATE: the file that says when the arm64 stand-in is there, or why not). ``env.<engine>`` holds the same for
 each other engine (its DOCKER_HOST, registries and containerd).
 """
 
@@ -119,6 +122,7 @@ OTHERS = (SECOND, LEGACY, OVERLAY2, BENCH)  # the engines with an env file of th
 STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
 STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}
+STANDIN_REF = {arch: f"{STANDIN_REPO}:{tag}" for arch, tag in STANDIN_TAGS.items()}
 STANDIN_VERSION = "7"  # bump when the stand-in's contents change
 DEBIAN_MIRROR = os.environ.get("ASCENDKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # What the template's system step installs, preinstalled so that the step is quick (most come with
@@ -396,7 +400,7 @@ def _standin_archive(ref: str, deb_arch: str, having: list[docker.APIClient]) ->
 
 def build_standin(clients: list[docker.APIClient], deb_arch: str) -> str:
     """The stand-in for ``deb_arch`` in each engine of ``clients``; its reference."""
-    ref = f"{STANDIN_REPO}:{STANDIN_TAGS[deb_arch]}"
+    ref = STANDIN_REF[deb_arch]
     missing = [client for client in clients if not _current(client, ref)]
     if missing:
         archive = _standin_archive(ref, deb_arch, [client for client in clients if client not in missing])
@@ -420,8 +424,16 @@ def engine_env(engine: Engine, standins: dict[str, str]) -> dict[str, str]:
     }
 
 
-def start(arm64: bool) -> None:
+ARM64_STATE = STATE / "standin-arm64.state"  # "ready", or "failed: why", once `arm64-standin` has ended
+ARM64_STATE_VAR = "ASCENDKIT_STANDIN_ARM64_STATE"
+
+
+def start(arm64: bool, arm64_later: bool = False) -> None:
+    """Install, start and write the env files. With ``arm64_later`` the arm64 stand-in is left to
+    `arm64-standin` (CI runs it as a job of its own, so that the amd64 tests need not wait for its
+    debootstrap under qemu): the env files name it, and ARM64_STATE says when it is there."""
     STATE.mkdir(parents=True, exist_ok=True)
+    ARM64_STATE.unlink(missing_ok=True)
     install_packages(arm64)
     engines = [MAIN, *OTHERS, *([EMULATED] if arm64 else [])]
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two suites' packages at once: downloads
@@ -435,10 +447,9 @@ def start(arm64: bool) -> None:
     if arm64:
         enable_arm64_emulation()
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two debootstraps at once: mostly downloads and dpkg
-        arm64_clients = [c for c, e in zip(clients, engines, strict=True) if e in (MAIN, EMULATED)]
         futures = {"amd64": pool.submit(build_standin, clients, "amd64")}
-        if arm64:
-            futures["arm64"] = pool.submit(build_standin, arm64_clients, "arm64")
+        if arm64 and not arm64_later:
+            futures["arm64"] = pool.submit(build_standin, _arm64_clients(), "arm64")
         standins = {arch: future.result() for arch, future in futures.items()}
     common = {
         "ASCENDKIT_SKOPEO_SIGSTORE": str(skopeo_sigstore(STATE)),  # bookworm's skopeo has sigstore cut out
@@ -449,13 +460,33 @@ def start(arm64: bool) -> None:
     }
     env = {**engine_env(MAIN, standins), **common}
     if arm64:
-        env["ASCENDKIT_STANDIN_IMAGE_ARM64"] = standins["arm64"]
+        env["ASCENDKIT_STANDIN_IMAGE_ARM64"] = standins.get("arm64", STANDIN_REF["arm64"])
         env[EMULATED_HOST_VAR] = EMULATED.host
+        if arm64_later:
+            env[ARM64_STATE_VAR] = str(ARM64_STATE)
     ENV_FILE.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
     for engine in OTHERS:
         other = {**engine_env(engine, standins), **common}
         (STATE / f"env.{engine.name}").write_text("".join(f"{k}={v}\n" for k, v in other.items()))
-    log(f"ready; environment in {ENV_FILE} (and env.<engine> beside it)")
+    log(f"ready; environment in {ENV_FILE} (and env.<engine> beside it)" + ("; the arm64 stand-in comes later" if arm64_later else ""))
+
+
+def _arm64_clients() -> list[docker.APIClient]:
+    """The engines that run arm64 images: the main one (the multi-arch build) and the emulated one."""
+    return [docker.APIClient(base_url=engine.host, timeout=600) for engine in (MAIN, EMULATED)]
+
+
+def arm64_standin() -> None:
+    """The arm64 stand-in, in the engines `start --arm64 --arm64-later` started: ARM64_STATE says
+    "ready" when it is there, or why it is not (and the exit status is 1)."""
+    try:
+        build_standin(_arm64_clients(), "arm64")
+    except BaseException as exc:
+        why = exc.code if isinstance(exc, SystemExit) else repr(exc)
+        ARM64_STATE.write_text(f"failed: {why}\n")
+        raise
+    ARM64_STATE.write_text("ready\n")
+    log(f"the arm64 stand-in {STANDIN_REF['arm64']} is ready")
 
 
 def stop() -> None:
@@ -483,11 +514,16 @@ def stop() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["start", "stop"])
+    parser.add_argument("action", choices=["start", "arm64-standin", "stop"])
     parser.add_argument("--arm64", action="store_true", help="also make the arm64 stand-in (qemu)")
+    parser.add_argument(
+        "--arm64-later", action="store_true", help="with --arm64: start without the arm64 stand-in, which `arm64-standin` then makes"
+    )
     args = parser.parse_args()
     if args.action == "start":
-        start(args.arm64)
+        start(args.arm64, arm64_later=args.arm64_later)
+    elif args.action == "arm64-standin":
+        arm64_standin()
     else:
         stop()
 
