@@ -208,32 +208,47 @@ def test_the_arm64_stand_in_made_later_is_waited_for_and_its_failure_said(monkey
 def test_each_job_runs_in_its_own_cpu_group_and_the_table_shows_what_it_used(tmp_path: Path) -> None:
     """Each job joins its group before it runs anything (its children with it); the table reads each
     group's cpuacct.usage. A directory stands in for the cgroup hierarchy: the kernel's is root's."""
-    hierarchy = tmp_path / "cgroup" / "cpuacct"
+    hierarchy, weights = tmp_path / "cgroup" / "cpuacct", tmp_path / "cgroup" / "cpu"
     hierarchy.mkdir(parents=True)
-    account = cpuacct.CpuAccount.create("run", hierarchy)
-    assert account.root is not None
-    jobs = [Job("unit", py("import os; print(os.getpid())")), Job("lint", py("print('ok')"))]
+    weights.mkdir()
+    account = cpuacct.CpuAccount.create("run", hierarchy, weights)
+    assert account.root is not None and account.weights == weights / "run"
+    jobs = [Job("unit", py("import os; print(os.getpid())")), Job("docker", py("print('ok')")), Job("lint", py("print('ok')"))]
     runner = Runner(jobs, tmp_path, os.environ, account)
     runner.run()
-    assert jobs[0].process is not None
+    assert jobs[0].process is not None and jobs[1].process is not None
     assert (account.root / "job-unit" / "cgroup.procs").read_text().strip() == str(jobs[0].process.pid)
+    # and in the cpu hierarchy's group of the same name, weighted: the docker job is on the longest chain
+    assert (weights / "run" / "job-unit" / "cgroup.procs").read_text().strip() == str(jobs[0].process.pid)
+    assert (weights / "run" / "job-docker" / "cgroup.procs").read_text().strip() == str(jobs[1].process.pid)
+    shares = {path.parent.name: int(path.read_text()) for path in (weights / "run").glob("*/cpu.shares")}
+    assert shares == {"job-unit": 1024, "job-docker": 4096, "job-lint": 1024}
+    assert int((weights / "run" / "cpu.shares").read_text()) == cpuacct.RUN_SHARES == 16 * 1024, "as much as 16 busy processes outside"
     assert runner.base_env[cpuacct.ENV_VAR] == str(account.root)
     (account.root / "job-unit" / "cpuacct.usage").write_text(str(90 * 10**9))
     (account.root / "engine-docker").mkdir()
     (account.root / "engine-docker" / "cpuacct.usage").write_text(str(600 * 10**9))
     table = runner.summary().splitlines()
     assert table[0].split()[4] == "cpu" and table[1].split()[4] == "1.5m", table
-    assert "core-minutes: docker 10.0" in table[3]
-    for path in (account.root / "job-unit", account.root / "job-lint", account.root / "engine-docker"):
-        for name in ("cgroup.procs", "cpuacct.usage"):
-            (path / name).unlink(missing_ok=True)  # the kernel's files go with their group
+    assert "core-minutes: docker 10.0" in table[4]
+    for group in (account.root, weights / "run"):
+        for path in group.rglob("*"):
+            if path.is_file():
+                path.unlink()  # the kernel's files go with their group
+    for path in (weights / "run").glob("*"):
+        path.rmdir()
+    (weights / "run").rmdir()
     account.remove()
     assert not account.root.exists()
 
 
 def test_without_a_cpu_hierarchy_nothing_is_measured_and_the_table_says_so(tmp_path: Path) -> None:
-    account = cpuacct.CpuAccount.create("run", tmp_path / "nowhere" / "cpuacct")
+    account = cpuacct.CpuAccount.create("run", tmp_path / "nowhere" / "cpuacct", tmp_path / "nowhere" / "cpu")
     assert account.root is None and account.wrap("job-unit", ["true"]) == ["true"]
+    hierarchy = tmp_path / "cpuacct"
+    hierarchy.mkdir()
+    measured = cpuacct.CpuAccount.create("run", hierarchy, tmp_path / "nowhere" / "cpu")  # measured, not weighted
+    assert measured.weights is None and measured.wrap("job-unit", ["true"])[-3:] == [str(hierarchy / "run" / "job-unit"), "-", "true"]
     runner = run([Job("unit", py("print(1)"))], tmp_path)
     assert "CPU per job: not measured" in runner.summary()
 

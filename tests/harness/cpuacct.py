@@ -8,8 +8,17 @@ dockerd in ``engine-<name>`` with its containers under it (``--cgroup-parent``: 
 the classic builder's, every container a test runs), so the CPU of a build is charged to the
 engine that ran it, not to the job that asked for it.
 
+The same groups, made in the cpu controller's hierarchy too, say how the cores are shared. Without
+them the kernel shares them badly for CI: every job is a session of its own, so an autogroup weighing
+as much as one busy process, and all the engines' containers together (every build step, every qemu
+process) one group of the same weight; with eight jobs running, the builds that two jobs wait on got
+a ninth of the machine (CI20: the emulated job's install under qemu used 5 core-minutes in 28).
+Here every job and every engine weighs the same, but those on the longest chains (PRIORITY) weigh
+four times as much, so the last job to end is not one that can only use one core while the other
+idles. The run's own group weighs as much as the whole machine's other work many times over.
+
 Where there is no writable cpuacct hierarchy (cgroup v2 only, no root), nothing is measured and the
-table says so; nothing else changes.
+table says so; where there is no cpu hierarchy, nothing is weighted; nothing else changes.
 """
 
 from __future__ import annotations
@@ -20,27 +29,49 @@ from collections.abc import Sequence
 from pathlib import Path
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+CPU = Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu controller: a group's weight is its cpu.shares
 ENV_VAR = "ASCENDKIT_CPUACCT"  # the run's group, for tests.harness.services to put its engines in
 
-# Joins the group named by $0, then becomes the command: every process it starts is in the group too.
-# Best effort: where the kernel refuses the move, the command runs all the same (only unmeasured).
-_JOIN = 'echo $$ 2>/dev/null > "$0/cgroup.procs"; exec "$@"'
+SHARES = 1024  # the kernel's default weight: every job and engine not in PRIORITY
+RUN_SHARES = 16 * SHARES  # the run against the machine's other work
+# The longest chains of `make test` (tests/harness/ci.py): the docker job, its tests one after another on
+# one engine; the arm64 stand-in's debootstrap under qemu, then the emulated job's install and imports
+# under qemu. The other jobs run at once beside them and take what is left.
+PRIORITY = {name: 4 * SHARES for name in ("job-docker", "engine-docker", "job-arm64-standin", "job-emulated", "engine-docker-emulated")}
+
+# Joins the groups named by $0 (cpuacct) and $1 (cpu; "-": none), then becomes the command: every
+# process it starts is in them too. Best effort: where the kernel refuses the move, the command runs
+# all the same (only unmeasured, or unweighted).
+_JOIN = 'echo $$ 2>/dev/null > "$0/cgroup.procs"; if [ "$1" != - ]; then echo $$ 2>/dev/null > "$1/cgroup.procs"; fi; shift; exec "$@"'
+
+
+def _weigh(path: Path, shares: int) -> None:
+    with contextlib.suppress(OSError):
+        (path / "cpu.shares").write_text(f"{shares}\n")
 
 
 class CpuAccount:
-    """One run's groups under ``root`` (None: nothing measured)."""
+    """One run's groups under ``root`` (None: nothing measured) and, where the cpu controller is
+    there, under ``weights`` (None: nothing weighted)."""
 
-    def __init__(self, root: Path | None) -> None:
+    def __init__(self, root: Path | None, weights: Path | None = None) -> None:
         self.root = root
+        self.weights = weights
 
     @classmethod
-    def create(cls, name: str, hierarchy: Path = CPUACCT) -> CpuAccount:
+    def create(cls, name: str, hierarchy: Path = CPUACCT, cpu_hierarchy: Path = CPU) -> CpuAccount:
         root = hierarchy / name
         try:
             root.mkdir(exist_ok=True)
         except OSError:
             return cls(None)
-        return cls(root)
+        weights = cpu_hierarchy / name
+        try:
+            weights.mkdir(exist_ok=True)
+        except OSError:
+            return cls(root)
+        _weigh(weights, RUN_SHARES)
+        return cls(root, weights)
 
     def group(self, name: str) -> Path | None:
         if self.root is None:
@@ -50,10 +81,25 @@ class CpuAccount:
             path.mkdir()
         return path
 
+    def weight_group(self, name: str) -> Path | None:
+        """Group ``name`` in the cpu hierarchy, weighted by PRIORITY (made before anything joins it)."""
+        if self.weights is None:
+            return None
+        path = self.weights / name
+        try:
+            path.mkdir(exist_ok=True)
+        except OSError:
+            return None
+        _weigh(path, PRIORITY.get(name, SHARES))
+        return path
+
     def wrap(self, name: str, argv: Sequence[str]) -> list[str]:
         """``argv`` run in group ``name``."""
         path = self.group(name)
-        return list(argv) if path is None else ["sh", "-c", _JOIN, str(path), *argv]
+        if path is None:
+            return list(argv)
+        weighed = self.weight_group(name)
+        return ["sh", "-c", _JOIN, str(path), str(weighed) if weighed is not None else "-", *argv]
 
     def seconds(self) -> dict[str, float]:
         """CPU seconds each group used so far, its descendants' included."""
@@ -85,7 +131,8 @@ def engine_group(engine: str) -> tuple[list[str], list[str]] | None:
     root = os.environ.get(ENV_VAR)
     if not root:
         return None
-    account = CpuAccount(Path(root))
+    weights = CPU / Path(root).relative_to(CPUACCT) if Path(root).is_relative_to(CPUACCT) else None
+    account = CpuAccount(Path(root), weights if weights is not None and weights.is_dir() else None)
     path = account.group(f"engine-{engine}")
     assert path is not None
     relative = "/" + path.relative_to(CPUACCT).as_posix()  # the parent's path in every hierarchy, as dockerd takes it
