@@ -132,8 +132,12 @@ DEBIAN_MIRROR = os.environ.get("ASCENDKIT_DEBIAN_MIRROR", "http://deb.debian.org
 STANDIN_PACKAGES = "ca-certificates,python3,python3-dev,python3-pip,git,gcc,g++,make,cmake,libnuma-dev,libsndfile1"
 
 
+_STARTED = time.monotonic()
+
+
 def log(message: str) -> None:
-    print(f"[services] {message}", file=sys.stderr, flush=True)
+    """A line of progress, with the seconds since this process started (what each step took on a fresh machine)."""
+    print(f"[services] {time.monotonic() - _STARTED:5.0f} s  {message}", file=sys.stderr, flush=True)
 
 
 def run(*argv: str, **kwargs: object) -> None:
@@ -167,6 +171,7 @@ def install_packages(arm64: bool) -> None:
     log(f"installing {' '.join(missing)}")
     run("apt-get", "update", "-qq")
     run("apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    log("installed")
 
 
 # gitlab-ci-local runs a .gitlab-ci.yml on this machine with the shell executor (tests/test_gitlab_local.py). 4.65.0 is
@@ -404,11 +409,13 @@ def build_standin(clients: list[docker.APIClient], deb_arch: str) -> str:
     missing = [client for client in clients if not _current(client, ref)]
     if missing:
         archive = _standin_archive(ref, deb_arch, [client for client in clients if client not in missing])
+        log(f"loading {ref} into {len(missing)} engine(s)")
         for client in missing:
             with archive.open("rb") as data:
                 client.load_image(data)
             if client.inspect_image(ref)["Architecture"] != deb_arch:
                 sys.exit(f"[services] {ref} was loaded with the wrong architecture")
+        log(f"loaded {ref}")
     return ref
 
 
