@@ -283,3 +283,41 @@ def test_a_docker_job_names_its_tests_that_used_the_most_cpu(tmp_path: Path) -> 
     elsewhere = {**env, "DOCKER_HOST": "unix:///tmp/state/docker.sock"}  # an engine with no group: nothing measured, nothing said
     unmeasured = subprocess.run(argv, cwd=tmp_path, env=elsewhere, capture_output=True, text=True, check=False)
     assert unmeasured.returncode == 0 and "used the most CPU" not in unmeasured.stdout
+
+
+@pytest.mark.parametrize("compression", ["xz", "zstd", "gzip", "none"])
+def test_the_foreign_stand_ins_packages_are_made_uncompressed_and_dpkg_reads_them_alike(tmp_path: Path, compression: str) -> None:
+    """The arm64 stand-in's debootstrap decompresses its packages natively before dpkg runs under qemu:
+    each package is rewritten with a plain data.tar, which dpkg-deb (Debian's own reader) lists and
+    extracts to the same files as the original; its control archive is kept byte for byte."""
+    from tests.harness.services import uncompressed_debs
+
+    tree = tmp_path / "pkg"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN" / "control").write_text(
+        "Package: demo\nVersion: 1.0\nArchitecture: all\nMaintainer: ci <ci@example.invalid>\nDescription: demo\n"
+    )
+    (tree / "usr/share/demo").mkdir(parents=True)
+    (tree / "usr/share/demo/odd.txt").write_bytes(b"x" * 4097)  # an odd size: ar pads members to even offsets
+    (tree / "usr/share/demo/script.py").write_text("print('demo')\n")
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    deb = archives / "demo_1.0_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", f"-Z{compression}", "--build", str(tree), str(deb)], check=True, capture_output=True)
+
+    def read(path: Path) -> tuple[str, str, bytes]:
+        listing = subprocess.run(["dpkg-deb", "--contents", str(path)], check=True, capture_output=True, text=True).stdout
+        members = subprocess.run(["ar", "t", str(path)], check=True, capture_output=True, text=True).stdout
+        control = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(path)], check=True, capture_output=True).stdout
+        return listing, members, control
+
+    before = read(deb)
+    assert uncompressed_debs(archives) == (0 if compression == "none" else 1)
+    after = read(deb)
+    control_member = {"xz": "control.tar.xz", "zstd": "control.tar.zst", "gzip": "control.tar.gz", "none": "control.tar"}[compression]
+    assert after[1].split() == ["debian-binary", control_member, "data.tar"]
+    assert after[0] == before[0] and after[2] == before[2], "the same files and the same control archive"
+    out = tmp_path / "out"
+    subprocess.run(["dpkg-deb", "--extract", str(deb), str(out)], check=True)
+    assert (out / "usr/share/demo/odd.txt").read_bytes() == b"x" * 4097
+    assert not list(archives.glob("*.partial"))
