@@ -245,7 +245,7 @@ def arm64_standin() -> str:
     return standin
 
 
-# A hang guard: its debootstrap under qemu took 12 min beside `make test`'s other jobs on a fresh machine.
+# A hang guard: its debootstrap under qemu took 16 min beside `make test`'s other jobs on a fresh machine (CI21).
 ARM64_STANDIN_WAIT_S = 2700
 
 

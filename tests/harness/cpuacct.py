@@ -9,13 +9,14 @@ the classic builder's, every container a test runs), so the CPU of a build is ch
 engine that ran it, not to the job that asked for it.
 
 The same groups, made in the cpu controller's hierarchy too, say how the cores are shared. Without
-them the kernel shares them badly for CI: every job is a session of its own, so an autogroup weighing
-as much as one busy process, and all the engines' containers together (every build step, every qemu
-process) one group of the same weight; with eight jobs running, the builds that two jobs wait on got
-a ninth of the machine (CI20: the emulated job's install under qemu used 5 core-minutes in 28).
-Here every job and every engine weighs the same, but those on the longest chains (PRIORITY) weigh
-four times as much, so the last job to end is not one that can only use one core while the other
-idles. The run's own group weighs as much as the whole machine's other work many times over.
+them the kernel shares them by session: each job (a session of its own, so an autogroup) weighs as
+much as one busy process, and all the engines' containers together (every build step, every qemu
+process) one group of that same weight, so with eight jobs running the builds the docker jobs wait
+on got about a ninth of the machine while the unit tests ran. Here every job and every engine
+weighs the same, and those on the longest chains (PRIORITY) four times as much; the run's own group
+weighs as much as sixteen busy processes outside it. That decides which work goes first, not how
+much there is: a run whose jobs keep both cores busy (CI20 and CI21: 98 %) ends when their CPU,
+summed, does.
 
 Where there is no writable cpuacct hierarchy (cgroup v2 only, no root), nothing is measured and the
 table says so; where there is no cpu hierarchy, nothing is weighted; nothing else changes.
