@@ -20,8 +20,7 @@
 * the stand-in CANN base image: Debian 12 with Python 3.11 and a clearly labelled placeholder of
   the CANN layout (set_env.sh scripts, a version file, no CANN binaries), made with debootstrap
   because the real CANN base cannot be pulled on these machines. With --arm64 an arm64 stand-in
-  is made too, through qemu-user-static (debootstrap --foreign, its packages decompressed natively, then
-  its second stage under qemu; both debootstraps run at once; with --arm64-later, as CI runs
+  is made too, through qemu-user-static (both debootstraps run at once; with --arm64-later, as CI runs
   it, by `arm64-standin` after start, so that the amd64 tests need not wait), and a second engine is
   started for the tests marked ``emulated``: on its own socket, data root and bridge, sharing
   only the registry with the first, the way the workflow's arm64 build runs on a runner of its
@@ -328,46 +327,6 @@ def _add_standin_layout(root: Path, deb_arch: str) -> None:
         leftover.unlink()
 
 
-HOST_DEB_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
-_AR_MAGIC = b"!<arch>\n"
-_DECOMPRESS = {".xz": ["xz", "-dc"], ".zst": ["zstd", "-dcq"], ".gz": ["gzip", "-dc"], ".bz2": ["bzip2", "-dc"]}
-
-
-def uncompressed_debs(archives: Path) -> int:
-    """Each package in ``archives`` rewritten with its data member (data.tar.xz, ...) stored as a plain
-    data.tar, which dpkg takes as it takes any compression: the members before it (debian-binary, the
-    control archive) are kept byte for byte, and so are the files the package installs. How many."""
-    count = 0
-    for deb in sorted(archives.glob("*.deb")):
-        blob = deb.read_bytes()
-        if not blob.startswith(_AR_MAGIC):
-            raise SystemExit(f"[services] {deb.name} is not a Debian package (no ar header)")
-        members, offset = [], len(_AR_MAGIC)
-        while offset < len(blob):
-            header = blob[offset : offset + 60]
-            name, size = header[:16].decode().strip().rstrip("/"), int(header[48:58])
-            members.append((name, header, blob[offset + 60 : offset + 60 + size]))
-            offset += 60 + size + (size & 1)
-        data = [m for m in members if m[0].startswith("data.tar")]
-        suffix = Path(data[0][0]).suffix if len(data) == 1 else "?"
-        if suffix == ".tar":
-            continue
-        if suffix not in _DECOMPRESS:
-            raise SystemExit(f"[services] {deb.name}: data member {[m[0] for m in data]} is not one dpkg unpacks")
-        plain = subprocess.run(_DECOMPRESS[suffix], input=data[0][2], capture_output=True, check=True).stdout
-        out = bytearray(_AR_MAGIC)
-        for name, header, body in members:
-            if name == data[0][0]:
-                name, body = "data.tar", plain
-                header = f"{name:<16}{header[16:48].decode()}{len(body):<10}`\n".encode()
-            out += header + body + (b"\n" if len(body) & 1 else b"")
-        partial = deb.with_suffix(".partial")
-        partial.write_bytes(bytes(out))
-        partial.rename(deb)
-        count += 1
-    return count
-
-
 def enable_arm64_emulation() -> None:
     binfmt = Path("/proc/sys/fs/binfmt_misc")
     if not (binfmt / "status").exists():
@@ -403,18 +362,10 @@ def _standin_archive(ref: str, deb_arch: str, having: list[docker.APIClient]) ->
     with tempfile.TemporaryDirectory(prefix="ascendkit-standin-", dir=STATE) as tmp:
         root = Path(tmp) / "rootfs"
         transcript = STATE / f"debootstrap-{deb_arch}.log"
-        foreign = deb_arch != HOST_DEB_ARCH
         with transcript.open("wb") as out:
             argv = ["debootstrap", "--variant=minbase", f"--arch={deb_arch}", f"--include={STANDIN_PACKAGES}"]
-            argv += [*(["--foreign"] if foreign else []), "bookworm", str(root), DEBIAN_MIRROR]
-            status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
-            if status == 0 and foreign:
-                # The second stage's dpkg runs under qemu, where it unpacked (xz) about a package every 6 s
-                # (CI21, beside the other jobs): the packages' files are decompressed here first, natively.
-                log(f"debootstrap ({deb_arch}): packages fetched; {uncompressed_debs(root / 'var/cache/apt/archives')} made uncompressed")
-                second = ["chroot", str(root), "/debootstrap/debootstrap", "--second-stage"]
-                status = subprocess.run(second, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
-            if status != 0:
+            argv += ["bookworm", str(root), DEBIAN_MIRROR]
+            if subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False).returncode != 0:
                 sys.exit(f"[services] debootstrap ({deb_arch}) failed:\n{transcript.read_text(errors='replace')[-3000:]}")
         _add_standin_layout(root, deb_arch)
         layer = Path(tmp) / "layer.tar"
