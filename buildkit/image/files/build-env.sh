@@ -106,8 +106,10 @@ if [ -n "${PIP_FIND_LINKS:-}" ]; then export UV_FIND_LINKS="${PIP_FIND_LINKS// /
 # under qemu on a busy x86_64 machine takes longer than that (seen in CI). Bounded still, at 10 min.
 export UV_COMPILE_BYTECODE_TIMEOUT="${UV_COMPILE_BYTECODE_TIMEOUT:-600}"
 
-# What the locks installed so far, for later pip steps to keep (plan.CONSTRAINTS_FILE).
+# What the locks installed so far, for later pip steps to keep (plan.CONSTRAINTS_FILE); where an
+# installer's output is kept while a step runs (memory: no layer holds it).
 ascendkit_constraints=/etc/ascendkit/constraints.txt
+ascendkit_scratch=/dev/shm
 
 # ascendkit_install LAYER PIN...: what each pip layer runs. With this arch's lock resolved, it
 # installs the layer's section of the lock (COPYed right before the step) with every hash enforced
@@ -170,12 +172,12 @@ ascendkit_install() {
 # Pythons now and then stop answering (astral-sh/uv#6105, #11699) and uv gives up on them after
 # UV_COMPILE_BYTECODE_TIMEOUT; the packages are in place by then, but a plain second run would find
 # them installed and compile nothing, so the section installs again and uv compiles it all. Any other
-# failure stops the step at once. uv's output is kept on /dev/shm, which no layer holds.
+# failure stops the step at once. uv's output is kept in ascendkit_scratch, which no layer holds.
 ascendkit_uv_install() {
   local - section="$1" compiling="$2" attempt=1 status output
   shift 2
   set +e -o pipefail  # uv's status through tee; `local -` restores the caller's options
-  output="$(mktemp -p /dev/shm ascendkit-uv.XXXXXX 2>/dev/null || mktemp)"
+  output="$(mktemp -p "${ascendkit_scratch}" ascendkit-uv.XXXXXX 2>/dev/null || mktemp)"
   while :; do
     ascendkit_run "$@" 2>&1 | tee "${output}"
     status=$?
