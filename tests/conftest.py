@@ -28,6 +28,7 @@ from buildkit.lock.lockfile import render_unresolved
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from tests.harness.gitserver import serve
 from tests.harness.openrlhf_standin import standin_repository
+from tests.harness.services import ARM64_STATE_VAR
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "compat_matrix.yaml"
@@ -234,7 +235,7 @@ def arm64_standin() -> str:
         if os.environ.get("ASCENDKIT_ARM64") == "1" or os.environ.get("CI", "").lower() in ("1", "true"):
             pytest.fail("no arm64 stand-in although ASCENDKIT_ARM64=1 (or CI) asked for one: `make test` should have made it")
         pytest.skip("no arm64 stand-in: `make test` makes one when ASCENDKIT_ARM64=1 (qemu emulation)")
-    state = os.environ.get("ASCENDKIT_STANDIN_ARM64_STATE")  # CI makes it in a job of its own, beside the amd64 tests
+    state = os.environ.get(ARM64_STATE_VAR)  # CI makes it in a job of its own, beside the amd64 tests
     if state:
         deadline = time.monotonic() + ARM64_STANDIN_WAIT_S
         while not Path(state).exists() and time.monotonic() < deadline:

@@ -15,6 +15,7 @@ import pytest
 
 from tests.harness import cpuacct
 from tests.harness.ci import FAILED, NOT_RUN, PASSED, STOPPED, Job, Runner, jobs_for
+from tests.harness.services import ARM64_STATE_VAR
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -191,7 +192,7 @@ def test_the_arm64_stand_in_made_later_is_waited_for_and_its_failure_said(monkey
 
     state = tmp_path / "standin-arm64.state"
     monkeypatch.setenv("ASCENDKIT_STANDIN_IMAGE_ARM64", "ascendkit-standin/cann:arm64")
-    monkeypatch.setenv("ASCENDKIT_STANDIN_ARM64_STATE", str(state))
+    monkeypatch.setenv(ARM64_STATE_VAR, str(state))
     threading.Timer(1.0, state.write_text, ("ready\n",)).start()
     started = time.monotonic()
     assert arm64_standin() == "ascendkit-standin/cann:arm64"
