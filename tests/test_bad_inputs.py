@@ -1,9 +1,12 @@
 """Bad input, tried the way a new user would, across every command: paths, numbers, files, options.
 
 Each case runs the real ``ascendkit`` in a fresh directory, as its own process with a memory limit
-and a deadline. DOCKER_HOST points at a tripwire socket and every HTTP(S) proxy at a tripwire port,
-so a refusal must come before the engine, a registry, an index or a git host is contacted: the
-case fails if anything connected to either. Every case asserts the documented exit code, a
+and a deadline, forked from a server that has imported ascendkit's libraries once
+(tests/harness/forkrun.py: the same ``python -m buildkit``, without two hundred processes each importing
+them again); the tripwires' own test and ``-o -`` start ``python -m buildkit`` from nothing.
+DOCKER_HOST points at a tripwire socket and every HTTP(S) proxy at a tripwire port, so a refusal
+must come before the engine, a registry, an index or a git host is contacted: the case fails if
+anything connected to either. Every case asserts the documented exit code, a
 message naming the problem, no traceback, and that no file or folder was created, replaced or
 changed (FIFOs, devices and symlink targets included).
 """
@@ -13,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import resource
 import shutil
 import socket
 import stat
@@ -29,6 +31,7 @@ import pytest
 
 from buildkit.trust.keys import generate
 from tests.conftest import MATRIX, ROOT
+from tests.harness.forkrun import ForkServer
 
 ASCENDKIT = [sys.executable, "-m", "buildkit"]
 DIGEST = "127.0.0.1:5000/ascendkit/verl@sha256:" + "ab" * 32
@@ -574,8 +577,13 @@ def snapshot(root: Path) -> dict[str, tuple[str, str]]:
     return seen
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+@pytest.fixture(scope="module")
+def forked() -> Iterator[ForkServer]:
+    server = ForkServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def test_there_are_enough_cases_and_each_command_is_tried() -> None:
@@ -609,29 +617,19 @@ def test_there_are_enough_cases_and_each_command_is_tried() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_is_refused_cleanly(case: Case, tmp_path: Path) -> None:
+def test_bad_input_is_refused_cleanly(case: Case, tmp_path: Path, forked: ForkServer) -> None:
     work = tmp_path / "work"
     work.mkdir()
     case.setup(work)
     before = snapshot(work)
     devnull = Path("/dev/null").stat()
-    argv = [*ASCENDKIT, *(a.replace("{d}", str(work)) for a in case.argv)]
+    argv = [a.replace("{d}", str(work)) for a in case.argv]
     with tripwire(tmp_path) as wire:
         env = {**os.environ, **wire.env, "HOME": str(tmp_path), "NO_COLOR": "1"}
         env.pop("ASCENDKIT_CONFIG", None)
-        used_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        proc = subprocess.run(
-            argv,
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=HANG_S,
-            preexec_fn=_limit_memory,
-            stdin=subprocess.DEVNULL,
-        )
-        used = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (used.ru_utime - used_before.ru_utime) + (used.ru_stime - used_before.ru_stime)  # this case's process: one at a time here
+        proc = forked.run(argv, cwd=work, env=env, out_dir=tmp_path / "streams", memory=MEMORY_LIMIT, timeout=HANG_S)
+    assert not proc.timed_out, f"still running after {HANG_S:.0f} s:\n{proc.stderr}"
+    cpu = proc.cpu_s
     assert not wire.contacts, f"contacted {sorted(set(wire.contacts))} before refusing:\n{proc.stderr}"
     output = proc.stdout + proc.stderr
     assert "Traceback" not in output, output
@@ -659,12 +657,17 @@ def test_dash_means_stdout(tmp_path: Path) -> None:
     ],
     ids=["engine", "registry", "index"],
 )
-def test_the_tripwires_catch_a_command_that_does_reach_out(argv: list[str], contact: str, tmp_path: Path) -> None:
-    """The proof above is only as good as its tripwires: these commands are meant to reach out."""
+@pytest.mark.parametrize("started", ["forked", "from-nothing"])
+def test_the_tripwires_catch_a_command_that_does_reach_out(
+    argv: list[str], contact: str, started: str, tmp_path: Path, forked: ForkServer
+) -> None:
+    """The proof above is only as good as its tripwires: these commands are meant to reach out, forked
+    as the cases are and started from nothing."""
+    argv = [a.replace("{d}", str(tmp_path)) for a in argv]
     with tripwire(tmp_path) as wire:
         env = {**os.environ, **wire.env, "HOME": str(tmp_path), "NO_COLOR": "1"}
-        subprocess.run(
-            [*ASCENDKIT, *(a.replace("{d}", str(tmp_path)) for a in argv)],
-            cwd=tmp_path, env=env, capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        if started == "forked":
+            forked.run(argv, cwd=tmp_path, env=env, out_dir=tmp_path / "streams", memory=MEMORY_LIMIT, timeout=120)
+        else:
+            subprocess.run([*ASCENDKIT, *argv], cwd=tmp_path, env=env, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
     assert contact in wire.contacts
