@@ -28,10 +28,10 @@ import os
 import pkgutil
 import resource
 import runpy
+import select
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,16 +124,15 @@ def _preload() -> None:
 
 def _reap(pid: int, timeout: float) -> tuple[int, float, bool]:
     """Wait for the child: (status as subprocess reports it, CPU seconds, whether it was killed for time)."""
-    deadline, timed_out = time.monotonic() + timeout, False
-    while True:
-        waited, status, usage = os.wait4(pid, os.WNOHANG)
-        if waited == pid:
-            code = os.waitstatus_to_exitcode(status)
-            return code, usage.ru_utime + usage.ru_stime, timed_out
-        if time.monotonic() > deadline and not timed_out:
-            os.kill(pid, signal.SIGKILL)
-            timed_out = True
-        time.sleep(0.005)
+    pidfd = os.pidfd_open(pid)  # readable when the child ends: a wait with a deadline, no polling
+    try:
+        ended, _, _ = select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    if not ended:
+        os.kill(pid, signal.SIGKILL)
+    _, status, usage = os.wait4(pid, 0)
+    return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, not ended
 
 
 def _become_the_run(request: dict[str, object]) -> None:
@@ -157,7 +156,7 @@ def _become_the_run(request: dict[str, object]) -> None:
     os.close(stdin)
     argv = request["argv"]
     assert isinstance(argv, list)
-    sys.argv = [str(Path(importlib.import_module("buildkit").__file__ or "").with_name("__main__.py")), *map(str, argv)]
+    sys.argv = [sys.argv[0], *map(str, argv)]  # runpy puts buildkit/__main__.py in sys.argv[0], as `python -m` does
 
 
 def serve() -> dict[str, object] | None:
