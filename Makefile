@@ -30,10 +30,11 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # Where PYTHONDONTWRITEBYTECODE is set (these CI machines set it) no process writes the bytecode it compiles,
-# so every `ascendkit` a test starts compiled each module it imports again: a third of its start-up, over
-# thousands of processes a run. Compiled here once; a process still reads bytecode it is not allowed to write.
-bytecode: $(STAMP) ## Compile the checkout's modules (buildkit, tests, benchmarks) to bytecode; only what changed
-	$(BIN)/python -m compileall -q -j 0 -x '(^|/)tests/fixtures/' buildkit tests benchmarks smoke_tests  # not the vendored upstream files, held byte for byte
+# so every `ascendkit` a test starts compiled each module it imports again (a third of its start-up, over
+# thousands of processes a run), and every pytest rewrote each test module's asserts again (half of its
+# collection). Both written here once; a process still reads bytecode it is not allowed to write.
+bytecode: $(STAMP) ## Compile the checkout's modules and pytest's rewritten test modules to bytecode; only what changed
+	$(BIN)/python -m tests.harness.bytecode
 
 # checkov has a venv of its own: its pins conflict with the dev tools' (packaging, cyclonedx-python-lib).
 CHECKOV_VENV := .venv-checkov
