@@ -44,6 +44,26 @@ def private_var_lib(directory: Path) -> list[str]:
     return ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /var/lib && exec "$@"', str(directory)]
 
 
+# How long a daemon may take to listen: a hang guard, not a speed limit. Under `make test` every job shares two
+# cores, and soci-snapshotter-grpc once took more than the 10 s this used to allow (its socket not there yet, so
+# containerd's first dial to it timed out and the pull failed).
+READY_S = 180.0
+
+
+def wait_listening(sock: Path, proc: subprocess.Popen[bytes], log: Path, name: str) -> None:
+    """Wait until ``proc`` accepts connections on Unix socket ``sock``; fail, with its log, if it ends or never does."""
+    deadline = time.monotonic() + READY_S
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} ended (exit {proc.returncode}) before it listened: {log.read_text()[-2000:]}")
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(str(sock))
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} did not listen on {sock} in {READY_S:.0f} s: {log.read_text()[-2000:]}")
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def containerd(work: Path, soci: Path | None = None, ca: Path | None = None) -> Iterator[tuple[list[str], Path]]:
     """containerd on an empty root: ``ctr`` argv prefix to talk to it, and its root. With ``soci``
@@ -51,43 +71,39 @@ def containerd(work: Path, soci: Path | None = None, ca: Path | None = None) -> 
     node = Path(tempfile.mkdtemp(prefix="node-", dir=work))
     config = node / "config.toml"
     text = 'version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
-    snapshotter = None
-    if soci is not None:
-        text += f'[proxy_plugins.soci]\ntype = "snapshot"\naddress = "{node / "soci.sock"}"\n'
-        (node / "soci.toml").write_text("")
-        snapshotter = subprocess.Popen(
-            [str(soci / "soci-snapshotter-grpc"), "-address", str(node / "soci.sock"), "-root", str(node / "soci"),
-             "-config", str(node / "soci.toml")],
-            stdout=subprocess.DEVNULL, stderr=(node / "soci.log").open("w"),
-            env={**os.environ, **({"SSL_CERT_FILE": str(ca)} if ca else {})},
-        )  # fmt: skip
-        for _ in range(100):
-            if (node / "soci.sock").exists():
-                break
-            time.sleep(0.1)
-    config.write_text(text)
-    address = node / "containerd.sock"
-    proc = subprocess.Popen(
-        [str(ENGINE / "containerd"), "--config", str(config), "--root", str(node / "root"), "--state", str(node / "state"),
-         "--address", str(address)],
-        stdout=subprocess.DEVNULL, stderr=(node / "containerd.log").open("w"),
-        env={**os.environ, "PATH": f"{ENGINE}:{os.environ['PATH']}"},
-    )  # fmt: skip
-    ctr = [str(ENGINE / "ctr"), "--address", str(address), "-n", "bench"]
-    for _ in range(100):
-        if address.exists() and subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode == 0:
-            break
-        time.sleep(0.1)
-    else:
-        raise RuntimeError(f"containerd did not start: {(node / 'containerd.log').read_text()[-2000:]}")
+    started: list[subprocess.Popen[bytes]] = []  # stopped in reverse, whether the start got through or not
     try:
+        if soci is not None:
+            text += f'[proxy_plugins.soci]\ntype = "snapshot"\naddress = "{node / "soci.sock"}"\n'
+            (node / "soci.toml").write_text("")
+            started.append(subprocess.Popen(
+                [str(soci / "soci-snapshotter-grpc"), "-address", str(node / "soci.sock"), "-root", str(node / "soci"),
+                 "-config", str(node / "soci.toml")],
+                stdout=subprocess.DEVNULL, stderr=(node / "soci.log").open("w"),
+                env={**os.environ, **({"SSL_CERT_FILE": str(ca)} if ca else {})},
+            ))  # fmt: skip
+            wait_listening(node / "soci.sock", started[-1], node / "soci.log", "soci-snapshotter-grpc")
+        config.write_text(text)
+        address = node / "containerd.sock"
+        started.append(subprocess.Popen(
+            [str(ENGINE / "containerd"), "--config", str(config), "--root", str(node / "root"), "--state", str(node / "state"),
+             "--address", str(address)],
+            stdout=subprocess.DEVNULL, stderr=(node / "containerd.log").open("w"),
+            env={**os.environ, "PATH": f"{ENGINE}:{os.environ['PATH']}"},
+        ))  # fmt: skip
+        ctr = [str(ENGINE / "ctr"), "--address", str(address), "-n", "bench"]
+        wait_listening(address, started[-1], node / "containerd.log", "containerd")
+        if subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode != 0:
+            raise RuntimeError(f"containerd does not answer: {(node / 'containerd.log').read_text()[-2000:]}")
         yield ctr, node / "root"
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        if snapshotter is not None:
-            snapshotter.terminate()
-            snapshotter.wait(timeout=30)
+        for proc in reversed(started):
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         for line in reversed(Path("/proc/mounts").read_text().splitlines()):
             mountpoint = line.split()[1]
             if mountpoint.startswith(str(node)):
