@@ -76,25 +76,30 @@ def containerd(work: Path, soci: Path | None = None, ca: Path | None = None) -> 
         if soci is not None:
             text += f'[proxy_plugins.soci]\ntype = "snapshot"\naddress = "{node / "soci.sock"}"\n'
             (node / "soci.toml").write_text("")
-            started.append(subprocess.Popen(
-                [str(soci / "soci-snapshotter-grpc"), "-address", str(node / "soci.sock"), "-root", str(node / "soci"),
-                 "-config", str(node / "soci.toml")],
-                stdout=subprocess.DEVNULL, stderr=(node / "soci.log").open("w"),
-                env={**os.environ, **({"SSL_CERT_FILE": str(ca)} if ca else {})},
-            ))  # fmt: skip
+            with (node / "soci.log").open("w") as log:
+                started.append(subprocess.Popen(
+                    [str(soci / "soci-snapshotter-grpc"), "-address", str(node / "soci.sock"), "-root", str(node / "soci"),
+                     "-config", str(node / "soci.toml")],
+                    stdout=subprocess.DEVNULL, stderr=log,
+                    env={**os.environ, **({"SSL_CERT_FILE": str(ca)} if ca else {})},
+                ))  # fmt: skip
             wait_listening(node / "soci.sock", started[-1], node / "soci.log", "soci-snapshotter-grpc")
         config.write_text(text)
         address = node / "containerd.sock"
-        started.append(subprocess.Popen(
-            [str(ENGINE / "containerd"), "--config", str(config), "--root", str(node / "root"), "--state", str(node / "state"),
-             "--address", str(address)],
-            stdout=subprocess.DEVNULL, stderr=(node / "containerd.log").open("w"),
-            env={**os.environ, "PATH": f"{ENGINE}:{os.environ['PATH']}"},
-        ))  # fmt: skip
+        with (node / "containerd.log").open("w") as log:  # the child keeps its own descriptor
+            started.append(subprocess.Popen(
+                [str(ENGINE / "containerd"), "--config", str(config), "--root", str(node / "root"), "--state", str(node / "state"),
+                 "--address", str(address)],
+                stdout=subprocess.DEVNULL, stderr=log,
+                env={**os.environ, "PATH": f"{ENGINE}:{os.environ['PATH']}"},
+            ))  # fmt: skip
         ctr = [str(ENGINE / "ctr"), "--address", str(address), "-n", "bench"]
         wait_listening(address, started[-1], node / "containerd.log", "containerd")
-        if subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode != 0:
-            raise RuntimeError(f"containerd does not answer: {(node / 'containerd.log').read_text()[-2000:]}")
+        deadline = time.monotonic() + READY_S
+        while subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode != 0:  # listening, not yet serving
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"containerd does not answer: {(node / 'containerd.log').read_text()[-2000:]}")
+            time.sleep(0.1)
         yield ctr, node / "root"
     finally:
         for proc in reversed(started):
