@@ -59,3 +59,15 @@ def test_a_daemon_that_never_listens_fails_at_the_deadline(tmp_path: Path, monke
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_daemon_that_listens_but_does_not_answer_is_not_ready(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(containerd_node, "READY_S", 0.5)
+    sock = tmp_path / "d.sock"
+    proc, log = _start(tmp_path, "-c", LISTEN_LATE, str(sock), "0")
+    try:
+        with pytest.raises(RuntimeError, match=r"deaf-daemon did not listen on .* and answer false in 0 s"):
+            wait_listening(sock, proc, log, "deaf-daemon", answers=["false"])
+    finally:
+        proc.kill()
+        proc.wait()

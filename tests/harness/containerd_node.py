@@ -50,17 +50,21 @@ def private_var_lib(directory: Path) -> list[str]:
 READY_S = 180.0
 
 
-def wait_listening(sock: Path, proc: subprocess.Popen[bytes], log: Path, name: str) -> None:
-    """Wait until ``proc`` accepts connections on Unix socket ``sock``; fail, with its log, if it ends or never does."""
+def wait_listening(sock: Path, proc: subprocess.Popen[bytes], log: Path, name: str, answers: list[str] | None = None) -> None:
+    """Wait until ``proc`` accepts connections on Unix socket ``sock`` (and, given ``answers``, that command
+    succeeds: listening comes before serving); fail, with its log, if it ends or never does."""
     deadline = time.monotonic() + READY_S
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"{name} ended (exit {proc.returncode}) before it listened: {log.read_text()[-2000:]}")
+            done = "answered" if answers else "listened"
+            raise RuntimeError(f"{name} ended (exit {proc.returncode}) before it {done}: {log.read_text()[-2000:]}")
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
             probe.connect(str(sock))
-            return
+            if answers is None or subprocess.run(answers, capture_output=True, check=False).returncode == 0:
+                return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{name} did not listen on {sock} in {READY_S:.0f} s: {log.read_text()[-2000:]}")
+            also = f" and answer {' '.join(answers[-1:])}" if answers else ""
+            raise RuntimeError(f"{name} did not listen on {sock}{also} in {READY_S:.0f} s: {log.read_text()[-2000:]}")
         time.sleep(0.1)
 
 
@@ -94,12 +98,7 @@ def containerd(work: Path, soci: Path | None = None, ca: Path | None = None) -> 
                 env={**os.environ, "PATH": f"{ENGINE}:{os.environ['PATH']}"},
             ))  # fmt: skip
         ctr = [str(ENGINE / "ctr"), "--address", str(address), "-n", "bench"]
-        wait_listening(address, started[-1], node / "containerd.log", "containerd")
-        deadline = time.monotonic() + READY_S
-        while subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode != 0:  # listening, not yet serving
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"containerd does not answer: {(node / 'containerd.log').read_text()[-2000:]}")
-            time.sleep(0.1)
+        wait_listening(address, started[-1], node / "containerd.log", "containerd", answers=[*ctr, "version"])
         yield ctr, node / "root"
     finally:
         for proc in reversed(started):
