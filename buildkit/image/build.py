@@ -28,7 +28,7 @@ from buildkit.cancel import deferred, interrupted
 from buildkit.doctor.base import Check
 from buildkit.errors import BuildFailed, Unavailable, VerifyFailed
 from buildkit.fsio import write_atomic
-from buildkit.image.archive import ImageIdentity, identify
+from buildkit.image.archive import ImageIdentity, identify, remember_config
 from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, host_arch
 from buildkit.image.buildx import BUILDKIT, Builder, choose_builder, secret_files, stop
 from buildkit.image.engine import CONTAINERD_STORE, EngineFacts, connect, engine_facts, remove_containers
@@ -115,8 +115,9 @@ def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -
     return progress.image_id
 
 
-def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder, progress: SolveProgress) -> str:
-    """BuildKit, through ``buildx build``: the image, loaded untagged into the engine; its ID there.
+def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder, progress: SolveProgress) -> tuple[str, str | None]:
+    """BuildKit, through ``buildx build``: the image, loaded untagged into the engine; its ID there, and its
+    config digest as BuildKit's metadata gives it (None where that does not name the engine's image).
     No provenance or SBOM attestations (they would make the image an index; ascendkit writes its own).
     Where this BuildKit hashes the whole root filesystem for a secret mount (``builder.serves_secrets``),
     it builds the render without them, and the secrets come from the loopback server in ``ftp_proxy``, as
@@ -183,13 +184,16 @@ def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder,
             result = json.loads(metadata.read_text())
         except (OSError, ValueError):
             raise BuildFailed("BuildKit reported no image (buildx wrote no build metadata)") from None
-    for key in ("containerimage.config.digest", "containerimage.digest"):  # the graph-driver store's ID, else the containerd store's
-        candidate = result.get(key)
+    config, manifest = result.get("containerimage.config.digest"), result.get("containerimage.digest")
+    for candidate in (config, manifest):  # the graph-driver store's ID, else the containerd store's
         if isinstance(candidate, str):
             try:
-                return str(client.inspect_image(candidate)["Id"])
+                engine_id = str(client.inspect_image(candidate)["Id"])
             except NotFound:
                 continue
+            # The engine calls it by the config digest, or by the digest of the manifest BuildKit wrote, which
+            # names that config: no need to read the image back to find it. Anything else is looked up.
+            return engine_id, config if isinstance(config, str) and engine_id in (config, manifest) else None
     raise BuildFailed(f"BuildKit built {result.get('containerimage.digest')}, but the engine does not hold it (was it loaded elsewhere?)")
 
 
@@ -273,9 +277,9 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
             progress = SolveProgress(progress.reporter)
         ensure_base_image(client, plan)
         if isinstance(progress, SolveProgress):
-            engine_id = _build_buildkit(client, plan, builder, progress)
+            engine_id, config = _build_buildkit(client, plan, builder, progress)
         else:
-            engine_id = _build(client, plan, progress)
+            engine_id, config = _build(client, plan, progress), None
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (buildkit.cancel)
         fresh = connect(timeout=60)  # the build's own connection was closed to cancel it
         time.sleep(1)
@@ -286,7 +290,8 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
         raise
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"the engine failed: {engine_said(exc)}") from None
-    image = identify(client, engine_id, store=engine.image_store)  # what the image is, whatever this engine calls it
+    # what the image is, whatever this engine calls it
+    image = remember_config(engine_id, config) if config else identify(client, engine_id, store=engine.image_store)
     sbom = sbom_path(plan.manifest_dir, plan.manifest_name)
     before = None if plan.reverify else verified_before(plan.manifest_dir, plan.manifest_name, image.config, plan.expected, plan.refs)
     if before is not None and sbom.is_file():  # an unchanged image, verified against the same matrix: tag it
