@@ -105,6 +105,90 @@ def test_a_failed_cache_export_is_a_warning_not_a_failure() -> None:
     assert progress.warnings == ["the registry cache was not written (503 Service Unavailable)"]
 
 
+_KILLED = 'process "/bin/sh -c set -eux; apt-get update" did not complete successfully: exit code: 137'
+
+
+def _shared_step_statuses(second_run: str | None) -> list[dict[str, object]]:
+    """The statuses one build gets for a step it shares with another build that was stopped while the step
+    ran: BuildKit kills the step's process, reports the error to every build sharing it, then runs it again
+    for the builds still waiting. Its status keeps the old error from then on (BuildKit sets a vertex's
+    error and never clears it): ``second_run`` is what the second run itself said, None when it succeeded."""
+    run = {"digest": "sha256:2", "name": "[2/3] RUN set -eux; apt-get update"}
+
+    def log(text: str) -> dict[str, object]:
+        return {"logs": [{"vertex": "sha256:2", "stream": 2, "data": base64.b64encode(text.encode()).decode()}]}
+
+    statuses: list[dict[str, object]] = [
+        {"vertexes": [{"digest": "sha256:1", "name": "[1/3] FROM docker.io/library/x", "started": "t0", "completed": "t0"}]},
+        {"vertexes": [{**run, "started": "t1"}]},
+        log("+ apt-get update\n"),
+        {"vertexes": [{**run, "started": "t1", "completed": "t2", "error": _KILLED}]},
+        {"vertexes": [{**run, "started": "t3", "error": _KILLED}]},
+        log("+ apt-get update\nFetched 15.0 MB in 4s\n"),
+        {"vertexes": [{**run, "started": "t3", "completed": "t4", "error": second_run or _KILLED}]},
+    ]
+    if second_run is None:  # the rest of the build
+        statuses.append({"vertexes": [{"digest": "sha256:3", "name": "[3/3] WORKDIR /workspace", "started": "t5", "completed": "t5"}]})
+        statuses.append({"vertexes": [{"digest": "sha256:9", "name": "exporting to image", "started": "t6", "completed": "t6"}]})
+    return statuses
+
+
+def test_a_shared_step_killed_for_another_build_and_run_again_does_not_fail_this_one() -> None:
+    """What failed docker's CI once: a build stopped mid-step took the step's process with it, and the other
+    build, which shared that step, succeeded (buildx exit 0) but was reported failed at the killed step."""
+    recorder = Recorder()
+    progress = SolveProgress(recorder)
+    for status in _shared_step_statuses(None):
+        progress.feed_status(status)
+    progress.close()
+    progress.settle(0)
+    assert progress.error is None and progress.failed is None
+    assert progress.warnings == [f"step 2/3 was stopped ({_KILLED}) and BuildKit ran it again"]
+    assert [e[:2] for e in recorder.events if e[0] != "output"] == [
+        ("started", 1),
+        ("finished", 1),
+        ("started", 2),
+        ("finished", 2),
+        ("started", 2),
+        ("finished", 2),
+        ("started", 3),
+        ("finished", 3),
+    ]
+    assert list(progress.steps[1].output)[-1] == "Fetched 15.0 MB in 4s"
+
+
+@pytest.mark.parametrize(
+    "second_run",
+    [None, 'process "/bin/sh -c set -eux; apt-get update" did not complete successfully: exit code: 100'],
+    ids=["killed-again", "an-error-of-its-own"],
+)
+def test_a_shared_step_that_fails_when_run_again_is_the_failure(second_run: str | None) -> None:
+    """The second run killed the same way (the status cannot tell: the old error is still on it) or failing
+    with an error of its own: buildx's exit code says the build failed, and this step is named."""
+    progress = SolveProgress()
+    for status in _shared_step_statuses(second_run or _KILLED):
+        progress.feed_status(status)
+    progress.close()
+    progress.settle(1)
+    assert progress.failed is progress.steps[1]
+    code = "100" if second_run else "137"
+    assert progress.failure_message().startswith(
+        f"build failed at step 2/3 (RUN set -eux; apt-get update ...): the command exited with code {code}"
+    )
+
+
+def test_buildx_exiting_0_is_a_build_that_succeeded() -> None:
+    """Whatever a step's status said on the way, exit 0 with an image is success, and what was said is a warning."""
+    progress = SolveProgress()
+    progress.feed_status(
+        {"vertexes": [{"digest": "sha256:2", "name": "[2/2] RUN true", "started": "t1", "completed": "t2", "error": "odd"}]}
+    )
+    progress.close()
+    assert progress.error == "odd"
+    progress.settle(0)
+    assert progress.error is None and progress.warnings == ["BuildKit reported an error on the way (odd), and the build succeeded"]
+
+
 def _engine(store: str = CONTAINERD_STORE, product: str = "Docker Engine") -> EngineFacts:
     return EngineFacts(product, "26.1.5", "1.45", store, "overlayfs")
 

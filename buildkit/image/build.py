@@ -177,6 +177,7 @@ def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder,
             progress.close(ended=False)
             raise
         progress.close()
+        progress.settle(code)
         if code != 0 or progress.error:
             progress.error = progress.error or next(reversed(progress.last_words), "") or f"buildx exited with code {code}"
             raise BuildFailed(progress.failure_message())

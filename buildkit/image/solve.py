@@ -40,6 +40,9 @@ class SolveProgress(BuildProgress):
     _last_words: list[str] = field(default_factory=list)
     _partial_lines: dict[tuple[str, int], str] = field(default_factory=dict)  # (vertex, stream) -> its unfinished line
     failed: Step | None = None  # the step whose error ended the build
+    _errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # digest -> (started, error) of a failed step
+    _stale: dict[str, str] = field(default_factory=dict)  # digest -> the error a step that ran again still carries
+    _doubtful: tuple[Step, str] | None = None  # a step that ran again and ended still carrying its old error
 
     def feed_text(self, chunk: str) -> None:
         """More of buildx's stderr: every complete JSON document in it is applied. A document
@@ -110,13 +113,48 @@ class SolveProgress(BuildProgress):
             return
         if vertex.get("cached") and step.cacheable:  # FROM counts as the classic builder counts it: never
             step.cached = True
+        if digest in self._errors and vertex.get("started") not in (None, self._errors[digest][0]) and not vertex.get("completed"):
+            self._ran_again(digest, step)
+        if error and self._stale.get(digest) == str(error):  # the old error, not a new one
+            error = None
+            if vertex.get("completed"):
+                self._doubtful = (step, self._stale[digest])
         if error:
             self.error = self.error or str(error)
             self.failed = step
+            self._errors[digest] = (str(vertex.get("started")), str(error))
         if (vertex.get("completed") or error) and step.finished is None:
             self._flush(digest)
             step.finished = time.monotonic()
             self.reporter.step_finished(step)
+
+    def _ran_again(self, digest: str, step: Step) -> None:
+        """A failed step started again. BuildKit's solver shares a step among the builds that run it at once:
+        when the one build whose wait started it is stopped, the step's process is killed (exit 137), the step
+        fails in every build's status, and the solver runs it again for the builds still waiting. The vertex
+        keeps the old error in every later status (BuildKit sets it, never clears it), so that error is stale
+        from here on; whether the step ended well is settled by buildx's exit code (:meth:`settle`)."""
+        _, said = self._errors.pop(digest)
+        self._stale[digest] = said
+        if self.failed is step:
+            self.failed = None
+            self.error = None if self.error == said else self.error
+        note = f"step {step.number}/{step.total} was stopped ({' '.join(said.split())}) and BuildKit ran it again"
+        if note not in self.warnings:
+            self.warnings.append(note)
+        step.started, step.finished = time.monotonic(), None
+        self.reporter.step_started(step)
+
+    def settle(self, code: int) -> None:
+        """buildx's exit code has the last word: 0 is a build that succeeded whatever a step said on the
+        way (a step that ran again keeps its old error); otherwise a step that ran again and still
+        carries an error is the one that failed, unless another step's error said so."""
+        if code == 0:
+            if self.error:
+                self.warnings.append(f"BuildKit reported an error on the way ({' '.join(self.error.split())}), and the build succeeded")
+            self.error, self.failed = None, None
+        elif self.error is None and self._doubtful is not None:
+            self.failed, self.error = self._doubtful
 
     def _log(self, log: dict[str, Any]) -> None:
         """A piece of a step's output. BuildKit cuts it wherever a write ended, not at newlines: the
