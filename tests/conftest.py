@@ -300,6 +300,12 @@ def build_and_push(docker_env: DockerEnv, workdir: Path, repo: str, *args: str) 
     return result
 
 
+def own_repo(name: str) -> str:
+    """``<name>-<random>/verl``: a repository no other run used. The engines keep what earlier runs left
+    (CI's machine is not wiped between runs), so a test that says a name holds no image gives it its own."""
+    return f"{name}-{uuid.uuid4().hex[:6]}/verl"
+
+
 def certificate(directory: Path, name: str) -> Path:
     """A self-signed certificate nobody else has (its key beside it), valid for a day: a CA of our own."""
     key, cert = directory / "k.pem", directory / "c.pem"

@@ -25,7 +25,7 @@ from buildkit.lock.inputs import lock_inputs, lock_targets
 from buildkit.lock.lockfile import read_lock, render_unresolved
 from buildkit.matrix.load import load_matrix
 from buildkit.plan import UV_LAYER
-from tests.conftest import SECRET_TOKEN, TEST_MATRIX, DockerEnv, SecretBuild, certificate, write_unresolved_locks
+from tests.conftest import SECRET_TOKEN, TEST_MATRIX, DockerEnv, SecretBuild, certificate, own_repo, write_unresolved_locks
 from tests.harness.imagescan import scan_saved_image
 
 pytestmark = pytest.mark.docker
@@ -198,9 +198,9 @@ def test_impossible_pin_fails_cleanly(docker_env: DockerEnv, tmp_path: Path) -> 
     bad = tmp_path / "matrix.yaml"
     bad.write_text(TEST_MATRIX.read_text().replace('version: "3.7"', 'version: "99.0"'))
     write_unresolved_locks(bad)  # no lock can hold a pin that does not exist: pip meets it in the build
-    before = docker_env.containers()
+    before, repo = docker_env.containers(), own_repo("failing")
     proc = docker_env.ascendkit(
-        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(bad), "--base-image", docker_env.standin, "--repo", "failing/verl", "-q",
+        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(bad), "--base-image", docker_env.standin, "--repo", repo, "-q",
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == ExitCode.BUILD_FAILED, proc.stderr
@@ -210,7 +210,7 @@ def test_impossible_pin_fails_cleanly(docker_env: DockerEnv, tmp_path: Path) -> 
     # fails is never cached, so this is where it is seen whatever the engine's cache holds
     assert "WARNING: the x86_64 lock is unresolved; installing idna==99.0 by version pins, hashes NOT enforced" in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert docker_env.client.images(name="failing/verl") == []
+    assert docker_env.client.images(name=repo) == []
     assert docker_env.containers() == before
     assert not (tmp_path / "manifests").exists()
 
@@ -223,6 +223,9 @@ def test_unreachable_base_image_fails_fast_with_the_options(docker_env: DockerEn
     assert proc.returncode == ExitCode.UNAVAILABLE
     assert "is not on this engine and its registry cannot be reached" in proc.stderr
     assert "--base-registry" in proc.stderr and "--base-image REF" in proc.stderr
+
+
+_STEP_OUTPUT = re.compile(r"^ +\| ")  # "      | + mkdir -p /etc/ascendkit": a line a step printed
 
 
 @pytest.mark.engine_20_10
@@ -239,20 +242,24 @@ def test_a_stopped_build_leaves_no_tag_container_or_manifest(
     before = docker_env.containers()
     exe = Path(sys.executable).with_name("ascendkit")
     argv = [str(exe), "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin]
-    argv += ["--no-cache", "--repo", "interrupted/verl", "--manifest-dir", str(tmp_path / "manifests")]
+    repo = own_repo("interrupted")
+    argv += ["--no-cache", "--repo", repo, "--manifest-dir", str(tmp_path / "manifests")]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=docker_env.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     seen = []
     for line in proc.stdout:
         seen.append(line)
-        if "apt-get update" in line:  # a RUN step whose container is running right now
+        # What a RUN step of this build prints, so a step is running right now. Not only its apt step's output:
+        # a build running at the same time (another test) can have run that one step for both, and then this
+        # build shows none of it.
+        if "apt-get update" in line or _STEP_OUTPUT.match(line):
             break
     proc.send_signal(signum)
     rest = proc.stdout.read()
     assert proc.wait(timeout=120) == code, "".join(seen) + rest
     assert f"ascendkit: {said}: the build was stopped; no tag was created and its containers were removed" in rest
     assert "Traceback" not in rest
-    assert docker_env.client.images(name="interrupted/verl") == []
+    assert docker_env.client.images(name=repo) == []
     assert docker_env.containers() == before
     assert not (tmp_path / "manifests").exists() or not any((tmp_path / "manifests").iterdir())
 
@@ -300,16 +307,16 @@ def test_the_ca_bundle_given_is_the_one_the_installing_steps_trust(docker_env: D
     no bundle fails as well, and the proof is the other way round: every other build here is given the
     host's bundle and passes, which it could not without it (the plain `docker build` test, in
     test_builders.py, fails when not given it)."""
-    cert = certificate(tmp_path, "ascendkit-untrusted-ca")
+    cert, repo = certificate(tmp_path, "ascendkit-untrusted-ca"), own_repo(f"untrusted-{builder}")
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
-        "--ca-bundle", str(cert), "--no-cache", "--repo", f"untrusted-{builder}/verl", "--builder", builder, "--quiet",
+        "--ca-bundle", str(cert), "--no-cache", "--repo", repo, "--builder", builder, "--quiet",
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == ExitCode.BUILD_FAILED, proc.stderr[-3000:]
     untrusted = r"certificate verify failed|CERTIFICATE_VERIFY_FAILED|invalid peer certificate|UnknownIssuer"
     assert re.search(untrusted, proc.stderr), proc.stderr[-3000:]
-    assert docker_env.client.images(name=f"untrusted-{builder}/verl") == []
+    assert docker_env.client.images(name=repo) == []
 
 
 def test_unresolved_lock_builds_by_pins_and_says_so(docker_env: DockerEnv, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from buildkit.errors import BuildFailed, ExitCode
 from buildkit.image.build import run_build
 from buildkit.image.buildplan import plan_build
 from buildkit.matrix.load import load_matrix
-from tests.conftest import TEST_MATRIX, DockerEnv
+from tests.conftest import TEST_MATRIX, DockerEnv, own_repo
 
 pytestmark = pytest.mark.docker
 
@@ -61,17 +61,17 @@ def test_a_wheel_missing_from_the_wheelhouse_is_named_before_anything_runs(docke
     partial = tmp_path / "wheels"
     shutil.copytree(wheelhouse, partial)
     (partial / "six-1.16.0-py2.py3-none-any.whl").unlink()
-    before = docker_env.containers()
+    before, repo = docker_env.containers(), own_repo("offline-missing")
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", docker_env.standin,
-        "--offline", "--wheelhouse", str(partial), "--repo", "offline-missing/verl", "-q",
+        "--offline", "--wheelhouse", str(partial), "--repo", repo, "-q",
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == ExitCode.INVALID_INPUT, proc.stderr
     assert f"--wheelhouse {partial} lacks 1 locked package(s) of locks/teststack-x86_64.txt:" in proc.stderr
     assert "    six==1.16.0 (layer transformers): no file" in proc.stderr
     assert f"ascendkit wheelhouse --stack teststack --arch x86_64 -o {partial}" in proc.stderr
-    assert docker_env.client.images(name="offline-missing/verl") == []
+    assert docker_env.client.images(name=repo) == []
     assert docker_env.containers() == before
 
 
@@ -79,8 +79,9 @@ def test_an_offline_build_names_a_wheel_that_went_missing(docker_env: DockerEnv,
     """Past the check (a file removed while the build runs): uv, with no index, names what it lacks."""
     partial = tmp_path / "wheels"
     shutil.copytree(wheelhouse, partial)
+    repo = own_repo("offline-gone")
     plan = plan_build(
-        load_matrix(TEST_MATRIX), "a3", arch="x86_64", base_image=docker_env.standin, repository="offline-gone/verl",
+        load_matrix(TEST_MATRIX), "a3", arch="x86_64", base_image=docker_env.standin, repository=repo,
         no_cache=True, use_default_ca=False, wheelhouse=partial, manifest_dir=tmp_path / "manifests",
     )  # fmt: skip
     (partial / "six-1.16.0-py2.py3-none-any.whl").unlink()
@@ -88,7 +89,7 @@ def test_an_offline_build_names_a_wheel_that_went_missing(docker_env: DockerEnv,
     with pytest.raises(BuildFailed) as failure:
         run_build(docker_env.client, plan)
     assert "six was not found in the provided package locations and you require six==1.16.0" in str(failure.value)
-    assert docker_env.client.images(name="offline-gone/verl") == []
+    assert docker_env.client.images(name=repo) == []
     assert docker_env.containers() == before
 
 
@@ -103,9 +104,9 @@ def test_the_installer_refuses_a_file_whose_hash_the_lock_does_not_allow(docker_
     lock.write_text(text[:idna] + wrong)  # still current: the lock's inputs did not change
     proc = docker_env.ascendkit(
         "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(matrix), "--base-image", docker_env.standin,
-        "--repo", "badhash/verl", "-q",
+        "--repo", (repo := own_repo("badhash")), "-q",
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == ExitCode.BUILD_FAILED, proc.stderr
     assert "Hash mismatch for `idna==3.7`" in proc.stderr
-    assert docker_env.client.images(name="badhash/verl") == []
+    assert docker_env.client.images(name=repo) == []
