@@ -113,7 +113,7 @@ class SolveProgress(BuildProgress):
             return
         if vertex.get("cached") and step.cacheable:  # FROM counts as the classic builder counts it: never
             step.cached = True
-        if digest in self._errors and vertex.get("started") not in (None, self._errors[digest][0]) and not vertex.get("completed"):
+        if digest in self._errors and vertex.get("started") not in (None, self._errors[digest][0]):  # a start of its own
             self._ran_again(digest, step)
         if error and self._stale.get(digest) == str(error):  # the old error, not a new one
             error = None
