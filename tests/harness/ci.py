@@ -48,7 +48,7 @@ nested inside the unit job, where it was half of that job's time.
 Each job's output is printed as it comes, every line headed by the job's name, and kept whole in
 ``$ASCENDKIT_SERVICES_DIR/ci/<job>.log``. A job whose prerequisite failed does not run, and says so.
 The same groups weigh the jobs in the cpu controller: the jobs and engines on the longest chains
-(the services; the docker job; the arm64 stand-in, then the emulated job) four times as much as the rest, which
+(the services; the docker and docker-b jobs; the arm64 stand-in, then the emulated job) four times as much as the rest, which
 run beside them (cpuacct.PRIORITY). The services are stopped at the end whatever happened, also
 on Ctrl-C or SIGTERM; then a table
 says how each job ended, how long it took, the CPU its processes used (tests/harness/cpuacct.py, with each

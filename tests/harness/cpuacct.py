@@ -36,10 +36,21 @@ ENV_VAR = "ASCENDKIT_CPUACCT"  # the run's group, for tests.harness.services to 
 SHARES = 1024  # the kernel's default weight: every job and engine not in PRIORITY
 RUN_SHARES = 16 * SHARES  # the run against the machine's other work
 # The longest chains of `make test` (tests/harness/ci.py): the services, which every engine's job waits for;
-# the docker job, its tests one after another on one engine; the arm64 stand-in's debootstrap under qemu,
-# then the emulated job's install and imports under qemu. The other jobs run at once beside them and take
-# what is left.
-CRITICAL = ("job-services", "job-docker", "engine-docker", "job-arm64-standin", "job-emulated", "engine-docker-emulated")
+# the docker and docker-b jobs, each its tests one after another on one engine; the arm64 stand-in's
+# debootstrap under qemu, then the emulated job's install and imports under qemu. The other jobs run at once
+# beside them and take what is left. docker-b ended every run last while it weighed as the rest (CI31 fresh:
+# at 49.5 of 49.9 min; CI32 warm: 35.8 of 36.3): its share of the two cores, an eighth, is what it used
+# (9 core-min in 34.6 min), so its tests waited for the CPU, not on their registries and Ray.
+CRITICAL = (
+    "job-services",
+    "job-docker",
+    "engine-docker",
+    "job-docker-b",
+    "engine-docker-b",
+    "job-arm64-standin",
+    "job-emulated",
+    "engine-docker-emulated",
+)
 PRIORITY = {name: 4 * SHARES for name in CRITICAL}
 
 # Joins the groups named by $0 (cpuacct) and $1 (cpu; "-": none), then becomes the command: every
