@@ -129,11 +129,12 @@ class SolveProgress(BuildProgress):
             self.reporter.step_finished(step)
 
     def _ran_again(self, digest: str, step: Step) -> None:
-        """A failed step started again. BuildKit's solver shares a step among the builds that run it at once:
-        when the one build whose wait started it is stopped, the step's process is killed (exit 137), the step
-        fails in every build's status, and the solver runs it again for the builds still waiting. The vertex
-        keeps the old error in every later status (BuildKit sets it, never clears it), so that error is stale
-        from here on; whether the step ended well is settled by buildx's exit code (:meth:`settle`)."""
+        """A failed step started again. BuildKit's solver shares a step among the builds that hold it at once:
+        when every build waiting on the step's run is stopped, its process is killed (exit 137) and the error
+        shows in the status of every build holding the step, also of one that had not asked for the run yet;
+        that build's request then runs the step again. The vertex keeps the old error in every later status
+        (BuildKit sets a vertex's error and never clears it), so that error is stale from here on; whether the
+        step ended well is settled by buildx's exit code (:meth:`settle`)."""
         _, said = self._errors.pop(digest)
         self._stale[digest] = said
         if self.failed is step:
