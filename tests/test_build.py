@@ -250,8 +250,8 @@ def test_a_stopped_build_leaves_no_tag_container_or_manifest(
     for line in proc.stdout:
         seen.append(line)
         # What a RUN step of this build prints, so a step is running right now. Not only its apt step's output:
-        # a build running at the same time (another test) can have run that one step for both, and then this
-        # build shows none of it.
+        # a build the engine runs at the same time (a test beside this one under xdist) can have run that step
+        # for both, and then this build shows none of it.
         if "apt-get update" in line or _STEP_OUTPUT.match(line):
             break
     proc.send_signal(signum)
