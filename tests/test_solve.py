@@ -109,10 +109,11 @@ _KILLED = 'process "/bin/sh -c set -eux; apt-get update" did not complete succes
 
 
 def _shared_step_statuses(second_run: str | None) -> list[dict[str, object]]:
-    """The statuses one build gets for a step it shares with another build that was stopped while the step
-    ran: BuildKit kills the step's process, reports the error to every build sharing it, then runs it again
-    for the builds still waiting. Its status keeps the old error from then on (BuildKit sets a vertex's
-    error and never clears it): ``second_run`` is what the second run itself said, None when it succeeded."""
+    """The statuses one build gets for a step it holds together with another build, which was stopped while
+    the step ran for it alone: BuildKit kills the step's process, the error shows in both builds' status, and
+    this build's own request for the step runs it again. Its status keeps the old error from then on (BuildKit
+    sets a vertex's error and never clears it): ``second_run`` is what the second run itself said, None when
+    it succeeded."""
     run = {"digest": "sha256:2", "name": "[2/3] RUN set -eux; apt-get update"}
 
     def log(text: str) -> dict[str, object]:
