@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import tarfile
 import zipfile
@@ -484,7 +485,8 @@ def test_without_the_file_or_its_git_host_the_lock_is_unresolved_and_says_why(tm
     result = runner.invoke(app, argv)
     assert result.exit_code == ExitCode.UNVERIFIED, result.output
     [report] = json.loads(result.stdout)["locks"]
-    assert report["status"] == "unresolved" and "127.0.0.1:9" in report["detail"] and "git fetch failed" in report["detail"]
+    assert report["status"] == "unresolved" and "127.0.0.1:9" in report["detail"]
+    assert re.search(r"git fetch (failed|of \w+ took over 5 s)", report["detail"]), "refused, or timed out on a busy machine"
 
 
 @pytest.mark.network
