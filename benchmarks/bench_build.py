@@ -39,9 +39,10 @@ from typing import Any
 import docker
 
 from buildkit.arch import Arch
-from buildkit.image.build import run_build, write_context
+from buildkit.image.build import run_build
 from buildkit.image.buildplan import BuildPlan, plan_build
 from buildkit.image.buildx import SECRETS_ENV, choose_builder, find_buildx
+from buildkit.image.context import write_context
 from buildkit.image.engine import connect, engine_facts
 from buildkit.lock.inputs import LockTarget, lock_targets
 from buildkit.lock.relock import index_urls_for, lock_all

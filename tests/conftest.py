@@ -135,8 +135,9 @@ def line_of(text: str, needle: str, occurrence: int = 1) -> int:
 # or none), and the fault tests, which wait on their proxies most of the time (the test image they
 # publish is built there once more: a minute, against the five they spend waiting).
 SECOND_ENGINE = {
-    "test_api.py", "test_reproducible.py", "test_credentials_docker.py", "test_engines.py", "test_faults.py", "test_frontier_images.py",
-    "test_gitlab_local.py", "test_offline_build.py", "test_openrlhf_image.py", "test_ray_cluster.py", "test_resume.py",
+    "test_api.py", "test_reproducible.py", "test_credentials_docker.py", "test_engines.py", "test_engine_stall.py", "test_faults.py",
+    "test_frontier_images.py", "test_gitlab_local.py", "test_offline_build.py", "test_openrlhf_image.py", "test_ray_cluster.py",
+    "test_resume.py",
 }  # fmt: skip
 
 

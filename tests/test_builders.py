@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from buildkit.image.build import write_context
 from buildkit.image.buildplan import plan_build
+from buildkit.image.context import write_context
 from buildkit.image.probe import run_in_image
 from buildkit.matrix.load import load_matrix
 from tests.conftest import TEST_MATRIX, DockerEnv, SecretBuild

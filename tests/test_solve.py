@@ -16,12 +16,12 @@ import pytest
 
 from buildkit.errors import InputError, Unavailable
 from buildkit.image import buildx
-from buildkit.image.build import _on_loopback
 from buildkit.image.buildplan import plan_build
 from buildkit.image.buildx import BUILDKIT, CLASSIC, choose_builder, secret_files, serves_secrets
 from buildkit.image.engine import CONTAINERD_STORE, GRAPH_DRIVER_STORE, PODMAN_STORE, EngineFacts
 from buildkit.image.progress import Step
 from buildkit.image.solve import SolveProgress
+from buildkit.image.with_buildx import on_loopback
 from buildkit.matrix.load import load_matrix
 from buildkit.settings import Mirrors
 
@@ -32,7 +32,7 @@ def test_the_recorded_transcripts_are_what_buildx_printed() -> None:
     """Each transcript's sha256 as its README records it when it was captured."""
     listed = dict(re.findall(r"\| `(rawjson-[a-z-]+\.txt)` \| `([0-9a-f]{64})` \|", (FIXTURES / "README.md").read_text()))
     present = sorted(p.name for p in FIXTURES.glob("rawjson-*.txt"))
-    assert sorted(listed) == present and len(present) == 4
+    assert sorted(listed) == present and len(present) == 5
     for name, digest in listed.items():
         assert hashlib.sha256((FIXTURES / name).read_bytes()).hexdigest() == digest, name
 
@@ -49,6 +49,9 @@ class Recorder:
 
     def output(self, step: Step | None, line: str) -> None:
         self.events.append(("output", step.number if step else 0, line))
+
+    def note(self, line: str) -> None:
+        self.events.append(("note", 0, line))
 
 
 def _read(name: str, chunks: int = 1, seed: int = 0) -> tuple[SolveProgress, Recorder]:
@@ -344,10 +347,10 @@ def test_a_mirror_on_loopback_gives_the_build_the_hosts_network() -> None:
     is reached only with the host's network, which is asked for then and only then (a
     docker-container builder refuses it unless its network.host entitlement is granted)."""
     matrix = load_matrix(Path(__file__).parent / "fixtures" / "test_matrix.yaml")
-    assert not _on_loopback(plan_build(matrix, "a3", arch="x86_64", use_default_ca=False))
+    assert not on_loopback(plan_build(matrix, "a3", arch="x86_64", use_default_ca=False))
     for url in ("http://127.0.0.1:3141/root/pypi/+simple", "https://bot:s3cret@localhost/simple"):
         plan = plan_build(matrix, "a3", arch="x86_64", use_default_ca=False, mirrors=Mirrors({"pip_index_url": url}))
-        assert _on_loopback(plan), url
+        assert on_loopback(plan), url
 
 
 def test_a_stopped_build_leaves_its_running_step_unfinished() -> None:

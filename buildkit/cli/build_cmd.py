@@ -101,6 +101,9 @@ class StepPrinter:
         if self.show_output:
             self.console.print(f"         | {line[:200]}")
 
+    def note(self, line: str) -> None:
+        self.console.print(f"{self._clock()}  {line}")
+
 
 @app.command("build")
 @user_errors

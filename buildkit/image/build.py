@@ -9,11 +9,6 @@ A failure or Ctrl-C leaves no tag and no container behind.
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import shutil
-import subprocess
 import tempfile
 import time
 from contextlib import ExitStack
@@ -30,19 +25,20 @@ from buildkit.errors import BuildFailed, Unavailable, VerifyFailed
 from buildkit.fsio import write_atomic
 from buildkit.image.archive import ImageIdentity, identify, remember_config
 from buildkit.image.buildplan import BuildPlan, BuildResult, check_outputs, host_arch
-from buildkit.image.buildx import BUILDKIT, Builder, choose_builder, secret_files, stop
+from buildkit.image.buildx import BUILDKIT, Builder, choose_builder
+from buildkit.image.context import write_context
 from buildkit.image.engine import CONTAINERD_STORE, EngineFacts, connect, engine_facts, remove_containers
 from buildkit.image.manifest import manifest_data, recorded_check, verified_before, write_manifest
 from buildkit.image.progress import BuildProgress, QuietReporter, Reporter
 from buildkit.image.record import build_record
-from buildkit.image.render import SECRETS_ARG, context_paths
+from buildkit.image.render import SECRETS_ARG
 from buildkit.image.sbom import BaseImage, dumps, sbom_document, sbom_path
 from buildkit.image.secrets import SecretServer
 from buildkit.image.solve import SolveProgress
 from buildkit.image.verify import collect_facts, compare, failures
+from buildkit.image.with_buildx import build_with_buildx
 from buildkit.imageref import split_ref
 from buildkit.reach import engine_said
-from buildkit.resources import PACKAGE_DIR
 
 
 def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 20) -> None:
@@ -62,19 +58,6 @@ def ensure_base_image(client: docker.APIClient, plan: BuildPlan, timeout: int = 
         f"  Use a mirror of the CANN images:\n{mirrors}\n"
         "  or a base you already have: --base-image REF (pull or `docker load` it first)"
     )
-
-
-def write_context(plan: BuildPlan, context: Path, builder: str = BUILDKIT, *, served: bool = False) -> None:
-    """The build context of ``plan`` in ``context``: the Dockerfile for ``builder`` (``served``: BuildKit's
-    without secret mounts), the files it COPYs, the lock sections (the benchmarks build the same context
-    raw, to measure ascendkit's overhead)."""
-    (context / "Dockerfile").write_text(plan.dockerfile_for(builder, served=served), encoding="utf-8")
-    for relative in context_paths():  # COPYed by the Dockerfile from its repository path
-        (context / relative).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PACKAGE_DIR.parent / relative, context / relative)
-    for relative, text in plan.lock_files:  # each pip layer COPYs its own from the context root
-        (context / relative).parent.mkdir(parents=True, exist_ok=True)
-        (context / relative).write_text(text, encoding="utf-8")
 
 
 def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -> str:
@@ -113,100 +96,6 @@ def _build(client: docker.APIClient, plan: BuildPlan, progress: BuildProgress) -
         progress.error = progress.error or "the engine reported no image"
         raise BuildFailed(progress.failure_message())
     return progress.image_id
-
-
-def _build_buildkit(client: docker.APIClient, plan: BuildPlan, builder: Builder, progress: SolveProgress) -> tuple[str, str | None]:
-    """BuildKit, through ``buildx build``: the image, loaded untagged into the engine; its ID there, and its
-    config digest as BuildKit's metadata gives it (None where that does not name the engine's image).
-    No provenance or SBOM attestations (they would make the image an index; ascendkit writes its own).
-    Where this BuildKit hashes the whole root filesystem for a secret mount (``builder.serves_secrets``),
-    it builds the render without them, and the secrets come from the loopback server in ``ftp_proxy``, as
-    for the classic builder: the same steps and the same image (no secret mount is in its history)."""
-    shm = Path("/dev/shm")
-    private_root = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None  # secrets stay in memory
-    with (
-        tempfile.TemporaryDirectory(prefix="ascendkit-context-") as context,
-        tempfile.TemporaryDirectory(prefix="ascendkit-build-", dir=private_root) as private,
-        ExitStack() as cleanup,
-    ):
-        write_context(plan, Path(context), BUILDKIT, served=builder.serves_secrets)
-        metadata = Path(private) / "metadata.json"
-        argv = [*builder.command, "build", "--progress=rawjson", "--provenance=false", "--sbom=false", "--load"]
-        argv += ["--metadata-file", str(metadata), "--platform", plan.platform, "-f", str(Path(context) / "Dockerfile")]
-        argv += [f"--build-arg={name}={value}" for name, value in plan.buildargs]
-        if plan.no_cache:
-            argv.append("--no-cache")
-        wheels_url, environment = "", None
-        if plan.secrets and builder.serves_secrets:  # the CA bundle, the env and any wheelhouse, all served
-            # The value from buildx's environment, not its command line, which any user of the machine can read.
-            environment = {**os.environ, SECRETS_ARG: cleanup.enter_context(SecretServer(plan.secrets)).url}
-            argv.append(f"--build-arg={SECRETS_ARG}")
-        elif plan.secrets.wheelhouse is not None:  # pip reaches the served wheelhouse on 127.0.0.1
-            wheels_url = f"{cleanup.enter_context(SecretServer(plan.secrets)).url}/wheels/"
-        # BuildKit's steps get a network of their own, without this machine's loopback. Where the secrets are
-        # served, every build takes the host's, with secrets or without: the network is part of a step's cache
-        # key, and a build without a CA bundle would otherwise share no step with one that has it.
-        if wheels_url or _on_loopback(plan) or builder.serves_secrets:
-            argv += ["--network", "host"]
-        if not builder.serves_secrets:
-            argv += secret_files(Path(private), plan.secrets.ca_bundle, plan.secrets.env_script(wheels_url))
-        if plan.cache_ref:
-            argv += ["--cache-from", f"type=registry,ref={plan.cache_ref}"]
-        if plan.cache_ref and plan.cache_export:
-            argv += ["--cache-to", f"type=registry,ref={plan.cache_ref},mode=max,ignore-error=true"]
-        argv.append(context)
-        try:
-            process = subprocess.Popen(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                start_new_session=True,
-                env=environment,
-            )
-        except OSError as exc:
-            raise Unavailable(f"cannot run buildx ({' '.join(builder.command)}): {exc}") from None
-        assert process.stdout is not None
-        try:
-            for line in process.stdout:
-                progress.feed_text(line)
-            code = process.wait()
-        except BaseException:
-            stop(process)  # buildx cancels the solve: BuildKit leaves no container behind
-            progress.close(ended=False)
-            raise
-        progress.close()
-        progress.settle(code)
-        if code != 0 or progress.error:
-            progress.error = progress.error or next(reversed(progress.last_words), "") or f"buildx exited with code {code}"
-            raise BuildFailed(progress.failure_message())
-        try:
-            result = json.loads(metadata.read_text())
-        except (OSError, ValueError):
-            raise BuildFailed("BuildKit reported no image (buildx wrote no build metadata)") from None
-    config, manifest = result.get("containerimage.config.digest"), result.get("containerimage.digest")
-    for candidate in (config, manifest):  # the graph-driver store's ID, else the containerd store's
-        if isinstance(candidate, str):
-            try:
-                engine_id = str(client.inspect_image(candidate)["Id"])
-            except NotFound:
-                continue
-            # The engine calls it by the config digest, or by the digest of the manifest BuildKit wrote, which
-            # names that config: no need to read the image back to find it. Anything else is looked up.
-            return engine_id, config if isinstance(config, str) and engine_id in (config, manifest) else None
-    raise BuildFailed(f"BuildKit built {result.get('containerimage.digest')}, but the engine does not hold it (was it loaded elsewhere?)")
-
-
-_LOOPBACK = re.compile(r"://(?:[^/@]*@)?(?:127\.\d+\.\d+\.\d+|localhost|\[::1\])(?:[:/]|$)", re.IGNORECASE)
-
-
-def _on_loopback(plan: BuildPlan) -> bool:
-    """Whether a mirror the build was pointed at (an index, a git host, the apt archive) is on this
-    machine's loopback: the RUN steps then need the host's network to reach it, as the classic
-    builder's do when ascendkit serves them secrets."""
-    values = [value for _, value in plan.buildargs] + [value for _, value in plan.secrets.env]
-    return any(_LOOPBACK.search(value) for value in values)
 
 
 def base_of(client: docker.APIClient, ref: str, engine: EngineFacts) -> BaseImage:
@@ -278,7 +167,7 @@ def run_build(client: docker.APIClient, plan: BuildPlan, reporter: Reporter | No
             progress = SolveProgress(progress.reporter)
         ensure_base_image(client, plan)
         if isinstance(progress, SolveProgress):
-            engine_id, config = _build_buildkit(client, plan, builder, progress)
+            engine_id, config, progress = build_with_buildx(client, plan, builder, progress)
         else:
             engine_id, config = _build(client, plan, progress), None
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (buildkit.cancel)

@@ -43,6 +43,7 @@ class Reporter(Protocol):
     def step_started(self, step: Step) -> None: ...
     def step_finished(self, step: Step) -> None: ...
     def output(self, step: Step | None, line: str) -> None: ...
+    def note(self, line: str) -> None: ...  # what the build does besides its steps (a retry), always shown
 
 
 class QuietReporter:
@@ -53,6 +54,9 @@ class QuietReporter:
         pass
 
     def output(self, step: Step | None, line: str) -> None:
+        pass
+
+    def note(self, line: str) -> None:
         pass
 
 

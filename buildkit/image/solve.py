@@ -28,6 +28,10 @@ _MOUNT = re.compile(r"--mount=\S+\s+")  # shown without: every installing step h
 _DECODER = json.JSONDecoder()
 CACHE_EXPORT = "exporting cache"  # the vertex that writes a registry cache ("exporting cache to registry")
 CACHE_IMPORT = "importing cache manifest from "
+EXPORT = "exporting to "  # "exporting to image" (the docker driver), "exporting to docker image format", ...
+# BuildKit before v0.14 (Docker 26 and older) gives itself 20 s to record a finished build in its history,
+# after the image was exported, and fails the build when that runs out (moby/buildkit#4327; v0.14 waits 300 s).
+HISTORY_DEADLINE = "DeadlineExceeded"
 
 
 @dataclass
@@ -43,6 +47,8 @@ class SolveProgress(BuildProgress):
     _errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # digest -> (started, error) of a failed step
     _stale: dict[str, str] = field(default_factory=dict)  # digest -> the error a step that ran again still carries
     _doubtful: tuple[Step, str] | None = None  # a step that ran again and ended still carrying its old error
+    exported: bool = False  # the image was exported (loaded into the engine): every step had run
+    unrecorded: bool = False  # then BuildKit failed the build on recording it in its history (HISTORY_DEADLINE)
 
     def feed_text(self, chunk: str) -> None:
         """More of buildx's stderr: every complete JSON document in it is applied. A document
@@ -98,6 +104,8 @@ class SolveProgress(BuildProgress):
             if message not in self.warnings:
                 self.warnings.append(message)
             return
+        if name.startswith(EXPORT) and vertex.get("completed") and not error:
+            self.exported = True
         match = _STEP.match(name)
         step = self._by_digest.get(digest)
         if match and step is None and vertex.get("started"):
@@ -156,6 +164,22 @@ class SolveProgress(BuildProgress):
             self.error, self.failed = None, None
         elif self.error is None and self._doubtful is not None:
             self.failed, self.error = self._doubtful
+        elif self.exported and self.failed is None:
+            self.unrecorded = HISTORY_DEADLINE in (self.error or "")
+
+    def failure_message(self) -> str:
+        """As for the classic builder, except for a build that failed after its image was exported:
+        that is not the last step's failure, and BuildKit's history is named where it was the cause."""
+        if not self.exported or self.failed is not None:
+            return super().failure_message()
+        said = " ".join((self.error or "").split())
+        if self.unrecorded:
+            return (
+                f"BuildKit built and exported the image, then failed the build on recording it in its history ({said}): "
+                "BuildKit before v0.14 (Docker 26 and older) gives that 20 s, too little for an engine this busy or a disk "
+                "this slow (moby/buildkit#4327); Docker 27 or later gives it 300 s"
+            )
+        return f"BuildKit built and exported the image, then failed the build: {said}"
 
     def _log(self, log: dict[str, Any]) -> None:
         """A piece of a step's output. BuildKit cuts it wherever a write ended, not at newlines: the
