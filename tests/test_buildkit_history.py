@@ -122,6 +122,25 @@ def test_built_again_from_cache_and_the_first_builds_steps_kept(tmp_path: Path) 
     assert shown.started == [1, 2, 3, 4, 1, 2, 3, 4], "both builds are shown"
 
 
+class StepsOnly:
+    """A reporter written before ``note`` came (``buildkit.api.build`` takes the caller's)."""
+
+    def step_started(self, step: Step) -> None:
+        pass
+
+    def step_finished(self, step: Step) -> None:
+        pass
+
+    def output(self, step: Step | None, line: str) -> None:
+        pass
+
+
+def test_a_reporter_without_note_still_serves(tmp_path: Path) -> None:
+    builder = Builder(BUILDKIT, "buildx 0.13.1, BuildKit v0.13.2", (str(_replaying_buildx(tmp_path, failures=1)),))
+    _, _, progress = build_with_buildx(Engine(), _plan(), builder, SolveProgress(StepsOnly()))  # type: ignore[arg-type]
+    assert progress.warnings[0].endswith(f"built again from cache (2 of {HISTORY_TRIES})")
+
+
 def test_the_last_try_failing_is_the_failure(tmp_path: Path) -> None:
     builder = Builder(BUILDKIT, "buildx 0.13.1, BuildKit v0.13.2", (str(_replaying_buildx(tmp_path, failures=99)),))
     shown = Notes()

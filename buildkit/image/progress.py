@@ -43,7 +43,14 @@ class Reporter(Protocol):
     def step_started(self, step: Step) -> None: ...
     def step_finished(self, step: Step) -> None: ...
     def output(self, step: Step | None, line: str) -> None: ...
-    def note(self, line: str) -> None: ...  # what the build does besides its steps (a retry), always shown
+
+
+def tell(reporter: Reporter, line: str) -> None:
+    """``line`` to ``reporter.note``: what the build does besides its steps (a retry), shown always. A reporter
+    may have no ``note`` (one written for ``buildkit.api.build`` before it came): it is then told nothing."""
+    note = getattr(reporter, "note", None)
+    if callable(note):
+        note(line)
 
 
 class QuietReporter:

@@ -21,6 +21,7 @@ from buildkit.errors import BuildFailed, Unavailable
 from buildkit.image.buildplan import BuildPlan
 from buildkit.image.buildx import BUILDKIT, Builder, secret_files, stop
 from buildkit.image.context import write_context
+from buildkit.image.progress import tell
 from buildkit.image.render import SECRETS_ARG
 from buildkit.image.secrets import SecretServer
 from buildkit.image.solve import SolveProgress
@@ -46,7 +47,7 @@ def build_with_buildx(
                 raise
         tries += 1
         note = f"BuildKit built the image, then failed on recording it in its history: built again from cache ({tries} of {HISTORY_TRIES})"
-        first.reporter.note(note)
+        tell(first.reporter, note)
         first.warnings.append(note)
         progress, again = SolveProgress(first.reporter), replace(plan, no_cache=False)
     if progress is not first:
