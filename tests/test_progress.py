@@ -40,9 +40,6 @@ class Recorder:
     def output(self, step: Step | None, line: str) -> None:
         self.events.append(f"out {line}")
 
-    def note(self, line: str) -> None:
-        self.events.append(f"note {line}")
-
 
 def test_steps_cache_and_containers() -> None:
     recorder = Recorder()

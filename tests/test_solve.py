@@ -50,9 +50,6 @@ class Recorder:
     def output(self, step: Step | None, line: str) -> None:
         self.events.append(("output", step.number if step else 0, line))
 
-    def note(self, line: str) -> None:
-        self.events.append(("note", 0, line))
-
 
 def _read(name: str, chunks: int = 1, seed: int = 0) -> tuple[SolveProgress, Recorder]:
     """The transcript fed in ``chunks`` pieces cut at random places (a pipe gives no JSON boundaries)."""

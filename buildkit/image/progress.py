@@ -63,9 +63,6 @@ class QuietReporter:
     def output(self, step: Step | None, line: str) -> None:
         pass
 
-    def note(self, line: str) -> None:
-        pass
-
 
 @dataclass
 class BuildProgress:
