@@ -8,8 +8,8 @@ The jobs, and what each waits for::
     job              waits for         runs
     services         -                 python -m tests.harness.services start [--arm64 --arm64-later]: engines,
                                        registries, the amd64 stand-in
-    arm64-standin    services          python -m tests.harness.services arm64-standin: the arm64 stand-in (debootstrap
-                                       under qemu), only with --arm64; the docker job's arm64 build waits for it
+    arm64-standin    services          python -m tests.harness.services arm64-standin: the arm64 stand-in (debootstrap,
+                                       its packages' scripts under qemu), only with --arm64; the docker job's arm64 build waits for it
     lint             -                 make lint
     unit             lint              pytest -n auto -m "not docker and not network and not matrix_moves": no engine,
                                        every proxy dead, an empty cache

@@ -37,7 +37,7 @@ SHARES = 1024  # the kernel's default weight: every job and engine not in PRIORI
 RUN_SHARES = 16 * SHARES  # the run against the machine's other work
 # The longest chains of `make test` (tests/harness/ci.py): the services, which every engine's job waits for;
 # the docker and docker-b jobs, each its tests one after another on one engine; the arm64 stand-in's
-# debootstrap under qemu, then the emulated job's install and imports under qemu. The other jobs run at once
+# debootstrap (its packages' scripts under qemu), then the emulated job's install and imports under qemu. The other jobs run at once
 # beside them and take what is left. docker-b ended every run last while it weighed as the rest (CI31 fresh:
 # at 49.5 of 49.9 min; CI32 warm: 35.8 of 36.3): its share of the two cores, an eighth, is what it used
 # (9 core-min in 34.6 min), so its tests waited for the CPU, not on their registries and Ray.

@@ -124,7 +124,7 @@ STANDIN_REPO = "ascendkit-standin/cann"
 # The tag the test matrix's base-image grammar gives (cann 8.3.RC1, chip a3, debian12, py3.11).
 STANDIN_TAGS = {"amd64": "8.3.rc1-a3-debian12-py3.11", "arm64": "8.3.rc1-a3-debian12-py3.11-arm64"}
 STANDIN_REF = {arch: f"{STANDIN_REPO}:{tag}" for arch, tag in STANDIN_TAGS.items()}
-STANDIN_VERSION = "8"  # bump when the stand-in's contents change (8: its layer loaded gzip-compressed)
+STANDIN_VERSION = "9"  # bump when the stand-in's contents change (8: its layer loaded gzip-compressed; 9: arm64 unpacked natively)
 DEBIAN_MIRROR = os.environ.get("ASCENDKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # What the template's system step installs, preinstalled so that the step is quick (most come with
 # the real CANN base too), and so that the arm64 layers test, which does not run the step, has
@@ -362,12 +362,7 @@ def _standin_archive(ref: str, deb_arch: str, having: list[docker.APIClient]) ->
     log(f"building the stand-in base {ref} with debootstrap ({deb_arch})")
     with tempfile.TemporaryDirectory(prefix="ascendkit-standin-", dir=STATE) as tmp:
         root = Path(tmp) / "rootfs"
-        transcript = STATE / f"debootstrap-{deb_arch}.log"
-        with transcript.open("wb") as out:
-            argv = ["debootstrap", "--variant=minbase", f"--arch={deb_arch}", f"--include={STANDIN_PACKAGES}"]
-            argv += ["bookworm", str(root), DEBIAN_MIRROR]
-            if subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False).returncode != 0:
-                sys.exit(f"[services] debootstrap ({deb_arch}) failed:\n{transcript.read_text(errors='replace')[-3000:]}")
+        debootstrap(root, deb_arch)
         _add_standin_layout(root, deb_arch)
         layer = Path(tmp) / "layer.tar"
         with tarfile.open(layer, "w") as tar:
@@ -404,6 +399,40 @@ def _standin_archive(ref: str, deb_arch: str, having: list[docker.APIClient]) ->
             tar.add(compressed, arcname="layer/layer.tar.gz")
         partial.rename(image)  # whole or not at all
     return image
+
+
+def debootstrap(root: Path, deb_arch: str) -> None:
+    """Debian 12 with STANDIN_PACKAGES in ``root``, for ``deb_arch``. For an architecture not the host's,
+    debootstrap's second stage does not run in the root: there its dpkg, under qemu, would decompress and
+    unpack every package. The host's dpkg unpacks the packages the first stage downloaded, natively, and
+    configures them; only their maintainer scripts run in the root under qemu. An arm64 root took 247 s
+    here, idle, with the second stage (217 s of it), and 143 s this way. The two roots were compared:
+    the same files (but the second stage's own logs), /etc the same, every package ``install ok installed``."""
+    transcript = STATE / f"debootstrap-{deb_arch}.log"
+    host = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
+    foreign = deb_arch != host
+    with transcript.open("wb") as out:
+
+        def step(*argv: str) -> None:
+            out.write(f"$ {' '.join(argv)}\n".encode())
+            out.flush()
+            if subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False).returncode != 0:
+                sys.exit(f"[services] {argv[0]} ({deb_arch}) failed:\n{transcript.read_text(errors='replace')[-3000:]}")
+
+        step("debootstrap", "--variant=minbase", f"--arch={deb_arch}", f"--include={STANDIN_PACKAGES}", *(["--foreign"] if foreign else []),
+             "bookworm", str(root), DEBIAN_MIRROR)  # fmt: skip
+        if not foreign:
+            return
+        dpkg = ["dpkg", f"--root={root}", "--force-architecture", "--force-depends"]
+        debs = sorted(str(deb) for deb in (root / "var/cache/apt/archives").glob("*.deb"))
+        # --force-overwrite: the first stage extracted the essential packages' files, which no package owns yet
+        step(*dpkg, "--force-overwrite", "--unpack", *debs)
+        step(*dpkg, "--configure", "-a")
+    shutil.rmtree(root / "debootstrap")  # the first stage's scripts and lists, which the second stage removes
+    proc = root / "proc"
+    if proc.is_symlink():  # the first stage's stand-in for a mounted /proc; an image has an empty directory there
+        proc.unlink()
+        proc.mkdir()
 
 
 def gzip_layer(layer: Path) -> Path:
