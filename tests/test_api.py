@@ -18,7 +18,7 @@ from buildkit.image.verify import failures
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.plan import plan_image, plan_target, stack_layers
 from buildkit.ship.oci.registry import Registry
-from tests.conftest import MATRIX, ROOT, TEST_MATRIX, DockerEnv, default_tag
+from tests.conftest import MATRIX, ROOT, TEST_MATRIX, Ascendkit, DockerEnv, default_tag
 
 
 def test_import_buildkit_loads_none_of_the_pipeline() -> None:
@@ -56,28 +56,28 @@ def test_errors_are_the_clis_errors() -> None:
         ({"devices": "99"}, ["--devices", "99"], "--devices"),
     ],
 )
-def test_the_api_and_the_command_refuse_a_smoke_run_alike(tmp_path: Path, options: dict[str, Any], argv: list[str], message: str) -> None:
+def test_the_api_and_the_command_refuse_a_smoke_run_alike(
+    tmp_path: Path, options: dict[str, Any], argv: list[str], message: str, ascendkit: Ascendkit
+) -> None:
     """One front door: `ascendkit smoke` and buildkit.smoke build the request in one place, so the
     same options meet the same refusal (the command's own ranges may say it first, in its words)."""
     image = "127.0.0.1:9/ascendkit/verl@sha256:" + "ab" * 32
     with pytest.raises(InputError, match=re.escape(message)):
         buildkit.smoke(image, MATRIX, "a3", tmp_path / "out", **options)
-    exe = Path(sys.executable).with_name("ascendkit")
-    cli = [str(exe), "smoke", "--hw", "a3", "--image", image, "--out", str(tmp_path / "out"), *argv, "--matrix", str(MATRIX)]
-    proc = subprocess.run(cli, capture_output=True, text=True, check=False, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent"})
+    cli = ["smoke", "--hw", "a3", "--image", image, "--out", str(tmp_path / "out"), *argv, "--matrix", str(MATRIX)]
+    proc = ascendkit(*cli, env={"DOCKER_HOST": "unix:///nonexistent"})
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr or "invalid value for '--steps'" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
 
 
-def test_k8s_render_through_the_api_is_the_commands_output(tmp_path: Path) -> None:
+def test_k8s_render_through_the_api_is_the_commands_output(tmp_path: Path, ascendkit: Ascendkit) -> None:
     """One front door: the same request and the same resolution (the registry unreachable, the job
     follows the stack given, and says so) give byte-identical manifests."""
     image = "127.0.0.1:9/ascendkit/verl@sha256:" + "ab" * 32
     manifests = buildkit.k8s_render(image, MATRIX, "a3", stack="cann8.3", nodes=2, namespace="rl")
-    exe = Path(sys.executable).with_name("ascendkit")
-    argv = [str(exe), "k8s", "render", "--hw", "a3", "--image", image, "--stack", "cann8.3", "--nodes", "2", "-n", "rl"]
-    proc = subprocess.run([*argv, "--matrix", str(MATRIX), "-o", str(tmp_path / "m.yaml")], capture_output=True, text=True, check=False)
+    argv = ["k8s", "render", "--hw", "a3", "--image", image, "--stack", "cann8.3", "--nodes", "2", "-n", "rl"]
+    proc = ascendkit(*argv, "--matrix", str(MATRIX), "-o", str(tmp_path / "m.yaml"))
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "m.yaml").read_text() == manifests.text and "kind: RayJob" in manifests.text
     assert any("the job follows --stack cann8.3" in w for w in manifests.warnings)
@@ -104,7 +104,7 @@ REG = "127.0.0.1:9/x"  # never contacted: every request below is refused first
     ],
 )  # fmt: skip
 def test_the_api_and_the_command_refuse_a_publish_alike(
-    tmp_path: Path, images: list[str], registries: list[str], more: dict[str, Any], argv: list[str], message: str
+    tmp_path: Path, images: list[str], registries: list[str], more: dict[str, Any], argv: list[str], message: str, ascendkit: Ascendkit
 ) -> None:
     """One front door: `ascendkit publish` and buildkit.publish make the request in ship/request.py,
     so the same request meets the same refusal, before any engine or registry is asked."""
@@ -115,10 +115,7 @@ def test_the_api_and_the_command_refuse_a_publish_alike(
     cli = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     if "--manifest-dir" not in cli:
         cli += ["--manifest-dir", str(tmp_path)]
-    exe = Path(sys.executable).with_name("ascendkit")
-    proc = subprocess.run(
-        [str(exe), "publish", *cli], capture_output=True, text=True, check=False, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent"}
-    )
+    proc = ascendkit("publish", *cli, env={"DOCKER_HOST": "unix:///nonexistent"})
     assert proc.returncode == 2 and message in proc.stderr, (cli, proc.stderr)
 
 
@@ -134,14 +131,15 @@ def test_the_api_and_the_command_refuse_a_publish_alike(
         ),
     ],
 )
-def test_the_api_and_the_command_refuse_a_build_push_alike(tmp_path: Path, api: dict[str, Any], argv: list[str], message: str) -> None:
+def test_the_api_and_the_command_refuse_a_build_push_alike(
+    tmp_path: Path, api: dict[str, Any], argv: list[str], message: str, ascendkit: Ascendkit
+) -> None:
     """`build --push` and buildkit.build_and_push check the push in ship/request.py before building."""
     options = {"registry": [REG], **api}
     with pytest.raises(InputError, match=re.escape(message)):
         buildkit.build_and_push(TEST_MATRIX, "a3", options.pop("registry"), manifest_dir=tmp_path, **options)
-    exe = Path(sys.executable).with_name("ascendkit")
-    cli = [str(exe), "build", "--hw", "a3", *argv, "--matrix", str(TEST_MATRIX), "--manifest-dir", str(tmp_path)]
-    proc = subprocess.run(cli, capture_output=True, text=True, check=False, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent"})
+    cli = ["build", "--hw", "a3", *argv, "--matrix", str(TEST_MATRIX), "--manifest-dir", str(tmp_path)]
+    proc = ascendkit(*cli, env={"DOCKER_HOST": "unix:///nonexistent"})
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 

@@ -30,14 +30,12 @@ from pathlib import Path
 import pytest
 
 from buildkit.trust.keys import generate
-from tests.conftest import MATRIX, ROOT
+from tests.conftest import MATRIX, ROOT, RUN_MEMORY, RUN_TIMEOUT_S
 from tests.harness.forkrun import ForkServer
 
 ASCENDKIT = [sys.executable, "-m", "buildkit"]
 DIGEST = "127.0.0.1:5000/ascendkit/verl@sha256:" + "ab" * 32
-MEMORY_LIMIT = 2 << 30
 TIME_LIMIT_S = 30.0  # CPU seconds a refusal may take: what the command did, whatever the machine's load
-HANG_S = 600.0  # wall seconds before a case counts as hung (CI shares two cores among every job)
 HUGE = "99999999999999999999"
 
 ALIAS_BOMB = "".join(
@@ -577,15 +575,6 @@ def snapshot(root: Path) -> dict[str, tuple[str, str]]:
     return seen
 
 
-@pytest.fixture(scope="module")
-def forked() -> Iterator[ForkServer]:
-    server = ForkServer.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def test_there_are_enough_cases_and_each_command_is_tried() -> None:
     assert len(CASES) >= 60
     assert len({c.id for c in CASES}) == len(CASES)
@@ -627,8 +616,8 @@ def test_bad_input_is_refused_cleanly(case: Case, tmp_path: Path, forked: ForkSe
     with tripwire(tmp_path) as wire:
         env = {**os.environ, **wire.env, "HOME": str(tmp_path), "NO_COLOR": "1"}
         env.pop("ASCENDKIT_CONFIG", None)
-        proc = forked.run(argv, cwd=work, env=env, out_dir=tmp_path / "streams", memory=MEMORY_LIMIT, timeout=HANG_S)
-    assert not proc.timed_out, f"still running after {HANG_S:.0f} s:\n{proc.stderr}"
+        proc = forked.run(argv, cwd=work, env=env, out_dir=tmp_path / "streams", memory=RUN_MEMORY, timeout=RUN_TIMEOUT_S)
+    assert not proc.timed_out, f"still running after {RUN_TIMEOUT_S:.0f} s:\n{proc.stderr}"
     assert not wire.contacts, f"contacted {sorted(set(wire.contacts))} before refusing:\n{proc.stderr}"
     output = proc.stdout + proc.stderr
     assert "Traceback" not in output, output
@@ -666,7 +655,7 @@ def test_the_tripwires_catch_a_command_that_does_reach_out(
     with tripwire(tmp_path) as wire:
         env = {**os.environ, **wire.env, "HOME": str(tmp_path), "NO_COLOR": "1"}
         if started == "forked":
-            forked.run(argv, cwd=tmp_path, env=env, out_dir=tmp_path / "streams", memory=MEMORY_LIMIT, timeout=120)
+            forked.run(argv, cwd=tmp_path, env=env, out_dir=tmp_path / "streams", memory=RUN_MEMORY, timeout=120)
         else:
             subprocess.run([*ASCENDKIT, *argv], cwd=tmp_path, env=env, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
     assert contact in wire.contacts

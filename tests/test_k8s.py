@@ -6,8 +6,6 @@ import dataclasses
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from buildkit.k8s.validate import validate_documents
 from buildkit.matrix.load import load_matrix
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.job import ImageJob, JobFacts
+from tests.conftest import Ascendkit
 from tests.harness.hosttree import contract_paths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,11 +41,6 @@ def _ref(image: ImageJob) -> str:
 
 def _request(sku_id: str, sku: Any, nodes: int, image: ImageJob = DEFAULT_IMAGE, **kw: Any) -> K8sRequest:
     return K8sRequest(sku_id, sku, _ref(image), nodes=nodes, image_job=image, facts=FACTS, **kw)
-
-
-def ascendkit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).with_name("ascendkit")
-    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, check=False)
 
 
 def docs_of(text: str) -> list[dict[str, Any]]:
@@ -101,7 +95,7 @@ def test_golden_manifests_are_current_and_valid(variant: str, sku_id: str) -> No
     assert validate_documents(docs_of(text)) == []
 
 
-def test_validate_reads_every_golden_manifest_as_a_user_would() -> None:
+def test_validate_reads_every_golden_manifest_as_a_user_would(ascendkit: Ascendkit) -> None:
     """`ascendkit k8s validate` itself, once over all of them (each run loads the schemas anew)."""
     goldens = [GOLDEN / f"{variant}-{sku_id}.yaml" for variant, sku_id in GOLDENS]
     proc = ascendkit("k8s", "validate", *map(str, goldens))
@@ -263,7 +257,7 @@ def test_one_node_on_volcano_is_a_job_volcano_queues() -> None:
     assert "hostNetwork" not in template["spec"], "one node needs no host network unless asked"
 
 
-def test_the_acceptance_rayjob_for_a2_box16_on_two_nodes(tmp_path: Path) -> None:
+def test_the_acceptance_rayjob_for_a2_box16_on_two_nodes(tmp_path: Path, ascendkit: Ascendkit) -> None:
     out = tmp_path / "rayjob.yaml"
     proc = ascendkit("k8s", "render", "--hw", "a2-box16", "--image", DIGEST_REF, "--nodes", "2", "--stack", "cann8.3", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -281,7 +275,7 @@ def test_the_acceptance_rayjob_for_a2_box16_on_two_nodes(tmp_path: Path) -> None
     assert ascendkit("k8s", "validate", str(out)).returncode == 0
 
 
-def test_a_train_job_runs_the_users_command_through_the_entrypoint() -> None:
+def test_a_train_job_runs_the_users_command_through_the_entrypoint(ascendkit: Ascendkit) -> None:
     proc = ascendkit(
         "k8s", "render", "--hw", "900-podc", "--image", DIGEST_REF, "--job", "train", "--namespace", "rl", "--pull-secret", "swr-login",
         "--name", "grpo-7b", "--", "python3", "-m", "verl.trainer.main_ppo", "trainer.total_epochs=2",
@@ -309,7 +303,7 @@ def test_a_train_job_runs_the_users_command_through_the_entrypoint() -> None:
     assert validate_documents([job]) == []
 
 
-def test_json_output_is_a_list_kubectl_accepts_and_validate_reads(tmp_path: Path) -> None:
+def test_json_output_is_a_list_kubectl_accepts_and_validate_reads(tmp_path: Path, ascendkit: Ascendkit) -> None:
     out = tmp_path / "job.json"
     assert ascendkit("k8s", "render", "--hw", "a3", "--image", DIGEST_REF, "--stack", "cann8.3", "--json", "-o", str(out)).returncode == 0
     data = json.loads(out.read_text())
@@ -370,7 +364,7 @@ def test_json_output_is_a_list_kubectl_accepts_and_validate_reads(tmp_path: Path
         ),
     ],
 )
-def test_refusals_are_clear_and_write_nothing(tmp_path: Path, args: list[str], message: str) -> None:
+def test_refusals_are_clear_and_write_nothing(tmp_path: Path, args: list[str], message: str, ascendkit: Ascendkit) -> None:
     out = tmp_path / "manifest.yaml"
     proc = ascendkit("k8s", "render", *args, "-o", str(out))
     assert proc.returncode == ExitCode.INVALID_INPUT, proc.stderr
@@ -381,13 +375,13 @@ def test_refusals_are_clear_and_write_nothing(tmp_path: Path, args: list[str], m
     assert out.read_text() == "kept\n", "an earlier file is left as it was"
 
 
-def test_a_tag_is_accepted_only_when_asked_and_then_warned_about() -> None:
+def test_a_tag_is_accepted_only_when_asked_and_then_warned_about(ascendkit: Ascendkit) -> None:
     proc = ascendkit("k8s", "render", "--hw", "a3", "--image", "127.0.0.1:5000/ascendkit/verl:latest", "--allow-tag", "--stack", "cann8.3")
     assert proc.returncode == 0
     assert "warning: --image 127.0.0.1:5000/ascendkit/verl:latest is a mutable tag" in proc.stderr
 
 
-def test_validate_names_the_document_and_field_of_each_problem(tmp_path: Path) -> None:
+def test_validate_names_the_document_and_field_of_each_problem(tmp_path: Path, ascendkit: Ascendkit) -> None:
     configmap, rayjob = docs_of(render(_request("a3", SKUS["a3"], 2)).text)
     rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "two"
     rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
@@ -461,7 +455,7 @@ def test_a_planted_unknown_field_and_wrong_type_are_caught_in_each_kind(case: st
     assert "not of type" in problem.message or "Unsupported value" in problem.message or "neither" in problem.message
 
 
-def test_validate_refuses_a_file_with_no_objects(tmp_path: Path) -> None:
+def test_validate_refuses_a_file_with_no_objects(tmp_path: Path, ascendkit: Ascendkit) -> None:
     for text in ("", "null\n", "---\n---\n", "# only a comment\n"):
         empty = tmp_path / "empty.yaml"
         empty.write_text(text)
@@ -470,14 +464,14 @@ def test_validate_refuses_a_file_with_no_objects(tmp_path: Path) -> None:
         assert "no Kubernetes objects in it" in proc.stderr and "valid" not in proc.stdout
 
 
-def test_validate_refuses_what_is_not_yaml(tmp_path: Path) -> None:
+def test_validate_refuses_what_is_not_yaml(tmp_path: Path, ascendkit: Ascendkit) -> None:
     bad = tmp_path / "x.yaml"
     bad.write_text("a: [\n")
     proc = ascendkit("k8s", "validate", str(bad))
     assert proc.returncode == ExitCode.INVALID_INPUT and "not YAML" in proc.stderr
 
 
-def test_an_unreachable_registry_is_one_readable_warning_and_the_job_follows_stack() -> None:
+def test_an_unreachable_registry_is_one_readable_warning_and_the_job_follows_stack(ascendkit: Ascendkit) -> None:
     image = "127.0.0.1:9/ascendkit/verl@sha256:" + "ab" * 32  # the discard port: nothing listens
     proc = ascendkit("k8s", "render", "--hw", "a3", "--image", image, "--stack", "cann8.3")
     assert proc.returncode == 0, proc.stderr
@@ -504,7 +498,7 @@ def test_the_library_refuses_what_the_command_line_offers_no_choice_for(change: 
         check_request(dataclasses.replace(_request("a3", a3, 1), **change))
 
 
-def test_an_unreachable_registry_without_stack_exits_4_as_the_readme_promises() -> None:
+def test_an_unreachable_registry_without_stack_exits_4_as_the_readme_promises(ascendkit: Ascendkit) -> None:
     image = "127.0.0.1:9/ascendkit/verl@sha256:" + "ab" * 32  # the discard port: nothing listens
     proc = ascendkit("k8s", "render", "--hw", "a3", "--image", image)
     assert proc.returncode == ExitCode.UNAVAILABLE, proc.stderr
@@ -529,7 +523,7 @@ def test_pods_run_as_the_images_user_and_the_device_group_the_nodes_give() -> No
     assert {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]} >= {"/home/npu", "/tmp", "/workspace"}
 
 
-def test_a_bad_device_gid_is_refused_before_anything_is_asked(tmp_path: Path) -> None:
+def test_a_bad_device_gid_is_refused_before_anything_is_asked(tmp_path: Path, ascendkit: Ascendkit) -> None:
     proc = ascendkit("k8s", "render", "--hw", "a3", "--image", _ref(DEFAULT_IMAGE), "--stack", "cann8.3", "--device-gid", "0", cwd=ROOT)
     assert proc.returncode == ExitCode.INVALID_INPUT, proc.stderr
     assert "--device-gid 0: the gid that owns the nodes' /dev/davinci*" in proc.stderr
