@@ -409,8 +409,7 @@ def debootstrap(root: Path, deb_arch: str) -> None:
     here, idle, with the second stage (217 s of it), and 143 s this way. The two roots were compared:
     the same files (but the second stage's own logs), /etc the same, every package ``install ok installed``."""
     transcript = STATE / f"debootstrap-{deb_arch}.log"
-    host = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
-    foreign = deb_arch != host
+    foreign = deb_arch != debian_packages.DEB_ARCH
     with transcript.open("wb") as out:
 
         def step(*argv: str) -> None:
