@@ -405,6 +405,29 @@ def test_help_imports_no_command_and_a_command_only_its_own() -> None:
     )
 
 
+def test_runs_in_one_process_convert_the_app_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run of the app makes a group of its own (Typer's own conversion); the commands it looks up
+    come from one conversion per process and set of registered commands, not one per run."""
+    import typer.main
+
+    from buildkit.cli.base import LazyGroup
+
+    monkeypatch.setattr(LazyGroup, "_built", None)
+    groups: list[object] = []
+    convert = typer.main.get_group
+
+    def counted(typer_instance: typer.Typer) -> Any:
+        groups.append(typer_instance)
+        return convert(typer_instance)
+
+    monkeypatch.setattr(typer.main, "get_group", counted)
+    runner = CliRunner()
+    for _ in range(3):
+        result = runner.invoke(app, ["render", "--hw", "a3", "--matrix", str(MATRIX)])
+        assert result.exit_code == 0 and "FROM " in result.stdout
+    assert len(groups) == 3 + 1, "Typer's conversion for each run, and the commands' once"
+
+
 def test_the_reference_page_is_the_app_and_every_option_says_what_to_type() -> None:
     """docs/cli.md is what the app declares (render --check guards the committed page), and no option
     shows a bare type where the user needs to know what to type."""

@@ -10,12 +10,14 @@ import pytest
 from typer.testing import CliRunner
 
 from buildkit.cli import app
+from buildkit.errors import MatrixError
+from buildkit.framework import frameworks
 from buildkit.frameworks.openrlhf.rules import CHECKED as OPENRLHF_CHECKED
-from buildkit.matrix import rules, ruleset
-from buildkit.matrix.load import LoadedMatrix, load_matrix
+from buildkit.matrix import load, rules, ruleset
+from buildkit.matrix.load import LoadedMatrix, load_matrix, parse_matrix
 from buildkit.matrix.model import GIT_COMPONENTS, PYPI_COMPONENTS, GitPin, Matrix, PypiPin, Stack
 from buildkit.violation import Violation
-from tests.conftest import TEST_MATRIX
+from tests.conftest import MATRIX, MATRIX_TEXT, TEST_MATRIX
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,6 +92,30 @@ def test_shipped_matrix_has_no_rule_errors(loaded: LoadedMatrix) -> None:
     assert [(r, v.path) for r, v in found if r == "known-issues"] == [("known-issues", ("stacks", "cann8.3", "torch_npu", "version"))]
     refs = [v.path for r, v in found if r == "git-ref-is-commit"]
     assert refs and all(path[-1] == "ref" and path[2] in GIT_COMPONENTS for path in refs)
+
+
+def test_a_text_is_parsed_once_per_process_and_a_refused_one_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What parse_matrix keeps is keyed by all its result depends on: the text, the path its findings
+    name and the plug-ins that judged it. A matrix it refused is refused again, in full."""
+    first = parse_matrix(MATRIX_TEXT, MATRIX)
+    assert parse_matrix(MATRIX_TEXT, MATRIX) is first
+    elsewhere = parse_matrix(MATRIX_TEXT, Path("elsewhere.yaml"))
+    assert elsewhere is not first and elsewhere.path == Path("elsewhere.yaml") and elsewhere.matrix == first.matrix
+    edited = parse_matrix(MATRIX_TEXT.replace("schema_version: 1\n", "schema_version: 1\n\n"), MATRIX)
+    assert edited is not first and edited.source.locate(("stacks",)).line == first.source.locate(("stacks",)).line + 1
+    plugins = frameworks()
+    monkeypatch.setattr(load, "frameworks", lambda: dict(plugins))  # the same plug-ins: the same result
+    assert parse_matrix(MATRIX_TEXT, MATRIX) is first
+    monkeypatch.setattr(load, "frameworks", lambda: {n: p for n, p in plugins.items() if n != "openrlhf"})
+    with pytest.raises(MatrixError) as without:  # a stanza no plug-in owns now: judged again, and refused
+        parse_matrix(MATRIX_TEXT, MATRIX)
+    assert "unknown key 'openrlhf'" in str(without.value.findings)
+    monkeypatch.undo()
+    broken = MATRIX_TEXT.replace("schema_version: 1\n", "schema_version: 1\nstakcs: {}\n")
+    for _ in range(2):
+        with pytest.raises(MatrixError) as refused:
+            parse_matrix(broken, MATRIX)
+        assert "unknown key 'stakcs'" in str(refused.value.findings)
 
 
 def test_torch_npu_matches_torch(loaded: LoadedMatrix) -> None:

@@ -101,16 +101,18 @@ class LazyGroup(TyperGroup):
         return command
 
     def _converted(self) -> Any:
-        """The app as click commands, converted once for each set of registered commands (Typer reads
-        every signature to convert them: looking up the fifteen commands one by one, as the reference
-        page and completion do, would otherwise convert the whole app fifteen times)."""
+        """The app as click commands, converted once per process for each set of registered commands
+        (Typer reads every signature to convert them: looking up the fifteen commands one by one, as the
+        reference page and completion do, would otherwise convert the whole app fifteen times; and each
+        run of the app in one process, as the API and CliRunner do, makes a group of its own)."""
         key = (
             len(app.registered_commands),
             tuple(len(g.typer_instance.registered_commands) for g in app.registered_groups if g.typer_instance),
         )
-        if self._built is None or self._built[0] != key:
-            self._built = (key, typer.main.get_group(app))
-        return self._built[1]
+        built = LazyGroup._built
+        if built is None or built[0] != key:
+            built = LazyGroup._built = (key, typer.main.get_group(app))
+        return built[1]
 
 
 app = typer.Typer(

@@ -62,7 +62,27 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> LoadedMatrix:
     return parse_matrix(read_matrix_text(path), path)
 
 
+# What this process parsed before, by what the result depends on: the text, the path findings name and the
+# plug-ins whose stanzas and rules judged it. Parsing (YAML with every node's position, the models, the
+# rules) is most of what a small command costs, and a process that reads the same matrix again (a
+# long-lived caller of the API, `render --all`'s files, the test suite's in-process commands) need not pay
+# it again: the result is frozen models and a source map nothing writes to. A refused matrix is not kept.
+_PARSED: dict[tuple[str, str, tuple[tuple[str, int], ...]], LoadedMatrix] = {}
+_PARSED_KEPT = 8
+
+
 def parse_matrix(text: str, path: Path) -> LoadedMatrix:
+    key = (text, str(path), tuple((name, id(plugin)) for name, plugin in frameworks().items()))
+    if (kept := _PARSED.get(key)) is not None:
+        return kept
+    loaded = _parse_matrix(text, path)
+    while len(_PARSED) >= _PARSED_KEPT:
+        del _PARSED[next(iter(_PARSED))]
+    _PARSED[key] = loaded
+    return loaded
+
+
+def _parse_matrix(text: str, path: Path) -> LoadedMatrix:
     try:
         data, source, syntax = load_yaml(text, path)
     except YamlSourceError as exc:
