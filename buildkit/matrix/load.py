@@ -6,6 +6,7 @@ All problems are collected and reported together, each with file, line, column a
 from __future__ import annotations
 
 import difflib
+import threading
 import types
 import typing
 from dataclasses import dataclass
@@ -69,16 +70,20 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> LoadedMatrix:
 # it again: the result is frozen models and a source map nothing writes to. A refused matrix is not kept.
 _PARSED: dict[tuple[str, str, tuple[tuple[str, int], ...]], LoadedMatrix] = {}
 _PARSED_KEPT = 8
+_PARSED_LOCK = threading.Lock()  # the API's callers may parse from several threads
 
 
 def parse_matrix(text: str, path: Path) -> LoadedMatrix:
     key = (text, str(path), tuple((name, id(plugin)) for name, plugin in frameworks().items()))
-    if (kept := _PARSED.get(key)) is not None:
+    with _PARSED_LOCK:
+        kept = _PARSED.get(key)
+    if kept is not None:
         return kept
     loaded = _parse_matrix(text, path)
-    while len(_PARSED) >= _PARSED_KEPT:
-        del _PARSED[next(iter(_PARSED))]
-    _PARSED[key] = loaded
+    with _PARSED_LOCK:
+        while len(_PARSED) >= _PARSED_KEPT:
+            del _PARSED[next(iter(_PARSED))]
+        _PARSED[key] = loaded
     return loaded
 
 
