@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -109,9 +110,17 @@ class FakeTorchNpu:
     __version__ = "2.7.1"
 
 
-@pytest.fixture(autouse=True)
-def reset_fake() -> None:
+def _reset_fake() -> None:
     FakeTorch.npu.count, FakeTorch.npu.soc, FakeTorch.npu_error = 2, "Ascend910_9392", 0.0
+
+
+@pytest.fixture(autouse=True)
+def reset_fake() -> Iterator[None]:
+    """The fakes as every test here expects them, and as this module's importers (test_preflight) find
+    them after it, whichever test of this module ran last in their process."""
+    _reset_fake()
+    yield
+    _reset_fake()
 
 
 def statuses(report: dict[str, Any]) -> dict[str, str]:

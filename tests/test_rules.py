@@ -111,6 +111,9 @@ def test_a_text_is_parsed_once_per_process_and_a_refused_one_each_time(monkeypat
         parse_matrix(MATRIX_TEXT, MATRIX)
     assert "unknown key 'openrlhf'" in str(without.value.findings)
     monkeypatch.undo()
+    for n in range(load._PARSED_KEPT - 1):  # others parsed since: the one used most recently is kept
+        parse_matrix(MATRIX_TEXT + f"# {n}\n", MATRIX)
+        assert parse_matrix(MATRIX_TEXT, MATRIX) is first
     broken = MATRIX_TEXT.replace("schema_version: 1\n", "schema_version: 1\nstakcs: {}\n")
     for _ in range(2):
         with pytest.raises(MatrixError) as refused:

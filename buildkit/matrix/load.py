@@ -69,14 +69,16 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> LoadedMatrix:
 # long-lived caller of the API, `render --all`'s files, the test suite's in-process commands) need not pay
 # it again: the result is frozen models and a source map nothing writes to. A refused matrix is not kept.
 _PARSED: dict[tuple[str, str, tuple[tuple[str, int], ...]], LoadedMatrix] = {}
-_PARSED_KEPT = 8
+_PARSED_KEPT = 8  # the least recently used goes first
 _PARSED_LOCK = threading.Lock()  # the API's callers may parse from several threads
 
 
 def parse_matrix(text: str, path: Path) -> LoadedMatrix:
     key = (text, str(path), tuple((name, id(plugin)) for name, plugin in frameworks().items()))
     with _PARSED_LOCK:
-        kept = _PARSED.get(key)
+        kept = _PARSED.pop(key, None)
+        if kept is not None:
+            _PARSED[key] = kept  # the most recently used is the last to go
     if kept is not None:
         return kept
     loaded = _parse_matrix(text, path)
