@@ -102,7 +102,16 @@ def gather_blobs(
         tell(f"exporting {image.image_id[:19]} from the engine ({len(wanted)} of {len(set(diff_ids))} layers to compress)")
         sizes = {d: size for d in diff_ids if d not in wanted and (size := cache.raw_size(d)) is not None}
         exported = export(
-            client, image.identity, wanted, spool, known_sizes=sizes, stored_layers=stored, tell=tell, clamp=clamp, drops=drops
+            client,
+            image.identity,
+            wanted,
+            spool,
+            known_sizes=sizes,
+            stored_layers=stored,
+            tell=tell,
+            clamp=clamp,
+            drops=drops,
+            order=diff_ids,
         )
         engine_config = exported.config
         if json.loads(exported.config).get("rootfs", {}).get("diff_ids") != diff_ids:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import tarfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -70,6 +71,7 @@ def export(
     clamp: Mapping[str, int] | None = None,
     drops: Mapping[str, frozenset[str]] | None = None,
     listing: set[str] | None = None,
+    order: Sequence[str] = (),
 ) -> Exported:
     """The config of ``image`` and, for each DiffID of ``wanted``, its layer compressed each way
     asked, into ``spool``, as the export streams out of the engine.
@@ -85,7 +87,12 @@ def export(
     ``clamp`` (DiffID -> epoch) names the layers published with their times clamped; the others (the
     base's) are published as the engine has them. A layer whose DiffID is known only once read (a
     legacy archive's) is read clamped; one that turns out to be the base's, or to have entries in
-    ``drops`` (DiffID -> the entries its normalized layer leaves out), is read again.
+    ``drops`` (DiffID -> the entries its normalized layer leaves out), is read again. With ``order``
+    (the image's DiffIDs, in order) an archive that names its blobs by their stored digests (the
+    containerd store's) says which layer each is in the image's manifest, which comes among the blobs
+    in the order of its digest: a layer met before it is kept on disk as the engine stored it
+    (compressed) until the manifest says which it is, then read once, as that layer needs; not read
+    clamped and again from the engine.
 
     ``listing``: the DiffIDs whose listings to take (:attr:`Exported.listings`), each layer read
     (and decompressed) for it even when nothing is to be compressed."""
@@ -107,6 +114,7 @@ def export(
                 dict(clamp or {}),
                 dict(drops or {}),
                 set(listing or ()),
+                list(order),
             )
         except Unavailable as exc:
             if attempt == EXPORT_ATTEMPTS - 1:
@@ -148,6 +156,7 @@ class _Reading:
         drops: Mapping[str, frozenset[str]] | None = None,
         listing: set[str] | None = None,
         listings: dict[str, Listing] | None = None,
+        order: Sequence[str] = (),
     ) -> None:
         self.image, self.wanted, self.spool, self.found = image, wanted, spool, found
         self.clamp, self.known_names = clamp or {}, names or {}
@@ -157,6 +166,13 @@ class _Reading:
         # a layer read before it is known: clamped unless it turns out to be the base's (then read again)
         self.speculative = next(iter(self.clamp.values()), None)
         self.redo: dict[str, str] = {}
+        # the image's DiffIDs in order; the blobs its manifest names, once met (stored digest -> DiffID)
+        self.order = list(order)
+        self.by_manifest: dict[str, str] | None = None
+        # blobs named by their digest that came before the manifest, kept as stored while a guess
+        # could be wrong (some layer is published unclamped): (member, spooled file, size)
+        self.hold = self.speculative is not None and any(d not in self.clamp for d in self.order)
+        self.held: list[tuple[str, Path, int]] = []
         self.every_way = tuple({c.name: c for ways in wanted.values() for c in ways}.values())
         self.small: dict[str, bytes] = {}
         self.links: dict[str, str] = {}
@@ -244,26 +260,66 @@ class _Reading:
         assert source is not None
         if member.size <= SMALL:
             self.small[member.name] = source.read()
+            self.learn(member.name, self.small[member.name], skip, stored_layers, tell)
             return
-        named = blob_digest(member.name)
+        self.large(member.name, source, member.size, skip, stored_layers, tell)
+
+    def large(
+        self, name: str, source: IO[bytes], size: int, skip: set[int], stored_layers: Mapping[str, str], tell: Callable[[str], None]
+    ) -> None:
+        """A member too large to keep in memory: a layer, read as it passes (or kept on disk a while, or read past)."""
+        named = blob_digest(name)
         known = stored_layers.get(named, named if named in self.wanted else None) if named else None
-        known = known or self.known_names.get(member.name)  # learnt by an earlier pass over this archive
+        known = known or self.known_names.get(name) or (self.by_manifest or {}).get(named or "")  # an earlier pass, the manifest
         if not self.unlisted(known):
             if not self.lacking() or (known is not None and (known not in self.wanted or known in self.found)):
                 return  # nothing left to compress, or a layer every registry has: read past
-            if named is None and member.size in skip:
+            if named is None and size in skip:
                 return  # most likely a layer every registry has: read past (a wanted one is exported again)
+            if known is None and named is not None and self.by_manifest is not None:
+                return  # a blob the image's manifest does not name (another platform's, an attestation's)
+        if known is None and named is not None and self.hold and self.by_manifest is None:
+            tell(f"keeping a layer of {size / 1e6:.0f} MB as the engine stored it until the archive says which layer it is")
+            held = self.spool / f"held-{named.removeprefix('sha256:')}"
+            with held.open("wb") as out:
+                shutil.copyfileobj(source, out, CHUNK)
+            self.held.append((name, held, size))
+            return
         pending = known is not None and known in self.wanted and known not in self.found
         ways = self.every_way if known is None else self.wanted[known] if pending else ()
         if ways:
-            tell(f"compressing a layer of {member.size / 1e6:.0f} MB as it leaves the engine: {', '.join(c.key for c in ways)}")
+            tell(f"compressing a layer of {size / 1e6:.0f} MB as it leaves the engine: {', '.join(c.key for c in ways)}")
         else:
-            tell(f"reading a layer of {member.size / 1e6:.0f} MB for what its entries are")
-        self.layer_from(member.name, source, member.size, ways, known)
+            tell(f"reading a layer of {size / 1e6:.0f} MB for what its entries are")
+        self.layer_from(name, source, size, ways, known)
 
-    def finish(self) -> bytes:
+    def learn(self, name: str, data: bytes, skip: set[int], stored_layers: Mapping[str, str], tell: Callable[[str], None]) -> None:
+        """A small blob that is the image's manifest (its config the image's, as many layers as the image)
+        says which layer each blob it names holds: the layers kept on disk until it came are read now."""
+        if self.by_manifest is not None or not self.order or blob_digest(name) is None:
+            return
+        try:
+            manifest = json.loads(data)
+            layers = [str(layer["digest"]) for layer in manifest["layers"]]
+            ours = manifest["config"]["digest"] == self.image.config and len(layers) == len(self.order)
+        except (ValueError, KeyError, TypeError):
+            return
+        if ours:
+            self.by_manifest = dict(zip(layers, self.order, strict=True))
+            self.release(skip, stored_layers, tell)
+
+    def release(self, skip: set[int], stored_layers: Mapping[str, str], tell: Callable[[str], None]) -> None:
+        """The layers kept on disk, read now (as the manifest says they are, or as a guess when no manifest came)."""
+        held, self.held, self.hold = self.held, [], False
+        for name, path, size in held:
+            with path.open("rb") as source:
+                self.large(name, source, size, skip, stored_layers, tell)
+            path.unlink(missing_ok=True)
+
+    def finish(self, skip: set[int], stored_layers: Mapping[str, str], tell: Callable[[str], None]) -> bytes:
         """After the last member: the config, checked to be the image's; each layer of the archive's
         manifest checked against the config's DiffIDs, the small ones compressed now."""
+        self.release(skip, stored_layers, tell)  # no manifest of the image came: read as guessed
         try:
             saved_as = saved_image(self.small, self.links)
         except ArchiveUnreadable as exc:
@@ -296,6 +352,9 @@ class _Reading:
     def discard(self) -> None:
         if self.layer is not None:
             self.layer.discard()
+        for _, path, _ in self.held:
+            path.unlink(missing_ok=True)
+        self.held = []
 
 
 def _export(
@@ -310,13 +369,14 @@ def _export(
     clamp: dict[str, int],
     drops: dict[str, frozenset[str]],
     listing: set[str],
+    order: list[str],
 ) -> tuple[bytes, dict[str, str], dict[str, str]]:
-    reading = _Reading(image, wanted, spool, result.layers, clamp, result.names, drops, listing, result.listings)
+    reading = _Reading(image, wanted, spool, result.layers, clamp, result.names, drops, listing, result.listings, order)
     try:
         with saved(client, image.engine_id, CHUNK) as chunks, tarfile.open(fileobj=ChunkReader(chunks), mode="r|") as archive:  # type: ignore[call-overload]
             for member in archive:
                 reading.member(archive, member, skip, stored_layers, tell)
-        config = reading.finish()
+        config = reading.finish(skip, stored_layers, tell)
         result.names.update(reading.read)
         return config, reading.stored, reading.redo
     except (DockerException, requests.exceptions.RequestException) as exc:
