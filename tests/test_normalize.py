@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from buildkit.image.archive import ImageIdentity
-from buildkit.ship.layers.compressing import GZIP, ZSTD
+from buildkit.ship.layers.compressing import GZIP, ZSTD, Compression
 from buildkit.ship.layers.export import export
 from buildkit.ship.layers.layertar import Listing, TarClamp, clamp_tar
 from buildkit.ship.layers.normalize import Normalization, normalize_config, unchanged_entries
@@ -247,16 +247,17 @@ def go_tar(entries: Sequence[Row], *, names: str = "") -> bytes:
 
 D, F, H = tarfile.DIRTYPE, tarfile.REGTYPE, tarfile.LNKTYPE
 OLD = 1_600_000_000  # when the base was made
-BASE_ROOT = go_tar(
-    [
+BASE_ROWS: list[Row] = [
         ("etc", D, 0o755, OLD, b""), ("etc/.pwd.lock", F, 0o600, OLD, b""), ("etc/passwd", F, 0o644, OLD, b"root\n"),
         ("tmp", D, 0o1777, OLD, b""), ("var", D, 0o755, OLD, b""), ("var/cache", D, 0o755, OLD, b""),
         ("var/cache/debconf", D, 0o755, OLD, b""), ("var/cache/debconf/config.dat-old", F, 0o644, OLD, b"x"),
         ("usr", D, 0o755, OLD, b""), ("usr/bin", D, 0o755, OLD, b""), ("usr/bin/tool", F, 0o755, OLD, b"#!/bin/sh\n"),
         ("var/lib", D, 0o755, OLD, b""), ("var/lib/dpkg", D, 0o755, OLD, b""), ("var/lib/dpkg/lock", F, 0o640, OLD, b""),
         ("var/log", D, 0o755, OLD, b""), ("var/log/btmp", F, 0o600, OLD, b""), ("var/log/dpkg.log", F, 0o644, OLD, b"installed\n"),
-    ]
-)  # fmt: skip
+]  # fmt: skip
+BASE_ROOT = go_tar(BASE_ROWS)
+# the same base with a file that makes it larger than what an archive's reader keeps in memory
+LARGE_ROOT = go_tar([*BASE_ROWS, ("opt", D, 0o755, OLD, b""), ("opt/big.bin", F, 0o644, OLD, random.Random(7).randbytes((1 << 20) + 99))])
 
 
 def step(moment: float, *, overlay2: bool) -> bytes:
@@ -293,12 +294,27 @@ def step(moment: float, *, overlay2: bool) -> bytes:
     return go_tar(sorted(dirs + changed + whiteouts + copied, key=lambda e: e[0]))
 
 
-def listing_of(data: bytes) -> Listing:
-    lister = TarClamp(2**62, lambda _: None, listing=True)
-    lister.write(data)
+def listing_of(data: bytes, piece: int = 0) -> Listing:
+    """A layer's listing as a clamp that writes it out takes it (``piece``: fed in pieces of that size, else whole)."""
+    return _listed(TarClamp(2**62, lambda _: None, listing=True), data, piece)
+
+
+def _listed(lister: TarClamp, data: bytes, piece: int) -> Listing:
+    for start in range(0, len(data), piece or len(data) or 1):
+        lister.write(data[start : start + (piece or len(data))])
     lister.close()
     assert lister.listing is not None
     return lister.listing
+
+
+@pytest.mark.parametrize("piece", [0, 1, 511, 4096, 65537])
+def test_a_listing_taken_alone_is_the_listing_a_clamp_takes(piece: int) -> None:
+    """A layer read for its listing alone (no output, no header rewritten) lists what the clamp lists: PAX and GNU
+    headers, long names, links, whiteouts (hard-linked ones too), xattrs, contents, in any pieces."""
+    layers = [layer(LATER), layer(LATER, pax=True, seed=4), step(LATER, overlay2=True), step(LATER, overlay2=False), BASE_ROOT]
+    for data in layers:
+        quiet = _listed(TarClamp(2**62, None, listing=True), data, piece)
+        assert quiet == listing_of(data, piece) and quiet
 
 
 def published(layers: list[bytes]) -> list[bytes]:
@@ -371,6 +387,44 @@ def test_the_export_reads_every_listing_first_then_leaves_out_what_is_unchanged(
     expected = published([BASE_ROOT, step(LATER + 5, overlay2=False), layer(LATER, seed=3)])
     got = [gzip.decompress(exported.layers[d]["gzip"].path.read_bytes()) for d in moby.diff_ids]  # type: ignore[union-attr]
     assert got == expected
+
+
+@pytest.mark.parametrize("base", [BASE_ROOT, LARGE_ROOT], ids=["small-base", "large-base"])
+@pytest.mark.parametrize("cached", [False, True], ids=["no-listing-known", "base-listing-known"])
+@pytest.mark.parametrize("layout", ["docker-20.10", "docker-25-overlay2", "podman"])
+def test_one_export_lists_judges_and_publishes_the_layers(tmp_path: Path, layout: str, cached: bool, base: bytes) -> None:
+    """What the listing pass and the export give, one export gives (``judge``): the layers above the base listed as they
+    pass and kept compressed on disk until every listing is in, then published as they need; nothing left on disk."""
+    moby = Image.of([base, step(LATER, overlay2=True), layer(LATER, seed=3)])
+    archive, identity = layouts(moby)[layout]
+    engine = SavingEngine(archive, 5000, identity.engine_id)
+    known = {moby.diff_ids[0]: listing_of(base)} if cached else {}
+    clamp = {d: EPOCH for d in moby.diff_ids[1:]}
+    listing = set(moby.diff_ids) - set(known)
+    said: list[str] = []
+    wanted: dict[str, tuple[Compression, ...]] = {d: (GZIP,) for d in moby.diff_ids}
+    exported = export(
+        engine,  # type: ignore[arg-type]
+        identity,
+        wanted,
+        tmp_path,
+        clamp=clamp,
+        order=moby.diff_ids,
+        judge=1,
+        listings=known,
+        listing=listing,
+        tell=said.append,
+    )
+    assert engine.exports == 1
+    expected = published([base, step(LATER + 5, overlay2=False), layer(LATER, seed=3)])
+    got = [gzip.decompress(exported.layers[d]["gzip"].path.read_bytes()) for d in moby.diff_ids]  # type: ignore[union-attr]
+    assert got == expected
+    assert exported.drops[moby.diff_ids[1]] == {"etc/.pwd.lock", "tmp", "var/lib/dpkg/lock", "usr", "usr/bin", "usr/bin/tool"}
+    assert listing <= set(exported.listings)  # (an archive naming layers by ids lists whatever it kept on disk)
+    kept = [line for line in said if line.startswith("listing a layer")]
+    # the base's DiffID is in its name but in Docker 20.10's archive (ids): it alone is read as it passes
+    assert len(kept) == sum(len(x) > (1 << 20) for x in moby.layers[0 if layout == "docker-20.10" else 1 :])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{b['gzip'].digest[7:]}.blob" for b in exported.layers.values())
 
 
 def test_docker_20_10s_file_type_bits_and_owner_names_leave_the_layer() -> None:

@@ -5,7 +5,7 @@ image built with an epoch, each layer normalized (:mod:`buildkit.ship.layers.nor
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from buildkit.image.engine import CONTAINERD_STORE, engine_facts
 from buildkit.reach import engine_said
 from buildkit.ship.layers.compressing import GZIP, ZSTD, Blob, Compression, CompressionCache
 from buildkit.ship.layers.export import export
+from buildkit.ship.layers.layertar import Listing
 from buildkit.ship.layers.local import LocalImage
 from buildkit.ship.layers.normalize import drop_key, normalize_config, unchanged_entries
 from buildkit.ship.oci.registry import digest_of
@@ -64,11 +65,15 @@ def gather_blobs(
     base = set(diff_ids[: norm.keep]) if norm is not None else set()
     clamp = {d: norm.epoch for d in diff_ids if d not in base} if norm is not None else {}
     stored = {d: d for d in diff_ids} | {s: d for s, d in cache.stored_layers().items() if d in diff_ids}
-    drops = layer_drops(client, image, diff_ids, norm.keep, cache, spool, stored, tell) if norm is not None else {}
+    drops, listings = layer_drops(client, diff_ids, norm.keep, cache) if norm is not None else ({}, {})
+    judge = norm.keep if norm is not None and drops is None else None  # judged in the export, which reads the listings
 
-    def clamp_key(diff_id: str) -> str:
+    def clamp_key(diff_id: str) -> str | None:
+        """How the layer is published, in the cache's keys; None while that waits on the export's judgement."""
         if norm is None or diff_id not in clamp:
             return ""
+        if drops is None:
+            return None
         return f"{norm.key}-{drop_key(drops[diff_id])}" if drops.get(diff_id) else norm.key
 
     compressions = list(options.compressions)
@@ -89,7 +94,8 @@ def gather_blobs(
 
     for diff_id in dict.fromkeys(diff_ids):
         for compression in compressions:
-            hit = cache.get(compression, diff_id, clamp_key(diff_id))
+            key = clamp_key(diff_id)
+            hit = cache.get(compression, diff_id, key) if key is not None else None
             if hit is not None and len(everywhere(hit.digest)) == len(targets):
                 known[(diff_id, compression.name)] = hit
             else:
@@ -110,9 +116,16 @@ def gather_blobs(
             stored_layers=stored,
             tell=tell,
             clamp=clamp,
-            drops=drops,
+            drops=drops or {},
             order=diff_ids,
+            judge=judge,
+            listings=listings,
+            listing={d for d in diff_ids if d not in listings} if judge is not None else None,
         )
+        if judge is not None:
+            drops = exported.drops
+            for diff_id, listing in exported.listings.items():
+                cache.put_listing(diff_id, listing)
         engine_config = exported.config
         if json.loads(exported.config).get("rootfs", {}).get("diff_ids") != diff_ids:
             raise PublishFailed(f"image {image.image_id[:19]}: the engine's inspect and its exported config list different layers")
@@ -123,7 +136,7 @@ def gather_blobs(
             for name, blob in blobs.items():
                 compression = GZIP if name == "gzip" else ZSTD
                 known[(diff_id, name)] = blob
-                cache.put(compression, diff_id, blob, blob.raw_size, clamp_key(diff_id))
+                cache.put(compression, diff_id, blob, blob.raw_size, clamp_key(diff_id) or "")
     layers = {c.name: [known[(diff_id, c.name)] for diff_id in diff_ids] for c in compressions}
     if norm is not None:
         if engine_config is not None:
@@ -140,42 +153,24 @@ def gather_blobs(
 
 
 def layer_drops(
-    client: docker.APIClient,
-    image: LocalImage,
-    diff_ids: list[str],
-    keep: int,
-    cache: CompressionCache,
-    spool: Path,
-    stored: Mapping[str, str],
-    tell: Say,
-) -> dict[str, frozenset[str]]:
+    client: docker.APIClient, diff_ids: list[str], keep: int, cache: CompressionCache
+) -> tuple[dict[str, frozenset[str]] | None, dict[str, Listing]]:
     """For each layer of the image, the entries its normalized layer leaves out
-    (:func:`.normalize.unchanged_entries`), judged on every layer's listing: from the cache, else
-    read out of the engine once (the layers an engine's archive holds come in the order of their
-    digests, not the image's, so they are read before any is compressed). None on the containerd
-    image store: its differ writes what a step changed and nothing else, so there is nothing to
-    leave out, and no second pass over the engine's archive is paid for (CI's `reproduced` job holds
-    its images to overlay2's)."""
+    (:func:`.normalize.unchanged_entries`), judged on every layer's listing, with the listings the
+    cache holds; None when some listing is not there: the export judges them as it reads the layers
+    (:func:`.export.export`'s ``judge``), the engine's archive read once. Nothing left out on the
+    containerd image store: its differ writes what a step changed and nothing else (CI's `reproduced`
+    job holds its images to overlay2's)."""
     if _writes_changes_only(client):
-        return dict.fromkeys(diff_ids, frozenset())
-    listings = {d: cache.listing(d) for d in dict.fromkeys(diff_ids)}
-    missing = {d for d, listing in listings.items() if listing is None}
-    if missing and len(diff_ids) > keep:
-        tell(f"reading {len(missing)} layer(s) of {image.image_id[:19]} for what their entries are (kept in the cache)")
-        exported = export(client, image.identity, {}, spool, stored_layers=stored, tell=tell, listing=missing)
-        for diff_id, listing in exported.listings.items():
-            cache.put_listing(diff_id, listing)
-            listings[diff_id] = listing
-        unread = [d for d in diff_ids if listings[d] is None]
-        if unread:
-            tell(
-                f"layer {unread[0][:19]} could not be read from the engine ({len(unread)} in all): the layers above it are "
-                "published without leaving out what they did not change"
-            )
+        return dict.fromkeys(diff_ids, frozenset()), {}
+    found = {d: cache.listing(d) for d in dict.fromkeys(diff_ids)}
+    listings = {d: listing for d, listing in found.items() if listing is not None}
+    if len(listings) < len(found) and len(diff_ids) > keep:
+        return None, listings
     drops: dict[str, frozenset[str]] = {}
-    for diff_id, drop in zip(diff_ids, unchanged_entries([listings[d] for d in diff_ids], keep), strict=True):
+    for diff_id, drop in zip(diff_ids, unchanged_entries([found[d] for d in diff_ids], keep), strict=True):
         drops[diff_id] = drop if drops.get(diff_id, drop) == drop else frozenset()  # a layer twice, judged twice: none left out
-    return drops
+    return drops, listings
 
 
 def _writes_changes_only(client: docker.APIClient) -> bool:

@@ -161,10 +161,6 @@ class CompressionCache:
         write_cache(self.path, entries, self.LIMIT)
 
 
-def _nowhere(_: bytes | memoryview) -> None:
-    """Where a layer read only for its listing goes."""
-
-
 class _Hashing:
     """A writer that hashes and counts what passes through it."""
 
@@ -205,7 +201,7 @@ class Compressing:
         self.raw = hashlib.sha256()
         self.raw_size = 0
         self.engine = hashlib.sha256()  # the layer as the engine gave it, before any clamp
-        self.lister = TarClamp(2**62, _nowhere, listing=True) if listing and epoch is None else None
+        self.lister = TarClamp(2**62, None, listing=True) if listing and epoch is None else None
         self.clamp = TarClamp(epoch, self._compress, drop=drop, listing=listing) if epoch is not None else None
         self.parts: dict[str, tuple[Path, IO[bytes], _Hashing, Sink]] = {}
         try:

@@ -119,17 +119,20 @@ class TarClamp:
     moby's overlay2 differ writes them as hard links to the first one, mode 0600; containerd's as
     empty files), and the entries named in ``drop`` (an unchanged directory or file the
     overlay2 differ copied up: :func:`unchanged_entries`) are left out. With ``listing``, each
-    entry's fields as the engine wrote them are kept in :attr:`listing`."""
+    entry's fields as the engine wrote them are kept in :attr:`listing`; with no ``out``, that is all
+    it does (no header is rewritten: a layer read for its listing alone)."""
 
     def __init__(
         self,
         epoch: int,
-        out: Callable[[bytes | memoryview], None],
+        out: Callable[[bytes | memoryview], None] | None,
         *,
         drop: frozenset[str] = frozenset(),
         listing: bool = False,
     ) -> None:
-        self.epoch, self.out, self.drop = epoch, out, drop
+        self.epoch, self.drop = epoch, drop
+        self.quiet = out is None
+        self.out: Callable[[bytes | memoryview], None] = out or _nowhere
         self.head = bytearray()  # a header being gathered (a PAX header: with its records)
         self.need = BLOCK
         self.passthrough = 0  # bytes of file data (with padding) to pass as they are
@@ -151,7 +154,8 @@ class TarClamp:
                 n = min(self.passthrough, end - pos)
                 if self.hashing:
                     self._hash(view[pos : pos + n])
-                self.out(view[pos : pos + n])
+                if not self.quiet:
+                    self.out(view[pos : pos + n])
                 pos += n
                 self.passthrough -= n
                 continue
@@ -186,6 +190,10 @@ class TarClamp:
                 if padded:
                     return
             data = bytes(header[BLOCK : BLOCK + size])
+            if self.quiet:
+                self._read_extended(kind, data)
+                self.head, self.need = bytearray(), BLOCK
+                return
             first = bytearray(header[:BLOCK])
             if kind in (b"x", b"g"):
                 records = _pax_records(data, self.epoch)
@@ -223,6 +231,10 @@ class TarClamp:
             self.pending, self.extended, self.pax_path = [], {}, None
             self.skipping = padded if kind not in _DATALESS else 0
             return
+        if self.quiet:
+            self.extended, self.pax_path = {}, None
+            self.passthrough = padded if kind not in _DATALESS else 0
+            return
         first = bytearray(header)
         if name.rpartition("/")[2].startswith(WHITEOUT):
             self._whiteout(first)
@@ -237,6 +249,17 @@ class TarClamp:
         self._flush()
         self.out(_checksummed(first))
         self.passthrough = padded if kind not in _DATALESS else 0
+
+    def _read_extended(self, kind: bytes, data: bytes) -> None:
+        """What an extended header says of the entry after it, taken (as :meth:`_header` takes it) without writing it."""
+        if kind == b"g":
+            self.extended, self.pax_path = {}, None
+        elif kind == b"x":
+            parsed = _parse_pax(data)
+            self.extended.update(parsed)
+            self.pax_path = parsed.get("path", self.pax_path)
+        else:
+            self.extended["path" if kind == b"L" else "linkpath"] = _text(data)
 
     def _hash(self, piece: memoryview) -> None:
         """A listed file's contents (its padding aside); its digest completes its entry."""
@@ -302,6 +325,10 @@ class TarClamp:
         if self.head and not self.ended:
             self.out(bytes(self.head))
             self.head = bytearray()
+
+
+def _nowhere(_: bytes | memoryview) -> None:
+    """Where a listing-only reader's output would go."""
 
 
 def clamp_tar(data: bytes, epoch: int) -> bytes:
