@@ -224,7 +224,8 @@ class Compressing:
             self._compress(data)
 
     def _compress(self, data: bytes | memoryview) -> None:
-        self.raw.update(data)
+        if self.clamp is not None:  # else the layer goes out as it came in: its digest is the engine's, taken once
+            self.raw.update(data)
         self.raw_size += len(data)
         for _, _, _, sink in self.parts.values():
             sink.write(data)  # type: ignore[arg-type]  # the sinks take any bytes-like piece
@@ -248,7 +249,7 @@ class Compressing:
     @property
     def diff_id(self) -> str:
         """The DiffID of the layer as it is published (its times clamped, where it was normalized); once it has ended."""
-        return "sha256:" + self.raw.hexdigest()
+        return "sha256:" + (self.raw if self.clamp is not None else self.engine).hexdigest()
 
     def finish(self, spool: Path, keep: tuple[Compression, ...]) -> dict[str, Blob]:
         """The blobs of the compressions in ``keep``; the others' files removed."""
