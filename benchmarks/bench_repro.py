@@ -9,8 +9,9 @@ come from the cache, measures no cost and judges none).
   (what it published before, and what `docker push` publishes: every layer above the base);
 * what the normalization costs: each build's publish timed normalized and as the engine has it (the
   clamp of every tar header and the config, the listing and judging of each layer, against the same
-  export, compression and upload), each from an empty cache, each way first in turn, and the
-  build's own wall time;
+  export, compression and upload), each from an empty cache, each build published each way
+  --repeats times in turns that put each way first as often, the mean taken; and the builds' own
+  wall time;
 * what `build --push` of the same inputs costs once a registry holds the image: found by its inputs
   tag and tagged, nothing built (`buildkit/ship/reuse.py`), beside the clean build it replaces.
 
@@ -80,6 +81,7 @@ def publish(image: LocalImage, registry: str, repository: str, shared: Path | No
     before = os.environ.get("ASCENDKIT_CACHE")
     with tempfile.TemporaryDirectory(prefix="bench-repro-cache-") as own:
         os.environ["ASCENDKIT_CACHE"] = str(shared or own)
+        os.sync()  # what the builds and the publish before wrote goes to disk now, not into this publish's time
         started = time.perf_counter()
         outcome = push_image(connect(), image, [Target.of(RegistryRef(registry, repository))], ShipOptions(compressions=(GZIP,)))
         seconds = time.perf_counter() - started
@@ -95,7 +97,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "repro.json")
     parser.add_argument("--quick", action="store_true", help="both builds from the cache (seconds): the code path, not the figures")
+    parser.add_argument("--repeats", type=int, default=4, help="publishes of each build each way, timed and averaged (default 4)")
     args = parser.parse_args()
+    args.repeats = 1 if args.quick else max(1, args.repeats)
     standin, registry = os.environ["ASCENDKIT_STANDIN_IMAGE"], os.environ["ASCENDKIT_REGISTRY2"]
     run = uuid.uuid4().hex[:8]
     rows: dict[str, Any] = {}
@@ -106,20 +110,25 @@ def main() -> None:
             workdir.mkdir()
             builds.append(build_clean(workdir, standin, clean=not args.quick))
         hows = ("normalized", "as the engine has it")
-        published: dict[str, list[tuple[dict[str, int], float]]] = {how: [] for how in hows}
+        published: dict[str, list[dict[str, int]]] = {how: [] for how in hows}
+        timed: dict[str, list[list[float]]] = {how: [[], []] for how in hows}
         for index, ((image, _), which) in enumerate(zip(builds, ("first", "second"), strict=True)):
-            # each build published both ways, in turn first (whichever goes first after a build pays what the engine
-            # does once, reading the new layers from disk: neither way is charged it twice)
-            for how in hows if index == 0 else hows[::-1]:
+            # each build published each way REPEATS times, in turns that put each way first as often (what the engine
+            # does once for an image it has just built falls on both alike; the mean of the repeats tames the noise)
+            turns = (hows + hows[::-1]) * (args.repeats // 2) + hows[: args.repeats % 2 * 2]
+            for turn, how in enumerate(turns if index == 0 else turns[::-1]):
                 # --quick: the two builds are one image (the cache's), whose second publish would compress
                 # every layer again to the same bytes: it takes the first's compressed layers instead
                 shared = Path(tmp) / f"cache-{how[0]}" if args.quick else None
                 chosen = image if how == "normalized" else dataclasses.replace(image, normalization=None)
-                repository = f"bench/repro-{run}-{'n' if how == 'normalized' else 'e'}-{which}"
-                published[how].append(publish(chosen, registry, repository, shared))
+                repository = f"bench/repro-{run}-{'n' if how == 'normalized' else 'e'}-{which}-{turn}"
+                found, took = publish(chosen, registry, repository, shared)
+                if not timed[how][index]:
+                    published[how].append(found)
+                timed[how][index].append(took)
         for how in hows:
-            layers = [found for found, _ in published[how]]
-            seconds = [took for _, took in published[how]]
+            layers = published[how]
+            seconds = [sum(times) / len(times) for times in timed[how]]
             pulled = {digest: size for digest, size in layers[1].items() if digest not in layers[0]}
             rows[how] = {
                 "pull_bytes": sum(pulled.values()),
@@ -128,12 +137,12 @@ def main() -> None:
                 "image_bytes": sum(layers[1].values()),
                 "publish_seconds": seconds,
             }
-        reuse_seconds = reused(standin, registry, f"bench/repro-{run}-n-first")
+        reuse_seconds = reused(standin, registry, f"bench/repro-{run}-n-first-0")
     first, second = builds[0][1], builds[1][1]
     quick = "--quick: the code path, each second publish from the first's compressed layers; the figures need clean builds"
     how_built = f"from the cache ({quick})" if args.quick else "clean"
     print(f"the test stack built twice {how_built}, nothing changed ({first:.0f} s and {second:.0f} s); the second as a node sees it:")
-    print(f"  {'published':<22} {'layers to pull':>15} {'bytes to pull':>15} {'of the image':>13} {'publish s (each)':>18}")
+    print(f"  {'published':<22} {'layers to pull':>15} {'bytes to pull':>15} {'of the image':>13} {'publish s (mean)':>18}")
     for how, row in rows.items():
         share = row["pull_bytes"] / row["image_bytes"] if row["image_bytes"] else 0.0
         timing = " / ".join(f"{s:.1f}" for s in row["publish_seconds"])

@@ -389,12 +389,18 @@ def test_the_export_reads_every_listing_first_then_leaves_out_what_is_unchanged(
     assert got == expected
 
 
+@pytest.mark.parametrize("in_memory", [True, False], ids=["kept-in-memory", "kept-on-disk"])
 @pytest.mark.parametrize("base", [BASE_ROOT, LARGE_ROOT], ids=["small-base", "large-base"])
 @pytest.mark.parametrize("cached", [False, True], ids=["no-listing-known", "base-listing-known"])
 @pytest.mark.parametrize("layout", ["docker-20.10", "docker-25-overlay2", "podman"])
-def test_one_export_lists_judges_and_publishes_the_layers(tmp_path: Path, layout: str, cached: bool, base: bytes) -> None:
+def test_one_export_lists_judges_and_publishes_the_layers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str, cached: bool, base: bytes, in_memory: bool
+) -> None:
     """What the listing pass and the export give, one export gives (``judge``): the layers above the base listed as they
-    pass and kept compressed on disk until every listing is in, then published as they need; nothing left on disk."""
+    pass and kept (in memory, or compressed on disk) until every listing is in, then published as they need; nothing
+    left on disk."""
+    if not in_memory:
+        monkeypatch.setattr("buildkit.ship.layers.archivepass.IN_MEMORY", 0)
     moby = Image.of([base, step(LATER, overlay2=True), layer(LATER, seed=3)])
     archive, identity = layouts(moby)[layout]
     engine = SavingEngine(archive, 5000, identity.engine_id)
@@ -421,7 +427,11 @@ def test_one_export_lists_judges_and_publishes_the_layers(tmp_path: Path, layout
     assert got == expected
     assert exported.drops[moby.diff_ids[1]] == {"etc/.pwd.lock", "tmp", "var/lib/dpkg/lock", "usr", "usr/bin", "usr/bin/tool"}
     assert listing <= set(exported.listings)  # (an archive naming layers by ids lists whatever it kept on disk)
-    kept = [line for line in said if line.startswith("listing a layer")]
+    kept = [
+        line
+        for line in said
+        if line.startswith("listing a layer") and line.endswith(("in memory", "on disk")[not in_memory] + " until every listing is in")
+    ]
     # the base's DiffID is in its name but in Docker 20.10's archive (ids): it alone is read as it passes
     assert len(kept) == sum(len(x) > (1 << 20) for x in moby.layers[0 if layout == "docker-20.10" else 1 :])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{b['gzip'].digest[7:]}.blob" for b in exported.layers.values())

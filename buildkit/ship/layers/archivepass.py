@@ -27,8 +27,11 @@ NO_CONTENT = (
     "unpacked already): publish from the engine that built the image, or remove the images sharing its layers and pull it again"
 )
 
-# How a layer waits on disk for its judgement (``judge``): zstd's fastest level, on every core.
+# How a layer waits on disk for its judgement (``judge``): zstd's fastest level, on every core. A layer up to
+# IN_MEMORY waits in memory instead, as it came, while those waiting so add up to no more than IN_MEMORY_ALL.
 SPOOLED = Compression("zstd", 1)
+IN_MEMORY = 64 << 20
+IN_MEMORY_ALL = 256 << 20
 
 
 class Reading:
@@ -67,7 +70,8 @@ class Reading:
         # already, and the layers kept on disk until every listing is in (member, spooled file)
         self.judge: int | None = None
         self.known_listings: dict[str, Listing] = {}
-        self.deferred: list[tuple[str, Path]] = []
+        self.deferred: list[tuple[str, Path | bytes]] = []
+        self.in_memory = 0
         self.every_way = tuple({c.name: c for ways in wanted.values() for c in ways}.values())
         self.small: dict[str, bytes] = {}
         self.links: dict[str, str] = {}
@@ -99,19 +103,20 @@ class Reading:
         *,
         defer: bool = False,
         spooled: bool = False,
+        kept: bytes | None = None,
     ) -> str:
         """Read member ``name`` (``size`` bytes as stored) as a layer through ``ways``; its DiffID,
         checked against ``expected`` (the config's) and against the digest its name gives. ``defer``:
-        listed and kept on disk (:attr:`deferred`) instead; ``spooled``: read back from there (its
-        name and size were checked on the way in)."""
+        listed and kept (:attr:`deferred`) instead, on disk, or as ``kept`` (its bytes, read into
+        memory); ``spooled``: read back from there (its name and size were checked on the way in)."""
         self.serial += 1
         epoch = self.clamp.get(expected) if expected is not None else self.speculative
         drop = self.drops.get(expected, frozenset()) if expected is not None else frozenset()
         if defer:
-            ways, epoch, drop = (SPOOLED,), None, frozenset()
+            ways, epoch, drop = (() if kept is not None else (SPOOLED,)), None, frozenset()
         listing = self.unlisted(expected) or (defer and expected not in self.known_listings)
         self.layer = Compressing(ways, self.spool, self.serial, epoch, drop=drop, listing=listing)
-        stored = StoredLayer(source)
+        stored = StoredLayer(source, plain_hashed=True)  # a plain tar's digest is the layer's, taken once
         try:
             while piece := stored.read():
                 self.layer.write(piece)
@@ -121,14 +126,15 @@ class Reading:
         except ValueError as exc:
             raise PublishFailed(f"{self.where()}: {name}: {exc}") from None
         named = blob_digest(name)
+        diff_id = self.layer.engine_diff_id
+        stored_digest = stored.stored_digest or diff_id
         if spooled:
             pass
-        elif stored.stored_size != size or (named is not None and stored.stored_digest != named):
+        elif stored.stored_size != size or (named is not None and stored_digest != named):
             raise PublishFailed(
-                f"{self.where()}: {name} holds {stored.stored_size} bytes of digest {stored.stored_digest}, not what its name "
+                f"{self.where()}: {name} holds {stored.stored_size} bytes of digest {stored_digest}, not what its name "
                 "and size say: the engine's image store is damaged (`docker image rm` it and build or pull it again)"
             )
-        diff_id = self.layer.engine_diff_id
         if expected is not None and diff_id != expected:
             raise PublishFailed(
                 f"{self.where()}: {name} decompresses ({stored.format}) to layer {diff_id}, but the image's config lists {expected}"
@@ -140,11 +146,14 @@ class Reading:
         if listed is not None and (diff_id in self.list_wanted or defer):
             self.listings[diff_id] = listed
         if defer:
-            kept = self.layer.finish(self.spool, (SPOOLED,))[SPOOLED.name]
+            if kept is None:
+                blob = self.layer.finish(self.spool, (SPOOLED,))[SPOOLED.name]
+                assert blob.path is not None
+                self.deferred.append((name, blob.path.rename(self.spool / f"deferred-{self.serial}.zst")))  # a layer twice: kept twice
+            else:
+                self.layer.discard()
+                self.deferred.append((name, kept))
             self.layer = None
-            assert kept.path is not None
-            path = kept.path.rename(self.spool / f"deferred-{self.serial}.zst")  # its own name: a layer twice is kept twice
-            self.deferred.append((name, path))
             return diff_id
         base_clamped = diff_id not in self.clamp and self.layer.diff_id != diff_id
         undropped = expected is None and diff_id in self.clamp and bool(self.drops.get(diff_id))
@@ -206,8 +215,14 @@ class Reading:
             return
         pending = known is not None and known in self.wanted and known not in self.found
         if self.judge is not None and (known is None or (pending and known in self.clamp)):
-            tell(f"listing a layer of {size / 1e6:.0f} MB as it leaves the engine, kept compressed until every listing is in")
-            self.layer_from(name, source, size, (), known, defer=True)
+            if size <= IN_MEMORY and self.in_memory + size <= IN_MEMORY_ALL:
+                self.in_memory += size
+                tell(f"listing a layer of {size / 1e6:.0f} MB as it leaves the engine, kept in memory until every listing is in")
+                data = source.read()
+                self.layer_from(name, io.BytesIO(data), size, (), known, defer=True, kept=data)
+            else:
+                tell(f"listing a layer of {size / 1e6:.0f} MB as it leaves the engine, kept compressed on disk until every listing is in")
+                self.layer_from(name, source, size, (), known, defer=True)
             return
         ways = self.every_way if known is None else self.wanted[known] if pending else ()
         if ways:
@@ -285,22 +300,25 @@ class Reading:
         for diff_id, drop in zip(diff_ids, unchanged_entries([every.get(d) for d in diff_ids], self.judge or 0), strict=True):
             self.drops[diff_id] = drop if self.drops.get(diff_id, drop) == drop else frozenset()  # a layer twice: none left out
         deferred, self.deferred = self.deferred, []
-        for name, path in deferred:
+        for name, kept in deferred:
             diff_id = self.read[name]
             ways = self.wanted.get(diff_id, ()) if diff_id not in self.found else ()
             if ways:
-                tell(f"compressing a layer of {path.stat().st_size / 1e6:.0f} MB (as kept): {', '.join(c.key for c in ways)}")
-                with path.open("rb") as source:
-                    self.layer_from(name, source, path.stat().st_size, ways, diff_id, spooled=True)
-            path.unlink(missing_ok=True)
+                with io.BytesIO(kept) if isinstance(kept, bytes) else kept.open("rb") as source:
+                    tell(f"compressing a layer kept until its judgement: {', '.join(c.key for c in ways)}")
+                    self.layer_from(name, source, 0, ways, diff_id, spooled=True)
+            if isinstance(kept, Path):
+                kept.unlink(missing_ok=True)
+        self.in_memory = 0
 
     def discard(self) -> None:
         if self.layer is not None:
             self.layer.discard()
         for _, path, _ in self.held:
             path.unlink(missing_ok=True)
-        for _, path in self.deferred:
-            path.unlink(missing_ok=True)
+        for _, kept in self.deferred:
+            if isinstance(kept, Path):
+                kept.unlink(missing_ok=True)
         self.held, self.deferred = [], []
 
 

@@ -18,7 +18,7 @@ import hashlib
 import io
 import os
 from dataclasses import dataclass
-from typing import IO, Protocol, cast
+from typing import IO, Any, Protocol, cast
 
 import zstandard
 from isal import igzip, isal_zlib
@@ -104,7 +104,7 @@ class _Counted(io.RawIOBase):
     def __init__(self, source: IO[bytes], head: bytes) -> None:
         super().__init__()
         self.source, self.head = source, head
-        self.sha = hashlib.sha256()
+        self.sha: Any = hashlib.sha256()  # None: not hashed (a plain tar whose reader hashes what it reads)
         self.size = 0
 
     def readable(self) -> bool:
@@ -116,7 +116,8 @@ class _Counted(io.RawIOBase):
         else:
             data = self.source.read(len(buffer))
         buffer[: len(data)] = data
-        self.sha.update(data)
+        if self.sha is not None:
+            self.sha.update(data)
         self.size += len(data)
         return len(data)
 
@@ -125,9 +126,11 @@ class StoredLayer:
     """A layer blob as an engine's archive holds it (gzip, zstd, or its plain tar: the containerd
     image store keeps what it pulled or built compressed), read back as the layer itself in pieces
     of at most ``BLOCK`` bytes; several gzip members or zstd frames are read as one. The stored
-    bytes' digest and size are taken on the way (:attr:`stored_digest`)."""
+    bytes' digest and size are taken on the way (:attr:`stored_digest`); with ``plain_hashed``, a plain
+    tar's digest is left to the reader, who hashes every byte of the layer anyway (:attr:`stored_digest`
+    is then None)."""
 
-    def __init__(self, source: IO[bytes]) -> None:
+    def __init__(self, source: IO[bytes], *, plain_hashed: bool = False) -> None:
         head = source.read(4)
         self.counted = _Counted(source, head)
         reader: IO[bytes]
@@ -140,6 +143,8 @@ class StoredLayer:
         else:
             self.format = "none"
             reader = self.counted  # type: ignore[assignment]
+            if plain_hashed:
+                self.counted.sha = None
         self.reader = reader
 
     def read(self) -> bytes:
@@ -151,8 +156,8 @@ class StoredLayer:
             raise ValueError(f"the {self.format} stream is broken ({exc})") from None
 
     @property
-    def stored_digest(self) -> str:
-        return "sha256:" + self.counted.sha.hexdigest()
+    def stored_digest(self) -> str | None:
+        return "sha256:" + self.counted.sha.hexdigest() if self.counted.sha is not None else None
 
     @property
     def stored_size(self) -> int:
