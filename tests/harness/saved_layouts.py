@@ -76,11 +76,13 @@ class Image:
 
 
 def classic(image: Image) -> bytes:
-    """Docker before 25: a directory per layer; a layer met again a symlink to the first."""
+    """Docker before 25: a directory per layer (named by a v1 id), its ``json`` naming the layer below as its
+    parent (the first layer's names none); a layer met again a symlink to the first."""
     files: dict[str, bytes] = {}
     links: dict[str, str] = {}
     paths: list[str] = []
     first: dict[str, str] = {}
+    parent = ""
     for i, layer in enumerate(image.layers):
         directory = hashlib.sha256(f"legacy-{i}".encode()).hexdigest()
         if digest(layer) in first:
@@ -89,6 +91,9 @@ def classic(image: Image) -> bytes:
             first[digest(layer)] = directory
             files[f"{directory}/layer.tar"] = layer
         files[f"{directory}/VERSION"] = b"1.0"
+        v1 = {"id": directory, **({"parent": parent} if parent else {}), "created": "1970-01-01T00:00:00Z", "os": "linux"}
+        files[f"{directory}/json"] = json.dumps(v1).encode()
+        parent = directory
         paths.append(f"{directory}/layer.tar")
     files[f"{image.config_digest[7:]}.json"] = image.config
     manifest = [{"Config": f"{image.config_digest[7:]}.json", "RepoTags": ["x/y:z"], "Layers": paths}]

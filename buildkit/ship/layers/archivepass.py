@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import shutil
 import tarfile
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +31,7 @@ NO_CONTENT = (
 # How a layer waits on disk for its judgement (``judge``): zstd's fastest level, on every core. A layer up to
 # IN_MEMORY waits in memory instead, as it came, while those waiting so add up to no more than IN_MEMORY_ALL.
 SPOOLED = Compression("zstd", 1)
+_V1_JSON = re.compile(r"^[0-9a-f]{64}/json$")
 IN_MEMORY = 64 << 20
 IN_MEMORY_ALL = 256 << 20
 
@@ -72,6 +74,10 @@ class Reading:
         self.known_listings: dict[str, Listing] = {}
         self.deferred: list[tuple[str, Path | bytes]] = []
         self.in_memory = 0
+        # a legacy archive (Docker before 25) names its layers by v1 ids; the json beside each names its parent,
+        # but the first layer's: that directory holds the image's first layer (DiffID order[0]), known before it is read
+        self.bottom = ""
+
         self.every_way = tuple({c.name: c for ways in wanted.values() for c in ways}.values())
         self.small: dict[str, bytes] = {}
         self.links: dict[str, str] = {}
@@ -189,6 +195,8 @@ class Reading:
         if member.size <= SMALL:
             self.small[member.name] = source.read()
             self.learn(member.name, self.small[member.name], skip, stored_layers, tell)
+            if self.order and _V1_JSON.match(member.name) and not _v1_parent(self.small[member.name]):
+                self.bottom = member.name.partition("/")[0]
             return
         self.large(member.name, source, member.size, skip, stored_layers, tell)
 
@@ -199,6 +207,8 @@ class Reading:
         named = blob_digest(name)
         known = stored_layers.get(named, named if named in self.wanted else None) if named else None
         known = known or self.known_names.get(name) or (self.by_manifest or {}).get(named or "")  # an earlier pass, the manifest
+        if known is None and self.order and name == f"{self.bottom}/layer.tar":
+            known = self.order[0]  # a legacy archive's first layer (its json names no parent): the base's, at least
         if not self.unlisted(known):
             if not self.lacking() or (known is not None and (known not in self.wanted or known in self.found)):
                 return  # nothing left to compress, or a layer every registry has: read past
@@ -320,6 +330,15 @@ class Reading:
             if isinstance(kept, Path):
                 kept.unlink(missing_ok=True)
         self.held, self.deferred = [], []
+
+
+def _v1_parent(data: bytes) -> str | None:
+    """The parent a legacy archive's layer json names (None for the first layer; "?" when unreadable)."""
+    try:
+        found = json.loads(data)
+    except ValueError:
+        return "?"
+    return str(found["parent"]) if isinstance(found, dict) and found.get("parent") else None if isinstance(found, dict) else "?"
 
 
 def _listing_of(data: bytes) -> Listing:
