@@ -306,6 +306,12 @@ class Reading:
             if name in self.small and diff_id not in self.listings and diff_id not in self.known_listings:
                 self.listings[diff_id] = _listing_of(self.small[name])
         every = self.known_listings | self.listings
+        unread = [d for d in diff_ids if d not in every]
+        if unread:
+            tell(
+                f"layer {unread[0][:19]} could not be read from the engine ({len(unread)} in all): the layers above it are "
+                "published without leaving out what they did not change"
+            )
         self.drops = {}
         for diff_id, drop in zip(diff_ids, unchanged_entries([every.get(d) for d in diff_ids], self.judge or 0), strict=True):
             self.drops[diff_id] = drop if self.drops.get(diff_id, drop) == drop else frozenset()  # a layer twice: none left out
@@ -338,7 +344,9 @@ def _v1_parent(data: bytes) -> str | None:
         found = json.loads(data)
     except ValueError:
         return "?"
-    return str(found["parent"]) if isinstance(found, dict) and found.get("parent") else None if isinstance(found, dict) else "?"
+    if not isinstance(found, dict):
+        return "?"
+    return str(found["parent"]) if found.get("parent") else None
 
 
 def _listing_of(data: bytes) -> Listing:

@@ -68,8 +68,8 @@ Listing = list[tuple[str, Entry]]
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 _DATALESS = (b"1", b"2", b"3", b"4", b"5", b"6")
-_EXTENDED = (b"x", b"L", b"K")
-_XATTR = ("SCHILY.xattr.", "LIBARCHIVE.xattr.")  # headers that describe the entry after them (PAX, GNU long name and link)
+_EXTENDED = (b"x", b"L", b"K")  # headers that describe the entry after them (PAX, GNU long name and link)
+_XATTR = ("SCHILY.xattr.", "LIBARCHIVE.xattr.")  # the PAX records of extended attributes
 
 
 def entry_name(raw: str) -> str:
