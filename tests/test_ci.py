@@ -89,8 +89,9 @@ def test_an_interrupt_stops_the_running_jobs_and_starts_no_more(tmp_path: Path) 
 
 
 def _wait_for(path: Path) -> None:
+    """Until ``path`` holds something (a file a child is writing exists before its contents do)."""
     deadline = time.monotonic() + 20
-    while not path.exists() and time.monotonic() < deadline:
+    while not (path.exists() and path.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 

@@ -312,7 +312,9 @@ def _listed(lister: TarClamp, data: bytes, piece: int) -> Listing:
 def test_a_listing_taken_alone_is_the_listing_a_clamp_takes(piece: int) -> None:
     """A layer read for its listing alone (no output, no header rewritten) lists what the clamp lists: PAX and GNU
     headers, long names, links, whiteouts (hard-linked ones too), xattrs, contents, in any pieces."""
-    layers = [layer(LATER), layer(LATER, pax=True, seed=4), step(LATER, overlay2=True), step(LATER, overlay2=False), BASE_ROOT]
+    layers = [step(LATER, overlay2=True), step(LATER, overlay2=False), BASE_ROOT]
+    if piece > 1:  # the 1 MiB layers byte by byte would take a minute for nothing more
+        layers += [layer(LATER), layer(LATER, pax=True, seed=4)]
     for data in layers:
         quiet = _listed(TarClamp(2**62, None, listing=True), data, piece)
         assert quiet == listing_of(data, piece) and quiet
