@@ -213,16 +213,10 @@ class TarClamp:
             if kind == b"g":
                 self._flush()
                 self.out(block)
-            elif kind == b"x" and not records:
-                self.extended.update(_parse_pax(data))  # a PAX header left with nothing to say: gone, but listed
             else:
-                self.pending.append(block)
-                if kind == b"x":
-                    parsed = _parse_pax(data)
-                    self.extended.update(parsed)
-                    self.pax_path = parsed.get("path", self.pax_path)
-                else:
-                    self.extended["path" if kind == b"L" else "linkpath"] = _text(data)
+                if kind != b"x" or records:  # a PAX header left with nothing to say goes, but is listed
+                    self.pending.append(block)
+                self._read_extended(kind, data)
             self.head, self.need = bytearray(), BLOCK
             return
         self.head = bytearray()
