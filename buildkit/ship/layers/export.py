@@ -93,9 +93,10 @@ def export(
     same export (:func:`.normalize.unchanged_entries`, from ``listings``, the listings known already,
     and those taken on the way; :attr:`Exported.drops`), not given in ``drops``. A layer's judgement
     needs its own listing and those below it, and the archive holds the layers in the order of their
-    digests: each layer above the base (and each whose DiffID its name does not say) is listed as it
-    passes and kept on disk compressed (zstd -1) until every listing is in, then read from there as
-    it needs; the engine's archive is read once."""
+    digests: each layer above the base (and each whose DiffID its name does not say; in a legacy
+    archive, the first layer's json names no parent, so that one is known) is listed as it passes and
+    kept until every listing is in (in memory when small, else on disk as zstd -1, never
+    uncompressed), then read from there as it needs; the engine's archive is read once."""
     skip = set((known_sizes or {}).values())
     result = Exported(b"", {})
     attempt = 0
