@@ -440,6 +440,39 @@ def test_one_export_lists_judges_and_publishes_the_layers(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{b['gzip'].digest[7:]}.blob" for b in exported.layers.values())
 
 
+@pytest.mark.parametrize("layout", ["docker-20.10", "docker-25-overlay2"])
+def test_a_base_of_two_layers_is_published_as_it_is_when_judged_in_the_export(tmp_path: Path, layout: str) -> None:
+    """A base of two layers (CANN's have many): in Docker 20.10's archive only the first is known before it is read;
+    the second waits with the layers above it and is still published as the engine has it, unclamped, nothing left out."""
+    second = layer(LATER, seed=5)  # newer than the epoch, and large: it would be clamped and kept on disk if taken for a step
+    moby = Image.of([BASE_ROOT, second, step(LATER, overlay2=True), layer(LATER, seed=3)])
+    archive, identity = layouts(moby)[layout]
+    engine = SavingEngine(archive, 5000, identity.engine_id)
+    wanted: dict[str, tuple[Compression, ...]] = {d: (GZIP,) for d in moby.diff_ids}
+    clamp = {d: EPOCH for d in moby.diff_ids[2:]}
+    exported = export(
+        engine,  # type: ignore[arg-type]
+        identity,
+        wanted,
+        tmp_path,
+        clamp=clamp,
+        order=moby.diff_ids,
+        judge=2,
+        listing=set(moby.diff_ids),
+    )
+    assert engine.exports == 1
+    got = [gzip.decompress(exported.layers[d]["gzip"].path.read_bytes()) for d in moby.diff_ids]  # type: ignore[union-attr]
+    assert got[:2] == [BASE_ROOT, second], "the base's layers as the engine has them"
+    drops = unchanged_entries([listing_of(x) for x in moby.layers], 2)
+    for data, drop, out in zip(moby.layers[2:], drops[2:], got[2:], strict=True):
+        parts: list[bytes] = []
+        clamp_of = TarClamp(EPOCH, functools.partial(_keep, parts), drop=drop)
+        clamp_of.write(data)
+        clamp_of.close()
+        assert out == b"".join(parts)
+    assert drops[2], "the step above the base still leaves out what it copied up"
+
+
 def test_docker_20_10s_file_type_bits_and_owner_names_leave_the_layer() -> None:
     """Docker 20.10's archive writes a mode with its file type's bits (0o40755 for a directory) and the
     owner's names: the published mode is the permissions alone and the owner its ids, as BuildKit's
