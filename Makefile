@@ -148,6 +148,7 @@ bench: $(STAMP) bytecode ## CLI timings; with `make services` running, build tim
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_size.py --out $(RESULTS)/size.json | tee $(RESULTS)/size.txt' && \
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_builders.py --out $(RESULTS)/builders.json | tee $(RESULTS)/builders.txt' && \
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_repro.py --out $(RESULTS)/repro.json | tee $(RESULTS)/repro.txt' && \
+	  bash -o pipefail -c 'set -a; . $(SERVICES_DIR)/env.docker-overlay2; set +a; $(BIN)/python benchmarks/bench_repro.py --out $(RESULTS)/repro-overlay2.json | tee $(RESULTS)/repro-overlay2.txt' && \
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_coldnode.py --soci --json $(RESULTS)/coldnode.json | tee $(RESULTS)/coldnode.txt'; \
 	  else echo "bench_build, bench_ship: skipped (run \`make services\` first for build and shipping benchmarks)"; fi
 
