@@ -18,7 +18,7 @@ import pytest
 
 from buildkit.image.archive import ImageIdentity
 from buildkit.ship.layers.compressing import GZIP, ZSTD, Compression
-from buildkit.ship.layers.export import export
+from buildkit.ship.layers.export import Exported, export
 from buildkit.ship.layers.layertar import Listing, TarClamp, clamp_tar
 from buildkit.ship.layers.normalize import Normalization, normalize_config, unchanged_entries
 from tests.harness.saved_layouts import Image, SavingEngine, classic, containerd, digest, overlay2_oci, podman
@@ -326,11 +326,11 @@ def test_a_listing_taken_alone_is_the_listing_a_clamp_takes(piece: int) -> None:
         assert quiet == listing_of(data, piece) and quiet
 
 
-def published(layers: list[bytes]) -> list[bytes]:
-    """The layers as publishing writes them: the base (the first) as it is, the others normalized."""
-    drops = unchanged_entries([listing_of(data) for data in layers], 1)
-    out = [layers[0]]
-    for data, drop in zip(layers[1:], drops[1:], strict=True):
+def published(layers: list[bytes], keep: int = 1) -> list[bytes]:
+    """The layers as publishing writes them: the base (the first ``keep``) as it is, the others normalized."""
+    drops = unchanged_entries([listing_of(data) for data in layers], keep)
+    out = layers[:keep]
+    for data, drop in zip(layers[keep:], drops[keep:], strict=True):
         parts: list[bytes] = []
         clamp = TarClamp(EPOCH, functools.partial(_keep, parts), drop=drop)
         clamp.write(data)
@@ -414,26 +414,10 @@ def test_one_export_lists_judges_and_publishes_the_layers(
     archive, identity = layouts(moby)[layout]
     engine = SavingEngine(archive, 5000, identity.engine_id)
     known = {moby.diff_ids[0]: listing_of(base)} if cached else {}
-    clamp = {d: EPOCH for d in moby.diff_ids[1:]}
     listing = set(moby.diff_ids) - set(known)
     said: list[str] = []
-    wanted: dict[str, tuple[Compression, ...]] = {d: (GZIP,) for d in moby.diff_ids}
-    exported = export(
-        engine,  # type: ignore[arg-type]
-        identity,
-        wanted,
-        tmp_path,
-        clamp=clamp,
-        order=moby.diff_ids,
-        judge=1,
-        listings=known,
-        listing=listing,
-        tell=said.append,
-    )
-    assert engine.exports == 1
-    expected = published([base, step(LATER + 5, overlay2=False), layer(LATER, seed=3)])
-    got = [gzip.decompress(exported.layers[d]["gzip"].path.read_bytes()) for d in moby.diff_ids]  # type: ignore[union-attr]
-    assert got == expected
+    exported, got = _judged_in_one_export(engine, identity, moby, tmp_path, 1, known, said)
+    assert got == published([base, step(LATER + 5, overlay2=False), layer(LATER, seed=3)])
     assert exported.drops[moby.diff_ids[1]] == {"etc/.pwd.lock", "tmp", "var/lib/dpkg/lock", "usr", "usr/bin", "usr/bin/tool"}
     assert listing <= set(exported.listings)  # (an archive naming layers by ids lists whatever it kept on disk)
     kept = [
@@ -454,29 +438,34 @@ def test_a_base_of_two_layers_is_published_as_it_is_when_judged_in_the_export(tm
     moby = Image.of([BASE_ROOT, second, step(LATER, overlay2=True), layer(LATER, seed=3)])
     archive, identity = layouts(moby)[layout]
     engine = SavingEngine(archive, 5000, identity.engine_id)
-    wanted: dict[str, tuple[Compression, ...]] = {d: (GZIP,) for d in moby.diff_ids}
-    clamp = {d: EPOCH for d in moby.diff_ids[2:]}
+    exported, got = _judged_in_one_export(engine, identity, moby, tmp_path, 2, {}, [])
+    assert got[:2] == [BASE_ROOT, second], "the base's layers as the engine has them"
+    assert got == published(list(moby.layers), keep=2)
+    assert exported.drops[moby.diff_ids[2]], "the step above the base still leaves out what it copied up"
+
+
+def _judged_in_one_export(
+    engine: SavingEngine, identity: ImageIdentity, image: Image, spool: Path, keep: int, known: dict[str, Listing], said: list[str]
+) -> tuple[Exported, list[bytes]]:
+    """``image`` exported once with every layer above ``keep`` judged on the way (``known``: the listings the cache
+    holds), as one export of the engine's archive: what it gave, and each layer as published, uncompressed."""
+    wanted: dict[str, tuple[Compression, ...]] = {d: (GZIP,) for d in image.diff_ids}
+    clamp = {d: EPOCH for d in image.diff_ids[keep:]}
+    listing = set(image.diff_ids) - set(known)
     exported = export(
         engine,  # type: ignore[arg-type]
         identity,
         wanted,
-        tmp_path,
+        spool,
         clamp=clamp,
-        order=moby.diff_ids,
-        judge=2,
-        listing=set(moby.diff_ids),
+        order=image.diff_ids,
+        judge=keep,
+        listings=known,
+        listing=listing,
+        tell=said.append,
     )
     assert engine.exports == 1
-    got = [gzip.decompress(exported.layers[d]["gzip"].path.read_bytes()) for d in moby.diff_ids]  # type: ignore[union-attr]
-    assert got[:2] == [BASE_ROOT, second], "the base's layers as the engine has them"
-    drops = unchanged_entries([listing_of(x) for x in moby.layers], 2)
-    for data, drop, out in zip(moby.layers[2:], drops[2:], got[2:], strict=True):
-        parts: list[bytes] = []
-        clamp_of = TarClamp(EPOCH, functools.partial(_keep, parts), drop=drop)
-        clamp_of.write(data)
-        clamp_of.close()
-        assert out == b"".join(parts)
-    assert drops[2], "the step above the base still leaves out what it copied up"
+    return exported, [gzip.decompress(exported.layers[d]["gzip"].path.read_bytes()) for d in image.diff_ids]  # type: ignore[union-attr]
 
 
 def test_docker_20_10s_file_type_bits_and_owner_names_leave_the_layer() -> None:
