@@ -368,8 +368,8 @@ class SecretBuild:
 def secret_builds(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], SecretBuild]:
     """``secret_builds(builder)``: the test stack built from clean (``--no-cache``) with secrets by
     ``builder``, once per session: the secrets test scans it, and the classic one is also what the
-    two builders' comparison holds against BuildKit's build (on the containerd store each classic step
-    is a commit of its own: a classic build costs a minute or two of the engine's CPU there)."""
+    two builders' comparison holds against BuildKit's build (both on Docker 20.10 alone: on the containerd
+    store each classic step is a commit of its own, and a classic build costs a minute or two of CPU there)."""
     done: dict[str, SecretBuild] = {}
 
     def build(builder: str) -> SecretBuild:

@@ -43,6 +43,7 @@ def _distributions(env: DockerEnv, image: str) -> list[str]:
 
 
 @pytest.mark.engine_20_10
+@pytest.mark.engine_20_10_only  # the classic build is the secrets test's, made on Docker 20.10 alone (tests/test_build.py)
 def test_both_builders_install_the_same_packages(
     docker_env: DockerEnv, built: dict[str, Any], secret_builds: Callable[[str], SecretBuild]
 ) -> None:

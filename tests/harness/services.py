@@ -352,20 +352,24 @@ def arm64_standin() -> None:
 
 
 def stop() -> None:
+    """Stop the registries, then the engines: each group signalled at once and waited for together (one by
+    one, each registry's own shutdown took 2 s: 26 s at the end of every `make test`)."""
     registries = [name for engine in (MAIN, *OTHERS) for name in engine.registries]
-    for name in (*registries, MAIN.name, *(e.name for e in OTHERS), EMULATED.name):
-        pid_file = STATE / f"{name}.pid"
-        if not _alive(pid_file):
-            continue
-        pid = int(pid_file.read_text())
-        log(f"stopping {name} (pid {pid})")
-        os.kill(pid, signal.SIGTERM)
+    for group in (registries, [MAIN.name, *(e.name for e in OTHERS), EMULATED.name]):
+        signalled = {}
+        for name in group:
+            pid_file = STATE / f"{name}.pid"
+            if _alive(pid_file):
+                signalled[name] = pid_file
+                log(f"stopping {name} (pid {pid_file.read_text().strip()})")
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and _alive(pid_file):
+        while time.monotonic() < deadline and any(_alive(pid_file) for pid_file in signalled.values()):
             time.sleep(0.3)
-        if _alive(pid_file):
-            os.kill(pid, signal.SIGKILL)
-        pid_file.unlink(missing_ok=True)
+        for pid_file in signalled.values():
+            if _alive(pid_file):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            pid_file.unlink(missing_ok=True)
     # dockerd leaves its data root bind-mounted and the default network namespace mounted in its
     # exec root: unmounted, so that the state directory can be removed.
     mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
