@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ship.json")
     parser.add_argument("--runs", type=int, default=3, help="cold pulls of each variant (median)")
     parser.add_argument(
-        "--quick", action="store_true", help="CI's check that this still runs: a 64 MB sample; a small image published and pulled"
+        "--quick", action="store_true", help="CI's check that this still runs: a 16 MB sample; a small image published and pulled"
     )
     args = parser.parse_args()
     env = {name: os.environ.get(name, "") for name in ("ASCENDKIT_STANDIN_IMAGE", "ASCENDKIT_REGISTRY2", "ASCENDKIT_CONTAINERD")}
@@ -235,7 +235,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-ship-") as tmp:
         os.environ["ASCENDKIT_CACHE"] = str(Path(tmp) / "cache")  # every layer compressed by this run, none remembered
         image = test_image(client, Path(tmp) / "manifests", env["ASCENDKIT_STANDIN_IMAGE"])
-        size = biggest_layer(client, image.identity.engine_id, Path(tmp) / "layer.tar", 64 << 20 if args.quick else None)
+        size = biggest_layer(client, image.identity.engine_id, Path(tmp) / "layer.tar", 16 << 20 if args.quick else None)
         level_rows = levels(Path(tmp) / "layer.tar", args.quick)
         small = build_small_image(client, Path(tmp) / "small") if args.quick else None
         # --quick: the small image's pulls prove the rows run; the test image's (0.7 GB compressed twice, pulled twice)
