@@ -29,7 +29,7 @@ from buildkit.ship.layers.layertar import Listing
 Say = Callable[[str], None]
 
 
-# ---- reading the engine's archive ------------------------------------------------------------------
+# ---- one export of the image, tried again if the engine goes away (the reading itself: archivepass.py) ----
 
 
 EXPORT_ATTEMPTS = 3  # an engine restarting mid-export (a daemon upgrade, an OOM kill) is waited for, twice
