@@ -2,7 +2,7 @@
 
 In the arm64 stand-in base (qemu), the committed cann8.3 aarch64 lock sections are installed by the
 image's own ``ascendkit_install`` (build-env.sh: uv, in layer order, ``--require-hashes``, no build
-isolation; bytecode compiled only for what the tests import, see WARM), offline from a wheelhouse
+isolation; bytecode compiled only for what the tests import, see VALIDATE), offline from a wheelhouse
 `ascendkit wheelhouse` fills and keeps between runs, as ``build --offline`` would. Left out, because they need
 CANN at build time: the vllm and vllm-ascend source builds themselves (their dependencies are
 installed) and the MindSpeed/Megatron checkouts (GitHub and gitcode are out of reach here).
