@@ -191,12 +191,13 @@ def test_the_containerd_store_s_layers_before_the_manifest_wait_on_disk_and_are_
 ) -> None:
     """Wherever the manifest falls among the blobs (they come in the order of their digests), each layer is read
     once, as the manifest says it is (the base as it is, the others clamped), and nothing is left in the spool."""
-    monkeypatch.setattr("buildkit.ship.layers.archivepass.SMALL", 8192)  # 16 KiB layers stand for large ones: seconds less
-    base = go_tar([*BASE_ROWS, ("opt", D, 0o755, OLD, b""), ("opt/base.bin", F, 0o644, LATER, random.Random(1).randbytes(16384))])
+    small = 8192  # the in-memory limit lowered: 16 KiB layers stand for large ones, seconds less
+    monkeypatch.setattr("buildkit.ship.layers.archivepass.SMALL", small)
+    base = go_tar([*BASE_ROWS, ("opt", D, 0o755, OLD, b""), ("opt/base.bin", F, 0o644, LATER, random.Random(1).randbytes(2 * small))])
     waited = set()
     for seed in range(40):
         rng = random.Random(seed)
-        steps = [go_tar([("srv", D, 0o755, LATER, b""), ("srv/step.bin", F, 0o644, LATER, rng.randbytes(16384))]) for _ in range(2)]
+        steps = [go_tar([("srv", D, 0o755, LATER, b""), ("srv/step.bin", F, 0o644, LATER, rng.randbytes(2 * small))]) for _ in range(2)]
         image = Image.of([base, *steps])
         store = containerd(image, "gzip")
         engine = SavingEngine(store.archive, 5000, store.engine_id)
@@ -214,7 +215,7 @@ def test_the_containerd_store_s_layers_before_the_manifest_wait_on_disk_and_are_
         assert not [p for p in spool.iterdir() if p.name.startswith("held-")]
         manifest = json.loads(_member(store.archive, "blobs/sha256/" + store.engine_id[7:]))["manifests"][0]["digest"][7:]
         with tarfile.open(fileobj=io.BytesIO(store.archive)) as archive:
-            before = [m.name for m in archive if m.name.startswith("blobs/sha256/") and m.size > 8192 and m.name[13:] < manifest]
+            before = [m.name for m in archive if m.name.startswith("blobs/sha256/") and m.size > small and m.name[13:] < manifest]
         held = [line for line in said if line.startswith("keeping a layer")]
         assert len(held) == len(before)
         waited.add(bool(before))
