@@ -44,6 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.harness.containerd_node, buildkit: run as a script from anywhere
 
+from tests.harness.buildx_push import buildx_push  # noqa: E402
 from tests.harness.containerd_node import CACHE, ENGINE, containerd, soci_binaries, throttled, tls_for_loopback  # noqa: E402
 
 WHEELS = CACHE / "torch-wheels"
@@ -84,7 +85,9 @@ def build_and_push(registry: str, base: str, quick: bool, work: Path) -> dict[st
         ref = f"{registry}/bench/coldnode:{run}-{variant}"
         output = f"type=image,name={ref},push=true,compression={variant},force-compression=true,oci-mediatypes=true"
         argv = [*buildx(), "build", "--progress=quiet", "--provenance=false", "--sbom=false", "--output", output, str(context)]
-        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)  # quiet still prints the digest
+        proc = buildx_push(argv)
+        if proc.returncode != 0:
+            raise SystemExit(f"bench_coldnode: pushing {ref} failed ({proc.returncode}): {proc.stderr[-2000:]}")
         refs[variant] = ref
     import docker  # the engine's copies go: the registry keeps what the nodes pull
 

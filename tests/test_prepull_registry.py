@@ -6,7 +6,6 @@ registry serves, each platform of each index preheated."""
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import yaml
 from buildkit.image.buildx import find_buildx
 from buildkit.ship.oci.registry import Registry
 from tests.conftest import DockerEnv
+from tests.harness.buildx_push import buildx_push
 
 pytestmark = pytest.mark.docker
 
@@ -35,7 +35,7 @@ def push_index(docker_env: DockerEnv, context: Path, ref: str, compression: str)
         output,
         str(context),
     ]
-    proc = subprocess.run(argv, env=docker_env.env, capture_output=True, text=True, check=False, timeout=600)
+    proc = buildx_push(argv, env=docker_env.env)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
