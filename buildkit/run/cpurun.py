@@ -1,0 +1,239 @@
+"""A CPU run of a smoke job: its own entry point run to the accelerator boundary, and one training step
+through the framework's own code, in the job's packages, on a machine without NPUs.
+
+Where the packages are is a :class:`Place`: a built image (``ascendkit smoke --cpu --image``: a
+container of it, smoke_tests/ mounted read-only) or a local environment (``--python``: CI's CPU
+environments of each stack, :mod:`buildkit.run.cpuenv`). The job is the one ``ascendkit smoke``
+runs on the SKU (:func:`buildkit.run.job.build_job`), with a tiny random model of its architecture
+and the synthetic data in place of the weights and the dataset. Writes ``cpu-report.json`` and
+``cpu-report.md``; what a CPU run proves and what it cannot is docs/smoke.md's "A CPU run".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from buildkit.fsio import write_atomic
+from buildkit.matrix.model import Sku
+from buildkit.resources import SMOKE_DIR
+from buildkit.run.cpuverdict import Verdict, judge_boundary, judge_step
+from buildkit.run.job import ImageJob, Job, JobFacts, build_job, spec_for
+
+STEP_PROGRAMS = {("verl", "grpo"): "cpu_step_verl.py"}  # the jobs with a training step on CPU, per framework
+DEFAULT_BOUND_S = 900.0
+# A CPU run must not ask the device backends to load: torch_npu needs the host's driver.
+CPU_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "HYDRA_FULL_ERROR": "1", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
+
+
+class Place(Protocol):
+    """Where the job's packages are: runs ``python3 PROGRAM ARGS`` there with ``work`` at hand."""
+
+    smoke_dir: str  # smoke_tests/ as the place sees it
+    work_dir: str  # the run's work directory as the place sees it
+    description: str
+
+    def run(self, argv: list[str], env: dict[str, str], log: Path, timeout: float) -> int | None: ...
+
+
+@dataclass
+class LocalPlace:
+    """A Python environment on this machine (a venv's python): its bin directory first on PATH."""
+
+    python: Path
+    work: Path
+    smoke_dir: str = str(SMOKE_DIR)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        self.work_dir = str(self.work)
+        self.description = self.description or f"the environment of {self.python}"
+
+    def run(self, argv: list[str], env: dict[str, str], log: Path, timeout: float) -> int | None:
+        bin_dir = str(self.python.parent)
+        full = {
+            **os.environ,
+            **env,
+            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+            "VIRTUAL_ENV": str(self.python.parent.parent),
+        }
+        with log.open("a", encoding="utf-8") as out:
+            try:
+                return subprocess.run(argv, env=full, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False).returncode
+            except subprocess.TimeoutExpired:
+                return None
+
+
+@dataclass
+class CpuRun:
+    """What one CPU run found, for the report."""
+
+    stack: str | None
+    job: str
+    framework: str
+    version: str | None
+    place: str
+    boundary: Verdict
+    step: Verdict | None
+    boundary_result: dict[str, Any]
+    step_result: dict[str, Any] | None
+    seconds: float
+    left_out: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.boundary.reached and (self.step is None or self.step.reached)
+
+    def failure(self) -> str | None:
+        """The first failure, naming stack, job and step."""
+        who = f"{self.stack or 'image'} {self.framework} {self.job}"
+        if not self.boundary.reached:
+            where = f"{self.boundary.kind} at {self.boundary.where}: {self.boundary.detail}"
+            return f"{who}: the entry point stopped before the accelerator boundary: {where}"
+        if self.step is not None and not self.step.reached:
+            return f"{who}: the training step failed: {self.step.kind} at {self.step.where}: {self.step.detail}"
+        return None
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "job": self.job,
+            "framework": self.framework,
+            "version": self.version,
+            "place": self.place,
+            "passed": self.passed,
+            "failure": self.failure(),
+            "boundary": {**self.boundary.describe(), "seconds": self.boundary_result.get("seconds")},
+            "step": None if self.step is None else {**self.step.describe(), "result": self.step_result},
+            "seconds": self.seconds,
+            "left_out": self.left_out,
+        }
+
+
+def cpu_job(spec_image: ImageJob, job_name: str, sku: Sku, facts: JobFacts, place: Place) -> Job:
+    """The SKU's job, its model and data in the run's work directory."""
+    spec = spec_for(spec_image, job_name, facts)
+    return build_job(spec, sku, spec_image, facts=facts, steps=1, model=f"{place.work_dir}/model", data=f"{place.work_dir}/data")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def run_cpu(
+    place: Place,
+    work: Path,
+    image: ImageJob,
+    job_name: str,
+    sku: Sku,
+    facts: JobFacts,
+    *,
+    bound: float = DEFAULT_BOUND_S,
+    left_out: list[dict[str, str]] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CpuRun:
+    """Both parts of a CPU run of ``job_name`` at ``place``; ``work`` is the host's side of its work directory."""
+    say = progress or (lambda _line: None)
+    started = time.monotonic()
+    job = cpu_job(image, job_name, sku, facts, place)
+    env = {**job.env, **CPU_ENV}
+    setup = work / "setup.log"
+    smoke = place.smoke_dir
+    prepare = [
+        ["python3", f"{smoke}/cpu_model.py", "--out", f"{place.work_dir}/model"],
+        [
+            "python3",
+            f"{smoke}/gsm8k_synth.py",
+            "--out",
+            f"{place.work_dir}/data",
+            "--train",
+            "64",
+            "--test",
+            "16",
+            "--format",
+            job.data_format,
+        ],
+    ]
+    say(f"{job_name}: a random model of the job's architecture and the job's synthetic data")
+    for argv in prepare:
+        code = place.run(argv, env, setup, 600)
+        if code != 0:
+            log = setup.read_text(encoding="utf-8", errors="replace")
+            verdict = judge_step(None, log)
+            return CpuRun(
+                image.stack, job_name, image.framework, image.version, place.description,
+                Verdict(False, verdict.where, verdict.kind, f"{Path(argv[1]).name} failed (exit {code}): {verdict.detail}"),
+                None, {}, None, round(time.monotonic() - started, 1), left_out or [],
+            )  # fmt: skip
+    say(f"{job_name}: {' '.join(job.command)} to its accelerator boundary (bound {bound:.0f} s)")
+    boundary_argv = ["python3", f"{smoke}/cpu_boundary.py", "--out", f"{place.work_dir}/boundary.json"]
+    boundary_argv += ["--log", f"{place.work_dir}/boundary.log", "--bound", str(bound), "--", *job.argv]
+    place.run(boundary_argv, env, work / "boundary-driver.log", bound + 120)
+    boundary_result = _read_json(work / "boundary.json") or {"exit_code": None, "error": "the boundary run wrote no result"}
+    log_path = work / "boundary.log"
+    log = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
+    boundary = judge_boundary(image.framework, boundary_result, log)
+    say(f"{job_name}: {'boundary: ' if boundary.reached else 'STOPPED: ' + boundary.kind + ' at '}{boundary.where}")
+    step = step_result = None
+    program = STEP_PROGRAMS.get((image.framework, job_name))
+    if program is not None:
+        say(f"{job_name}: one training step through {image.framework}'s own code")
+        code = place.run(
+            ["python3", f"{smoke}/{program}", "--out", f"{place.work_dir}/step.json", "--", *job.overrides], env, work / "step.log", 1200
+        )
+        step_result = _read_json(work / "step.json") if code == 0 else None
+        step = judge_step(step_result, (work / "step.log").read_text(encoding="utf-8", errors="replace"))
+        say(f"{job_name}: step {'passed: ' if step.reached else 'FAILED: '}{step.detail}")
+    return CpuRun(
+        image.stack, job_name, image.framework, image.version, place.description, boundary, step,
+        boundary_result, step_result, round(time.monotonic() - started, 1), left_out or [],
+    )  # fmt: skip
+
+
+def render_markdown(runs: list[CpuRun]) -> str:
+    lines = ["# CPU run of the smoke jobs", ""]
+    lines += [
+        "The jobs' own entry points and one training step through the frameworks' own code, on a machine without NPUs.",
+        'This is not a smoke run: what only an NPU proves is in docs/smoke.md ("A CPU run").',
+        "",
+        "| stack | job | framework | boundary | seconds | step | loss | grad norm | step seconds | peak MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        s = run.step_result or {}
+        bound = ("reached: " if run.boundary.reached else f"**{run.boundary.kind}**: ") + run.boundary.where
+        step = "-" if run.step is None else ("passed" if run.step.reached else f"**{run.step.kind}**: {run.step.detail}")
+        lines.append(
+            f"| {run.stack or '-'} | {run.job} | {run.framework} {run.version or ''} | {bound} | {run.boundary_result.get('seconds', '-')} "
+            f"| {step} | {s.get('loss', '-')} | {s.get('grad_norm', '-')} | {s.get('seconds', '-')} | {s.get('peak_rss_mib', '-')} |"
+        )
+    for run in runs:
+        lines += ["", f"## {run.stack or 'image'} {run.job}", "", f"- where: {run.place}"]
+        lines.append(f"- ran before the boundary: {', '.join(run.boundary.ran) or 'nothing recognised'}")
+        if run.boundary.detail:
+            lines.append(f"- {'boundary' if run.boundary.reached else 'error'}: `{run.boundary.detail}`")
+        if run.step_result:
+            s = run.step_result
+            lines.append(
+                f"- step: {s['batch']['prompts']} prompts x {s['batch']['responses_per_prompt']} responses; rewards {s['rewards'][:8]}...; "
+                f"advantages {s['advantages'][:8]}...; reward calls {s['reward_calls']}; groups whose reward varies "
+                f"{s['reward_varies_within_groups']} (the first response of each group is the worked answer); {s['differs']}"
+            )
+        for item in run.left_out:
+            lines.append(f"- left out: {item['package']}: {item['why']}")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out: Path, runs: list[CpuRun]) -> None:
+    write_atomic(out / "cpu-report.json", json.dumps({"runs": [r.data() for r in runs]}, indent=2, sort_keys=True) + "\n")
+    write_atomic(out / "cpu-report.md", render_markdown(runs))

@@ -1,0 +1,98 @@
+"""The CPU run of every stack's smoke jobs in its own packages, on this machine (``make cpu-run``; CI's ``cpu-run`` job).
+
+    python -m tests.harness.cpu_run [--stack S ...] [--all] [--out DIR] [--work DIR] [--torch-wheel WHEEL]
+
+Without ``--stack`` or ``--all``: the default stack and the newest stack of each framework that has a CPU
+run. For each stack: its CPU environment (:mod:`buildkit.run.cpuenv`), then each of its framework's jobs
+run to the accelerator boundary and, where the framework has one, one training step
+(:mod:`buildkit.run.cpurun`), judged; ``cpu-report.md`` and ``.json`` in ``--out``. Exits 1 naming
+stack, job and step when one failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from buildkit.framework import framework
+from buildkit.matrix.load import LoadedMatrix, load_matrix
+from buildkit.resources import DEFAULT_MATRIX
+from buildkit.run.cpuenv import make_env, plan_env
+from buildkit.run.cpurun import CpuRun, LocalPlace, run_cpu, write_report
+from buildkit.run.job import ImageJob, JobFacts
+
+FRAMEWORKS_WITH_A_CPU_RUN = ("verl",)
+TORCH_WHEELS = "/opt/wheels/torch-*+cpu-cp311-*.whl"  # where these machines keep a CPU build of torch for CPython 3.11
+
+
+def default_stacks(loaded: LoadedMatrix) -> list[str]:
+    """The default stack and, per framework with a CPU run, its newest stack (the last of the matrix)."""
+    stacks = loaded.matrix.stacks
+    chosen = [sid for sid, st in stacks.items() if st.default]
+    for name in FRAMEWORKS_WITH_A_CPU_RUN:
+        ours = [sid for sid, st in stacks.items() if st.framework == name and st.rollout == "vllm"]
+        if ours and ours[-1] not in chosen:
+            chosen.append(ours[-1])
+    return chosen
+
+
+def run_stack(loaded: LoadedMatrix, stack_id: str, out: Path, work: Path, torch_wheel: Path, python: str) -> list[CpuRun]:
+    stack = loaded.matrix.stacks[stack_id]
+
+    def say(line: str) -> None:
+        print(f"cpu-run: {stack_id}: {line}", file=sys.stderr, flush=True)
+
+    started = time.monotonic()
+    plan = plan_env(loaded, stack_id, torch_wheel, work / f"{stack_id}-resolve")
+    say(f"{len(plan.requirements)} packages of the image ({plan.source}); left out: {', '.join(n for n, _, _ in plan.left_out)}")
+    env_python = make_env(plan, work / f"{stack_id}-venv", python)
+    say(f"environment ready in {time.monotonic() - started:.0f} s")
+    sku = loaded.matrix.skus[stack.skus[0]]
+    image = ImageJob.of(stack_id, stack)
+    runs = []
+    for job in framework(stack.framework).jobs:
+        if job != "grpo":
+            continue  # the SFT job's CPU run is not written yet (docs/smoke.md)
+        job_work = work / f"{stack_id}-{job}"
+        job_work.mkdir(parents=True, exist_ok=True)
+        place = LocalPlace(env_python, job_work, description=f"CPU environment of {stack_id} ({plan.source}), CPython 3.11")
+        runs.append(
+            run_cpu(place, job_work, image, job, sku, JobFacts.of(loaded.matrix.compat), left_out=plan.left_out_report(), progress=say)
+        )
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", action="append", default=[])
+    parser.add_argument("--all", action="store_true", help="every stack whose framework has a CPU run")
+    parser.add_argument("--out", type=Path, default=Path("cpu-run-out"))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/ascendkit-cpu-run"))
+    parser.add_argument("--torch-wheel", type=Path, default=None)
+    parser.add_argument("--python", default="/root/.pyenv/versions/3.11.7/bin/python3.11")
+    parser.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX)
+    args = parser.parse_args(argv)
+    loaded = load_matrix(args.matrix)
+    wheels = sorted(Path(TORCH_WHEELS).parent.glob(Path(TORCH_WHEELS).name))
+    torch_wheel = args.torch_wheel or (wheels[-1] if wheels else Path(TORCH_WHEELS))
+    python = args.python if Path(args.python).is_file() else sys.executable
+    if args.all:
+        stacks = [sid for sid, st in loaded.matrix.stacks.items() if st.framework in FRAMEWORKS_WITH_A_CPU_RUN]
+    else:
+        stacks = args.stack or default_stacks(loaded)
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs: list[CpuRun] = []
+    for stack_id in stacks:
+        runs += run_stack(loaded, stack_id, args.out, args.work, torch_wheel, python)
+        write_report(args.out, runs)
+    failures = [f for run in runs if (f := run.failure())]
+    for failure in failures:
+        print(f"cpu-run: FAILED: {failure}", file=sys.stderr)
+    print(f"cpu-run: {len(runs) - len(failures)} of {len(runs)} passed; see {args.out / 'cpu-report.md'}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
