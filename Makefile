@@ -18,7 +18,7 @@ JOB    ?= grpo
 SMOKE_OUT ?= smoke-out/$(HW)/$(JOB)
 SMOKE_ARGS = --hw $(HW) --job $(JOB) --out $(SMOKE_OUT)$(if $(MODEL), --model-path $(MODEL))$(if $(STEPS), --steps $(STEPS))$(if $(BASELINE), --baseline $(BASELINE))$(if $(DEVICES), --devices $(DEVICES))
 SMOKE_IMAGE = $(if $(IMAGE), --image $(IMAGE),$(if $(STACK), --stack $(STACK)))
-.PHONY: help install bytecode render check lock build lint unit moves network repro-arm64 services services-stop test smoke bench bench-quick clean
+.PHONY: help install bytecode render check lock build lint unit moves network cpu-run repro-arm64 services services-stop test smoke bench bench-quick clean
 
 help: ## List every target with one line each
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -99,6 +99,10 @@ moves: $(STAMP) $(CHECKOV_STAMP) bytecode ## The matrix-moves check: the unit su
 
 network: $(STAMP) bytecode ## Run the tests that need PyPI (resolving locks, downloading wheels and sdists), no engine
 	$(BIN)/pytest -m "network and not docker"
+
+CPU_RUN_OUT ?= cpu-run-out
+cpu-run: $(STAMP) bytecode ## The smoke jobs run on CPU in each stack's own packages, to the accelerator boundary, and one GRPO step (default stack and newest verl stack; STACK=S one, ALL=1 every verl stack); report in $(CPU_RUN_OUT)/
+	$(BIN)/python -m tests.harness.cpu_run --out $(CPU_RUN_OUT)$(if $(STACK), --stack $(STACK))$(if $(filter 1,$(ALL)), --all)
 
 repro-arm64: $(STAMP) ## The two clean arm64 builds under emulation, published and compared (about 4 min alone on two cores, 4.5 core-minutes of qemu; `make test` leaves them out for time); needs `make services ASCENDKIT_ARM64=1`
 	set -a; . $(SERVICES_ENV); set +a; DOCKER_HOST="$$ASCENDKIT_EMULATED_DOCKER_HOST" ASCENDKIT_REQUIRE_DOCKER=1 ASCENDKIT_ARM64=1 \

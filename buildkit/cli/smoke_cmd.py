@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -13,6 +14,7 @@ from buildkit.cli.smoke_options import (
     SmokeBaselineOption,
     SmokeCheckOption,
     SmokeConfigCheckOption,
+    SmokeCpuOption,
     SmokeDataOption,
     SmokeDevicesOption,
     SmokeEnvOption,
@@ -32,9 +34,34 @@ from buildkit.cli.smoke_options import (
 from buildkit.fsio import output_dir
 from buildkit.resources import DEFAULT_MATRIX
 
+if TYPE_CHECKING:
+    import docker
+
+    from buildkit.run.smokerequest import SmokeRequest
+
 
 def _progress(line: str) -> None:
     typer.echo(f"smoke: {line}", err=True)
+
+
+def _cpu_run(client: docker.APIClient, request: SmokeRequest, as_json: bool) -> None:
+    """``smoke --cpu``: the CPU run of the request's image and job; exits 0 or 1."""
+    from buildkit.run.cpuimage import run_cpu_image
+
+    typer.echo(f"smoke: CPU run of {request.image} ({request.job} job for --hw {request.sku_id}); report in {request.out}/", err=True)
+    with output_dir(request.out, "report directory (--out)"):
+        run = run_cpu_image(
+            client, request.image, request.sku_id, request.chip_id, request.sku, request.facts, request.out, request.job,
+            bound=request.timeout, as_root=request.as_root, progress=request.progress,
+        )  # fmt: skip
+    if as_json:
+        print_json(run.data())
+    failure = run.failure()
+    typer.echo(
+        f"smoke: cpu: {'FAILED: ' + failure if failure else 'passed: boundary reached, step passed'}; see {request.out / 'cpu-report.md'}",
+        err=True,
+    )
+    raise typer.Exit(1 if failure else 0)
 
 
 @app.command("smoke")
@@ -56,6 +83,7 @@ def smoke(
     override: SmokeOverrideOption = None,
     env: SmokeEnvOption = None,
     check: SmokeCheckOption = False,
+    cpu: SmokeCpuOption = False,
     config_check: SmokeConfigCheckOption = True,
     stall_timeout: SmokeStallTimeoutOption = 900,
     quiet: SmokeQuietOption = False,
@@ -66,7 +94,8 @@ def smoke(
     job with the SKU's devices; judge it and write a report.
 
     Exit 0 passed (or --check passed), 1 failed, 9 timed out or stalled, 10 no Ascend devices here
-    (config check and preflight only).
+    (config check and preflight only). With --cpu: 0 the job reached its accelerator boundary and the
+    step passed, 1 either did not (the message names stack, job and step).
     """
     from buildkit.image.engine import connect
     from buildkit.matrix.load import load_matrix
@@ -77,10 +106,12 @@ def smoke(
     request = make_request(  # checked before the engine: a mistake in the options is exit 2, not 4
         load_matrix(matrix), hw, out, image=image, stack=stack, job=job, steps=steps, timeout=timeout, stall_timeout=stall_timeout,
         model_path=model_path, data_path=data, baseline=baseline, devices=devices, privileged=privileged, as_root=as_root,
-        overrides=override or [], env=env or [], check_only=check, config_check=config_check,
+        overrides=override or [], env=env or [], check_only=check or cpu, config_check=config_check,
         progress=None if as_json else _progress,
     )  # fmt: skip
     client = connect()
+    if cpu:
+        _cpu_run(client, request, as_json)
     typer.echo(f"smoke: {request.image} on --hw {request.sku_id}; report in {out}/", err=True)
     try:
         with output_dir(out, "report directory (--out)"):

@@ -85,6 +85,17 @@ SmokeCheckOption = Annotated[
     ),
 ]
 
+SmokeCpuOption = Annotated[
+    bool,
+    typer.Option(
+        "--cpu",
+        help=(
+            "A CPU run in the image, on any host: the job's entry point to its accelerator boundary, then one GRPO step "
+            "through the framework's own code (no NPU, no network; --timeout bounds the first part). Not a smoke run."
+        ),
+    ),
+]
+
 SmokeConfigCheckOption = Annotated[
     bool,
     typer.Option("--config-check/--no-config-check", help="Run the config check before doctor and the job (default on)."),

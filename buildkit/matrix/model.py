@@ -235,6 +235,9 @@ class Stack(Frozen):
     megatron_lm: GitPin | None = None
     deepspeed: PypiPin | None = None
     ring_attn_ascend: PypiPin | None = None
+    # TransferQueue (Ascend/TransferQueue on PyPI): verl 0.9's default trainer (trainer.use_v1) imports it when its
+    # task runner starts; verl's wheel declares it only in its verl-core extra.
+    transfer_queue: PypiPin | None = None
     # Ascend's accuracy and profiling tools, in one layer after transformers; `ascend_tools: false`
     # leaves them out of the stack's images (their pins stay, for the record).
     msprobe: PypiPin | None = None

@@ -236,6 +236,10 @@ def stack_layers(stack: Stack, installer: Installer) -> StackLayers:
         tail.append(
             Layer("ring-attn-ascend", "ring-attn-ascend: Ring Attention on the NPU's fused attention", (pin_of(stack, "ring_attn_ascend"),))
         )
+    if stack.transfer_queue is not None:
+        tail.append(
+            Layer("transfer-queue", "TransferQueue: verl's data plane between its trainer and rollout", (pin_of(stack, "transfer_queue"),))
+        )
     pinned = stack.pins()
     tools = tuple(pin_of(stack, c) for c in TOOL_COMPONENTS if c in pinned)
     if tools:

@@ -65,7 +65,10 @@ class LocalPlace:
         }
         with log.open("a", encoding="utf-8") as out:
             try:
-                return subprocess.run(argv, env=full, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False).returncode
+                # In the work directory: Hydra writes its outputs/ where the job starts.
+                return subprocess.run(
+                    argv, env=full, cwd=self.work, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
+                ).returncode
             except subprocess.TimeoutExpired:
                 return None
 

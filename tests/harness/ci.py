@@ -15,6 +15,8 @@ The jobs, and what each waits for::
                                        every proxy dead, an empty cache
     moves            lint              pytest -m matrix_moves: the unit suite again in a copy with the default stack moved
     network          lint              pytest -m "network and not docker": what truly needs PyPI (resolving, downloading)
+    cpu-run          lint              make cpu-run: the default stack's and the newest verl stack's GRPO job run on CPU in
+                                       their own packages to the accelerator boundary, and one GRPO step (tests/harness/cpu_run.py)
     docker           lint, services    pytest -m "docker and not second_engine and not engine_20_10_only and not emulated",
                                        on Docker 26.1.5, containerd store
     docker-b         lint, services    pytest -m "docker and second_engine and not emulated", on a second engine of that kind
@@ -190,6 +192,7 @@ def jobs_for(arm64: bool) -> list[Job]:
         Job("unit", pytest_argv("unit", UNIT_MARKS, workers="auto"), needs=("lint",), env=offline_env("unit")),
         Job("moves", pytest_argv("moves", "matrix_moves"), needs=("lint",), env=offline_env("moves")),
         Job("network", pytest_argv("network", "network and not docker"), needs=("lint",)),
+        Job("cpu-run", [*make, "cpu-run", f"CPU_RUN_OUT={STATE}/cpu-run"], needs=("lint",)),
         Job(
             "docker",
             pytest_argv(

@@ -1,0 +1,168 @@
+"""The CPU run's judgement (buildkit/run/cpuverdict.py), its environments (cpuenv.py) and its choice of stacks.
+
+The logs below are shaped as the runs print them (Ray's prefixes, Hydra's full errors); the runs
+themselves are CI's ``cpu-run`` job (tests/harness/cpu_run.py), in each stack's own packages.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.resources import SMOKE_DIR
+from buildkit.run.cpuenv import LEFT_OUT, plan_env
+from buildkit.run.cpuverdict import judge_boundary, judge_step
+from tests.harness.cpu_run import default_stacks
+
+
+def _boundary_module() -> object:
+    spec = importlib.util.spec_from_file_location("cpu_boundary", SMOKE_DIR / "cpu_boundary.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+accelerator_demands = _boundary_module().accelerator_demands  # type: ignore[attr-defined]
+SITE = "/venv/lib/python3.11/site-packages"
+RAY_TASK = "ray.exceptions.RayTaskError({name}): \x1b[36mray::TaskRunner.run()\x1b[39m (pid=1, ip=192.0.2.2)"
+
+
+def traceback(frames: list[tuple[str, int, str]], name: str, message: str, ray: bool = True) -> str:
+    lines = ["(TaskRunner pid=1) 'actor_rollout_ref': {'actor': {}},", "ray init kwargs: {}", "Traceback (most recent call last):"]
+    lines += [f'  File "{path}", line {line}, in {func}\n    code()' for path, line, func in frames]
+    if ray:
+        lines.append(RAY_TASK.format(name=name))
+    lines.append(f"{name}: {message}")
+    return "\n".join(lines) + "\n"
+
+
+RUNNER = (f"{SITE}/verl/trainer/main_ppo.py", 137, "run")
+
+
+def test_the_resource_pool_check_is_the_boundary() -> None:
+    log = traceback(
+        [RUNNER, (f"{SITE}/verl/trainer/ppo/ray_trainer.py", 116, "_check_resource_available")],
+        "ValueError",
+        "Total available GPUs 0 is less than total desired GPUs 16",
+    )
+    verdict = judge_boundary("verl", {"exit_code": 1, "stopped": None}, log)
+    assert verdict.reached and verdict.kind == "boundary"
+    assert "asks Ray for 16 accelerators and finds 0" in verdict.where
+    assert "configuration composed and printed" in verdict.ran and "trainer built, its workers asked for" in verdict.ran
+
+
+def test_a_wait_for_accelerators_is_the_boundary_and_other_waits_are_not() -> None:
+    waiting = {
+        "exit_code": None,
+        "stopped": "waiting-for-accelerators",
+        "demands": ["{'NPU': 1.0} * 16 (PACK): 1+ pending placement groups"],
+    }
+    assert judge_boundary("verl", waiting, "").reached
+    bound = judge_boundary("verl", {"exit_code": None, "stopped": "bound", "bound_s": 900.0, "demands": []}, "")
+    assert not bound.reached and bound.kind == "bound" and "900.0 s" in bound.detail
+
+
+STATUS = """Resources
+---------------------------------------------------------------
+Total Usage:
+ 9.0/32.0 CPU
+
+From request_resources:
+ (none)
+Pending Demands:
+ {'CPU': 1.0}: 2+ pending tasks/actors
+ {'NPU': 1.0} * 16 (PACK): 1+ pending placement groups
+"""
+
+
+def test_ray_status_demands_for_accelerators_are_told_from_cpu_demands() -> None:
+    assert accelerator_demands(STATUS) == ["{'NPU': 1.0} * 16 (PACK): 1+ pending placement groups"]
+    assert accelerator_demands(STATUS.replace(" {'NPU': 1.0} * 16 (PACK): 1+ pending placement groups\n", "")) == []
+    assert accelerator_demands("Pending Demands:\n (no resource demands)\n") == []
+
+
+# Each failure class as it would be planted in a copy: the check must name it, with where.
+@pytest.mark.parametrize(
+    ("frames", "name", "message", "kind", "said"),
+    [
+        ([RUNNER], "ModuleNotFoundError", "No module named 'transfer_queue'", "import", "module transfer_queue imported at"),
+        (
+            [(f"{SITE}/hydra/_internal/config_loader_impl.py", 390, "_apply_overrides_to_config")],
+            "ConfigCompositionException",
+            "Could not override 'actor_rollout_ref.actor.optim.lrr'.",
+            "configuration",
+            "config_loader_impl.py:390",
+        ),
+        (
+            [RUNNER, (f"{SITE}/verl/utils/dataset/rl_dataset.py", 160, "_read_files_and_tokenize")],
+            "KeyError",
+            "'prompt'",
+            "data",
+            "rl_dataset.py:160",
+        ),
+        (
+            [RUNNER, (f"{SITE}/verl/workers/reward_manager/naive.py", 85, "__call__")],
+            "TypeError",
+            "compute_score() got an unexpected keyword argument 'data_source'",
+            "reward",
+            "naive.py:85",
+        ),
+    ],
+)
+def test_each_failure_before_the_boundary_is_named_with_its_place(
+    frames: list[tuple[str, int, str]], name: str, message: str, kind: str, said: str
+) -> None:
+    verdict = judge_boundary("verl", {"exit_code": 1, "stopped": None}, traceback(frames, name, message))
+    assert not verdict.reached
+    assert verdict.kind == kind and said in verdict.where
+    assert verdict.detail == f"{name}: {message}"
+
+
+def test_the_step_is_held_to_what_a_step_must_do() -> None:
+    good: dict[str, Any] = {
+        "rewards": [1.0, 0.0],
+        "reward_calls": 2,
+        "advantages": [0.7, -0.7],
+        "loss": 0.6,
+        "grad_norm": 0.3,
+        "parameters_changed": 26,
+    }
+    assert judge_step(good, "").reached
+    changes: list[tuple[dict[str, Any], str]] = [
+        ({"reward_calls": 1}, "called 1 times for 2 responses"),
+        ({"advantages": [0.0, 0.0]}, "every GRPO advantage is zero"),
+        ({"loss": float("nan")}, "not finite"),
+        ({"grad_norm": 0.0}, "gradient norm is zero"),
+        ({"parameters_changed": 0}, "no weight changed"),
+    ]
+    for change, said in changes:
+        verdict = judge_step({**good, **change}, "")
+        assert not verdict.reached and said in verdict.detail
+    crashed = judge_step(None, traceback([RUNNER], "ModuleNotFoundError", "No module named 'verl'", ray=False))
+    assert not crashed.reached and crashed.kind == "import"
+
+
+def test_a_stack_with_a_resolved_lock_runs_its_locked_versions_less_what_cannot_be_had(loaded: LoadedMatrix, tmp_path: Path) -> None:
+    wheel = tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    wheel.write_bytes(b"")
+    plan = plan_env(loaded, "cann8.3", wheel, tmp_path)
+    names = {r.split("==")[0].lower() for r in plan.requirements}
+    assert "verl" in names and "ray" in names and "transformers" in names
+    assert not names & (set(LEFT_OUT) | {"torch"})
+    assert {n for n, _, _ in plan.left_out} >= {"torch-npu", "vllm", "vllm-ascend", "triton-ascend"}
+    assert plan.source == "locks/cann8.3-aarch64.txt"
+    said = plan.left_out_report()
+    assert said[-1]["package"].startswith("torch==2.7.1") and wheel.name in said[-1]["why"]
+
+
+def test_ci_runs_the_default_stack_and_the_newest_verl_stack(loaded: LoadedMatrix) -> None:
+    chosen = default_stacks(loaded)
+    stacks = loaded.matrix.stacks
+    assert chosen[0] == next(s for s, st in stacks.items() if st.default)
+    newest = [s for s, st in stacks.items() if st.framework == "verl" and st.rollout == "vllm"][-1]
+    assert newest in chosen and len(chosen) == len(set(chosen))
