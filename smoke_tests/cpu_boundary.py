@@ -38,6 +38,7 @@ from typing import Any
 
 MARKER = "ASCENDKIT_CPU_RUN"
 POLL_S = 10.0
+HEAD_ATTEMPTS = 3
 # Resources a CPU node has; a pending demand for anything else is for an accelerator.
 CPU_RESOURCES = {"CPU", "memory", "object_store_memory"}
 _DEMAND = re.compile(r"\{([^}]*)\}\s*\*\s*(\d+)")
@@ -84,6 +85,18 @@ def marked_pids(marker: str) -> list[int]:
     return pids
 
 
+def rss_mib(pids: list[int]) -> float:
+    """The resident memory of these processes together, in MiB."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for pid in pids:
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+    return round(total / 2**20, 1)
+
+
 def stop_all(marker: str) -> int:
     """SIGTERM then SIGKILL everything marked; returns how many were still running."""
     pids = marked_pids(marker)
@@ -107,22 +120,41 @@ def ray_status(env: dict[str, str], address: str) -> str:
     return done.stdout + done.stderr
 
 
+def start_head(env: dict[str, str], temp: Path, ray_cpus: int, out: Any, marker: str) -> str | None:
+    """A Ray head with no accelerators; its address. A loaded machine can time a head's start out (its GCS answers
+    late): what the attempt left is stopped and it is tried again, a few times."""
+    for attempt in range(1, HEAD_ATTEMPTS + 1):
+        port = free_port()
+        head = ["ray", "start", "--head", f"--port={port}", f"--num-cpus={ray_cpus}", "--num-gpus=0", "--disable-usage-stats"]
+        head += [f"--temp-dir={temp}", "--include-dashboard=false"]
+        done = subprocess.run(head, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=300, check=False)
+        if done.returncode == 0:
+            return f"127.0.0.1:{port}"
+        out.write(f"\n--- ascendkit: the Ray head did not start (exit {done.returncode}, attempt {attempt}); stopping what it left ---\n")
+        out.flush()
+        stop_all(marker)
+    return None
+
+
 def run(command: list[str], log: Path, bound: float, ray_cpus: int) -> dict[str, Any]:
     marker = uuid.uuid4().hex
     temp = Path(tempfile.mkdtemp(prefix="ascendkit-ray-"))
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    # Ray 2.5x and later want a token from clients unless told otherwise; this head is private to the run.
-    env = {**os.environ, MARKER: marker, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    head = ["ray", "start", "--head", f"--port={port}", f"--num-cpus={ray_cpus}", "--num-gpus=0", "--disable-usage-stats"]
-    head += [f"--temp-dir={temp}", "--include-dashboard=false"]
+    # Ray 2.5x and later want a token from clients unless told otherwise; this head is private to the run. Workers
+    # start when an actor needs one, not ahead for every CPU (each would import Ray for nothing on a small machine).
+    env = {
+        **os.environ,
+        MARKER: marker,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_prestart_worker_first_driver": "0",
+    }
     result: dict[str, Any] = {"command": command, "bound_s": bound, "ray_cpus": ray_cpus, "demands": [], "stopped": None}
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as out:
         try:
-            done = subprocess.run(head, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=300, check=False)
-            if done.returncode != 0:
-                result.update(exit_code=None, error=f"the Ray head did not start (exit {done.returncode}); see the log")
+            address = start_head(env, temp, ray_cpus, out, marker)
+            if address is None:
+                result.update(exit_code=None, error=f"the Ray head did not start in {HEAD_ATTEMPTS} attempts; see the log")
                 return result
             result["ray_head_s"] = round(time.monotonic() - started, 1)
             out.write(f"\n--- ascendkit: Ray head at {address} with {ray_cpus} CPUs and no accelerators; running the job ---\n")
@@ -131,8 +163,14 @@ def run(command: list[str], log: Path, bound: float, ray_cpus: int) -> dict[str,
             process = subprocess.Popen(command, env=job_env, stdout=out, stderr=subprocess.STDOUT)
             seen_waiting = 0
             next_poll = time.monotonic() + POLL_S
+            next_sample = 0.0
+            peak = 0.0
             while process.poll() is None:
                 now = time.monotonic()
+                if now >= next_sample:  # the job, the Ray head and every worker it started, together
+                    next_sample = now + 2.0
+                    peak = max(peak, rss_mib(marked_pids(marker)))
+                    result["peak_rss_mib"] = peak
                 if now - started > bound:
                     result["stopped"] = "bound"
                     result["demands"] = accelerator_demands(ray_status(env, address))
@@ -160,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="where the result goes (JSON)")
     parser.add_argument("--log", type=Path, required=True, help="the run's output")
     parser.add_argument("--bound", type=float, default=900.0, help="seconds before the run is stopped (default 900)")
-    parser.add_argument("--ray-cpus", type=int, default=16, help="logical CPUs the Ray head offers (default 16)")
+    parser.add_argument("--ray-cpus", type=int, default=12, help="logical CPUs the Ray head offers (default 12)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -166,3 +166,16 @@ def test_ci_runs_the_default_stack_and_the_newest_verl_stack(loaded: LoadedMatri
     assert chosen[0] == next(s for s, st in stacks.items() if st.default)
     newest = [s for s, st in stacks.items() if st.framework == "verl" and st.rollout == "vllm"][-1]
     assert newest in chosen and len(chosen) == len(set(chosen))
+
+
+def test_an_error_behind_torch_distributeds_rank_prefix_is_read() -> None:
+    log = "\n".join(
+        [
+            "[rank0]: Traceback (most recent call last):",
+            f'[rank0]:   File "{SITE}/verl/workers/reward_manager/naive.py", line 89, in __call__',
+            '[rank0]:   File "/opt/ascendkit-smoke/cpu_step_verl.py", line 167, in counted',
+            "[rank0]: TypeError: compute_score() got an unexpected keyword argument 'data_source'",
+        ]
+    )
+    verdict = judge_step(None, log)
+    assert verdict.kind == "reward" and "unexpected keyword argument 'data_source'" in verdict.detail

@@ -206,3 +206,26 @@ def test_a_stopped_smoke_run_removes_its_running_container(
     assert f"ascendkit: {said}: the smoke run was stopped and its container removed" in stderr
     assert "Traceback" not in stderr
     assert _smoke_containers(docker_env) == before, "the job's container is gone"
+
+
+def test_a_cpu_run_in_an_image_without_the_framework_names_what_is_missing_and_leaves_nothing(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    """`smoke --cpu` runs in containers of the image (no network, no devices): the test stack carries stand-in
+    packages, so the run stops making the job's model and says so, naming stack, job and what is missing.
+    The same run passing in real verl packages: CI's cpu-run job (tests/harness/cpu_run.py)."""
+    before = docker_env.containers()
+    out = tmp_path / "report"
+    proc = docker_env.ascendkit(
+        "smoke", "--matrix", str(MATRIX), "--hw", "a3", "--image", built["tags"][0], "--cpu", "--out", str(out), "--timeout", "300",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.CHECK_FAILED, proc.stderr
+    assert "smoke: cpu: FAILED: teststack verl grpo: the entry point stopped before the accelerator boundary: import" in proc.stderr
+    assert "cpu_model.py failed" in proc.stderr and "No module named" in proc.stderr
+    assert docker_env.containers() == before, "every container of the run was removed"
+    report = json.loads((out / "cpu-report.json").read_text())
+    (run,) = report["runs"]
+    assert run["stack"] == "teststack" and not run["passed"] and run["boundary"]["kind"] == "import"
+    assert "a container of" in run["place"] and "no network, no devices" in run["place"]
+    assert (out / "cpu-report.md").read_text().startswith("# CPU run of the smoke jobs")

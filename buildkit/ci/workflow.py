@@ -117,7 +117,7 @@ def ci_matrix(loaded: LoadedMatrix, stacks: set[str] | None = None) -> dict[str,
     for group, plans in groups.items():
         first = plans[0]
         names = {"group": group, "stack": first.stack_id, "chip": first.chip_id, "os": first.os_name, "framework": first.framework}
-        build += [{**names, "arch": p.arch, "runner": list(ci.build_runners[p.arch])} for p in plans]
+        build += [{**names, "arch": p.arch, "sku": first.skus[0], "runner": list(ci.build_runners[p.arch])} for p in plans]
         index.append({**names, "runner": fallback})
         jobs = " ".join(plugin(first.framework).jobs)
         smoke += [{**names, "sku": sku_id, "jobs": jobs, "runner": smoke_runners(loaded, sku_id)} for sku_id in first.skus]
@@ -199,6 +199,14 @@ def _build_job() -> dict[str, Any]:
                 "if": "inputs.push",
                 "env": {**_entry_env("STACK", "CHIP", "OS", "ARCH", "FRAMEWORK"), **SIGNING_ENV},
                 "run": BUILD + f' --push --no-index --registry "$ASCENDKIT_REGISTRY/$FRAMEWORK"{SIGN}\n',
+            },
+            {
+                # A runner has no NPU: the GRPO job's entry point runs in the image to its accelerator boundary, then
+                # one step through the framework's own code (docs/smoke.md, "A CPU run"), before NPU time is spent.
+                "name": "CPU run of the GRPO job in the image (no NPU)",
+                "env": _entry_env("STACK", "CHIP", "OS", "ARCH", "SKU"),
+                "run": 'IMAGE="$(ascendkit plan --hw "$CHIP" --stack "$STACK" --os "$OS" --arch "$ARCH" --json | jq -r \'.[0].tags[0]\')"\n'
+                'ascendkit smoke --cpu --hw "$SKU" --image "$IMAGE" --out cpu-run-out\n',
             },
             {
                 "name": "Keep the build manifest and SBOM",

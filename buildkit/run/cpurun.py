@@ -112,11 +112,26 @@ class CpuRun:
             "place": self.place,
             "passed": self.passed,
             "failure": self.failure(),
-            "boundary": {**self.boundary.describe(), "seconds": self.boundary_result.get("seconds")},
+            "boundary": {
+                **self.boundary.describe(),
+                "seconds": self.boundary_result.get("seconds"),
+                "peak_rss_mib": self.boundary_result.get("peak_rss_mib"),
+            },
             "step": None if self.step is None else {**self.step.describe(), "result": self.step_result},
             "seconds": self.seconds,
             "left_out": self.left_out,
         }
+
+
+@dataclass(frozen=True)
+class Variation:
+    """A change to a run: how the harness plants each failure class in a copy of the job (and the parts it runs)."""
+
+    overrides: tuple[str, ...] = ()  # appended to the job's
+    env: tuple[tuple[str, str], ...] = ()
+    after_setup: tuple[tuple[str, ...], ...] = ()  # commands run where the job runs, after its model and data are made
+    boundary: bool = True
+    step: bool = True
 
 
 def cpu_job(spec_image: ImageJob, job_name: str, sku: Sku, facts: JobFacts, place: Place) -> Job:
@@ -144,12 +159,16 @@ def run_cpu(
     bound: float = DEFAULT_BOUND_S,
     left_out: list[dict[str, str]] | None = None,
     progress: Callable[[str], None] | None = None,
+    variation: Variation = Variation(),
 ) -> CpuRun:
     """Both parts of a CPU run of ``job_name`` at ``place``; ``work`` is the host's side of its work directory."""
     say = progress or (lambda _line: None)
     started = time.monotonic()
     job = cpu_job(image, job_name, sku, facts, place)
-    env = {**job.env, **CPU_ENV}
+    overrides = (*job.overrides, *variation.overrides)
+    env = {**job.env, **CPU_ENV, **dict(variation.env)}
+    for stale in ("boundary.json", "step.json", "boundary.log", "step.log", "setup.log", "boundary-driver.log"):
+        (work / stale).unlink(missing_ok=True)
     setup = work / "setup.log"
     smoke = place.smoke_dir
     prepare = [
@@ -166,6 +185,7 @@ def run_cpu(
             "--format",
             job.data_format,
         ],
+        *(list(command) for command in variation.after_setup),
     ]
     say(f"{job_name}: a random model of the job's architecture and the job's synthetic data")
     for argv in prepare:
@@ -178,21 +198,24 @@ def run_cpu(
                 Verdict(False, verdict.where, verdict.kind, f"{Path(argv[1]).name} failed (exit {code}): {verdict.detail}"),
                 None, {}, None, round(time.monotonic() - started, 1), left_out or [],
             )  # fmt: skip
-    say(f"{job_name}: {' '.join(job.command)} to its accelerator boundary (bound {bound:.0f} s)")
-    boundary_argv = ["python3", f"{smoke}/cpu_boundary.py", "--out", f"{place.work_dir}/boundary.json"]
-    boundary_argv += ["--log", f"{place.work_dir}/boundary.log", "--bound", str(bound), "--", *job.argv]
-    place.run(boundary_argv, env, work / "boundary-driver.log", bound + 120)
-    boundary_result = _read_json(work / "boundary.json") or {"exit_code": None, "error": "the boundary run wrote no result"}
-    log_path = work / "boundary.log"
-    log = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
-    boundary = judge_boundary(image.framework, boundary_result, log)
-    say(f"{job_name}: {'boundary: ' if boundary.reached else 'STOPPED: ' + boundary.kind + ' at '}{boundary.where}")
+    boundary_result: dict[str, Any] = {}
+    boundary = Verdict(True, "not run", "skipped")
+    if variation.boundary:
+        say(f"{job_name}: {' '.join(job.command)} to its accelerator boundary (bound {bound:.0f} s)")
+        boundary_argv = ["python3", f"{smoke}/cpu_boundary.py", "--out", f"{place.work_dir}/boundary.json"]
+        boundary_argv += ["--log", f"{place.work_dir}/boundary.log", "--bound", str(bound), "--", *job.command, *overrides]
+        place.run(boundary_argv, env, work / "boundary-driver.log", bound + 120)
+        boundary_result = _read_json(work / "boundary.json") or {"exit_code": None, "error": "the boundary run wrote no result"}
+        log_path = work / "boundary.log"
+        log = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
+        boundary = judge_boundary(image.framework, boundary_result, log)
+        say(f"{job_name}: {'boundary: ' if boundary.reached else 'STOPPED: ' + boundary.kind + ' at '}{boundary.where}")
     step = step_result = None
     program = STEP_PROGRAMS.get((image.framework, job_name))
-    if program is not None:
+    if program is not None and variation.step:
         say(f"{job_name}: one training step through {image.framework}'s own code")
         code = place.run(
-            ["python3", f"{smoke}/{program}", "--out", f"{place.work_dir}/step.json", "--", *job.overrides], env, work / "step.log", 1200
+            ["python3", f"{smoke}/{program}", "--out", f"{place.work_dir}/step.json", "--", *overrides], env, work / "step.log", 1200
         )
         step_result = _read_json(work / "step.json") if code == 0 else None
         step = judge_step(step_result, (work / "step.log").read_text(encoding="utf-8", errors="replace"))
@@ -237,6 +260,14 @@ def render_markdown(runs: list[CpuRun]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(out: Path, runs: list[CpuRun]) -> None:
-    write_atomic(out / "cpu-report.json", json.dumps({"runs": [r.data() for r in runs]}, indent=2, sort_keys=True) + "\n")
-    write_atomic(out / "cpu-report.md", render_markdown(runs))
+def write_report(out: Path, runs: list[CpuRun], planted: list[dict[str, Any]] | None = None) -> None:
+    """cpu-report.json and .md; ``planted``: the failures a test planted, each with what the check said of it."""
+    data: dict[str, Any] = {"runs": [r.data() for r in runs]}
+    text = render_markdown(runs)
+    if planted:
+        data["planted"] = planted
+        text += "\n## Failures planted in copies of the job, and what the check said\n\n"
+        text += "| planted | expected | named | said |\n|---|---|---|---|\n"
+        text += "".join(f"| {p['name']} | {p['expected']} | {'yes' if p['named'] else '**no**'} | {p['said']} |\n" for p in planted)
+    write_atomic(out / "cpu-report.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_atomic(out / "cpu-report.md", text)

@@ -35,12 +35,17 @@ MILESTONES = {
     ),
 }
 _EXCEPTION = re.compile(r"(?:^|\()((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|KeyboardInterrupt))\)?: (.*)$")
+# What torch.distributed and Ray put in front of a process's lines: "[rank0]: ", "(TaskRunner pid=12) ".
+_PREFIX = re.compile(r"^(?:\[rank\d+\]:\s?|\(\w+(?:\.\w+)* pid=\d+(?:, ip=[\d.]+)?\)\s?)+")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _MISSING = re.compile(r"No module named '([^']+)'")
 # Where an error came from, by the file of its deepest frame.
 _KINDS = (
     ("configuration", re.compile(r"/(hydra|omegaconf)/|/verl/trainer/config/|validate_config|/verl/utils/config\.py")),
-    ("data", re.compile(r"/datasets/|rl_dataset\.py|sft_dataset\.py|multiturn_sft_dataset\.py|/pyarrow/|/pandas/")),
+    (
+        "data",
+        re.compile(r"/datasets/|rl_dataset\.py|sft_dataset\.py|multiturn_sft_dataset\.py|/pyarrow/|/pandas/|create_rl_(?:sampler|dataset)"),
+    ),
     ("reward", re.compile(r"/reward_score/|reward_manager|/reward\.py|reward_func|gsm8k_reward")),
 )
 
@@ -65,7 +70,7 @@ def last_error(log: str) -> tuple[str, str, list[tuple[str, int, str]]]:
     """The last exception a log shows (its type, message) and the frames of its traceback."""
     lines = log.splitlines()
     for index in range(len(lines) - 1, -1, -1):
-        line = re.sub(r"\x1b\[[0-9;]*m", "", lines[index]).strip()
+        line = _PREFIX.sub("", re.sub(r"\x1b\[[0-9;]*m", "", lines[index])).strip()
         match = _EXCEPTION.search(line)
         if match and not line.startswith("File "):
             name, message = match.group(1).split(".")[-1], match.group(2).strip()

@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from buildkit.framework import framework
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.cpuenv import make_env, plan_env
-from buildkit.run.cpurun import CpuRun, LocalPlace, run_cpu, write_report
+from buildkit.run.cpurun import CpuRun, LocalPlace, Variation, run_cpu, write_report
 from buildkit.run.job import ImageJob, JobFacts
 
 FRAMEWORKS_WITH_A_CPU_RUN = ("verl",)
@@ -36,6 +37,73 @@ def default_stacks(loaded: LoadedMatrix) -> list[str]:
         if ours and ours[-1] not in chosen:
             chosen.append(ours[-1])
     return chosen
+
+
+# A reward function with another signature than verl's reward manager calls (it passes data_source, solution_str,
+# ground_truth and extra_info by keyword).
+BAD_REWARD = "def compute_score(solution, truth):\n    return 0.0\n"
+# A module the trainer imports only when its task runner starts (verl's FSDP workers import peft), missing.
+MISSING_MODULE = "raise ModuleNotFoundError(\"No module named 'peft'\", name='peft')\n"
+DROP_PROMPT = (
+    "import sys, pyarrow.parquet as pq\nfor path in sys.argv[1:]:\n    pq.write_table(pq.read_table(path).drop(['prompt']), path)\n"
+)
+
+
+def plants(work: Path, job_work: str) -> list[tuple[str, str, Variation]]:
+    """Each failure class planted in a copy of the job: (what, the kind the check must name, how)."""
+    (work / "planted").mkdir(parents=True, exist_ok=True)
+    (work / "planted" / "bad_reward.py").write_text(BAD_REWARD, encoding="utf-8")
+    (work / "planted" / "peft").mkdir(exist_ok=True)
+    (work / "planted" / "peft" / "__init__.py").write_text(MISSING_MODULE, encoding="utf-8")
+    (work / "planted" / "drop_prompt.py").write_text(DROP_PROMPT, encoding="utf-8")
+    data = [f"{job_work}/data/train.parquet", f"{job_work}/data/test.parquet"]
+    return [
+        (
+            "a reward function with another signature",
+            "reward",
+            Variation(
+                overrides=(
+                    f"custom_reward_function.path={work / 'planted' / 'bad_reward.py'}",
+                    "custom_reward_function.name=compute_score",
+                ),
+                boundary=False,
+            ),
+        ),
+        (
+            "a data file without its prompt column",
+            "data",
+            Variation(after_setup=(("python3", str(work / "planted" / "drop_prompt.py"), *data),), step=False),
+        ),
+        (
+            "a module the trainer imports at start missing (peft)",
+            "import",
+            Variation(env=(("PYTHONPATH", str(work / "planted")),), step=False),
+        ),
+        (
+            "a configuration key the trainer refuses at start",
+            "configuration",
+            Variation(overrides=("actor_rollout_ref.actor.optim.lr_typo=1e-6",), step=False),
+        ),
+    ]
+
+
+def run_plants(loaded: LoadedMatrix, stack_id: str, env_python: Path, work: Path) -> list[dict[str, object]]:
+    """The check run on each planted failure; each must be named, with its kind and place."""
+    stack = loaded.matrix.stacks[stack_id]
+    sku = loaded.matrix.skus[stack.skus[0]]
+    found = []
+    for number, (name, expected, variation) in enumerate(plants(work, str(work / f"{stack_id}-planted-{{}}"))):
+        job_work = work / f"{stack_id}-planted-{number}"
+        job_work.mkdir(parents=True, exist_ok=True)
+        variation = replace(variation, after_setup=tuple(tuple(a.format(number) for a in c) for c in variation.after_setup))
+        place = LocalPlace(env_python, job_work, description=f"CPU environment of {stack_id}, planted: {name}")
+        run = run_cpu(place, job_work, ImageJob.of(stack_id, stack), "grpo", sku, JobFacts.of(loaded.matrix.compat), variation=variation)
+        verdict = run.boundary if variation.boundary and not run.boundary.reached else run.step if run.step is not None else run.boundary
+        named = not verdict.reached and verdict.kind == expected and run.failure() is not None
+        said = run.failure() or "nothing: the run passed"
+        print(f"cpu-run: planted {name}: {'named' if named else 'NOT NAMED'}: {said}", file=sys.stderr, flush=True)
+        found.append({"name": name, "expected": expected, "named": named, "kind": verdict.kind, "said": said})
+    return found
 
 
 def run_stack(loaded: LoadedMatrix, stack_id: str, out: Path, work: Path, torch_wheel: Path, python: str) -> list[CpuRun]:
@@ -73,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-wheel", type=Path, default=None)
     parser.add_argument("--python", default="/root/.pyenv/versions/3.11.7/bin/python3.11")
     parser.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX)
+    parser.add_argument("--plant", action="store_true", help="also plant each failure class in copies of the first stack's job")
     args = parser.parse_args(argv)
     loaded = load_matrix(args.matrix)
     wheels = sorted(Path(TORCH_WHEELS).parent.glob(Path(TORCH_WHEELS).name))
@@ -84,13 +153,21 @@ def main(argv: list[str] | None = None) -> int:
         stacks = args.stack or default_stacks(loaded)
     args.out.mkdir(parents=True, exist_ok=True)
     runs: list[CpuRun] = []
+    planted: list[dict[str, object]] = []
     for stack_id in stacks:
         runs += run_stack(loaded, stack_id, args.out, args.work, torch_wheel, python)
         write_report(args.out, runs)
+        if args.plant and not planted:
+            planted = run_plants(loaded, stack_id, args.work / f"{stack_id}-venv" / "bin" / "python", args.work)
+            write_report(args.out, runs, planted)
     failures = [f for run in runs if (f := run.failure())]
+    failures += [f"planted {p['name']}: the check did not name it ({p['said']})" for p in planted if not p["named"]]
     for failure in failures:
         print(f"cpu-run: FAILED: {failure}", file=sys.stderr)
-    print(f"cpu-run: {len(runs) - len(failures)} of {len(runs)} passed; see {args.out / 'cpu-report.md'}", file=sys.stderr)
+    passed = sum(run.passed for run in runs)
+    named = sum(bool(p["named"]) for p in planted)
+    said = f"; {named} of {len(planted)} planted failures named" if planted else ""
+    print(f"cpu-run: {passed} of {len(runs)} runs passed{said}; see {args.out / 'cpu-report.md'}", file=sys.stderr)
     return 1 if failures else 0
 
 
