@@ -28,8 +28,17 @@ from buildkit.run.job import ImageJob, Job, JobFacts, build_job, spec_for
 
 STEP_PROGRAMS = {("verl", "grpo"): "cpu_step_verl.py"}  # the jobs with a training step on CPU, per framework
 DEFAULT_BOUND_S = 900.0
-# A CPU run must not ask the device backends to load: torch_npu needs the host's driver.
-CPU_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "HYDRA_FULL_ERROR": "1", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
+# A CPU run must not ask the device backends to load: torch_npu needs the host's driver. One thread per process:
+# the model is tiny, and the run's processes (the job, Ray's workers, the step) share the host's cores with whatever
+# else it runs; each spinning a thread per core made a loaded 2-core machine's step 10x slower (20 s to 260 s).
+CPU_ENV = {
+    "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+    "HYDRA_FULL_ERROR": "1",
+    "RAY_DEDUP_LOGS": "0",
+    "PYTHONUNBUFFERED": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
 
 
 class Place(Protocol):
@@ -132,6 +141,7 @@ class Variation:
     after_setup: tuple[tuple[str, ...], ...] = ()  # commands run where the job runs, after its model and data are made
     boundary: bool = True
     step: bool = True
+    prepare: bool = True  # False: the work directory already holds the model and the data (a copy of another run's)
 
 
 def cpu_job(spec_image: ImageJob, job_name: str, sku: Sku, facts: JobFacts, place: Place) -> Job:
@@ -171,7 +181,7 @@ def run_cpu(
         (work / stale).unlink(missing_ok=True)
     setup = work / "setup.log"
     smoke = place.smoke_dir
-    prepare = [
+    generate = [
         ["python3", f"{smoke}/cpu_model.py", "--out", f"{place.work_dir}/model"],
         [
             "python3",
@@ -179,14 +189,14 @@ def run_cpu(
             "--out",
             f"{place.work_dir}/data",
             "--train",
-            "64",
+            str(max(64, job.batch * job.steps)),  # every step's batch, as the job's own generator would
             "--test",
             "16",
             "--format",
             job.data_format,
         ],
-        *(list(command) for command in variation.after_setup),
     ]
+    prepare = [*(generate if variation.prepare else []), *(list(command) for command in variation.after_setup)]
     say(f"{job_name}: a random model of the job's architecture and the job's synthetic data")
     for argv in prepare:
         code = place.run(argv, env, setup, 600)

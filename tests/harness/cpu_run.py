@@ -12,6 +12,7 @@ stack, job and step when one failed.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from dataclasses import replace
@@ -94,8 +95,12 @@ def run_plants(loaded: LoadedMatrix, stack_id: str, env_python: Path, work: Path
     found = []
     for number, (name, expected, variation) in enumerate(plants(work, str(work / f"{stack_id}-planted-{{}}"))):
         job_work = work / f"{stack_id}-planted-{number}"
-        job_work.mkdir(parents=True, exist_ok=True)
-        variation = replace(variation, after_setup=tuple(tuple(a.format(number) for a in c) for c in variation.after_setup))
+        shutil.rmtree(job_work, ignore_errors=True)
+        job_work.mkdir(parents=True)
+        for made in ("model", "data"):  # the first run's, copied: a plant changes its copy, nothing is made twice
+            shutil.copytree(work / f"{stack_id}-grpo" / made, job_work / made)
+        after = tuple(tuple(a.format(number) for a in c) for c in variation.after_setup)
+        variation = replace(variation, after_setup=after, prepare=False)
         place = LocalPlace(env_python, job_work, description=f"CPU environment of {stack_id}, planted: {name}")
         run = run_cpu(place, job_work, ImageJob.of(stack_id, stack), "grpo", sku, JobFacts.of(loaded.matrix.compat), variation=variation)
         verdict = run.boundary if variation.boundary and not run.boundary.reached else run.step if run.step is not None else run.boundary
