@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from buildkit.errors import AscendkitError
 from buildkit.framework import framework
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.resources import DEFAULT_MATRIX
@@ -159,13 +160,19 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     runs: list[CpuRun] = []
     planted: list[dict[str, object]] = []
+    unbuilt: list[str] = []
     for stack_id in stacks:
-        runs += run_stack(loaded, stack_id, args.out, args.work, torch_wheel, python)
+        try:
+            runs += run_stack(loaded, stack_id, args.out, args.work, torch_wheel, python)
+        except AscendkitError as exc:  # a stack whose environment cannot be made: said, and the others still run
+            unbuilt.append(f"{stack_id}: no CPU environment: {exc}")
+            print(f"cpu-run: {unbuilt[-1]}", file=sys.stderr, flush=True)
+            continue
         write_report(args.out, runs)
         if args.plant and not planted:
             planted = run_plants(loaded, stack_id, args.work / f"{stack_id}-venv" / "bin" / "python", args.work)
             write_report(args.out, runs, planted)
-    failures = [f for run in runs if (f := run.failure())]
+    failures = [*unbuilt, *(f for run in runs if (f := run.failure()))]
     failures += [f"planted {p['name']}: the check did not name it ({p['said']})" for p in planted if not p["named"]]
     for failure in failures:
         print(f"cpu-run: FAILED: {failure}", file=sys.stderr)
