@@ -200,7 +200,12 @@ def step(overrides: list[str]) -> dict[str, Any]:
     loss_mode = actor_cfg.policy_loss.get("loss_mode", "vanilla") if "policy_loss" in actor_cfg else "vanilla"
     agg = str(actor_cfg.loss_agg_mode)
     actor_config = _actor_config(actor_cfg)
-    policy_loss_fn = core_algos.get_policy_loss_fn(loss_mode)
+    try:
+        policy_loss_fn = core_algos.get_policy_loss_fn(loss_mode)
+    except ValueError:  # verl 0.5 registers only the other modes; its vanilla loss is compute_policy_loss
+        if loss_mode != "vanilla":
+            raise
+        policy_loss_fn = core_algos.compute_policy_loss
     pg_loss, _pg_metrics = _policy_loss(policy_loss_fn, old_log_prob, log_prob, advantages, mask, agg, actor_config)
     loss = pg_loss - float(actor_cfg.entropy_coeff) * core_algos.agg_loss(loss_mat=entropy, loss_mask=mask, loss_agg_mode=agg)
     if actor_cfg.use_kl_loss:
@@ -250,7 +255,13 @@ def _actor_config(actor_cfg: Any) -> Any:
 
 def _policy_loss(fn: Any, old: Any, new: Any, advantages: Any, mask: Any, agg: str, config: Any) -> tuple[Any, dict[str, Any]]:
     """verl's policy loss; its return grew from a tuple of four (0.4-0.5) to (loss, metrics) (0.6+)."""
-    result = fn(old_log_prob=old, log_prob=new, advantages=advantages, response_mask=mask, loss_agg_mode=agg, config=config)
+    import inspect
+
+    if "config" in inspect.signature(fn).parameters:
+        result = fn(old_log_prob=old, log_prob=new, advantages=advantages, response_mask=mask, loss_agg_mode=agg, config=config)
+    else:  # verl 0.5's compute_policy_loss takes the clip ratios themselves
+        clip = {"cliprange": config.clip_ratio, "cliprange_low": config.clip_ratio_low, "cliprange_high": config.clip_ratio_high}
+        result = fn(old_log_prob=old, log_prob=new, advantages=advantages, response_mask=mask, loss_agg_mode=agg, **clip)
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
         return result[0], result[1]
     return result[0], {}
