@@ -77,10 +77,13 @@ def _from_lock(loaded: LoadedMatrix, stack_id: str) -> tuple[list[tuple[str, str
     return None
 
 
+def _kept_name(name: str) -> bool:
+    """Whether a distribution of the image is installed in its CPU environment (torch comes as the wheel given)."""
+    return canon(name) not in LEFT_OUT and canon(name) != "torch"
+
+
 def _kept(requirement: str) -> bool:
-    """Whether a requirement of the image is installed in its CPU environment (torch comes as the wheel given)."""
-    name = canon(Requirement(requirement).name)
-    return name not in LEFT_OUT and name != "torch"
+    return _kept_name(Requirement(requirement).name)
 
 
 def _resolved_here(loaded: LoadedMatrix, stack_id: str, torch_wheel: Path, work: Path) -> list[tuple[str, str]]:
@@ -120,12 +123,13 @@ def plan_env(loaded: LoadedMatrix, stack_id: str, torch_wheel: Path, work: Path)
     stack = loaded.matrix.stacks[stack_id]
     found = _from_lock(loaded, stack_id)
     pairs, source = found if found is not None else (_resolved_here(loaded, stack_id, torch_wheel, work), "resolved here by uv")
-    kept = tuple(f"{n}=={v}" for n, v in pairs if canon(n) not in LEFT_OUT and canon(n) != "torch")
+    kept = tuple(f"{n}=={v}" for n, v in pairs if _kept_name(n))
     left = tuple(sorted((canon(n), v, LEFT_OUT[canon(n)]) for n, v in pairs if canon(n) in LEFT_OUT))
     for component in ("vllm", "vllm_ascend", "sglang", "torch_npu", "triton_ascend"):  # pins built or fetched outside the lock
         pin = stack.pins().get(component)
-        if pin is not None and canon(pin.dist(component)) not in {n for n, _, _ in left}:
-            left += ((canon(pin.dist(component)), pin.version, LEFT_OUT[canon(pin.dist(component))]),)
+        dist = canon(pin.dist(component)) if pin is not None else ""
+        if pin is not None and dist not in {n for n, _, _ in left}:
+            left += ((dist, pin.version, LEFT_OUT[dist]),)
     torch_pin = stack.pins().get("torch")
     return CpuEnvPlan(stack_id, kept, source, tuple(sorted(left)), torch_wheel, torch_pin.version if torch_pin else "?")
 
