@@ -18,6 +18,10 @@ import re
 _ANSWER = re.compile(r"#### (-?[0-9.,]+)")
 # Only the end of a long response is searched: the final answer is there.
 _TAIL_CHARS = 300
+# OpenRLHF right-pads each response to the longest of its micro-batch and decodes with the special tokens kept, so a
+# short right answer can be followed by hundreds of pad tokens: they are not the response (verl scores the valid
+# tokens only), and are dropped before the tail is read.
+_TRAILING_SPECIAL = re.compile(r"(?:<\|[A-Za-z_]+\|>|\s)+$")
 _ASSISTANT = "<|im_start|>assistant"  # Qwen's chat template: where the response begins
 
 
@@ -31,7 +35,7 @@ def response_of(query: str, prompt: str) -> str:
 
 
 def final_answer(response: str) -> str | None:
-    found = _ANSWER.findall(response[-_TAIL_CHARS:])
+    found = _ANSWER.findall(_TRAILING_SPECIAL.sub("", response)[-_TAIL_CHARS:])
     return found[-1].replace(",", "").replace("$", "") if found else None
 
 

@@ -256,6 +256,9 @@ def test_the_reward_scores_as_verls_gsm8k_rule_does() -> None:
             assert reward.score(*_qwen_query(row["prompt"][0]["content"], answer), label) == 1.0
     query, prompt = _qwen_query("Q", "#### 1,234")
     assert reward.score(query, prompt, "1234") == 1.0, "thousands separators dropped, as gsm8k's preprocessing drops them"
+    # a short right answer in a micro-batch with a long response: OpenRLHF right-pads it, special tokens kept
+    query, prompt = _qwen_query("Q", "#### 42")
+    assert reward.score(query + "<|endoftext|>" * 900, prompt, "42") == 1.0, "the padding after a response is not its tail"
     # the prompt itself names "####": only the response counts
     assert reward.score(*_qwen_query('output the final answer after "#### 5"', "no answer"), "5") == 0.0
 
