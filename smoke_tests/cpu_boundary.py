@@ -1,6 +1,6 @@
 """Run a smoke job's own entry point on a machine with no NPU, as far as it goes, and record where it stopped.
 
-    python3 cpu_boundary.py --out RESULT.json --log RUN.log [--bound 900] [--ray-cpus 16] -- python3 -m MODULE ARG...
+    python3 cpu_boundary.py --out RESULT.json --log RUN.log [--bound 900] [--ray-cpus 16] [--no-ray] -- python3 -m MODULE ARG...
 
 The command is the job's, unchanged (the trainer, its configuration, the job's data and a model
 directory of its architecture). A Ray head with no accelerators is started first and the command
@@ -55,7 +55,7 @@ def accelerator_demands(status: str) -> list[str]:
     found = []
     in_demands = False
     for line in status.splitlines():
-        if line.startswith("Pending Demands"):
+        if line.startswith(("Pending Demands", "Demands")):  # Ray 2.5x+ / Ray 2.4x
             in_demands = True
             continue
         if in_demands and line and not line.startswith(" "):
@@ -136,7 +136,7 @@ def start_head(env: dict[str, str], temp: Path, ray_cpus: int, out: Any, marker:
     return None
 
 
-def run(command: list[str], log: Path, bound: float, ray_cpus: int) -> dict[str, Any]:
+def run(command: list[str], log: Path, bound: float, ray_cpus: int, ray: bool = True) -> dict[str, Any]:
     marker = uuid.uuid4().hex
     temp = Path(tempfile.mkdtemp(prefix="ascendkit-ray-"))
     # Ray 2.5x and later want a token from clients unless told otherwise; this head is private to the run. Workers
@@ -152,14 +152,15 @@ def run(command: list[str], log: Path, bound: float, ray_cpus: int) -> dict[str,
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as out:
         try:
-            address = start_head(env, temp, ray_cpus, out, marker)
+            address = start_head(env, temp, ray_cpus, out, marker) if ray else ""
             if address is None:
                 result.update(exit_code=None, error=f"the Ray head did not start in {HEAD_ATTEMPTS} attempts; see the log")
                 return result
-            result["ray_head_s"] = round(time.monotonic() - started, 1)
-            out.write(f"\n--- ascendkit: Ray head at {address} with {ray_cpus} CPUs and no accelerators; running the job ---\n")
+            result["ray_head_s"] = round(time.monotonic() - started, 1) if ray else None
+            said = f"Ray head at {address} with {ray_cpus} CPUs and no accelerators" if ray else "no Ray head (the job does not use Ray)"
+            out.write(f"\n--- ascendkit: {said}; running the job ---\n")
             out.flush()
-            job_env = {**env, "RAY_ADDRESS": address}
+            job_env = {**env, "RAY_ADDRESS": address} if ray else env
             process = subprocess.Popen(command, env=job_env, stdout=out, stderr=subprocess.STDOUT)
             seen_waiting = 0
             next_poll = time.monotonic() + POLL_S
@@ -173,9 +174,9 @@ def run(command: list[str], log: Path, bound: float, ray_cpus: int) -> dict[str,
                     result["peak_rss_mib"] = peak
                 if now - started > bound:
                     result["stopped"] = "bound"
-                    result["demands"] = accelerator_demands(ray_status(env, address))
+                    result["demands"] = accelerator_demands(ray_status(env, address)) if ray else []
                     break
-                if now >= next_poll:
+                if ray and now >= next_poll:
                     next_poll = now + POLL_S
                     demands = accelerator_demands(ray_status(env, address))
                     seen_waiting = seen_waiting + 1 if demands else 0
@@ -199,12 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", type=Path, required=True, help="the run's output")
     parser.add_argument("--bound", type=float, default=900.0, help="seconds before the run is stopped (default 900)")
     parser.add_argument("--ray-cpus", type=int, default=12, help="logical CPUs the Ray head offers (default 12)")
+    parser.add_argument("--no-ray", action="store_true", help="the job does not use Ray: start no head")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command after --")
-    result = run(command, args.log, args.bound, args.ray_cpus)
+    result = run(command, args.log, args.bound, args.ray_cpus, ray=not args.no_ray)
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(args.out)

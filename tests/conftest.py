@@ -453,6 +453,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # below through the editable install's finder, so the wheel's contents are compared directly
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "buildkit").rglob("*.py")}
     assert modules <= names, sorted(modules - names)
+    smoke = {"buildkit/smoke_tests/" + p.relative_to(ROOT / "smoke_tests").as_posix() for p in (ROOT / "smoke_tests").rglob("*.py")}
+    assert smoke <= names, f"every smoke_tests program ships (smoke --cpu runs them): {sorted(smoke - names)}"
     subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True, timeout=300)
     return target
 

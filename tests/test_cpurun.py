@@ -7,15 +7,20 @@ themselves are CI's ``cpu-run`` job (tests/harness/cpu_run.py), in each stack's 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from buildkit.matrix.load import LoadedMatrix
+from buildkit.errors import InputError
+from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.cpuenv import LEFT_OUT, plan_env
+from buildkit.run.cpurun import LocalPlace, boundary_command, cpu_env, cpu_job
 from buildkit.run.cpuverdict import judge_boundary, judge_step
+from buildkit.run.job import ImageJob, JobFacts
+from tests.conftest import MATRIX
 from tests.harness.cpu_run import default_stacks
 
 
@@ -82,6 +87,8 @@ Pending Demands:
 
 def test_ray_status_demands_for_accelerators_are_told_from_cpu_demands() -> None:
     assert accelerator_demands(STATUS) == ["{'NPU': 1.0} * 16 (PACK): 1+ pending placement groups"]
+    ray_2_43 = "Usage:\n 0.0/12.0 CPU\n\nDemands:\n {'NPU': 1.0, 'CPU': 1.0} * 8 (PACK): 1+ pending placement groups\n"
+    assert accelerator_demands(ray_2_43) == ["{'NPU': 1.0, 'CPU': 1.0} * 8 (PACK): 1+ pending placement groups"], "Ray 2.4x's header"
     assert accelerator_demands(STATUS.replace(" {'NPU': 1.0} * 16 (PACK): 1+ pending placement groups\n", "")) == []
     assert accelerator_demands("Pending Demands:\n (no resource demands)\n") == []
 
@@ -160,12 +167,93 @@ def test_a_stack_with_a_resolved_lock_runs_its_locked_versions_less_what_cannot_
     assert said[-1]["package"].startswith("torch==2.7.1") and wheel.name in said[-1]["why"]
 
 
-def test_ci_runs_the_default_stack_and_the_newest_verl_stack(loaded: LoadedMatrix) -> None:
+def test_ci_runs_the_default_stack_and_the_newest_stack_of_each_framework(loaded: LoadedMatrix) -> None:
     chosen = default_stacks(loaded)
     stacks = loaded.matrix.stacks
     assert chosen[0] == next(s for s, st in stacks.items() if st.default)
-    newest = [s for s, st in stacks.items() if st.framework == "verl" and st.rollout == "vllm"][-1]
-    assert newest in chosen and len(chosen) == len(set(chosen))
+    for name in ("verl", "openrlhf"):
+        newest = [s for s, st in stacks.items() if st.framework == name and st.rollout == "vllm"][-1]
+        assert newest in chosen
+    assert len(chosen) == len(set(chosen))
+
+
+def test_an_openrlhf_stack_builds_what_its_entry_point_imports_and_its_fork_from_the_tree_given(
+    loaded: LoadedMatrix, tmp_path: Path
+) -> None:
+    """OpenRLHF's launcher imports vllm before its boundary: built here as the image builds it (no device), not left
+    out; DeepSpeed builds against the CPU torch; torch_npu is said to be the stand-in; the fork comes from a tree."""
+    wheel = tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    wheel.write_bytes(b"")
+    with pytest.raises(InputError, match=r"openrlhf-cann8.1: its openrlhf is built from openrlhf-ascend at 06ac74cf"):
+        plan_env(loaded, "openrlhf-cann8.1", wheel, tmp_path)
+    plan = plan_env(loaded, "openrlhf-cann8.1", wheel, tmp_path, framework_tree=tmp_path / "fork")
+    builds = dict(plan.builds)
+    assert builds["deepspeed==0.16.7"] == (("DS_BUILD_OPS", "0"),)
+    assert builds["vllm==0.8.5.post1"] == (("VLLM_TARGET_DEVICE", "empty"),)
+    assert not {r for r in plan.requirements if r.startswith(("deepspeed==", "vllm=="))}, "built after torch, not with the rest"
+    left = {n: why for n, _, why in plan.left_out}
+    assert "vllm" not in left and "vllm-ascend" in left and "cpu_standins/torch_npu" in left["torch-npu"]
+    assert plan.framework_tree == tmp_path / "fork" and plan.framework_env == (("TARGET_DEVICE", "NPU"),)
+    verl = plan_env(loaded, "cann8.3", wheel, tmp_path)
+    assert "vllm" in {n for n, _, _ in verl.left_out} and not verl.builds, "verl imports vllm only after its boundary"
+
+
+def test_a_torchrun_job_runs_one_rank_to_its_boundary_without_ray(loaded: LoadedMatrix, tmp_path: Path) -> None:
+    stack = loaded.matrix.stacks["cann8.3"]
+    place = LocalPlace(Path("/venv/bin/python"), tmp_path)
+    facts = JobFacts.of(loaded.matrix.compat)
+    sft = cpu_job(ImageJob.of("cann8.3", stack), "sft", loaded.matrix.skus["a3"], facts, place)
+    command, on_ray = boundary_command(sft)
+    assert command[:4] == ["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=1"] and not on_ray
+    assert "--nproc_per_node=16" in sft.command, "the job itself is the SKU's"
+    grpo = cpu_job(ImageJob.of("cann8.3", stack), "grpo", loaded.matrix.skus["a3"], facts, place)
+    assert boundary_command(grpo) == (list(grpo.command), True)
+
+
+def test_openrlhfs_reward_file_is_the_one_the_place_sees() -> None:
+    loaded = load_matrix(MATRIX)
+    stack = loaded.matrix.stacks["openrlhf-cann8.1"]
+    place = LocalPlace(Path("/venv/bin/python"), Path("/w"), smoke_dir="/mnt/smoke")
+    job = cpu_job(ImageJob.of("openrlhf-cann8.1", stack), "grpo", loaded.matrix.skus["a2-box16"], JobFacts.of(loaded.matrix.compat), place)
+    assert "--remote_rm_url=/mnt/smoke/gsm8k_reward.py" in job.overrides and "--pretrain=/w/model" in job.overrides
+
+
+def test_the_cpu_environment_puts_a_frameworks_stand_ins_first_on_the_path() -> None:
+    env = cpu_env("openrlhf", "/mnt/smoke", {"RAY_DEDUP_LOGS": "0"}, {"PYTHONPATH": "/planted"})
+    assert env["PYTHONPATH"] == "/planted" + os.pathsep + "/mnt/smoke/cpu_standins" and env["DS_ACCELERATOR"] == "cpu"
+    assert "PYTHONPATH" not in cpu_env("verl", "/mnt/smoke", {}, {}) and cpu_env("verl", "/s", {}, {})["OMP_NUM_THREADS"] == "1"
+
+
+def test_the_sft_boundary_is_the_process_groups_collective_backend() -> None:
+    frames = [
+        (f"{SITE}/verl/trainer/sft_trainer.py", 455, "run_sft"),
+        (f"{SITE}/verl/utils/distributed.py", 64, "initialize_global_process_group"),
+        (f"{SITE}/torch/distributed/distributed_c10d.py", 2181, "_new_process_group_helper"),
+    ]
+    for message in ("Distributed package doesn't have NCCL built in", "No available nccl backend found on device type cpu."):
+        verdict = judge_boundary("verl", {"exit_code": 1}, traceback(frames, "RuntimeError", message, ray=False))
+        assert verdict.reached and "initialize_global_process_group" in verdict.where, message
+        assert "the SFT trainer's main ran (torchrun's rank started)" in verdict.ran
+    # the same error anywhere else is not the boundary
+    elsewhere = [(f"{SITE}/verl/trainer/sft_trainer.py", 100, "build_model")]
+    verdict = judge_boundary(
+        "verl", {"exit_code": 1}, traceback(elsewhere, "RuntimeError", "Distributed package doesn't have NCCL built in", ray=False)
+    )
+    assert not verdict.reached
+
+
+def test_openrlhfs_wait_for_npus_is_its_boundary_with_what_ran_before() -> None:
+    log = "\n".join(
+        [
+            "2026-12-05 00:09:31,886\tINFO worker.py:1841 -- Connected to Ray cluster.",
+            "Namespace(ref_num_nodes=1, actor_num_gpus_per_node=8)",
+            "(autoscaler +16s) Error: No available node types can fulfill resource request {'CPU': 1.0, 'NPU': 1.0}. Add suitable",
+        ]
+    )
+    demands = ["{'NPU': 1.0, 'CPU': 1.0} * 8 (PACK): 1+ pending placement groups"]
+    verdict = judge_boundary("openrlhf", {"exit_code": None, "stopped": "waiting-for-accelerators", "demands": demands}, log)
+    assert verdict.reached and "placement group" in verdict.where and "NPU" in verdict.detail
+    assert len(verdict.ran) == 3
 
 
 def test_an_error_behind_torch_distributeds_rank_prefix_is_read() -> None:

@@ -32,7 +32,7 @@ from buildkit.matrix.load import load_matrix
 from buildkit.resources import SMOKE_DIR
 from buildkit.run.job import REWARD_FILE, ImageJob, Job, JobFacts, build_job, spec_for
 from tests.conftest import MATRIX, TEST_MATRIX
-from tests.harness.openrlhf_standin import UPSTREAM, standin_repository, standin_tree, vendored
+from tests.harness.openrlhf_standin import UPSTREAM, fork_archive, standin_repository, standin_tree, vendored
 from tests.harness.upstream import sdist_member, verl_importable
 from tests.test_smoke import gsm8k_generator
 
@@ -99,12 +99,21 @@ def _k8s_argv(stack_id: str, sku_id: str, nodes: int, kind: str) -> list[str]:
 # ---- the vendored upstream file ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("entry", vendored(), ids=lambda e: e["file"])
+@pytest.mark.parametrize("entry", [e for e in vendored() if "members" not in e], ids=lambda e: e["file"])
 def test_each_vendored_file_is_the_recorded_upstream_file(entry: dict[str, Any]) -> None:
     data = (UPSTREAM / entry["file"]).read_bytes()
     assert hashlib.sha256(data).hexdigest() == entry["sha256"], f"{entry['file']} changed: re-vendor it from {entry['repository']}"
     assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == entry["blob"], "git's own id of the file at that commit"
     assert len(entry["commit"]) == 40 and entry["repository"] == "https://github.com/zhuo97/OpenRLHF"
+
+
+def test_the_vendored_fork_archive_holds_the_recorded_blobs_of_the_pinned_commit() -> None:
+    """The archive the CPU run installs: its sha256, and each member is git's blob of that path at the commit."""
+    archive = fork_archive()
+    entry = next(e for e in vendored() if "members" in e)
+    assert archive.name == entry["file"] and "openrlhf/cli/train_ppo_ray.py" in entry["members"]
+    single = next(e for e in vendored() if e["path"] == "openrlhf/cli/train_ppo_ray.py")
+    assert entry["members"]["openrlhf/cli/train_ppo_ray.py"] == single["blob"], "the archive and the vendored parser agree"
 
 
 def test_the_vendored_commit_is_the_one_every_openrlhf_stack_pins() -> None:

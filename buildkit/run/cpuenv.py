@@ -11,6 +11,7 @@ CPU build lives on download.pytorch.org; the run uses a CPU build given as a whe
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -43,6 +44,20 @@ LEFT_OUT = {
     "torch-memory-saver": "sgl-kernel-npu's release archive (GitHub), built for CANN",
     "uv": "the images' installer, not used by a CPU run",
 }
+# Where a framework's entry point imports a left-out package before its boundary, the package is built here the way
+# the image builds it, or replaced by a named stand-in. OpenRLHF's Ascend fork imports vllm (vllm.inputs) when its
+# Ray launcher module loads: vllm is built from its sdist with no device, as the images build it (vllm-ascend, which
+# supplies the device, stays out). It picks its NPU path by whether torch_npu can be found: smoke_tests/cpu_standins.
+BUILT_HERE: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {"openrlhf": {"vllm": (("VLLM_TARGET_DEVICE", "empty"),)}}
+REPLACED = {
+    "openrlhf": {
+        "torch-npu": "replaced by the CPU run's stand-in (smoke_tests/cpu_standins/torch_npu: no device), so that the fork takes the "
+        "NPU path its image takes (openrlhf/__init__.py picks it by whether torch_npu can be found); DeepSpeed is told to use its "
+        "cpu accelerator (DS_ACCELERATOR=cpu) where the image's picks npu",
+    }
+}
+# Source builds that compile against torch: built after it, in the environment (no build isolation), as the image does.
+BUILD_ENV: dict[str, tuple[tuple[str, str], ...]] = {"deepspeed": (("DS_BUILD_OPS", "0"),), "vllm": (("VLLM_TARGET_DEVICE", "empty"),)}
 
 
 @dataclass(frozen=True)
@@ -53,9 +68,16 @@ class CpuEnvPlan:
     left_out: tuple[tuple[str, str, str], ...]  # (package, version, why)
     torch_wheel: Path
     stack_torch: str
+    builds: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # (name==version, build env): from the sdist, after torch
+    framework_tree: Path | None = None  # the framework's source tree, where the stack builds it from git
+    framework_env: tuple[tuple[str, str], ...] = ()
 
     def left_out_report(self) -> list[dict[str, str]]:
         items = [{"package": f"{name}=={version}" if version else name, "why": why} for name, version, why in self.left_out]
+        for requirement, env in self.builds:
+            how = " ".join(f"{k}={v}" for k, v in env)
+            why = f"built from its sdist against the CPU torch, {how or 'as the image builds it'}"
+            items.append({"package": f"{requirement} (built here)", "why": why})
         items.append(
             {
                 "package": f"torch=={self.stack_torch} (CPU build)",
@@ -115,23 +137,41 @@ def _resolved_here(loaded: LoadedMatrix, stack_id: str, torch_wheel: Path, work:
     return pairs
 
 
-def plan_env(loaded: LoadedMatrix, stack_id: str, torch_wheel: Path, work: Path) -> CpuEnvPlan:
+def plan_env(loaded: LoadedMatrix, stack_id: str, torch_wheel: Path, work: Path, framework_tree: Path | None = None) -> CpuEnvPlan:
     if stack_id not in loaded.matrix.stacks:
         raise InputError(f"unknown --stack {stack_id!r}; the matrix has: {', '.join(loaded.matrix.stacks)}")
     if not torch_wheel.is_file():
         raise InputError(f"--torch-wheel {torch_wheel}: no such file (a CPU build of torch for CPython {PYTHON})")
     stack = loaded.matrix.stacks[stack_id]
+    source = stack.framework_source
+    if source is not None and framework_tree is None:
+        raise InputError(f"{stack_id}: its {stack.framework} is built from {source.repo} at {source.ref}: give that source tree")
     found = _from_lock(loaded, stack_id)
-    pairs, source = found if found is not None else (_resolved_here(loaded, stack_id, torch_wheel, work), "resolved here by uv")
+    pairs, found_in = found if found is not None else (_resolved_here(loaded, stack_id, torch_wheel, work), "resolved here by uv")
+    built_here = BUILT_HERE.get(stack.framework, {})
+    why = {**LEFT_OUT, **REPLACED.get(stack.framework, {})}
     kept = tuple(f"{n}=={v}" for n, v in pairs if _kept_name(n))
-    left = tuple(sorted((canon(n), v, LEFT_OUT[canon(n)]) for n, v in pairs if canon(n) in LEFT_OUT))
+    left = tuple(sorted((canon(n), v, why[canon(n)]) for n, v in pairs if canon(n) in LEFT_OUT and canon(n) not in built_here))
+    builds = []
     for component in ("vllm", "vllm_ascend", "sglang", "torch_npu", "triton_ascend"):  # pins built or fetched outside the lock
         pin = stack.pins().get(component)
         dist = canon(pin.dist(component)) if pin is not None else ""
-        if pin is not None and dist not in {n for n, _, _ in left}:
-            left += ((dist, pin.version, LEFT_OUT[dist]),)
+        if pin is not None and dist in built_here:
+            builds.append((f"{dist}=={pin.version}", built_here[dist]))
+        elif pin is not None and dist not in {n for n, _, _ in left}:
+            left += ((dist, pin.version, why[dist]),)
+    from_source = {canon(pin.dist(c)) for c, pin in stack.pins().items() if pin.build_from_source}
+    for requirement in kept:  # kept source builds (DeepSpeed) compile against the torch installed first
+        name = canon(requirement.split("==")[0])
+        if name in from_source:
+            builds.insert(0, (requirement, BUILD_ENV.get(name, ())))
+    kept = tuple(r for r in kept if r not in {b for b, _ in builds})
     torch_pin = stack.pins().get("torch")
-    return CpuEnvPlan(stack_id, kept, source, tuple(sorted(left)), torch_wheel, torch_pin.version if torch_pin else "?")
+    framework_env = tuple(sorted(source.install_env.items())) if source is not None else ()
+    return CpuEnvPlan(
+        stack_id, kept, found_in, tuple(sorted(left)), torch_wheel, torch_pin.version if torch_pin else "?",
+        tuple(builds), framework_tree, framework_env,
+    )  # fmt: skip
 
 
 def make_env(plan: CpuEnvPlan, venv: Path, python: str = sys.executable) -> Path:
@@ -155,8 +195,13 @@ def make_env(plan: CpuEnvPlan, venv: Path, python: str = sys.executable) -> Path
             str(plan.torch_wheel),
         ],
     ]
-    for argv in steps:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1800)
+    into = [uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), "--no-deps", "--no-build-isolation"]
+    runs: list[tuple[list[str], dict[str, str]]] = [(argv, {}) for argv in steps]
+    runs += [([*into, "--no-binary", requirement.split("==")[0], requirement], dict(env)) for requirement, env in plan.builds]
+    if plan.framework_tree is not None:
+        runs.append(([*into, str(plan.framework_tree)], dict(plan.framework_env)))
+    for argv, env in runs:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1800, env={**os.environ, **env})
         if done.returncode != 0:
             raise Unavailable(f"{plan.stack_id}: installing its CPU environment failed: {done.stderr.strip()[-800:]}")
     return venv / "bin" / "python"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -26,7 +27,8 @@ from buildkit.resources import SMOKE_DIR
 from buildkit.run.cpuverdict import Verdict, judge_boundary, judge_step
 from buildkit.run.job import ImageJob, Job, JobFacts, build_job, spec_for
 
-STEP_PROGRAMS = {("verl", "grpo"): "cpu_step_verl.py"}  # the jobs with a training step on CPU, per framework
+# The jobs with a training step on CPU, per framework.
+STEP_PROGRAMS = {("verl", "grpo"): "cpu_step_verl.py", ("openrlhf", "grpo"): "cpu_step_openrlhf.py"}
 DEFAULT_BOUND_S = 900.0
 # A CPU run must not ask the device backends to load: torch_npu needs the host's driver. One thread per process:
 # the model is tiny, and the run's processes (the job, Ray's workers, the step) share the host's cores with whatever
@@ -39,6 +41,21 @@ CPU_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
+
+# What a framework's CPU run needs besides ({smoke}: smoke_tests/ as the place sees it). The Ascend fork of OpenRLHF
+# picks its code path by whether torch_npu can be found (its NPU path, as in the image): the stand-in of
+# smoke_tests/cpu_standins/torch_npu, first on the path; DeepSpeed then picks its npu accelerator, which needs torch.npu,
+# so it is told to use its cpu one.
+FRAMEWORK_CPU_ENV = {"openrlhf": {"PYTHONPATH": "{smoke}/cpu_standins", "DS_ACCELERATOR": "cpu"}}
+
+
+def cpu_env(framework: str, smoke_dir: str, job_env: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
+    """The environment of a CPU run: the job's, the CPU run's, the framework's, then a variation's (paths joined)."""
+    env = {**job_env, **CPU_ENV}
+    for key, value in [*FRAMEWORK_CPU_ENV.get(framework, {}).items(), *extra.items()]:
+        value = value.replace("{smoke}", smoke_dir)
+        env[key] = f"{value}{os.pathsep}{env[key]}" if key == "PYTHONPATH" and env.get(key) else value
+    return env
 
 
 class Place(Protocol):
@@ -147,7 +164,20 @@ class Variation:
 def cpu_job(spec_image: ImageJob, job_name: str, sku: Sku, facts: JobFacts, place: Place) -> Job:
     """The SKU's job, its model and data in the run's work directory."""
     spec = spec_for(spec_image, job_name, facts)
-    return build_job(spec, sku, spec_image, facts=facts, steps=1, model=f"{place.work_dir}/model", data=f"{place.work_dir}/data")
+    return build_job(
+        spec, sku, spec_image, facts=facts, steps=1, model=f"{place.work_dir}/model", data=f"{place.work_dir}/data",
+        reward=f"{place.smoke_dir}/gsm8k_reward.py",
+    )  # fmt: skip
+
+
+def boundary_command(job: Job) -> tuple[list[str], bool]:
+    """The job's command for its run to the boundary, and whether it runs on Ray. A torchrun job runs one rank of its
+    N (every rank runs the same code up to the device; N ranks of a 16-NPU SKU on a CPU box would only cost memory),
+    and needs no Ray head."""
+    command = list(job.command)
+    if Path(command[0]).name != "torchrun":
+        return command, True
+    return [re.sub(r"^(--nproc[-_]per[-_]node=).*$", r"\g<1>1", part) for part in command], False
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -176,7 +206,7 @@ def run_cpu(
     started = time.monotonic()
     job = cpu_job(image, job_name, sku, facts, place)
     overrides = (*job.overrides, *variation.overrides)
-    env = {**job.env, **CPU_ENV, **dict(variation.env)}
+    env = cpu_env(image.framework, place.smoke_dir, job.env, dict(variation.env))
     for stale in ("boundary.json", "step.json", "boundary.log", "step.log", "setup.log", "boundary-driver.log"):
         (work / stale).unlink(missing_ok=True)
     setup = work / "setup.log"
@@ -211,9 +241,11 @@ def run_cpu(
     boundary_result: dict[str, Any] = {}
     boundary = Verdict(True, "not run", "skipped")
     if variation.boundary:
-        say(f"{job_name}: {' '.join(job.command)} to its accelerator boundary (bound {bound:.0f} s)")
+        say(f"{job_name}: {' '.join(boundary_command(job)[0])} to its accelerator boundary (bound {bound:.0f} s)")
         boundary_argv = ["python3", f"{smoke}/cpu_boundary.py", "--out", f"{place.work_dir}/boundary.json"]
-        boundary_argv += ["--log", f"{place.work_dir}/boundary.log", "--bound", str(bound), "--", *job.command, *overrides]
+        command, on_ray = boundary_command(job)
+        boundary_argv += ["--log", f"{place.work_dir}/boundary.log", "--bound", str(bound), *([] if on_ray else ["--no-ray"])]
+        boundary_argv += ["--", *command, *overrides]
         place.run(boundary_argv, env, work / "boundary-driver.log", bound + 120)
         boundary_result = _read_json(work / "boundary.json") or {"exit_code": None, "error": "the boundary run wrote no result"}
         log_path = work / "boundary.log"
@@ -265,8 +297,9 @@ def render_markdown(runs: list[CpuRun]) -> str:
                 f"advantages {s['advantages'][:8]}...; reward calls {s['reward_calls']}; groups whose reward varies "
                 f"{s['reward_varies_within_groups']} (the first response of each group is the worked answer); {s['differs']}"
             )
-        for item in run.left_out:
-            lines.append(f"- left out: {item['package']}: {item['why']}")
+        if run.left_out:
+            lines += ["", "Packages not as in the image (left out, built here, or replaced):", ""]
+            lines += [f"- {item['package']}: {item['why']}" for item in run.left_out]
     return "\n".join(lines) + "\n"
 
 

@@ -16,9 +16,22 @@ from typing import Any
 # The boundary each framework reaches, said from its source (docs/smoke.md, "A CPU run").
 BOUNDARIES = {
     "verl": (
-        re.compile(r"Total available (?:GPUs|NPUs|\w+) (\d+) is less than total desired (?:GPUs|NPUs|\w+) (\d+)"),
-        "the resource pool asks Ray for {1} accelerators and finds {0} (ResourcePoolManager._check_resource_available)",
+        (  # GRPO: the trainer's resource pool, before any worker starts
+            re.compile(r"Total available (?:GPUs|NPUs|\w+) (\d+) is less than total desired (?:GPUs|NPUs|\w+) (\d+)"),
+            "the resource pool asks Ray for {1} accelerators and finds {0} (ResourcePoolManager._check_resource_available)",
+            None,
+        ),
+        (  # SFT: each rank's process group asks for the device's collective backend (HCCL on the NPU) first thing
+            re.compile(r"No available nccl backend found on device type (\w+)|Distributed package doesn't have (NCCL) built in"),
+            "each rank's process group asks for the device's collective backend (verl.utils.distributed.initialize_global_process_group)",
+            re.compile(r"in initialize_global_process_group"),
+        ),
     ),
+}
+# Where a framework waits for accelerators instead of failing at a check (the boundary seen as Ray's pending demand).
+WAITING = {
+    "openrlhf": "train_ppo_ray's placement group for the actor and reference ({NPU: 1, CPU: 1} per device) waits in "
+    "ray.get(pg.ready()) for NPUs no node has",
 }
 # What ran before the boundary, as the frameworks print it (in order).
 MILESTONES = {
@@ -32,6 +45,15 @@ MILESTONES = {
             re.compile(r"Size of train dataloader|train dataset size|filter dataset len"),
         ),
         ("trainer built, its workers asked for", re.compile(r"_check_resource_available|create_resource_pool")),
+        ("the SFT trainer's main ran (torchrun's rank started)", re.compile(r"in run_sft\b|sft_trainer\.py\W+line \d+, in main")),
+    ),
+    "openrlhf": (
+        ("OpenRLHF's parser read the job's flags, its DeepSpeed strategy made", re.compile(r"^Namespace\(", re.M)),
+        ("joined the Ray cluster", re.compile(r"Connecting to existing Ray cluster|Connected to Ray cluster")),
+        (
+            "the actor and reference placement group asked Ray for accelerators",
+            re.compile(r"No available node types can fulfill resource request \{[^}]*'(?:NPU|GPU)'"),
+        ),
     ),
 }
 _EXCEPTION = re.compile(r"(?:^|\()((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|KeyboardInterrupt))\)?: (.*)$")
@@ -102,12 +124,13 @@ def classify(name: str, message: str, frames: list[tuple[str, int, str]]) -> tup
 def judge_boundary(framework: str, result: dict[str, Any], log: str) -> Verdict:
     """Where the entry point stopped: cpu_boundary.py's ``result`` and the run's log."""
     ran = milestones(framework, log)
-    pattern, said = BOUNDARIES.get(framework, (None, ""))
-    if pattern is not None and (found := pattern.search(log)):
-        return Verdict(True, said.format(*found.groups()), "boundary", found.group(0), ran)
+    for pattern, said, context in BOUNDARIES.get(framework, ()):
+        if (found := pattern.search(log)) and (context is None or context.search(log)):
+            return Verdict(True, said.format(*found.groups()), "boundary", found.group(0), ran)
     if result.get("stopped") == "waiting-for-accelerators":
         demands = "; ".join(result.get("demands", []))
-        return Verdict(True, "Ray holds a demand for accelerators no node has: the trainer waits for them", "boundary", demands, ran)
+        where = WAITING.get(framework, "Ray holds a demand for accelerators no node has: the trainer waits for them")
+        return Verdict(True, where, "boundary", demands, ran)
     name, message, frames = last_error(log)
     if result.get("stopped") == "bound":
         detail = f"stopped after {result.get('bound_s')} s, still running; Ray's pending demands: {result.get('demands') or 'none'}"

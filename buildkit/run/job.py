@@ -296,6 +296,7 @@ def build_job(
     nnodes: int = 1,
     model: str = MODEL_DIR,
     data: str = GENERATED_DATA,
+    reward: str = REWARD_FILE,
     extra: tuple[str, ...] = (),
     extra_env: dict[str, str] | None = None,
 ) -> Job:
@@ -307,7 +308,7 @@ def build_job(
         )
     npus = sku.npus_per_node
     fill = {"npus": str(npus), "nnodes": str(nnodes), "tp": str(spec.tensor_parallel), "steps": str(steps), "model": model, "data": data}
-    fill["reward"] = REWARD_FILE
+    fill["reward"] = reward
     fill.update(_split(spec, npus, nnodes))
     batch = int(fill["batch"])
     fill.update(samples=str(spec.samples_per_prompt), train_batch=str(batch * spec.samples_per_prompt), max_samples=str(batch * steps))

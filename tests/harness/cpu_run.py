@@ -14,19 +14,21 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import tarfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from buildkit.errors import AscendkitError
+from buildkit.errors import AscendkitError, InputError
 from buildkit.framework import framework
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.cpuenv import make_env, plan_env
 from buildkit.run.cpurun import CpuRun, LocalPlace, Variation, run_cpu, write_report
 from buildkit.run.job import ImageJob, JobFacts
+from tests.harness.openrlhf_standin import fork_archive, vendored
 
-FRAMEWORKS_WITH_A_CPU_RUN = ("verl",)
+FRAMEWORKS_WITH_A_CPU_RUN = ("verl", "openrlhf")
 TORCH_WHEELS = "/opt/wheels/torch-*+cpu-cp311-*.whl"  # where these machines keep a CPU build of torch for CPython 3.11
 
 
@@ -35,7 +37,7 @@ def default_stacks(loaded: LoadedMatrix) -> list[str]:
     stacks = loaded.matrix.stacks
     chosen = [sid for sid, st in stacks.items() if st.default]
     for name in FRAMEWORKS_WITH_A_CPU_RUN:
-        ours = [sid for sid, st in stacks.items() if st.framework == name and st.rollout == "vllm"]
+        ours = [sid for sid, st in stacks.items() if st.framework == name and st.rollout == "vllm"]  # verl's SGLang line: --all
         if ours and ours[-1] not in chosen:
             chosen.append(ours[-1])
     return chosen
@@ -112,6 +114,24 @@ def run_plants(loaded: LoadedMatrix, stack_id: str, env_python: Path, work: Path
     return found
 
 
+def framework_tree(loaded: LoadedMatrix, stack_id: str, work: Path) -> Path | None:
+    """The framework's source tree where the stack builds it from git: the vendored archive of that commit (CI cannot
+    reach the git host), unpacked."""
+    source = loaded.matrix.stacks[stack_id].framework_source
+    if source is None:
+        return None
+    archive = fork_archive()
+    commit = next(e["commit"] for e in vendored() if e["file"] == archive.name)
+    if commit != source.ref:
+        raise InputError(f"{stack_id}: no vendored source of {source.repo} at {source.ref} (tests/fixtures/upstream has {commit})")
+    tree = work / f"{stack_id}-source"
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    with tarfile.open(archive) as unpack:
+        unpack.extractall(tree, filter="data")
+    return tree / "openrlhf-ascend"
+
+
 def run_stack(loaded: LoadedMatrix, stack_id: str, out: Path, work: Path, torch_wheel: Path, python: str) -> list[CpuRun]:
     stack = loaded.matrix.stacks[stack_id]
 
@@ -119,7 +139,7 @@ def run_stack(loaded: LoadedMatrix, stack_id: str, out: Path, work: Path, torch_
         print(f"cpu-run: {stack_id}: {line}", file=sys.stderr, flush=True)
 
     started = time.monotonic()
-    plan = plan_env(loaded, stack_id, torch_wheel, work / f"{stack_id}-resolve")
+    plan = plan_env(loaded, stack_id, torch_wheel, work / f"{stack_id}-resolve", framework_tree(loaded, stack_id, work))
     say(f"{len(plan.requirements)} packages of the image ({plan.source}); left out: {', '.join(n for n, _, _ in plan.left_out)}")
     env_python = make_env(plan, work / f"{stack_id}-venv", python)
     say(f"environment ready in {time.monotonic() - started:.0f} s")
@@ -127,8 +147,6 @@ def run_stack(loaded: LoadedMatrix, stack_id: str, out: Path, work: Path, torch_
     image = ImageJob.of(stack_id, stack)
     runs = []
     for job in framework(stack.framework).jobs:
-        if job != "grpo":
-            continue  # the SFT job's CPU run is not written yet (docs/smoke.md)
         job_work = work / f"{stack_id}-{job}"
         job_work.mkdir(parents=True, exist_ok=True)
         place = LocalPlace(env_python, job_work, description=f"CPU environment of {stack_id} ({plan.source}), CPython 3.11")

@@ -34,6 +34,24 @@ def vendored_file(path: str) -> Path:
     return file
 
 
+def fork_archive() -> Path:
+    """The fork's installable package at the pinned commit (a git archive, vendored), its sha256 and every member's
+    git blob id checked; ``make cpu-run`` installs it into OpenRLHF stacks' CPU environments."""
+    import tarfile
+
+    entry = next(e for e in vendored() if "members" in e)
+    file: Path = UPSTREAM / entry["file"]
+    assert hashlib.sha256(file.read_bytes()).hexdigest() == entry["sha256"], f"{file} is not the vendored upstream archive"
+    with tarfile.open(file) as archive:
+        found = {}
+        for member in archive.getmembers():
+            if member.isfile():
+                data = archive.extractfile(member).read()  # type: ignore[union-attr]
+                found[member.name.split("/", 1)[1]] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    assert found == entry["members"], f"{file}: its members are not the recorded blobs of {entry['commit']}"
+    return file
+
+
 def standin_tree(dest: Path) -> Path:
     """The stand-in source tree with OpenRLHF's real CLI module in it, written to ``dest``."""
     shutil.rmtree(dest, ignore_errors=True)
