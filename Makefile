@@ -101,7 +101,7 @@ network: $(STAMP) bytecode ## Run the tests that need PyPI (resolving locks, dow
 	$(BIN)/pytest -m "network and not docker"
 
 CPU_RUN_OUT ?= cpu-run-out
-cpu-run: $(STAMP) bytecode ## The smoke jobs run on CPU in each stack's own packages, to the accelerator boundary, and one GRPO step (default stack and newest verl stack; STACK=S one, ALL=1 every verl stack; PLANT=0 without the planted failures); report in cpu-run-out/
+cpu-run: $(STAMP) bytecode ## The smoke jobs run on CPU in each stack's own packages, to the accelerator boundary, and one GRPO step (default stack and the newest of each framework, every job; STACK=S one, ALL=1 every stack; PLANT=0 without the planted failures); report in cpu-run-out/
 	$(BIN)/python -m tests.harness.cpu_run$(if $(filter 0,$(PLANT)),, --plant) --out $(CPU_RUN_OUT)$(if $(STACK), --stack $(STACK))$(if $(filter 1,$(ALL)), --all)
 	$(BIN)/python benchmarks/bench_cpu_run.py --quick --report $(CPU_RUN_OUT)/cpu-report.json
 
@@ -119,7 +119,7 @@ services-stop: $(STAMP) ## Stop what `make services` started
 test: $(STAMP) bytecode ## What CI runs: lint, the services, every test, the quick benchmarks, at once where they can be (tests/harness/ci.py); stops the services
 	$(BIN)/python -m tests.harness.ci $(ARM64_FLAG)
 
-smoke: $(STAMP) ## Config check, doctor and smoke job (JOB=grpo|sft) of the HW image (STACK= or IMAGE=, MODEL= ...); no NPUs here: the config check only; STANDIN=1 without CANN
+smoke: $(STAMP) ## Config check, doctor and smoke job (JOB=grpo|sft) of the HW image (STACK= or IMAGE=, MODEL= ...); no NPUs here: the config check only; STANDIN=1 without CANN (and its CPU run, smoke --cpu)
 ifeq ($(STANDIN),1)
 	$(BIN)/python -m tests.harness.services start
 	set -a; . $(SERVICES_ENV); set +a; \
@@ -129,7 +129,12 @@ ifeq ($(STANDIN),1)
 	  echo "smoke: the test stack carries stand-in packages, not verl: no config for verl to compose (--no-config-check)" >&2 && \
 	  { $(BIN)/ascendkit smoke --image "$$image" --no-config-check $(SMOKE_ARGS); status=$$?; \
 	    if [ $$status = 10 ]; then echo "smoke: as far as a machine without NPUs goes: built, verified, doctor passed in the image" >&2; status=0; fi; \
-	    exit $$status; }
+	    [ $$status = 0 ] || exit $$status; \
+	    echo "smoke: the CPU run of the image (smoke --cpu): its stand-in packages have no verl, so it must stop at an import, named" >&2; \
+	    $(BIN)/ascendkit smoke --cpu --image "$$image" $(SMOKE_ARGS) >$(SERVICES_DIR)/standin-cpu.log 2>&1; cpu=$$?; \
+	    cat $(SERVICES_DIR)/standin-cpu.log >&2; \
+	    if [ $$cpu = 1 ] && grep -q "import" $(SERVICES_DIR)/standin-cpu.log; then echo "smoke: the CPU run named what the stand-in image lacks, as it must" >&2; \
+	    else echo "smoke: the CPU run of the stand-in image did not name its missing framework (exit $$cpu)" >&2; exit 1; fi; }
 else
 	@if ls /dev/davinci[0-9]* >/dev/null 2>&1; then \
 	  set -x; $(BIN)/ascendkit smoke$(SMOKE_IMAGE) $(SMOKE_ARGS); \
