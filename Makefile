@@ -101,7 +101,7 @@ network: $(STAMP) bytecode ## Run the tests that need PyPI (resolving locks, dow
 	$(BIN)/pytest -m "network and not docker"
 
 CPU_RUN_OUT ?= cpu-run-out
-cpu-run: $(STAMP) bytecode ## The smoke jobs run on CPU in each stack's own packages, to the accelerator boundary, and one GRPO step (default stack and the newest of each framework, every job; STACK=S one, ALL=1 every stack; PLANT=0 without the planted failures); report in cpu-run-out/
+cpu-run: $(STAMP) bytecode ## The smoke jobs run on CPU in each stack's own packages, to the accelerator boundary, and one training step (default stack and the newest of each framework, every job; STACK=S one, ALL=1 every stack; PLANT=0 without the planted failures); report in cpu-run-out/
 	$(BIN)/python -m tests.harness.cpu_run$(if $(filter 0,$(PLANT)),, --plant) --out $(CPU_RUN_OUT)$(if $(STACK), --stack $(STACK))$(if $(filter 1,$(ALL)), --all)
 	$(BIN)/python benchmarks/bench_cpu_run.py --quick --report $(CPU_RUN_OUT)/cpu-report.json
 

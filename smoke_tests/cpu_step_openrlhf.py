@@ -40,7 +40,7 @@ from typing import Any
 PLANTED = "The answer is #### {answer}"
 
 
-def parse_job_flags(flags: list[str]) -> Any:
+def parse_job_flags(module: str, flags: list[str]) -> Any:
     """The job's flags as OpenRLHF's own parser reads them (openrlhf_args.py's way: train_ppo_ray run as
     __main__ with ray.init replaced by a stop)."""
     import runpy
@@ -53,14 +53,14 @@ def parse_job_flags(flags: list[str]) -> Any:
     real_init, real_is_initialized = ray.init, ray.is_initialized
     ray.init, ray.is_initialized = openrlhf_args._stop, lambda: False
     saved_argv = sys.argv
-    sys.argv = ["openrlhf.cli.train_ppo_ray", *flags]
+    sys.argv = [module, *flags]
     try:
-        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=False)
+        runpy.run_module(module, run_name="__main__", alter_sys=False)
     except openrlhf_args._Stop as stop:
         return stop.args[0]
     finally:
         ray.init, ray.is_initialized, sys.argv = real_init, real_is_initialized, saved_argv
-    raise SystemExit("cpu_step_openrlhf: train_ppo_ray ran to its end without starting Ray")
+    raise SystemExit(f"cpu_step_openrlhf: {module} ran to its end without starting Ray")
 
 
 def _engine_class() -> Any:
@@ -156,7 +156,7 @@ class CountedReward:
         return self.inner.remote(queries, prompts, labels)
 
 
-def step(flags: list[str]) -> dict[str, Any]:
+def step(module: str, flags: list[str]) -> dict[str, Any]:
     import ray  # type: ignore[import-not-found,unused-ignore]
     import torch  # type: ignore[import-not-found,unused-ignore]
     import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
@@ -170,7 +170,7 @@ def step(flags: list[str]) -> dict[str, Any]:
         timings[name] = round(now - mark, 2)
         mark = now
 
-    args = parse_job_flags(flags)
+    args = parse_job_flags(module, flags)
     from openrlhf import ACCELERATOR_TYPE  # type: ignore[import-not-found,unused-ignore]
     from openrlhf.datasets import PromptDataset  # type: ignore[import-not-found,unused-ignore]
     from openrlhf.models import Actor, PolicyLoss  # type: ignore[import-not-found,unused-ignore]
@@ -317,11 +317,12 @@ def step(flags: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="One GRPO step of an OpenRLHF job on CPU through OpenRLHF's own code.")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--module", default="openrlhf.cli.train_ppo_ray", help="the job's entry point (default openrlhf.cli.train_ppo_ray)")
     parser.add_argument("flags", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     flags = args.flags[1:] if args.flags[:1] == ["--"] else args.flags
     started = time.monotonic()
-    result = step(flags)
+    result = step(args.module, flags)
     result["seconds"] = round(time.monotonic() - started, 1)
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")

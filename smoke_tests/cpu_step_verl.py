@@ -270,6 +270,7 @@ def _policy_loss(fn: Any, old: Any, new: Any, advantages: Any, mask: Any, agg: s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="One GRPO step of a verl job on CPU through verl's own code.")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--module", default="verl.trainer.main_ppo", help="the job's entry point (default verl.trainer.main_ppo)")
     parser.add_argument("overrides", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides

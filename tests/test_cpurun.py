@@ -267,3 +267,19 @@ def test_an_error_behind_torch_distributeds_rank_prefix_is_read() -> None:
     )
     verdict = judge_step(None, log)
     assert verdict.kind == "reward" and "unexpected keyword argument 'data_source'" in verdict.detail
+
+
+def test_an_sft_step_is_held_to_training_tokens_a_finite_loss_and_moved_weights() -> None:
+    good = {
+        "job": "sft", "trained_tokens": 3581, "loss": 6.01, "grad_norm": 0.13, "parameters_changed": 28, "parameters": 28,
+        "batch": {"sequences": 64, "dataset_rows": 64}, "lora_rank": 32, "differs": "d",
+    }  # fmt: skip
+    assert judge_step(good, "").reached, "no reward and no advantage is asked of a supervised step"
+    for broken, said in (
+        ({"trained_tokens": 0}, "the loss mask trains no token"),
+        ({"loss": float("nan")}, "the loss is not finite"),
+        ({"grad_norm": 0.0}, "the gradient norm is zero"),
+        ({"parameters_changed": 0}, "no weight changed"),
+    ):
+        verdict = judge_step({**good, **broken}, "")
+        assert not verdict.reached and said in verdict.detail, broken

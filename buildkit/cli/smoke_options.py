@@ -90,7 +90,7 @@ SmokeCpuOption = Annotated[
     typer.Option(
         "--cpu",
         help=(
-            "A CPU run in the image, on any host: the job's entry point to its accelerator boundary, then one GRPO step "
+            "A CPU run in the image, on any host: the job's entry point to its accelerator boundary, then one training step "
             "through the framework's own code (no NPU, no network; --timeout bounds the first part). Not a smoke run."
         ),
     ),

@@ -28,7 +28,11 @@ from buildkit.run.cpuverdict import Verdict, judge_boundary, judge_step
 from buildkit.run.job import ImageJob, Job, JobFacts, build_job, spec_for
 
 # The jobs with a training step on CPU, per framework.
-STEP_PROGRAMS = {("verl", "grpo"): "cpu_step_verl.py", ("openrlhf", "grpo"): "cpu_step_openrlhf.py"}
+STEP_PROGRAMS = {
+    ("verl", "grpo"): "cpu_step_verl.py",
+    ("verl", "sft"): "cpu_step_verl_sft.py",
+    ("openrlhf", "grpo"): "cpu_step_openrlhf.py",
+}
 DEFAULT_BOUND_S = 900.0
 # A CPU run must not ask the device backends to load: torch_npu needs the host's driver. One thread per process:
 # the model is tiny, and the run's processes (the job, Ray's workers, the step) share the host's cores with whatever
@@ -257,7 +261,10 @@ def run_cpu(
     if program is not None and variation.step:
         say(f"{job_name}: one training step through {image.framework}'s own code")
         code = place.run(
-            ["python3", f"{smoke}/{program}", "--out", f"{place.work_dir}/step.json", "--", *overrides], env, work / "step.log", 1200
+            ["python3", f"{smoke}/{program}", "--out", f"{place.work_dir}/step.json", "--module", job.module, "--", *overrides],
+            env,
+            work / "step.log",
+            1200,
         )
         step_result = _read_json(work / "step.json") if code == 0 else None
         step = judge_step(step_result, (work / "step.log").read_text(encoding="utf-8", errors="replace"))
@@ -290,7 +297,13 @@ def render_markdown(runs: list[CpuRun]) -> str:
         lines.append(f"- ran before the boundary: {', '.join(run.boundary.ran) or 'nothing recognised'}")
         if run.boundary.detail:
             lines.append(f"- {'boundary' if run.boundary.reached else 'error'}: `{run.boundary.detail}`")
-        if run.step_result:
+        if run.step_result and run.step_result.get("job") == "sft":
+            s = run.step_result
+            lines.append(
+                f"- step: {s['batch']['sequences']} sequences of {s['batch']['dataset_rows']} rows; {s['trained_tokens']} tokens trained "
+                f"(LoRA rank {s['lora_rank']}); {s['parameters_changed']} of {s['parameters']} trained tensors moved; {s['differs']}"
+            )
+        elif run.step_result:
             s = run.step_result
             lines.append(
                 f"- step: {s['batch']['prompts']} prompts x {s['batch']['responses_per_prompt']} responses; rewards {s['rewards'][:8]}...; "

@@ -150,12 +150,16 @@ def judge_step(result: dict[str, Any] | None, log: str) -> Verdict:
         name, message, frames = last_error(log)
         kind, place = classify(name, message, frames) if name else ("error", "(no traceback)")
         return Verdict(False, place, kind, f"{name}: {message}"[:500] if name else "the step wrote no result")
-    responses = len(result.get("rewards", []))
     problems = []
-    if result.get("reward_calls") != responses:
-        problems.append(f"the reward function was called {result.get('reward_calls')} times for {responses} responses")
-    if not any(abs(a) > 0 for a in result.get("advantages", [])):
-        problems.append("every GRPO advantage is zero")
+    if result.get("job") == "sft":  # a supervised step: tokens the loss mask trains, no reward
+        if not result.get("trained_tokens"):
+            problems.append("the loss mask trains no token")
+    else:
+        responses = len(result.get("rewards", []))
+        if result.get("reward_calls") != responses:
+            problems.append(f"the reward function was called {result.get('reward_calls')} times for {responses} responses")
+        if not any(abs(a) > 0 for a in result.get("advantages", [])):
+            problems.append("every GRPO advantage is zero")
     loss = result.get("loss")
     if not isinstance(loss, float) or loss != loss or abs(loss) == float("inf"):
         problems.append(f"the loss is not finite ({loss})")
