@@ -90,6 +90,31 @@ def test_a_bad_image_or_destination_is_refused_before_any_engine_is_reached(monk
     assert local.exit_code == 4, "a local image: the engine it is on is asked for it"
     bad_to = CliRunner().invoke(app, ["rebuild", "127.0.0.1:5000/verl:x", "--to", "not a repository"])
     assert bad_to.exit_code == 2 and "not a repository" in bad_to.output, bad_to.output
+    assert "--to 'not a repository'" in bad_to.output and "--registry" not in bad_to.output, "named as it was given"
+
+
+def test_a_missing_image_is_named_as_it_was_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HOST/REPO:TAG printed with its tag (``nope/verl:missing``), not as a digest (``nope/verl@missing``)."""
+    from buildkit.errors import InputError
+    from buildkit.ship.trust import checks
+
+    class Empty:
+        def __init__(self, host: str, timeout: float = 0.0) -> None:
+            self.host = host
+
+        def get_manifest(self, repository: str, reference: str) -> None:
+            return None
+
+    monkeypatch.setattr(checks, "Registry", Empty)
+    for ref, said in (
+        ("127.0.0.1:5000/nope/verl:missing", "127.0.0.1:5000/nope/verl:missing: the registry has no such image"),
+        ("127.0.0.1:5000/nope/verl", "127.0.0.1:5000/nope/verl:latest: the registry has no such image"),
+        (f"127.0.0.1:5000/nope/verl@sha256:{'a' * 64}", f"127.0.0.1:5000/nope/verl@sha256:{'a' * 64}: the registry has no"),
+        (f"127.0.0.1:5000/nope/verl:v1@sha256:{'a' * 64}", f"127.0.0.1:5000/nope/verl:v1@sha256:{'a' * 64}: the registry has no"),
+    ):
+        with pytest.raises(InputError) as raised:
+            checks.resolve(ref)
+        assert str(raised.value).startswith(said), str(raised.value)
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ from buildkit.image.build import run_build
 from buildkit.image.buildplan import BuildResult, check_outputs, plan_build
 from buildkit.image.buildrecord import read_record
 from buildkit.image.progress import Reporter
-from buildkit.imageref import IMAGE_REFERENCE, registry_of, split_ref
+from buildkit.imageref import IMAGE_REFERENCE, RegistryRef, registry_of, split_ref
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.settings import Mirrors
 from buildkit.ship.imagediff import Difference, diff_images, read_published
@@ -169,7 +169,7 @@ def check_request(ref: str, to: str) -> None:
     """IMAGE and --to checked before any engine or registry is contacted (exit 2 naming what is wrong)."""
     if not is_local(ref):
         check_registry_ref(ref)
-    push_request([to], push=True, index=False)  # --to: HOST[:PORT]/REPO, refused as `build --registry` refuses it
+    RegistryRef.parse(to, "--to")  # HOST[:PORT]/REPO, refused as `build --registry` refuses it, under its own name
 
 
 @dataclass(frozen=True)

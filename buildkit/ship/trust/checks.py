@@ -82,7 +82,8 @@ def resolve(ref: str) -> tuple[Registry, str, Manifest]:
     registry = Registry(host, timeout=20.0)
     manifest = registry.get_manifest(repository, digest or tag or "latest")
     if manifest is None:
-        raise InputError(f"{host}/{repository}@{digest or tag or 'latest'}: the registry has no such image")
+        said = f"{host}/{repository}" + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "" if tag else ":latest")
+        raise InputError(f"{said}: the registry has no such image")
     return registry, repository, manifest
 
 
