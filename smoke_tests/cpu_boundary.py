@@ -147,6 +147,9 @@ def run(command: list[str], log: Path, bound: float, ray_cpus: int, ray: bool = 
         "RAY_AUTH_MODE": "disabled",
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_prestart_worker_first_driver": "0",
+        # A worker imports Ray and the trainer before it registers; on a loaded two-core machine that took more than
+        # Ray's default 60 s, and the task runner was refused as unschedulable ("worker startup repeatedly failed").
+        "RAY_worker_register_timeout_seconds": "600",
     }
     result: dict[str, Any] = {"command": command, "bound_s": bound, "ray_cpus": ray_cpus, "demands": [], "stopped": None}
     started = time.monotonic()

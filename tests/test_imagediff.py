@@ -13,7 +13,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from buildkit.cli import app
-from buildkit.ship.imagediff import diff_images, read_published
+from buildkit.ship.imagediff import diff_images, read_published, report_lines
 from buildkit.ship.oci.registry import Registry
 from tests.harness.fake_registry import fake_registry
 from tests.harness.saved_layouts import digest
@@ -36,11 +36,19 @@ BASE = layer({"etc/os-release": (b"ID=debian\n", 0o644, 100)})
 TOP = {"usr/lib/a.py": (b"print('a')\n", 0o644, 1735689600), "usr/lib/b.so": (b"\x7fELF" + b"\0" * 99, 0o755, 1735689600)}
 
 
-def push(host: str, repository: str, layers: list[bytes], created: str = "2025-01-01T00:00:00Z") -> str:
+def push(host: str, repository: str, layers: list[bytes], created: str = "2025-01-01T00:00:00Z", steps: list[str] | None = None) -> str:
     registry = Registry(host)
     blobs = [gzip.compress(x, mtime=0) for x in layers]
     diff_ids = [digest(x) for x in layers]
-    config = json.dumps({"architecture": "amd64", "os": "linux", "created": created, "rootfs": {"type": "layers", "diff_ids": diff_ids}})
+    image: dict[str, object] = {
+        "architecture": "amd64",
+        "os": "linux",
+        "created": created,
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }
+    if steps is not None:
+        image["history"] = [{"created_by": step} for step in steps]
+    config = json.dumps(image)
     for body in [config.encode(), *blobs]:
         registry.put_blob(repository, body)
     manifest = {
@@ -69,7 +77,7 @@ def test_a_planted_difference_is_named_with_its_layer_and_what_differs() -> None
             (2, "usr/lib/b.so", "mtime"),
             (2, "usr/lib/new.py", "only in B"),
         ], "layer 1 (the same base) is not read; layer 2 is, file by file"
-        assert "layer 2: usr/lib/b.so: mtime: 1735689600 != 1735689660" in lines
+        assert "layer 2: usr/lib/b.so: mtime: 1735689600 != 1735689660" in lines, "a file that changed: its time too, in full"
 
         runner = CliRunner()
         same = runner.invoke(app, ["diff", f"{host}/rebuild/a@{first}", f"{host}/rebuild/a@{first}"])
@@ -77,11 +85,85 @@ def test_a_planted_difference_is_named_with_its_layer_and_what_differs() -> None
         differs = runner.invoke(app, ["diff", f"{host}/rebuild/a@{first}", f"{host}/rebuild/b@{second}", "--json"])
         assert differs.exit_code == 1, differs.output
         report = json.loads(differs.output)
-        assert (
-            report["same"] is False and {"layer": 2, "path": "usr/lib/a.py", "what": "only in A", "a": "", "b": ""} in report["differences"]
-        )
+        only_a = next(d for d in report["differences"] if d["path"] == "usr/lib/a.py")
+        assert report["same"] is False and (only_a["layer"], only_a["what"], only_a["side"]) == (2, "only in A", "")
+        assert only_a["a"].startswith("file, 0o644, 0:0, 11 bytes") and only_a["normalization"] is False
 
 
 def test_an_image_that_is_not_in_a_registry_is_refused_clearly(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["diff", "ascendkit/verl:local", "ascendkit/verl:other"])
     assert result.exit_code == 2 and "not a registry reference" in result.output
+
+
+def tar_of(entries: list[tuple[str, bytes, int]]) -> bytes:
+    """A tar of (name, bytes, mtime), files 0644, in the order given (whiteouts are empty files)."""
+    return layer({name: (data, 0o644, mtime) for name, data, mtime in entries})
+
+
+def test_layers_one_image_alone_has_are_named_file_by_file_wherever_they_are() -> None:
+    """A layer added on top, a file removed in an added layer (a whiteout), a file changed inside a layer both have,
+    a layer inserted below the top, and lower layers that differ only in their times: each named with its layer,
+    what changed listed first, the times counted per layer (and listed with --all)."""
+    base = [
+        tar_of([("etc/os-release", b"ID=debian\n", 100)]),
+        tar_of([("opt/app/run.py", b"print(1)\n", 100), ("opt/app/old.py", b"x", 100)]),
+    ]
+    steps = ["FROM debian", "COPY app /opt/app"]
+    touched = [
+        tar_of([("etc/os-release", b"ID=debian\n", 999)]),
+        tar_of([("opt/app/run.py", b"print(1)\n", 999), ("opt/app/old.py", b"x", 999)]),
+    ]
+    on_top = tar_of([("etc/added", b"hello\n", 5), ("opt/app/.wh.old.py", b"", 5)])
+    with fake_registry(referrers=False) as (host, _store):
+        original = push(host, "hand/a", base, steps=steps)
+        copy = push(host, "hand/b", [*touched, on_top], steps=[*steps, "RUN echo hello > /etc/added && rm /opt/app/old.py"])
+        found = diff_images(read_published(f"{host}/hand/a@{original}", "x86_64"), read_published(f"{host}/hand/b@{copy}", "x86_64"))
+        changed = [(d.layer, d.side, d.path, d.what) for d in found if not d.normalization and d.layer > 0]
+        assert changed == [
+            (3, "B", "", "a layer only B has (added to A)"),
+            (3, "B", "etc/added", "added in B"),
+            (3, "B", "opt/app/old.py", "removed (whiteout) in B"),
+        ]
+        assert next(d for d in found if d.side == "B").created_by.startswith("RUN echo hello"), "the step that made it"
+        lines = report_lines(found)
+        assert lines.index(
+            "layer 3 of B: a layer only B has (added to A): RUN echo hello > /etc/added && rm /opt/app/old.py"
+        ) < lines.index("layer 1: 1 file(s) differ only in their times (normalization; --all lists them)"), (
+            "what changed comes before what is only normalization"
+        )
+        assert "layer 2: 2 file(s) differ only in their times (normalization; --all lists them)" in lines
+        assert "layer 2: opt/app/run.py: mtime: 100 != 999" in report_lines(found, full=True) and not any("mtime" in x for x in lines)
+
+        # a file changed inside a layer both have, and a layer inserted below the top
+        changed_inside = tar_of([("opt/app/run.py", b"print(2)\n", 100), ("opt/app/old.py", b"x", 100)])
+        inserted = tar_of([("usr/lib/extra.so", b"\x7fELF", 7)])
+        other = push(host, "hand/c", [base[0], inserted, changed_inside], steps=[steps[0], "RUN make extra", steps[1]])
+        found = diff_images(read_published(f"{host}/hand/a@{original}", "x86_64"), read_published(f"{host}/hand/c@{other}", "x86_64"))
+        assert [(d.layer, d.layer_b, d.side, d.path, d.what) for d in found if d.layer > 0] == [
+            (2, 0, "B", "", "a layer only B has (added to A)"),
+            (2, 0, "B", "usr/lib/extra.so", "added in B"),
+            (2, 3, "", "opt/app/run.py", "content"),
+        ], "the layer below the top is B's second; A's second layer is B's third, its changed file named"
+        assert "layer 2 (B's 3): opt/app/run.py: content" in " ".join(report_lines(found))
+
+        # a layer dropped from the middle, with no history at all: paired by DiffID
+        bare = push(host, "hand/d", [base[0], on_top])
+        plain = push(host, "hand/e", [base[0], base[1], on_top])
+        found = diff_images(read_published(f"{host}/hand/e@{plain}", "x86_64"), read_published(f"{host}/hand/d@{bare}", "x86_64"))
+        assert [(d.layer, d.side, d.path, d.what) for d in found if d.layer > 0][:3] == [
+            (2, "A", "", "a layer only A has (B drops it)"),
+            (2, "A", "opt/app/old.py", "added in A"),
+            (2, "A", "opt/app/run.py", "added in A"),
+        ]
+
+        runner = CliRunner()
+        result = runner.invoke(app, ["diff", f"{host}/hand/a@{original}", f"{host}/hand/b@{copy}", "--json"])
+        report = json.loads(result.output)
+        assert result.exit_code == 1 and {"layer": 2, "layer_b": 2, "files": 2, "other": []} in report["normalization"]
+        assert any(d["path"] == "etc/added" and d["side"] == "B" and d["layer"] == 3 for d in report["differences"])
+        text = " ".join(runner.invoke(app, ["diff", f"{host}/hand/a@{original}", f"{host}/hand/b@{copy}"]).output.split())
+        assert "5 beyond normalization" in text and "etc/added: added in B" in text and "mtime" not in text, text
+        assert (
+            "layer 1: etc/os-release: mtime"
+            in runner.invoke(app, ["diff", f"{host}/hand/a@{original}", f"{host}/hand/b@{copy}", "--all"]).output
+        )

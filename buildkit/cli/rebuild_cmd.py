@@ -66,6 +66,7 @@ def rebuild(
     from buildkit.cli.build_cmd import StepPrinter
     from buildkit.image.engine import connect
     from buildkit.matrix.load import load_matrix
+    from buildkit.ship.imagediff import report_lines
     from buildkit.ship.rebuild import check_request
     from buildkit.ship.rebuild import rebuild as rebuild_image
 
@@ -82,7 +83,7 @@ def rebuild(
         out.print(f"reproduced: {outcome.rebuilt} is {outcome.original}, the same image from the same inputs")
     else:
         out.print(f"NOT reproduced: {outcome.rebuilt} differs from {outcome.original} in {len(outcome.differences)} place(s):")
-        for difference in outcome.differences:
-            out.print(f"  {difference.line()}")
+        for line in report_lines(outcome.differences):
+            out.print(f"  {line}")
     if not outcome.same:
         raise typer.Exit(ExitCode.CHECK_FAILED)
