@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import tarfile
+import uuid
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -100,10 +101,11 @@ def tar_of(entries: list[tuple[str, bytes, int]]) -> bytes:
     return layer({name: (data, 0o644, mtime) for name, data, mtime in entries})
 
 
-def test_layers_one_image_alone_has_are_named_file_by_file_wherever_they_are() -> None:
+def planted_layer_cases(host: str) -> None:
     """A layer added on top, a file removed in an added layer (a whiteout), a file changed inside a layer both have,
-    a layer inserted below the top, and lower layers that differ only in their times: each named with its layer,
-    what changed listed first, the times counted per layer (and listed with --all)."""
+    a layer inserted below the top, a layer dropped, and lower layers that differ only in their times: each named with
+    its layer, what changed listed first, the times counted per layer (and listed with --all). Pushed to ``host``."""
+    run = uuid.uuid4().hex[:6]
     base = [
         tar_of([("etc/os-release", b"ID=debian\n", 100)]),
         tar_of([("opt/app/run.py", b"print(1)\n", 100), ("opt/app/old.py", b"x", 100)]),
@@ -114,56 +116,62 @@ def test_layers_one_image_alone_has_are_named_file_by_file_wherever_they_are() -
         tar_of([("opt/app/run.py", b"print(1)\n", 999), ("opt/app/old.py", b"x", 999)]),
     ]
     on_top = tar_of([("etc/added", b"hello\n", 5), ("opt/app/.wh.old.py", b"", 5)])
+    original = push(host, f"hand-{run}/a", base, steps=steps)
+    copy = push(host, f"hand-{run}/b", [*touched, on_top], steps=[*steps, "RUN echo hello > /etc/added && rm /opt/app/old.py"])
+    found = diff_images(
+        read_published(f"{host}/hand-{run}/a@{original}", "x86_64"), read_published(f"{host}/hand-{run}/b@{copy}", "x86_64")
+    )
+    changed = [(d.layer, d.side, d.path, d.what) for d in found if not d.normalization and d.layer > 0]
+    assert changed == [
+        (3, "B", "", "a layer only B has (added to A)"),
+        (3, "B", "etc/added", "added in B"),
+        (3, "B", "opt/app/old.py", "removed (whiteout) in B"),
+    ]
+    assert next(d for d in found if d.side == "B").created_by.startswith("RUN echo hello"), "the step that made it"
+    lines = report_lines(found)
+    assert lines.index("layer 3 of B: a layer only B has (added to A): RUN echo hello > /etc/added && rm /opt/app/old.py") < lines.index(
+        "layer 1: 1 file(s) differ only in their times (normalization; --all lists them)"
+    ), "what changed comes before what is only normalization"
+    assert "layer 2: 2 file(s) differ only in their times (normalization; --all lists them)" in lines
+    assert "layer 2: opt/app/run.py: mtime: 100 != 999" in report_lines(found, full=True) and not any("mtime" in x for x in lines)
+
+    # a file changed inside a layer both have, and a layer inserted below the top
+    changed_inside = tar_of([("opt/app/run.py", b"print(2)\n", 100), ("opt/app/old.py", b"x", 100)])
+    inserted = tar_of([("usr/lib/extra.so", b"\x7fELF", 7)])
+    other = push(host, f"hand-{run}/c", [base[0], inserted, changed_inside], steps=[steps[0], "RUN make extra", steps[1]])
+    found = diff_images(
+        read_published(f"{host}/hand-{run}/a@{original}", "x86_64"), read_published(f"{host}/hand-{run}/c@{other}", "x86_64")
+    )
+    assert [(d.layer, d.layer_b, d.side, d.path, d.what) for d in found if d.layer > 0] == [
+        (2, 0, "B", "", "a layer only B has (added to A)"),
+        (2, 0, "B", "usr/lib/extra.so", "added in B"),
+        (2, 3, "", "opt/app/run.py", "content"),
+    ], "the layer below the top is B's second; A's second layer is B's third, its changed file named"
+    assert "layer 2 (B's 3): opt/app/run.py: content" in " ".join(report_lines(found))
+
+    # a layer dropped from the middle, with no history at all: paired by DiffID
+    bare = push(host, f"hand-{run}/d", [base[0], on_top])
+    plain = push(host, f"hand-{run}/e", [base[0], base[1], on_top])
+    found = diff_images(read_published(f"{host}/hand-{run}/e@{plain}", "x86_64"), read_published(f"{host}/hand-{run}/d@{bare}", "x86_64"))
+    assert [(d.layer, d.side, d.path, d.what) for d in found if d.layer > 0][:3] == [
+        (2, "A", "", "a layer only A has (B drops it)"),
+        (2, "A", "opt/app/old.py", "added in A"),
+        (2, "A", "opt/app/run.py", "added in A"),
+    ]
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["diff", f"{host}/hand-{run}/a@{original}", f"{host}/hand-{run}/b@{copy}", "--json"])
+    report = json.loads(result.output)
+    assert result.exit_code == 1 and {"layer": 2, "layer_b": 2, "files": 2, "other": []} in report["normalization"]
+    assert any(d["path"] == "etc/added" and d["side"] == "B" and d["layer"] == 3 for d in report["differences"])
+    text = " ".join(runner.invoke(app, ["diff", f"{host}/hand-{run}/a@{original}", f"{host}/hand-{run}/b@{copy}"]).output.split())
+    assert "5 beyond normalization" in text and "etc/added: added in B" in text and "mtime" not in text, text
+    assert (
+        "layer 1: etc/os-release: mtime"
+        in runner.invoke(app, ["diff", f"{host}/hand-{run}/a@{original}", f"{host}/hand-{run}/b@{copy}", "--all"]).output
+    )
+
+
+def test_layers_one_image_alone_has_are_named_file_by_file_wherever_they_are() -> None:
     with fake_registry(referrers=False) as (host, _store):
-        original = push(host, "hand/a", base, steps=steps)
-        copy = push(host, "hand/b", [*touched, on_top], steps=[*steps, "RUN echo hello > /etc/added && rm /opt/app/old.py"])
-        found = diff_images(read_published(f"{host}/hand/a@{original}", "x86_64"), read_published(f"{host}/hand/b@{copy}", "x86_64"))
-        changed = [(d.layer, d.side, d.path, d.what) for d in found if not d.normalization and d.layer > 0]
-        assert changed == [
-            (3, "B", "", "a layer only B has (added to A)"),
-            (3, "B", "etc/added", "added in B"),
-            (3, "B", "opt/app/old.py", "removed (whiteout) in B"),
-        ]
-        assert next(d for d in found if d.side == "B").created_by.startswith("RUN echo hello"), "the step that made it"
-        lines = report_lines(found)
-        assert lines.index(
-            "layer 3 of B: a layer only B has (added to A): RUN echo hello > /etc/added && rm /opt/app/old.py"
-        ) < lines.index("layer 1: 1 file(s) differ only in their times (normalization; --all lists them)"), (
-            "what changed comes before what is only normalization"
-        )
-        assert "layer 2: 2 file(s) differ only in their times (normalization; --all lists them)" in lines
-        assert "layer 2: opt/app/run.py: mtime: 100 != 999" in report_lines(found, full=True) and not any("mtime" in x for x in lines)
-
-        # a file changed inside a layer both have, and a layer inserted below the top
-        changed_inside = tar_of([("opt/app/run.py", b"print(2)\n", 100), ("opt/app/old.py", b"x", 100)])
-        inserted = tar_of([("usr/lib/extra.so", b"\x7fELF", 7)])
-        other = push(host, "hand/c", [base[0], inserted, changed_inside], steps=[steps[0], "RUN make extra", steps[1]])
-        found = diff_images(read_published(f"{host}/hand/a@{original}", "x86_64"), read_published(f"{host}/hand/c@{other}", "x86_64"))
-        assert [(d.layer, d.layer_b, d.side, d.path, d.what) for d in found if d.layer > 0] == [
-            (2, 0, "B", "", "a layer only B has (added to A)"),
-            (2, 0, "B", "usr/lib/extra.so", "added in B"),
-            (2, 3, "", "opt/app/run.py", "content"),
-        ], "the layer below the top is B's second; A's second layer is B's third, its changed file named"
-        assert "layer 2 (B's 3): opt/app/run.py: content" in " ".join(report_lines(found))
-
-        # a layer dropped from the middle, with no history at all: paired by DiffID
-        bare = push(host, "hand/d", [base[0], on_top])
-        plain = push(host, "hand/e", [base[0], base[1], on_top])
-        found = diff_images(read_published(f"{host}/hand/e@{plain}", "x86_64"), read_published(f"{host}/hand/d@{bare}", "x86_64"))
-        assert [(d.layer, d.side, d.path, d.what) for d in found if d.layer > 0][:3] == [
-            (2, "A", "", "a layer only A has (B drops it)"),
-            (2, "A", "opt/app/old.py", "added in A"),
-            (2, "A", "opt/app/run.py", "added in A"),
-        ]
-
-        runner = CliRunner()
-        result = runner.invoke(app, ["diff", f"{host}/hand/a@{original}", f"{host}/hand/b@{copy}", "--json"])
-        report = json.loads(result.output)
-        assert result.exit_code == 1 and {"layer": 2, "layer_b": 2, "files": 2, "other": []} in report["normalization"]
-        assert any(d["path"] == "etc/added" and d["side"] == "B" and d["layer"] == 3 for d in report["differences"])
-        text = " ".join(runner.invoke(app, ["diff", f"{host}/hand/a@{original}", f"{host}/hand/b@{copy}"]).output.split())
-        assert "5 beyond normalization" in text and "etc/added: added in B" in text and "mtime" not in text, text
-        assert (
-            "layer 1: etc/os-release: mtime"
-            in runner.invoke(app, ["diff", f"{host}/hand/a@{original}", f"{host}/hand/b@{copy}", "--all"]).output
-        )
+        planted_layer_cases(host)

@@ -236,6 +236,60 @@ class RebuildOutcome:
         }
 
 
+def extended_base(ref: str, arch: str | None) -> str | None:
+    """Where an image without provenance is an image ascendkit published with layers added on top: the sentence that
+    says which published image and digest it extends, how many layers were added and how to see them; else None.
+
+    The candidates are the tags ascendkit publishes the image its labels name under (a ``FROM`` keeps the labels),
+    in the image's own repository; one extends it when its DiffIDs are the first ones of the image's and that one
+    carries ascendkit's provenance."""
+    try:
+        copy = read_published(ref, arch)
+    except (InputError, PublishFailed):
+        return None
+    labels = (copy.config.get("config") or {}).get("Labels") or {}
+    version = labels.get("org.opencontainers.image.version")
+    host, repository = registry_of(ref) or ("", "")
+    if not version or labels.get("org.opencontainers.image.vendor") != "ascendkit" or not host:
+        return None
+    ours = list((copy.config.get("rootfs") or {}).get("diff_ids") or [])
+    machine = str(copy.config.get("architecture", ""))
+    arches = {"amd64": "x86_64", "arm64": "aarch64"}
+    for tag in (f"{version}-{arches.get(machine, machine)}", version):
+        candidate = f"{host}/{repository}:{tag}"
+        try:
+            base = read_published(candidate, arch or arches.get(machine))
+        except (InputError, PublishFailed):
+            continue
+        theirs = list((base.config.get("rootfs") or {}).get("diff_ids") or [])
+        if not theirs or len(theirs) >= len(ours) or ours[: len(theirs)] != theirs:
+            continue
+        try:
+            registry_provenance(f"{host}/{repository}@{base.manifest.digest}", arch)
+        except (InputError, PublishFailed):
+            continue
+        added = len(ours) - len(theirs)
+        return (
+            f"its lower {len(theirs)} layers are {candidate} ({base.manifest.digest}), which ascendkit published, and "
+            f"{added} layer(s) were added on top; what they hold: ascendkit diff {host}/{repository}@{base.manifest.digest} "
+            f"{host}/{repository}@{copy.manifest.digest}"
+        )
+    return None
+
+
+def _provenance_of(ref: str, arch: str | None) -> tuple[dict[str, Any], str]:
+    """The provenance ``rebuild`` starts from; an image without one that extends a published image says which."""
+    try:
+        return registry_provenance(ref, arch)
+    except InputError as exc:
+        if "no SLSA provenance" not in str(exc):
+            raise
+        extends = extended_base(ref, arch)
+        if extends is None:
+            raise
+        raise InputError(f"{exc}: it is not an image ascendkit published; {extends}") from None
+
+
 def rebuild(
     client: docker.APIClient,
     loaded: LoadedMatrix,
@@ -255,7 +309,7 @@ def rebuild(
     if local is not None:
         statement, where, manifest = local.statement, local.where, None
     else:
-        statement, where = registry_provenance(ref, arch)
+        statement, where = _provenance_of(ref, arch)
         registry, repository, manifest = resolve(where)
     inputs = recorded_inputs(statement, where, manifest)
     check_inputs(inputs, loaded)
