@@ -27,15 +27,15 @@ Runs in the job's environment (the image or a CPU environment), torch_npu being 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import resource
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cpu_step_common import Laps, peak_rss_mib, single_process_group  # type: ignore[import-not-found,unused-ignore]
+from cpu_step_common import main as run_main  # type: ignore[import-not-found,unused-ignore]
 
 PLANTED = "The answer is #### {answer}"
 
@@ -45,10 +45,8 @@ def parse_job_flags(module: str, flags: list[str]) -> Any:
     __main__ with ray.init replaced by a stop)."""
     import runpy
 
-    import ray  # type: ignore[import-not-found,unused-ignore]
-
-    sys.path.insert(0, str(Path(__file__).parent))
     import openrlhf_args  # type: ignore[import-not-found,unused-ignore]  # beside this file
+    import ray  # type: ignore[import-not-found,unused-ignore]
 
     real_init, real_is_initialized = ray.init, ray.is_initialized
     ray.init, ray.is_initialized = openrlhf_args._stop, lambda: False
@@ -159,17 +157,8 @@ class CountedReward:
 def step(module: str, flags: list[str]) -> dict[str, Any]:
     import ray  # type: ignore[import-not-found,unused-ignore]
     import torch  # type: ignore[import-not-found,unused-ignore]
-    import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
 
-    timings: dict[str, float] = {}
-    mark = time.monotonic()
-
-    def lap(name: str) -> None:
-        nonlocal mark
-        now = time.monotonic()
-        timings[name] = round(now - mark, 2)
-        mark = now
-
+    lap = Laps()
     args = parse_job_flags(module, flags)
     from openrlhf import ACCELERATOR_TYPE  # type: ignore[import-not-found,unused-ignore]
     from openrlhf.datasets import PromptDataset  # type: ignore[import-not-found,unused-ignore]
@@ -179,10 +168,7 @@ def step(module: str, flags: list[str]) -> dict[str, Any]:
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController  # type: ignore[import-not-found,unused-ignore]
     from openrlhf.utils import blending_datasets, get_strategy, get_tokenizer  # type: ignore[import-not-found,unused-ignore]
 
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-        dist.init_process_group("gloo", rank=0, world_size=1)
+    single_process_group()
     torch.manual_seed(args.seed)
     os.environ.pop("RAY_ADDRESS", None)  # a private Ray of this process, for the reward task and the engine
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
@@ -304,8 +290,8 @@ def step(module: str, flags: list[str]) -> dict[str, Any]:
         "grad_norm": float(grad_norm),
         "parameters_changed": changed,
         "parameters": len(before),
-        "timings_s": timings,
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "timings_s": lap.timings,
+        "peak_rss_mib": peak_rss_mib(),
         "differs": (
             "OpenRLHF's parser, dataset, experience maker (its vLLM output path, reward call and group_norm advantage) and "
             "losses; the vLLM engine is a stand-in answering with transformers' generate, the actor and reference forward "
@@ -315,20 +301,10 @@ def step(module: str, flags: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="One GRPO step of an OpenRLHF job on CPU through OpenRLHF's own code.")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--module", default="openrlhf.cli.train_ppo_ray", help="the job's entry point (default openrlhf.cli.train_ppo_ray)")
-    parser.add_argument("flags", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    flags = args.flags[1:] if args.flags[:1] == ["--"] else args.flags
-    started = time.monotonic()
-    result = step(args.module, flags)
-    result["seconds"] = round(time.monotonic() - started, 1)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(args.out)
-    print(f"cpu_step_openrlhf: loss {result['loss']:.6g}, grad norm {result['grad_norm']:.4g}, {result['reward_calls']} responses scored")
-    return 0
+    return run_main(
+        "One GRPO step of an OpenRLHF job on CPU through OpenRLHF's own code.", "openrlhf.cli.train_ppo_ray", step,
+        lambda r: f"loss {r['loss']:.6g}, grad norm {r['grad_norm']:.4g}, {r['reward_calls']} responses scored", argv,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -26,14 +26,13 @@ release, and says so in its result. Runs in the job's environment (the image or 
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import resource
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cpu_step_common import Laps, peak_rss_mib, single_process_group  # type: ignore[import-not-found,unused-ignore]
+from cpu_step_common import main as run_main  # type: ignore[import-not-found,unused-ignore]
 
 PLANTED = "The answer is #### {answer}"
 
@@ -79,10 +78,9 @@ def _log_probs(model: Any, input_ids: Any, mask: Any, response_len: int, tempera
     return log_probs, entropy
 
 
-def step(overrides: list[str]) -> dict[str, Any]:
+def step(_module: str, overrides: list[str]) -> dict[str, Any]:
     import numpy as np  # type: ignore[import-not-found,unused-ignore]
     import torch  # type: ignore[import-not-found,unused-ignore]
-    import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
     from transformers import AutoModelForCausalLM, AutoTokenizer  # type: ignore[import-not-found,unused-ignore]
     from verl import DataProto  # type: ignore[import-not-found,unused-ignore]
     from verl.trainer.ppo import core_algos  # type: ignore[import-not-found,unused-ignore]
@@ -92,19 +90,8 @@ def step(overrides: list[str]) -> dict[str, Any]:
     from verl.utils.reward_score import default_compute_score  # type: ignore[import-not-found,unused-ignore]
     from verl.workers.reward_manager import NaiveRewardManager  # type: ignore[import-not-found,unused-ignore]
 
-    timings: dict[str, float] = {}
-    mark = time.monotonic()
-
-    def lap(name: str) -> None:
-        nonlocal mark
-        now = time.monotonic()
-        timings[name] = round(now - mark, 2)
-        mark = now
-
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-        dist.init_process_group("gloo", rank=0, world_size=1)
+    lap = Laps()
+    single_process_group()
     torch.manual_seed(0)
     config = _compose(overrides)
     lap("compose")
@@ -232,8 +219,8 @@ def step(overrides: list[str]) -> dict[str, Any]:
         "grad_norm": float(grad_norm),
         "parameters_changed": changed,
         "parameters": len(before),
-        "timings_s": timings,
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "timings_s": lap.timings,
+        "peak_rss_mib": peak_rss_mib(),
         "differs": (
             "verl's losses, advantage, reward manager and dataset on the plain module; not verl's actor worker (FSDP, "
             "micro-batches, device placement), which needs an accelerator"
@@ -268,20 +255,10 @@ def _policy_loss(fn: Any, old: Any, new: Any, advantages: Any, mask: Any, agg: s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="One GRPO step of a verl job on CPU through verl's own code.")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--module", default="verl.trainer.main_ppo", help="the job's entry point (default verl.trainer.main_ppo)")
-    parser.add_argument("overrides", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
-    started = time.monotonic()
-    result = step(overrides)
-    result["seconds"] = round(time.monotonic() - started, 1)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(args.out)
-    print(f"cpu_step_verl: loss {result['loss']:.6g}, grad norm {result['grad_norm']:.4g}, {result['reward_calls']} reward calls")
-    return 0
+    return run_main(
+        "One GRPO step of a verl job on CPU through verl's own code.", "verl.trainer.main_ppo", step,
+        lambda r: f"loss {r['loss']:.6g}, grad norm {r['grad_norm']:.4g}, {r['reward_calls']} reward calls", argv,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -21,18 +21,17 @@ Checked by the CPU run: tokens the loss mask trains, a finite loss, a gradient a
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
-import json
-import os
 import re
-import resource
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cpu_step_common import Laps, peak_rss_mib, single_process_group  # type: ignore[import-not-found,unused-ignore]
+from cpu_step_common import main as run_main  # type: ignore[import-not-found,unused-ignore]
 
 
 def _compose(module: Any, overrides: list[str]) -> Any:
@@ -115,22 +114,10 @@ def _loss_sft_trainer(config: Any, model: Any, dataset: Any, batch_size: int, pa
 
 def step(module_name: str, overrides: list[str]) -> dict[str, Any]:
     import torch  # type: ignore[import-not-found,unused-ignore]
-    import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
     from transformers import AutoTokenizer  # type: ignore[import-not-found,unused-ignore]
 
-    timings: dict[str, float] = {}
-    mark = time.monotonic()
-
-    def lap(name: str) -> None:
-        nonlocal mark
-        now = time.monotonic()
-        timings[name] = round(now - mark, 2)
-        mark = now
-
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-        dist.init_process_group("gloo", rank=0, world_size=1)
+    lap = Laps()
+    single_process_group()
     torch.manual_seed(0)
     trainer_module = importlib.import_module(module_name)
     config = _compose(trainer_module, overrides)
@@ -173,27 +160,17 @@ def step(module_name: str, overrides: list[str]) -> dict[str, Any]:
         "parameters_changed": changed,
         "parameters": len(before),
         "lora_rank": int(config.model.get("lora_rank", 0) or 0),
-        "timings_s": timings,
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "timings_s": lap.timings,
+        "peak_rss_mib": peak_rss_mib(),
         "differs": f"verl's dataset and SFT loss: {how}",
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="One SFT step of a verl job on CPU through verl's own code.")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--module", required=True, help="the job's SFT trainer module")
-    parser.add_argument("overrides", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
-    started = time.monotonic()
-    result = step(args.module, overrides)
-    result["seconds"] = round(time.monotonic() - started, 1)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(args.out)
-    print(f"cpu_step_verl_sft: loss {result['loss']:.6g}, grad norm {result['grad_norm']:.4g}, {result['trained_tokens']} tokens trained")
-    return 0
+    return run_main(
+        "One SFT step of a verl job on CPU through verl's own code.", "verl.trainer.sft_trainer", step,
+        lambda r: f"loss {r['loss']:.6g}, grad norm {r['grad_norm']:.4g}, {r['trained_tokens']} tokens trained", argv,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
