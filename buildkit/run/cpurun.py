@@ -245,9 +245,9 @@ def run_cpu(
     boundary_result: dict[str, Any] = {}
     boundary = Verdict(True, "not run", "skipped")
     if variation.boundary:
-        say(f"{job_name}: {' '.join(boundary_command(job)[0])} to its accelerator boundary (bound {bound:.0f} s)")
-        boundary_argv = ["python3", f"{smoke}/cpu_boundary.py", "--out", f"{place.work_dir}/boundary.json"]
         command, on_ray = boundary_command(job)
+        say(f"{job_name}: {' '.join(command)} to its accelerator boundary (bound {bound:.0f} s)")
+        boundary_argv = ["python3", f"{smoke}/cpu_boundary.py", "--out", f"{place.work_dir}/boundary.json"]
         boundary_argv += ["--log", f"{place.work_dir}/boundary.log", "--bound", str(bound), *([] if on_ray else ["--no-ray"])]
         boundary_argv += ["--", *command, *overrides]
         place.run(boundary_argv, env, work / "boundary-driver.log", bound + 120)

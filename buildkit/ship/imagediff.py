@@ -187,8 +187,7 @@ def _compare_entries(position: int, a: dict[str, Entry], b: dict[str, Entry], la
         left, right = a.get(path), b.get(path)
         if left is None or right is None:
             side = "A" if right is None else "B"
-            one = _one_side_entry(position, side, path, left or right)  # type: ignore[arg-type]
-            found.append(Difference(one.layer, one.path, one.what, one.a, one.b, layer_b=layer_b))
+            found.append(replace(_one_side_entry(position, side, path, left or right), layer_b=layer_b))  # type: ignore[arg-type]
             continue
         here = []
         for what, x, y in (
@@ -299,18 +298,23 @@ def diff_images(a: Published, b: Published) -> list[Difference]:
     return found
 
 
+def _normalized_by_layer(found: list[Difference]) -> dict[tuple[int, int], list[Difference]]:
+    """What is only normalization, per pair of layers, in order."""
+    per_layer: dict[tuple[int, int], list[Difference]] = {}
+    for d in found:
+        if d.normalization:
+            per_layer.setdefault((d.layer, d.layer_b), []).append(d)
+    return per_layer
+
+
 def report_lines(found: list[Difference], full: bool = False) -> list[str]:
     """What ``diff`` and ``rebuild`` print: what changed first (the config, layers one side alone has with every file
     they add or remove, files whose content, mode, owner, link or presence differ), then what is only normalization,
     one line per layer with its count, unless ``full``."""
     lines = [d.line() for d in found if not d.normalization]
-    normalized = [d for d in found if d.normalization]
     if full:
-        return lines + [d.line() for d in normalized]
-    per_layer: dict[tuple[int, int], list[Difference]] = {}
-    for d in normalized:
-        per_layer.setdefault((d.layer, d.layer_b), []).append(d)
-    for group in per_layer.values():
+        return lines + [d.line() for d in found if d.normalization]
+    for group in _normalized_by_layer(found).values():
         files = [d for d in group if d.path]
         if files:
             said = f"{len(files):,} file(s) differ only in their times (normalization; --all lists them)"
@@ -321,12 +325,12 @@ def report_lines(found: list[Difference], full: bool = False) -> list[str]:
 
 def normalization_summary(found: list[Difference]) -> list[dict[str, Any]]:
     """The JSON's summary of what is only normalization: per layer, how many files and what else."""
-    per_layer: dict[tuple[int, int], dict[str, Any]] = {}
-    for d in found:
-        if d.normalization:
-            item = per_layer.setdefault((d.layer, d.layer_b), {"layer": d.layer, "layer_b": d.layer_b or d.layer, "files": 0, "other": []})
-            if d.path:
-                item["files"] += 1
-            else:
-                item["other"].append(d.what)
-    return list(per_layer.values())
+    return [
+        {
+            "layer": layer,
+            "layer_b": layer_b or layer,
+            "files": sum(bool(d.path) for d in group),
+            "other": [d.what for d in group if not d.path],
+        }
+        for (layer, layer_b), group in _normalized_by_layer(found).items()
+    ]
