@@ -130,6 +130,17 @@ def test_each_failure_before_the_boundary_is_named_with_its_place(
     assert verdict.detail == f"{name}: {message}"
 
 
+def test_an_error_the_log_holds_is_the_verdict_even_when_the_driver_still_waits_at_the_bound() -> None:
+    """A task runner that died importing while its driver waits on it: the bound must not hide the error."""
+    log = traceback(
+        [RUNNER, (f"{SITE}/verl/workers/rollout/llm_server.py", 28, "<module>")], "ModuleNotFoundError", "No module named 'cachetools'"
+    )
+    verdict = judge_boundary("verl", {"exit_code": None, "stopped": "bound", "bound_s": 900.0, "demands": []}, log)
+    assert not verdict.reached and verdict.kind == "import"
+    assert "module cachetools imported at" in verdict.where and "llm_server.py:28" in verdict.where
+    assert "still running" in verdict.detail
+
+
 def test_the_step_is_held_to_what_a_step_must_do() -> None:
     good: dict[str, Any] = {
         "rewards": [1.0, 0.0],

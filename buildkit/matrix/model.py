@@ -238,6 +238,9 @@ class Stack(Frozen):
     # TransferQueue (Ascend/TransferQueue on PyPI): verl 0.9's default trainer (trainer.use_v1) imports it when its
     # task runner starts; verl's wheel declares it only in its verl-core extra.
     transfer_queue: PypiPin | None = None
+    # cachetools: verl 0.8's rollout server (verl/workers/rollout/llm_server.py) imports it when the trainer starts; verl's
+    # wheel declares it from 0.9 on, vLLM brings it along, SGLang does not (verl's SGLang images install it by hand).
+    cachetools: PypiPin | None = None
     # Ascend's accuracy and profiling tools, in one layer after transformers; `ascend_tools: false`
     # leaves them out of the stack's images (their pins stay, for the record).
     msprobe: PypiPin | None = None

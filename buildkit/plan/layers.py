@@ -240,6 +240,10 @@ def stack_layers(stack: Stack, installer: Installer) -> StackLayers:
         tail.append(
             Layer("transfer-queue", "TransferQueue: verl's data plane between its trainer and rollout", (pin_of(stack, "transfer_queue"),))
         )
+    if stack.cachetools is not None:
+        tail.append(
+            Layer("cachetools", "cachetools: imported by verl's rollout server, undeclared by verl 0.8", (pin_of(stack, "cachetools"),))
+        )
     pinned = stack.pins()
     tools = tuple(pin_of(stack, c) for c in TOOL_COMPONENTS if c in pinned)
     if tools:

@@ -133,7 +133,11 @@ def judge_boundary(framework: str, result: dict[str, Any], log: str) -> Verdict:
         return Verdict(True, where, "boundary", demands, ran)
     name, message, frames = last_error(log)
     if result.get("stopped") == "bound":
-        detail = f"stopped after {result.get('bound_s')} s, still running; Ray's pending demands: {result.get('demands') or 'none'}"
+        still = f"stopped after {result.get('bound_s')} s, still running"
+        if name:  # a worker died and the driver waits on it: the error is the verdict, not the bound
+            kind, place = classify(name, message, frames)
+            return Verdict(False, place, kind, f"{name}: {message} ({still})"[:500], ran)
+        detail = f"{still}; Ray's pending demands: {result.get('demands') or 'none'}"
         return Verdict(False, "no boundary within the bound", "bound", detail, ran)
     if result.get("exit_code") is None:
         return Verdict(False, "the run did not start", "error", str(result.get("error", "")), ran)
