@@ -32,6 +32,7 @@ SUMMARIES: dict[str, str] = {
     "k8s": "Kubernetes manifests and the node preflight.",
     "metrics": "Read verl and OpenRLHF console logs.",
     "baseline": "Make baselines from real GPU runs.",
+    "team": "A team's image on top of a reference image.",
 }
 
 # name -> (modules that register it, its help text), in the order --help lists them
@@ -161,5 +162,9 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "baseline": (
         ("buildkit.cli.metrics_cmd", "buildkit.cli.replay_cmd"),
         "Baselines from real GPU runs.",
+    ),
+    "team": (
+        ("buildkit.cli.team_cmd",),
+        "A team's image on top of a reference image: its packages, its framework fork, its files.",
     ),
 }

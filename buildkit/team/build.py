@@ -1,0 +1,197 @@
+"""``ascendkit team build``: the team's layers built on its base by digest, then checked: every distribution of the
+base (name, version, RECORD, direct_url) is as it was, unless the team file's ``replace`` names it. Only an image
+that passes is tagged; one that fails is removed, with its containers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import requests
+from docker.errors import DockerException, ImageNotFound
+
+from buildkit.errors import BuildFailed, ExitCode, InputError, Unavailable, VerifyFailed
+from buildkit.image.engine import remove_containers
+from buildkit.image.render import SECRETS_ARG
+from buildkit.image.secrets import BuildSecrets, SecretServer
+from buildkit.matrix.load import LoadedMatrix
+from buildkit.reach import engine_said
+from buildkit.team.dockerfile import TeamBuildInputs, classic, labels, render_team_dockerfile, write_team_context
+from buildkit.team.resolve import TeamBase, lock_file, lock_state
+from buildkit.team.spec import LoadedTeam
+
+# Every installed distribution: its version, a digest of its RECORD and of every file RECORD lists as it is on disk
+# (a file another package or a COPY wrote over changes it), and its direct_url.json (PEP 610: where it came from).
+# Standard library only: it runs in the image.
+DISTRIBUTIONS = """
+import hashlib, json, importlib.metadata as md, re
+out = {}
+for dist in md.distributions():
+    name = re.sub(r"[-_.]+", "-", (dist.metadata["Name"] or "")).lower()
+    files = hashlib.sha256((dist.read_text("RECORD") or "").encode())
+    for path in sorted(str(f) for f in dist.files or ()):
+        try:
+            digest = hashlib.sha256()
+            with open(dist.locate_file(path), "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+            files.update(f"{path}\\0{digest.hexdigest()}\\n".encode())
+        except OSError:
+            files.update(f"{path}\\0missing\\n".encode())
+    out[name] = [dist.version, files.hexdigest(), dist.read_text("direct_url.json") or ""]
+print(json.dumps(out, sort_keys=True))
+"""
+
+
+@dataclass(frozen=True)
+class TeamBuilt:
+    image_id: str
+    refs: tuple[str, ...]
+    base_ref: str
+    added: tuple[str, ...]
+    kept: int
+    dockerfile: str
+
+
+def distributions(client: docker.APIClient, image: str) -> dict[str, list[str]]:
+    """What ``image`` has installed, read in a container of it (removed however it ends)."""
+    container = client.create_container(image, ["python3", "-c", DISTRIBUTIONS], entrypoint=[], user="0:0", network_disabled=True)
+    try:
+        client.start(container)
+        status = client.wait(container, timeout=300)["StatusCode"]
+        logs = client.logs(container, stdout=True, stderr=True).decode(errors="replace")
+        if status != 0:
+            raise VerifyFailed(f"{image}: listing its distributions failed (exit {status}): {logs[-500:]}")
+        found: dict[str, list[str]] = json.loads(logs.strip().splitlines()[-1])
+        return found
+    finally:
+        remove_containers(client, [container["Id"]])
+
+
+def moved(before: dict[str, list[str]], after: dict[str, list[str]], free: set[str]) -> list[str]:
+    """Each base distribution the team image does not hold as the base did (gone, or another version, files or
+    origin), except those the team file's ``replace`` names."""
+    problems = []
+    for name, (version, record, origin) in sorted(before.items()):
+        if name in free:
+            continue
+        if name not in after:
+            problems.append(f"{name} {version}: gone")
+            continue
+        now_version, now_record, now_origin = after[name]
+        if now_version != version:
+            problems.append(f"{name}: {version} in the base, {now_version} in the team image")
+        elif now_record != record:
+            problems.append(f"{name} {version}: its files differ from the base's (RECORD, or a file it lists rewritten)")
+        elif now_origin != origin:
+            problems.append(f"{name} {version}: installed from elsewhere (direct_url.json)")
+    return problems
+
+
+def _base_ref(client: docker.APIClient, base: TeamBase, team: LoadedTeam, ref: str) -> tuple[str, str, dict[str, Any]]:
+    """The base by digest, its user and its inspect; refused when its labels name another stack or SKU."""
+    try:
+        inspect: dict[str, Any] = client.inspect_image(ref)
+    except ImageNotFound:
+        raise Unavailable(
+            f"base image {ref} is not on this engine: pull it first (or build it: ascendkit build --hw {team.spec.base.sku})"
+        ) from None
+    labels_ = inspect.get("Config", {}).get("Labels") or {}
+    stack, skus = labels_.get("io.ascendkit.stack"), (labels_.get("io.ascendkit.skus") or "").split(",")
+    if stack != base.stack_id or team.spec.base.sku not in skus:
+        what = f"stack {stack} for {', '.join(skus)}" if stack else "not an ascendkit image (no io.ascendkit.stack label)"
+        raise InputError(f"{team.path}: base is stack {base.stack_id} for {team.spec.base.sku}, but {ref} is {what}")
+    digests = [d for d in inspect.get("RepoDigests") or [] if "@sha256:" in d]
+    by_digest = sorted(digests)[0] if digests else inspect["Id"]
+    return by_digest, inspect.get("Config", {}).get("User") or "", inspect
+
+
+def _build(client: docker.APIClient, context: Path, tag: str, ca_bundle: bytes) -> str:
+    """The classic builder through docker-py. A CA bundle (a TLS-intercepting proxy's) reaches the RUN steps as the
+    reference builds give it: served on a loopback URL in ftp_proxy, which no layer, config or history keeps."""
+    containers: list[str] = []
+    image_id, error, tail = "", "", list[str]()
+    with ExitStack() as stack:
+        buildargs, network_mode = {}, None
+        if ca_bundle:
+            server = stack.enter_context(SecretServer(BuildSecrets(ca_bundle)))
+            buildargs, network_mode = {SECRETS_ARG: server.url}, "host"
+        try:
+            stream = client.build(
+                path=str(context), dockerfile="Dockerfile", tag=tag, rm=True, forcerm=True, pull=False, decode=True,
+                buildargs=buildargs, network_mode=network_mode,
+            )  # fmt: skip
+            image_id, error = _follow(stream, containers, tail)
+        except (DockerException, requests.exceptions.RequestException) as exc:
+            error = error or f"lost the engine: {engine_said(exc)}"
+    if error or not image_id:
+        remove_containers(client, containers)
+        raise BuildFailed("the team image's build failed: " + (error or "the engine reported no image") + "\n" + "\n".join(tail[-15:]))
+    return image_id
+
+
+def _follow(stream: Any, containers: list[str], tail: list[str]) -> tuple[str, str]:
+    """The build's events: its image ID or its error; the containers it ran and the last lines it printed, kept."""
+    image_id, error = "", ""
+    for event in stream:
+        if "error" in event:
+            error = str(event["error"]).strip()
+        text = str(event.get("stream", ""))
+        tail.extend(line for line in text.splitlines() if line.strip())
+        del tail[:-30]
+        if text.startswith(" ---> Running in "):
+            containers.append(text.split()[-1])
+        if "aux" in event and "ID" in event["aux"]:
+            image_id = event["aux"]["ID"]
+    return image_id, error
+
+
+def build_team(
+    client: docker.APIClient, loaded: LoadedMatrix, team: LoadedTeam, base: TeamBase, base_image: str, ca_bundle: bytes = b""
+) -> TeamBuilt:
+    """Build, check and tag the team image; refused before building when the lock is not fresh."""
+    state = lock_state(team, base)
+    if state != "fresh":
+        error = InputError(f"{lock_file(team, base.arch)} is {state}: run `ascendkit team lock --arch {base.arch}` first")
+        error.exit_code = ExitCode.CHECK_FAILED
+        raise error
+    try:
+        base_ref, user, _ = _base_ref(client, base, team, base_image)
+        indexes = {name: index for name, index in loaded.matrix.indexes.items()}
+        index_args = tuple((indexes[name].arg, url) for name, url in base.indexes)
+        inputs = TeamBuildInputs(
+            base_ref,
+            user,
+            index_args,
+            tuple(arg for arg, _ in index_args[1:]),
+            hashlib.sha256(lock_file(team, base.arch).read_bytes()).hexdigest(),
+        )
+        dockerfile = render_team_dockerfile(team, base, inputs)
+        version = dict(labels(team, base, inputs))["org.opencontainers.image.version"]
+        ref = f"{team.spec.name}:{version}"
+        before = distributions(client, base_ref)
+        with tempfile.TemporaryDirectory(prefix="ascendkit-team-") as tmp:
+            write_team_context(team, base, classic(dockerfile), Path(tmp))
+            image_id = _build(client, Path(tmp), f"{team.spec.name}:unverified-{version}", ca_bundle)
+        try:
+            after = distributions(client, image_id)
+            free = set(team.spec.replace)
+            problems = moved(before, after, free)
+            if problems:
+                raise VerifyFailed("the team image moved its base; nothing was tagged:\n  " + "\n  ".join(problems))
+        except BaseException:
+            client.remove_image(f"{team.spec.name}:unverified-{version}")  # the only tag: the image goes with it
+            raise
+        client.tag(image_id, team.spec.name, version)
+        client.remove_image(f"{team.spec.name}:unverified-{version}", noprune=True)
+    except (DockerException, requests.exceptions.RequestException) as exc:
+        raise Unavailable(f"the engine failed: {engine_said(exc)}") from None
+    added = tuple(sorted(f"{name}=={after[name][0]}" for name in after if name not in before))
+    return TeamBuilt(image_id, (ref,), base_ref, added, len(before), dockerfile)

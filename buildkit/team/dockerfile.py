@@ -1,0 +1,111 @@
+"""The team image's Dockerfile and build context: the base by digest, then the team's layers only, least to
+most volatile (its locked packages, then its files, then its environment and labels).
+
+The packages install with the base's own ``ascendkit_install`` (``/usr/local/lib/ascendkit/build-env.sh``): the
+team's lock lies beside the base's sections under ``/etc/ascendkit/locks/``, every base section is a constraint
+with its hashes, and every hash of the team's lock is enforced. The render depends only on its inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildkit.plan.layers import SOURCE_DATE_EPOCH
+from buildkit.team.resolve import TEAM_LAYER, TeamBase, lock_file
+from buildkit.team.spec import LoadedTeam
+
+CONTEXT_LOCKS = "team/locks"
+CONTEXT_FILES = "team/files"
+TEAM_LABEL = "io.ascendkit.team"
+
+
+@dataclass(frozen=True)
+class TeamBuildInputs:
+    """What the render needs beyond the team file: the base as the engine has it."""
+
+    base_ref: str  # NAME@sha256:... (the base by digest)
+    base_user: str  # the base's USER, restored after the team's layers
+    index_args: tuple[tuple[str, str], ...]  # (ARG, URL) of the base's indexes, as the matrix names them
+    extra_index_args: tuple[str, ...]  # the ARG names pip gets as extra indexes for this arch
+    lock_sha256: str
+
+
+def labels(team: LoadedTeam, base: TeamBase, inputs: TeamBuildInputs) -> tuple[tuple[str, str], ...]:
+    """What the team image says it is: its own title and version (not the base's, which it would inherit), its base by
+    digest, its lock, and every base package it replaces with the reason."""
+    spec = team.spec
+    found = [
+        ("org.opencontainers.image.title", f"{spec.name} (a team image on ascendkit {base.stack_id})"),
+        ("org.opencontainers.image.version", f"team-{spec.name.replace('/', '-')}-{inputs.lock_sha256[:12]}"),
+        ("org.opencontainers.image.base.name", inputs.base_ref),
+        (TEAM_LABEL, spec.name),
+        (f"{TEAM_LABEL}.base-stack", base.stack_id),
+        (f"{TEAM_LABEL}.base-sku", spec.base.sku),
+        (f"{TEAM_LABEL}.lock-sha256", inputs.lock_sha256),
+    ]
+    found += [(f"{TEAM_LABEL}.replaces.{name}", reason) for name, reason in sorted(spec.replace.items())]
+    return tuple(found)
+
+
+def _quote(value: str) -> str:
+    return json.dumps(value)
+
+
+def render_team_dockerfile(team: LoadedTeam, base: TeamBase, inputs: TeamBuildInputs) -> str:
+    spec = team.spec
+    lines = [
+        f"# The team image {spec.name}: rendered by `ascendkit team build` from {team.path.name}. Do not edit.",
+        "# Its base by digest, then only the team's layers: its locked packages, its files, its environment.",
+        f"FROM {inputs.base_ref}",
+        f"ARG SOURCE_DATE_EPOCH={SOURCE_DATE_EPOCH}",
+        "ARG TARGETARCH",
+        *(f"ARG {arg}={url}" for arg, url in inputs.index_args),
+        "ARG PIP_EXTRA_INDEX_URL=",
+        f'ARG ASCENDKIT_ARCHES="{base.arch}"',
+        f'ARG ASCENDKIT_EXTRA_INDEXES_{base.arch}="{" ".join(inputs.extra_index_args)}"',
+        "ARG ASCENDKIT_INSTALLER=uv",
+        "USER 0:0",
+        "",
+        "# 1. The team's packages: its lock, every hash enforced, every base package held by the base's own sections.",
+        f"COPY {CONTEXT_LOCKS}/{TEAM_LAYER}-{base.arch}.txt /etc/ascendkit/locks/",
+        "RUN --mount=type=cache,id=ascendkit-pip-${TARGETARCH},target=/var/cache/ascendkit,sharing=locked \\",
+        "    --mount=type=secret,id=ascendkit-ca --mount=type=secret,id=ascendkit-env \\",
+        "    set -eux; \\",
+        "    . /usr/local/lib/ascendkit/build-env.sh; \\",
+        f"    ascendkit_install {TEAM_LAYER}",
+    ]
+    if spec.files:
+        lines += ["", "# 2. The team's files (code, recipes, reward functions): the layer a code change rebuilds."]
+        lines += [f"COPY --chown=0:0 {CONTEXT_FILES}/{index}/ {copy.dest}" for index, copy in enumerate(spec.files)]
+    if spec.env:
+        lines += ["", "ENV \\", " \\\n".join(f"    {name}={_quote(value)}" for name, value in sorted(spec.env.items()))]
+    lines += ["", "LABEL \\", " \\\n".join(f"    {name}={_quote(value)}" for name, value in labels(team, base, inputs))]
+    lines += [f"USER {inputs.base_user}" if inputs.base_user else "USER 0:0", ""]
+    return "\n".join(lines)
+
+
+def classic(dockerfile: str) -> str:
+    """The same steps for the classic builder: no cache or secret mounts (its RUN has no --mount)."""
+    return dockerfile.replace(
+        "RUN --mount=type=cache,id=ascendkit-pip-${TARGETARCH},target=/var/cache/ascendkit,sharing=locked \\\n"
+        "    --mount=type=secret,id=ascendkit-ca --mount=type=secret,id=ascendkit-env \\\n",
+        "RUN \\\n",
+    )
+
+
+def write_team_context(team: LoadedTeam, base: TeamBase, dockerfile: str, context: Path) -> None:
+    """The build context: the Dockerfile, the team's lock as a base-style section, each file tree under its index."""
+    (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+    locks = context / CONTEXT_LOCKS
+    locks.mkdir(parents=True)
+    shutil.copyfile(lock_file(team, base.arch), locks / f"{TEAM_LAYER}-{base.arch}.txt")
+    for index, copy in enumerate(team.spec.files):
+        source, target = team.root / copy.src, context / CONTEXT_FILES / str(index)
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+        else:
+            target.mkdir(parents=True)
+            shutil.copy2(source, target / source.name)

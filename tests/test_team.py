@@ -1,0 +1,232 @@
+"""A team's image file: validated with file, line and field; locked against its base, nothing of the base moved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from buildkit.errors import InputError
+from buildkit.lock.lockfile import LockedPackage, read_lock
+from buildkit.matrix.load import LoadedMatrix, load_matrix
+from buildkit.team.build import moved
+from buildkit.team.resolve import (
+    TeamResolution,
+    inputs_digest,
+    lock_file,
+    lock_state,
+    refusals,
+    render_team_lock,
+    team_base,
+    write_team_lock,
+)
+from buildkit.team.spec import TeamFileError, load_team
+from tests.conftest import TEST_MATRIX, Ascendkit
+
+GOOD = """\
+schema_version: 1
+name: acme/verl-math
+base:
+  stack: teststack
+  sku: a2-box16
+packages:
+  - tabulate==0.9.0
+requirements: [requirements-team.txt]
+files:
+  - {src: rewards, dest: /opt/team/rewards}
+env:
+  TEAM_REWARD: /opt/team/rewards/math.py
+"""
+
+
+@pytest.fixture(scope="module")
+def test_matrix() -> LoadedMatrix:
+    return load_matrix(TEST_MATRIX)
+
+
+def team_repo(root: Path, text: str = GOOD, requirements: str = "# the team's extras\npyfiglet==1.0.2  # banners\n") -> Path:
+    (root / "rewards").mkdir(exist_ok=True)
+    (root / "rewards" / "math.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n"
+    )
+    (root / "requirements-team.txt").write_text(requirements)
+    path = root / "ascendkit-team.yaml"
+    path.write_text(text)
+    return path
+
+
+def findings(path: Path, loaded: LoadedMatrix) -> list[str]:
+    with pytest.raises(TeamFileError) as caught:
+        load_team(path, loaded)
+    return [f.format() for f in caught.value.findings]
+
+
+def test_a_good_team_file_loads_with_every_requirement_and_where_it_was_written(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    team = load_team(team_repo(tmp_path), test_matrix)
+    assert [(r.line, r.where) for r in team.requirements] == [
+        ("tabulate==0.9.0", "ascendkit-team.yaml:7"),
+        ("pyfiglet==1.0.2", "requirements-team.txt:2"),
+    ]
+    assert team.spec.env == {"TEAM_REWARD": "/opt/team/rewards/math.py"}
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (("  sku: a2-box16", "  sku: a9"), ":5:8: error: base.sku: unknown SKU 'a9'"),
+        (("  stack: teststack", "  stack: cann7"), ":4:10: error: base.stack: unknown stack 'cann7'"),
+        (("  - tabulate==0.9.0", "  - tabulate>="), ":7:5: error: packages[0]: 'tabulate>=' is not a requirement line"),
+        (
+            ("  - tabulate==0.9.0", '  - "tabulate @ git+https://x.example/t.git"'),
+            ":7:5: error: packages[0]: 'tabulate @ git+https://x.example/t.git' is a direct reference",
+        ),
+        (("  - {src: rewards,", "  - {src: recipes,"), ":10:11: error: files[0].src: recipes does not exist"),
+        (
+            ("  - {src: rewards, dest: /opt/team/rewards}", "  - {src: rewards, dest: opt/team}"),
+            ":10:26: error: files[0].dest: 'opt/team' must be an absolute path",
+        ),
+        (("env:", "colour: red\nenv:"), ":11:1: error: colour: unknown key 'colour'"),
+        (
+            ("env:", "framework:\n  git: https://gitlab.example.cn/rl/verl.git\n  commit: main\n  replaces: verl\nenv:"),
+            ":13:11: error: framework.commit: 'main' is not a full commit: a branch or tag moves",
+        ),
+        (
+            ("env:", f"framework:\n  git: https://gitlab.example.cn/rl/verl.git\n  commit: {'a' * 40}\n  replaces: openrlhf\nenv:"),
+            ":14:13: error: framework.replaces: the base's framework is verl, not openrlhf",
+        ),
+    ],
+)
+def test_each_problem_is_named_with_its_file_line_and_field(
+    tmp_path: Path, test_matrix: LoadedMatrix, edit: tuple[str, str], expected: str
+) -> None:
+    old, new = edit
+    assert old in GOOD
+    path = team_repo(tmp_path, GOOD.replace(old, new, 1))
+    said = findings(path, test_matrix)
+    assert any(f.startswith(str(path) + expected) for f in said), said
+
+
+def test_a_bad_line_of_a_requirements_file_is_named_there(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    path = team_repo(tmp_path, requirements="pyfiglet==1.0.2\n--index-url https://elsewhere.example/simple\n")
+    said = findings(path, test_matrix)
+    assert said[0].startswith(f"{tmp_path / 'requirements-team.txt'}:2:1: error: requirements-team.txt: '--index-url")
+
+
+def test_a_missing_team_file_says_what_to_write(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    said = findings(tmp_path / "ascendkit-team.yaml", test_matrix)
+    assert "no such file" in said[0]
+
+
+def pkg(name: str, version: str, *via: str) -> LockedPackage:
+    return LockedPackage(name, version, ["sha256:" + "0" * 64], list(via))
+
+
+def test_refusals_name_the_package_who_asked_and_what_holds_the_base(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    team = load_team(team_repo(tmp_path), test_matrix)
+    base = team_base(test_matrix, team, "x86_64")
+    held = base.packages["attrs"]
+    said = refusals(
+        team,
+        base,
+        [
+            pkg("tabulate", "0.9.0", "-r team.in"),
+            pkg("attrs", "99.0", "swanlab"),
+            pkg("triton", "3.1.0", "xgrammar"),
+            pkg("nvidia-cublas-cu12", "12.4.5.8", "torch"),
+            pkg("triton-ascend", "0.2.13", "vllm"),
+        ],
+    )
+    assert said == [
+        f"swanlab requires attrs 99.0; the base has attrs {held.version}, which {', '.join(held.via)} requires",
+        "triton 3.1.0, asked for by xgrammar: mainline triton writes triton/ over the base's triton-ascend",
+        "nvidia-cublas-cu12 12.4.5.8, asked for by torch: a CUDA package, which an NPU image must not carry",
+    ]
+    assert refusals(team, base, [pkg("tabulate", "0.9.0", "-r team.in")]) == []
+
+
+def test_a_replace_is_the_one_escape_and_the_lock_records_its_reason(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    team = load_team(team_repo(tmp_path, GOOD + "replace:\n  attrs: swanlab's cloud client needs attrs 23\n"), test_matrix)
+    base = team_base(test_matrix, team, "x86_64")
+    moved = pkg("attrs", "23.2.0", "swanlab")
+    assert refusals(team, base, [moved]) == []
+    text = render_team_lock(
+        team, base, TeamResolution([pkg("tabulate", "0.9.0", "-r team.in")], [(moved, base.packages["attrs"].version, "why")])
+    )
+    assert f"# replaces: attrs {base.packages['attrs'].version} -> 23.2.0: why" in text
+
+
+def test_the_lock_goes_stale_when_the_team_file_a_requirements_file_or_the_base_changes(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    path = team_repo(tmp_path)
+    team = load_team(path, test_matrix)
+    base = team_base(test_matrix, team, "x86_64")
+    assert lock_state(team, base) == "missing"
+    written = write_team_lock(team, base, TeamResolution([pkg("tabulate", "0.9.0", "-r team.in")]))
+    assert written == lock_file(team, "x86_64")
+    lock = read_lock(written)
+    assert lock.resolved and [p.key for _, p in lock.packages] == ["tabulate"]
+    assert lock_state(team, base) == "fresh"
+    (tmp_path / "requirements-team.txt").write_text("pyfiglet==1.0.1\n")
+    assert lock_state(load_team(path, test_matrix), base) == "stale"
+    team = load_team(path, test_matrix)
+    moved_base = type(base)(**{**base.__dict__, "lock_sha256": "f" * 64})
+    assert inputs_digest(team, moved_base) != inputs_digest(team, base)
+
+
+@pytest.mark.network
+def test_team_lock_resolves_against_the_base_and_refuses_what_moves_it(tmp_path: Path, ascendkit: Ascendkit) -> None:
+    path = team_repo(tmp_path)
+    done = ascendkit("team", "lock", "--file", str(path), "--matrix", str(TEST_MATRIX), "--json")
+    assert done.returncode == 0, done.stderr
+    lock = read_lock(tmp_path / "ascendkit-team-x86_64.lock")
+    assert {p.key: p.version for _, p in lock.packages} == {"tabulate": "0.9.0", "pyfiglet": "1.0.2"}
+    assert all(p.hashes for _, p in lock.packages)
+    assert ascendkit("team", "check", "--file", str(path), "--matrix", str(TEST_MATRIX)).returncode == 0
+    # attrs is the base's (markdown-it-py, standing in for torch_npu, requires it): another version is refused
+    path.write_text(GOOD.replace("tabulate==0.9.0", "attrs==23.2.0"))
+    refused = ascendkit("team", "lock", "--file", str(path), "--matrix", str(TEST_MATRIX))
+    assert refused.returncode == 1, refused.stderr
+    assert "ascendkit-team.yaml:7 requires attrs 23.2.0; the base has attrs 21.4.0, which markdown-it-py requires" in refused.stderr
+    assert (tmp_path / "ascendkit-team-x86_64.lock").read_text() == lock.path.read_text(), "a refused lock leaves the old one"
+    assert ascendkit("team", "check", "--file", str(path), "--matrix", str(TEST_MATRIX)).returncode == 1  # stale now
+    path.write_text(GOOD.replace("tabulate==0.9.0", "nvidia-nccl-cu12==2.21.5"))
+    cuda = ascendkit("team", "lock", "--file", str(path), "--matrix", str(TEST_MATRIX))
+    assert cuda.returncode == 1 and "nvidia-nccl-cu12 2.21.5, asked for by ascendkit-team.yaml:7: a CUDA package" in cuda.stderr
+
+
+def test_a_framework_fork_is_refused_by_lock_until_ascendkit_builds_it(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    fork = f"framework:\n  git: https://gitlab.example.cn/rl/verl.git\n  commit: {'a' * 40}\n  replaces: verl\nenv:"
+    team = load_team(team_repo(tmp_path, GOOD.replace("env:", fork, 1)), test_matrix)
+    with pytest.raises(InputError, match="not yet built"):
+        team_base(test_matrix, team, "x86_64")
+
+
+def test_an_index_that_cannot_be_reached_is_exit_4_and_writes_nothing(tmp_path: Path, ascendkit: Ascendkit) -> None:
+    path = team_repo(tmp_path)
+    done = ascendkit("team", "lock", "--file", str(path), "--matrix", str(TEST_MATRIX), "--pip-index-url", "http://127.0.0.1:9/simple")
+    assert done.returncode == 4, done.stderr
+    assert "cannot be reached" in done.stderr
+    assert not (tmp_path / "ascendkit-team-x86_64.lock").exists()
+
+
+def test_the_check_after_the_build_names_every_base_distribution_that_moved() -> None:
+    before = {
+        "torch": ["2.7.1", "r1", ""],
+        "idna": ["3.7", "r2", ""],
+        "six": ["1.16.0", "r3", ""],
+        "attrs": ["21.4.0", "r4", ""],
+        "h11": ["0.15.0", "r5", ""],
+    }
+    after = {
+        "torch": ["2.7.1", "r1", ""],
+        "idna": ["3.7", "r2-rewritten", ""],
+        "attrs": ["23.2.0", "r9", ""],
+        "h11": ["0.15.0", "r5", '{"url": "file:///tmp/h11"}'],
+        "tabulate": ["0.9.0", "r6", ""],
+    }
+    assert moved(before, after, set()) == [
+        "attrs: 21.4.0 in the base, 23.2.0 in the team image",
+        "h11 0.15.0: installed from elsewhere (direct_url.json)",
+        "idna 3.7: its files differ from the base's (RECORD, or a file it lists rewritten)",
+        "six 1.16.0: gone",
+    ]
+    assert moved(before, after, {"attrs", "h11", "idna", "six"}) == []

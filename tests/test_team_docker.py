@@ -1,0 +1,126 @@
+"""A team image on the real engine, on the test stack's image: locked against its base, built on it by digest,
+checked that no base distribution moved; refusals leave no tag and no container."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from docker.errors import ImageNotFound
+
+from tests.conftest import TEST_MATRIX, DockerEnv
+from tests.test_team import GOOD, team_repo
+
+pytestmark = pytest.mark.docker
+
+TEAM = GOOD.replace("sku: a2-box16", "sku: a3")
+
+
+def _team(docker_env: DockerEnv, root: Path, *args: str) -> Any:
+    return docker_env.ascendkit("team", *args, "--file", str(root / "ascendkit-team.yaml"), "--matrix", str(TEST_MATRIX), cwd=root)
+
+
+def _tags(docker_env: DockerEnv, repository: str) -> list[str]:
+    return [t for image in docker_env.client.images(name=repository) for t in image.get("RepoTags") or []]
+
+
+def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribution_as_it_was(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    team_repo(tmp_path, TEAM.replace("acme/verl-math", "acme/team-it"))
+    locked = _team(docker_env, tmp_path, "lock")
+    assert locked.returncode == 0, locked.stderr
+    containers = docker_env.containers()
+    done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0], "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert sorted(result["added"]) == ["pyfiglet==1.0.2", "tabulate==0.9.0"]
+    assert re.fullmatch(r".+@sha256:[0-9a-f]{64}|sha256:[0-9a-f]{64}", result["base"])
+    assert docker_env.containers() == containers, "the build and its checks leave no container"
+    (ref,) = result["tags"]
+    assert _tags(docker_env, "acme/team-it") == [ref], "the unverified tag is gone"
+    config = docker_env.client.inspect_image(ref)["Config"]
+    assert config["Labels"]["io.ascendkit.team"] == "acme/team-it"
+    assert config["Labels"]["io.ascendkit.stack"] == "teststack", "the base's labels stay: it is still the base's stack"
+    assert config["Labels"]["org.opencontainers.image.version"].startswith("team-acme-team-it-"), "its own version, not the base's"
+    assert "TEAM_REWARD=/opt/team/rewards/math.py" in config["Env"]
+    assert config["User"] == docker_env.client.inspect_image(built["tags"][0])["Config"]["User"]
+    container = docker_env.client.create_container(
+        ref, ["python3", "-c", "import tabulate, pyfiglet; print(open('/opt/team/rewards/math.py').read())"], entrypoint=[]
+    )
+    try:
+        docker_env.client.start(container)
+        assert docker_env.client.wait(container, timeout=120)["StatusCode"] == 0
+        assert "def compute_score" in docker_env.client.logs(container).decode()
+    finally:
+        docker_env.client.remove_container(container, force=True)
+
+
+def test_a_lock_the_base_refuses_at_install_fails_the_build_and_leaves_no_tag(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    """A team lock edited by hand to move a base package (attrs, which the stand-in of torch_npu requires): the base's
+    own sections, given to uv as constraints, refuse it at install; nothing is tagged, no container is left."""
+    team_repo(tmp_path, TEAM.replace("acme/verl-math", "acme/team-moved"))
+    assert _team(docker_env, tmp_path, "lock").returncode == 0
+    lock = tmp_path / "ascendkit-team-x86_64.lock"
+    text = lock.read_text()
+    text = re.sub(r"tabulate==0\.9\.0 \\\n(    --hash=[^\n]+\n)+", "attrs==23.2.0 \\\\\n    --hash=sha256:" + "0" * 64 + "\n", text)
+    lock.write_text(text)  # the header's inputs still match: the lock reads as fresh
+    containers = docker_env.containers()
+    done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0])
+    assert done.returncode == 5, done.stderr[-3000:]
+    assert "you require attrs==23.2.0 and attrs==21.4.0" in done.stderr, "refused by the base's own pins, not by the fake hash"
+    assert _tags(docker_env, "acme/team-moved") == []
+    assert docker_env.containers() == containers
+
+
+def test_a_stale_lock_or_another_stacks_base_is_refused_before_anything_is_built(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    team_repo(tmp_path, TEAM.replace("acme/verl-math", "acme/team-stale"))
+    assert _team(docker_env, tmp_path, "lock").returncode == 0
+    (tmp_path / "requirements-team.txt").write_text("pyfiglet==1.0.1\n")
+    stale = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0])
+    assert stale.returncode == 1 and "is stale: run `ascendkit team lock" in stale.stderr
+    assert _team(docker_env, tmp_path, "lock").returncode == 0
+    other = _team(docker_env, tmp_path, "build", "--base-image", docker_env.standin)
+    assert other.returncode == 2 and f"but {docker_env.standin} is not an ascendkit image" in other.stderr
+    with pytest.raises(ImageNotFound):
+        docker_env.client.inspect_image("acme/team-stale")
+
+
+def test_a_team_file_written_over_a_base_distribution_fails_the_check_and_the_image_goes(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    """The team's files COPYed over the framework's own package (idna stands in for verl): its versions and RECORD are
+    unchanged, the file on disk is not. The check names it (exit 6); nothing is tagged and the image is removed."""
+    client = docker_env.client
+    ask = client.create_container(
+        built["tags"][0], ["python3", "-c", "import idna, os; print(os.path.dirname(idna.__file__))"], entrypoint=[]
+    )
+    try:
+        client.start(ask)
+        assert client.wait(ask, timeout=120)["StatusCode"] == 0
+        site = client.logs(ask, stderr=False).decode().strip().splitlines()[-1]
+    finally:
+        client.remove_container(ask, force=True)
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / "core.py").write_text("# the team's own idna core, written over the base's\n")
+    team = TEAM.replace("acme/verl-math", "acme/team-over").replace(
+        "  - {src: rewards, dest: /opt/team/rewards}", f"  - {{src: evil, dest: {site}}}"
+    )
+    team_repo(tmp_path, team)
+    assert _team(docker_env, tmp_path, "lock").returncode == 0
+    images = {image["Id"] for image in client.images(all=True)}
+    containers = docker_env.containers()
+    done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0])
+    assert done.returncode == 6, done.stderr[-3000:]
+    assert "idna 3.7: its files differ from the base's" in done.stderr
+    assert _tags(docker_env, "acme/team-over") == []
+    assert docker_env.containers() == containers
+    left = {image["Id"] for image in client.images(all=True)} - images
+    assert not [i for i in left if client.inspect_image(i)["Config"]["Labels"].get("io.ascendkit.team") == "acme/team-over"]
