@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from buildkit.errors import InputError
+from buildkit.errors import AscendkitError
 from buildkit.lock.lockfile import LockedPackage, read_lock
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.team.build import moved
+from buildkit.team.fork import ForkWheel, read_wheel
 from buildkit.team.resolve import (
     TeamResolution,
+    base_constraints,
+    free_of,
     inputs_digest,
     lock_file,
+    lock_sections,
     lock_state,
     refusals,
     render_team_lock,
@@ -45,7 +50,7 @@ def test_matrix() -> LoadedMatrix:
 
 
 def team_repo(root: Path, text: str = GOOD, requirements: str = "# the team's extras\npyfiglet==1.0.2  # banners\n") -> Path:
-    (root / "rewards").mkdir(exist_ok=True)
+    (root / "rewards").mkdir(parents=True, exist_ok=True)
     (root / "rewards" / "math.py").write_text(
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n"
     )
@@ -193,11 +198,30 @@ def test_team_lock_resolves_against_the_base_and_refuses_what_moves_it(tmp_path:
     assert cuda.returncode == 1 and "nvidia-nccl-cu12 2.21.5, asked for by ascendkit-team.yaml:7: a CUDA package" in cuda.stderr
 
 
-def test_a_framework_fork_is_refused_by_lock_until_ascendkit_builds_it(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
-    fork = f"framework:\n  git: https://gitlab.example.cn/rl/verl.git\n  commit: {'a' * 40}\n  replaces: verl\nenv:"
-    team = load_team(team_repo(tmp_path, GOOD.replace("env:", fork, 1)), test_matrix)
-    with pytest.raises(InputError, match="not yet built"):
-        team_base(test_matrix, team, "x86_64")
+FORK = f"framework:\n  git: https://gitlab.example.cn/rl/verl.git\n  commit: {'a' * 40}\n  replaces: verl\nenv:"
+
+
+def test_a_fork_frees_the_framework_and_locks_its_wheel_in_a_section_of_its_own(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    team = load_team(team_repo(tmp_path, GOOD.replace("env:", FORK, 1)), test_matrix)
+    base = team_base(test_matrix, team, "x86_64")
+    assert base.framework_dist == "idna" and free_of(team, base) == {"idna"}
+    assert "idna==3.7" not in base_constraints(team, base), "the fork replaces the base's framework: not held to its pin"
+    wheel = ForkWheel(tmp_path / "idna-3.7+acme.1-py3-none-any.whl", "idna", "3.7+acme.1", ("tabulate==0.9.0",), "b" * 64)
+    text = render_team_lock(team, base, TeamResolution([pkg("tabulate", "0.9.0", "-r team.in")], fork=wheel))
+    assert f"# framework: idna==3.7+acme.1 from https://gitlab.example.cn/rl/verl.git@{'a' * 40}" in text
+    assert "# replaces: idna 3.7 -> 3.7+acme.1: the team's framework fork" in text
+    sections = lock_sections(text)
+    assert list(sections) == ["team-deps", "team-framework"]
+    assert all("# status: resolved" in section for section in sections.values()), "each section installs as a lock"
+    assert "tabulate==0.9.0" in sections["team-deps"] and "idna" not in sections["team-deps"].split("# layer:")[1]
+    assert f"idna==3.7+acme.1 \\\n    --hash=sha256:{'b' * 64}" in sections["team-framework"]
+    assert [p.key for _, p in read_lock(written_lock(tmp_path, text)).packages] == ["tabulate", "idna"]
+
+
+def written_lock(root: Path, text: str) -> Path:
+    path = root / "lock.txt"
+    path.write_text(text)
+    return path
 
 
 def test_an_index_that_cannot_be_reached_is_exit_4_and_writes_nothing(tmp_path: Path, ascendkit: Ascendkit) -> None:
@@ -230,3 +254,17 @@ def test_the_check_after_the_build_names_every_base_distribution_that_moved() ->
         "six 1.16.0: gone",
     ]
     assert moved(before, after, {"attrs", "h11", "idna", "six"}) == []
+
+
+def test_a_fork_that_builds_a_platform_wheel_is_refused(tmp_path: Path) -> None:
+    wheel = tmp_path / "verl-0.6.1+acme-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("verl-0.6.1+acme.dist-info/METADATA", "Metadata-Version: 2.1\nName: verl\nVersion: 0.6.1+acme\n")
+    with pytest.raises(AscendkitError, match="only pure-Python forks"):
+        read_wheel(wheel)
+    pure = tmp_path / "verl-0.6.1+acme-py3-none-any.whl"
+    with zipfile.ZipFile(pure, "w") as archive:
+        archive.writestr(
+            "verl-0.6.1+acme.dist-info/METADATA", "Metadata-Version: 2.1\nName: verl\nVersion: 0.6.1+acme\nRequires-Dist: ray\n"
+        )
+    assert read_wheel(pure).pin == "verl==0.6.1+acme" and read_wheel(pure).requires == ("ray",)

@@ -3,8 +3,10 @@ checked that no base distribution moved; refusals leave no tag and no container.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 from docker.errors import ImageNotFound
 
 from tests.conftest import TEST_MATRIX, DockerEnv
+from tests.harness.gitserver import make_repository, serve
 from tests.test_team import GOOD, team_repo
 
 pytestmark = pytest.mark.docker
@@ -124,3 +127,62 @@ def test_a_team_file_written_over_a_base_distribution_fails_the_check_and_the_im
     assert docker_env.containers() == containers
     left = {image["Id"] for image in client.images(all=True)} - images
     assert not [i for i in left if client.inspect_image(i)["Config"]["Labels"].get("io.ascendkit.team") == "acme/team-over"]
+
+
+def _fork_repository(root: Path) -> str:
+    """A verl fork as a team keeps one: here idna (the test stack's stand-in for verl) at a version of its own, with a
+    requirement the base lacks. A bare repository under ``root``; its commit."""
+    tree = root / "fork-tree"
+    (tree / "idna").mkdir(parents=True)
+    (tree / "idna" / "__init__.py").write_text('__version__ = "3.7+acme.1"\nACME_FORK = True\n')
+    (tree / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "idna"\nversion = "3.7+acme.1"\ndependencies = ["tabulate==0.9.0"]\n\n'
+        '[tool.setuptools]\npackages = ["idna"]\n'
+    )
+    return make_repository(tree, root / "acme" / "verl.git", "the team's fork of the framework")
+
+
+def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_replaces_the_bases_framework(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    commit = _fork_repository(tmp_path / "git")
+    with serve(tmp_path / "git") as url:
+        fork = f"framework:\n  git: {url}/acme/verl.git\n  commit: {'b' * 40}\n  replaces: verl\nenv:"
+        team_repo(tmp_path / "team", TEAM.replace("acme/verl-math", "acme/team-fork").replace("env:", fork, 1))
+        missing = _team(docker_env, tmp_path / "team", "lock")
+        assert missing.returncode == 2 and f"framework.commit {'b' * 40} is not in {url}/acme/verl.git" in missing.stderr
+        team_repo(tmp_path / "team", TEAM.replace("acme/verl-math", "acme/team-fork").replace("env:", fork.replace("b" * 40, commit), 1))
+        locked = _team(docker_env, tmp_path / "team", "lock", "--json")
+    assert locked.returncode == 0, locked.stderr[-3000:]
+    lock = (tmp_path / "team" / "ascendkit-team-x86_64.lock").read_text()
+    (wheel,) = (tmp_path / "team" / ".ascendkit" / "wheels").glob("*.whl")
+    assert wheel.name == "idna-3.7+acme.1-py3-none-any.whl"
+    assert f"idna==3.7+acme.1 \\\n    --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}" in lock
+    assert f"@{commit}" in lock and "# replaces: idna 3.7 -> 3.7+acme.1: the team's framework fork" in lock
+    done = _team(docker_env, tmp_path / "team", "build", "--base-image", built["tags"][0], "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (ref,) = json.loads(done.stdout)["tags"]
+    labels = docker_env.client.inspect_image(ref)["Config"]["Labels"]
+    assert labels["io.ascendkit.team.framework"] == f"idna==3.7+acme.1 from {url}/acme/verl.git@{commit}"
+    probe = (
+        "import idna, importlib.metadata as md; assert idna.ACME_FORK; print(md.version('idna'));"
+        "print(open('/etc/ascendkit/constraints.txt').read().count('idna=='))"
+    )
+    container = docker_env.client.create_container(ref, ["python3", "-c", probe], entrypoint=[])
+    try:
+        docker_env.client.start(container)
+        assert docker_env.client.wait(container, timeout=120)["StatusCode"] == 0
+        assert docker_env.client.logs(container, stderr=False).decode().split() == ["3.7+acme.1", "1"]
+    finally:
+        docker_env.client.remove_container(container, force=True)
+    with zipfile.ZipFile(wheel) as original:  # a wheel by the same name with one file more: not the one locked
+        entries = {name: original.read(name) for name in original.namelist()}
+    with zipfile.ZipFile(wheel, "w") as swapped:
+        for name, data in {**entries, "idna/extra.py": b"EXTRA = 1\n"}.items():
+            swapped.writestr(name, data)
+    other = _team(docker_env, tmp_path / "team", "build", "--base-image", built["tags"][0])
+    assert other.returncode == 2 and f"{wheel.name}: not the wheel ascendkit-team-x86_64.lock locked" in other.stderr
+    wheel.unlink()
+    gone = _team(docker_env, tmp_path / "team", "build", "--base-image", built["tags"][0])
+    assert gone.returncode == 2 and "the fork's wheel is not there" in gone.stderr

@@ -78,7 +78,7 @@ def team_lock(
     from buildkit.lock.index import IndexClient
     from buildkit.lock.relock import index_urls_for
     from buildkit.matrix.load import load_matrix
-    from buildkit.team.resolve import resolve_team, team_base, write_team_lock
+    from buildkit.team.resolve import base_constraints, check_indexes, resolve_team, team_base, write_team_lock
     from buildkit.team.spec import load_team
 
     loaded = load_matrix(matrix)
@@ -88,9 +88,16 @@ def team_lock(
         config, ca_bundle, pip_index_url=pip_index_url, pytorch_index_url=pytorch_index_url, ascend_index_url=ascend_index_url
     )
     bundle = ca_bundle_of(mirrors)
-    resolution = resolve_team(team, base, index_urls_for(loaded, mirrors), IndexClient(ca_bundle=bundle))
+    urls, client = index_urls_for(loaded, mirrors), IndexClient(ca_bundle=bundle)
+    fork = None
+    if team.spec.framework is not None:  # built to a wheel first: its requirements join the team's
+        from buildkit.team.fork import build_fork
+
+        check_indexes(team, base, urls, client)
+        fork = build_fork(team, urls[base.indexes[0][0]], base_constraints(team, base))
+    resolution = resolve_team(team, base, urls, client, fork)
     path = write_team_lock(team, base, resolution)
-    added = [f"{p.key}=={p.version}" for p in resolution.added]
+    added = [f"{p.key}=={p.version}" for p in resolution.added] + ([f"{fork.pin} (the team's fork)"] if fork else [])
     replaced = [f"{p.key} {was} -> {p.version}" for p, was, _ in resolution.replaced]
     if as_json:
         print_json({"lock": str(path), "added": added, "replaced": replaced})

@@ -24,7 +24,8 @@ from buildkit.image.secrets import BuildSecrets, SecretServer
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.reach import engine_said
 from buildkit.team.dockerfile import TeamBuildInputs, classic, labels, render_team_dockerfile, write_team_context
-from buildkit.team.resolve import TeamBase, lock_file, lock_state
+from buildkit.team.fork import WHEELS_DIR, read_wheel
+from buildkit.team.resolve import FORK_LAYER, TeamBase, free_of, lock_file, lock_sections, lock_state
 from buildkit.team.spec import LoadedTeam
 
 # Every installed distribution: its version, a digest of its RECORD and of every file RECORD lists as it is on disk
@@ -153,6 +154,25 @@ def _follow(stream: Any, containers: list[str], tail: list[str]) -> tuple[str, s
     return image_id, error
 
 
+def team_inputs(team: LoadedTeam, base: TeamBase, base_of: tuple[str, str], index_args: tuple[tuple[str, str], ...]) -> TeamBuildInputs:
+    """What the render needs: the lock's sections and, with a fork, its wheel checked against the lock's hash."""
+    path = lock_file(team, base.arch)
+    text = path.read_text(encoding="utf-8")
+    sections = lock_sections(text)
+    pin = source = ""
+    if team.spec.framework is not None:
+        wheels = sorted((team.root / WHEELS_DIR).glob("*.whl"))
+        if len(wheels) != 1:
+            raise InputError(f"{team.root / WHEELS_DIR}: the fork's wheel is not there (one .whl): run `ascendkit team lock` again")
+        wheel = read_wheel(wheels[0])
+        if f"--hash=sha256:{wheel.sha256}" not in sections.get(FORK_LAYER, ""):
+            raise InputError(f"{wheels[0]}: not the wheel {path.name} locked (its sha256 differs): run `ascendkit team lock` again")
+        pin, source = wheel.pin, f"{team.spec.framework.git}@{team.spec.framework.commit}"
+    layers = tuple(layer for layer in sections if any(line[:1].isalnum() for line in sections[layer].splitlines()))
+    extra = tuple(arg for arg, _ in index_args[1:])
+    return TeamBuildInputs(*base_of, index_args, extra, hashlib.sha256(text.encode()).hexdigest(), layers, pin, source)
+
+
 def build_team(
     client: docker.APIClient, loaded: LoadedMatrix, team: LoadedTeam, base: TeamBase, base_image: str, ca_bundle: bytes = b""
 ) -> TeamBuilt:
@@ -166,13 +186,7 @@ def build_team(
         base_ref, user, _ = _base_ref(client, base, team, base_image)
         indexes = {name: index for name, index in loaded.matrix.indexes.items()}
         index_args = tuple((indexes[name].arg, url) for name, url in base.indexes)
-        inputs = TeamBuildInputs(
-            base_ref,
-            user,
-            index_args,
-            tuple(arg for arg, _ in index_args[1:]),
-            hashlib.sha256(lock_file(team, base.arch).read_bytes()).hexdigest(),
-        )
+        inputs = team_inputs(team, base, (base_ref, user), index_args)
         dockerfile = render_team_dockerfile(team, base, inputs)
         version = dict(labels(team, base, inputs))["org.opencontainers.image.version"]
         ref = f"{team.spec.name}:{version}"
@@ -182,8 +196,7 @@ def build_team(
             image_id = _build(client, Path(tmp), f"{team.spec.name}:unverified-{version}", ca_bundle)
         try:
             after = distributions(client, image_id)
-            free = set(team.spec.replace)
-            problems = moved(before, after, free)
+            problems = moved(before, after, free_of(team, base))
             if problems:
                 raise VerifyFailed("the team image moved its base; nothing was tagged:\n  " + "\n  ".join(problems))
         except BaseException:

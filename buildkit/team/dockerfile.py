@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildkit.plan.layers import SOURCE_DATE_EPOCH
-from buildkit.team.resolve import TEAM_LAYER, TeamBase, lock_file
+from buildkit.team.fork import WHEELS_DIR
+from buildkit.team.resolve import FORK_LAYER, TEAM_LAYER, TeamBase, lock_file, lock_sections
 from buildkit.team.spec import LoadedTeam
 
 CONTEXT_LOCKS = "team/locks"
 CONTEXT_FILES = "team/files"
+CONTEXT_WHEELS = "team/wheels"
+IMAGE_WHEELS = "/opt/ascendkit/team/wheels"  # the fork's wheel, kept in the image: what was installed, by hash
 TEAM_LABEL = "io.ascendkit.team"
 
 
@@ -31,6 +34,9 @@ class TeamBuildInputs:
     index_args: tuple[tuple[str, str], ...]  # (ARG, URL) of the base's indexes, as the matrix names them
     extra_index_args: tuple[str, ...]  # the ARG names pip gets as extra indexes for this arch
     lock_sha256: str
+    layers: tuple[str, ...] = (TEAM_LAYER,)  # the team lock's sections
+    fork_pin: str = ""  # DIST==VERSION of the team's framework fork, when it has one
+    fork_source: str = ""  # URL@COMMIT
 
 
 def labels(team: LoadedTeam, base: TeamBase, inputs: TeamBuildInputs) -> tuple[tuple[str, str], ...]:
@@ -46,6 +52,8 @@ def labels(team: LoadedTeam, base: TeamBase, inputs: TeamBuildInputs) -> tuple[t
         (f"{TEAM_LABEL}.base-sku", spec.base.sku),
         (f"{TEAM_LABEL}.lock-sha256", inputs.lock_sha256),
     ]
+    if inputs.fork_pin:
+        found.append((f"{TEAM_LABEL}.framework", f"{inputs.fork_pin} from {inputs.fork_source}"))
     found += [(f"{TEAM_LABEL}.replaces.{name}", reason) for name, reason in sorted(spec.replace.items())]
     return tuple(found)
 
@@ -69,16 +77,38 @@ def render_team_dockerfile(team: LoadedTeam, base: TeamBase, inputs: TeamBuildIn
         "ARG ASCENDKIT_INSTALLER=uv",
         "USER 0:0",
         "",
-        "# 1. The team's packages: its lock, every hash enforced, every base package held by the base's own sections.",
-        f"COPY {CONTEXT_LOCKS}/{TEAM_LAYER}-{base.arch}.txt /etc/ascendkit/locks/",
-        "RUN --mount=type=cache,id=ascendkit-pip-${TARGETARCH},target=/var/cache/ascendkit,sharing=locked \\",
-        "    --mount=type=secret,id=ascendkit-ca --mount=type=secret,id=ascendkit-env \\",
-        "    set -eux; \\",
-        "    . /usr/local/lib/ascendkit/build-env.sh; \\",
-        f"    ascendkit_install {TEAM_LAYER}",
     ]
+    if TEAM_LAYER in inputs.layers:
+        lines += [
+            "# 1. The team's packages: its lock, every hash enforced, every base package held by the base's own sections.",
+            f"COPY {CONTEXT_LOCKS}/{TEAM_LAYER}-{base.arch}.txt /etc/ascendkit/locks/",
+            "RUN --mount=type=cache,id=ascendkit-pip-${TARGETARCH},target=/var/cache/ascendkit,sharing=locked \\",
+            "    --mount=type=secret,id=ascendkit-ca --mount=type=secret,id=ascendkit-env \\",
+            "    set -eux; \\",
+            "    . /usr/local/lib/ascendkit/build-env.sh; \\",
+            f"    ascendkit_install {TEAM_LAYER}",
+            "",
+        ]
+    if inputs.fork_pin:
+        dist = inputs.fork_pin.split("==")[0]
+        section = f"/etc/ascendkit/locks/{FORK_LAYER}-{base.arch}.txt"
+        replaced = f"/etc/ascendkit/locks/{base.framework}-{base.arch}.txt"
+        lines += [
+            f"# 2. The team's framework fork ({inputs.fork_source}), replacing the base's {base.framework}: its wheel by hash,",
+            "#    no dependencies (its requirements came with the team's packages); the base's section for it is set aside.",
+            f"COPY {CONTEXT_WHEELS}/ {IMAGE_WHEELS}/",
+            f"COPY {CONTEXT_LOCKS}/{FORK_LAYER}-{base.arch}.txt /etc/ascendkit/locks/",
+            "RUN set -eux; \\",
+            "    mkdir -p /etc/ascendkit/locks/replaced; \\",
+            f"    if [ -e {replaced} ]; then mv {replaced} /etc/ascendkit/locks/replaced/; fi; \\",
+            f"    sed -i '/^{dist}==/d' /etc/ascendkit/constraints.txt; \\",
+            '    python3 -m uv pip install --python "$(command -v python3)" --no-config --no-cache --link-mode=copy --compile-bytecode \\',
+            f"      --require-hashes --no-deps --no-index --find-links {IMAGE_WHEELS} --reinstall-package {dist} -r {section}; \\",
+            f"    printf '%s\\n' {inputs.fork_pin} >> /etc/ascendkit/constraints.txt",
+            "",
+        ]
     if spec.files:
-        lines += ["", "# 2. The team's files (code, recipes, reward functions): the layer a code change rebuilds."]
+        lines += ["# 3. The team's files (code, recipes, reward functions): the layer a code change rebuilds."]
         lines += [f"COPY --chown=0:0 {CONTEXT_FILES}/{index}/ {copy.dest}" for index, copy in enumerate(spec.files)]
     if spec.env:
         lines += ["", "ENV \\", " \\\n".join(f"    {name}={_quote(value)}" for name, value in sorted(spec.env.items()))]
@@ -101,7 +131,10 @@ def write_team_context(team: LoadedTeam, base: TeamBase, dockerfile: str, contex
     (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
     locks = context / CONTEXT_LOCKS
     locks.mkdir(parents=True)
-    shutil.copyfile(lock_file(team, base.arch), locks / f"{TEAM_LAYER}-{base.arch}.txt")
+    for layer, text in lock_sections(lock_file(team, base.arch).read_text(encoding="utf-8")).items():
+        (locks / f"{layer}-{base.arch}.txt").write_text(text, encoding="utf-8")
+    if team.spec.framework is not None:
+        shutil.copytree(team.root / WHEELS_DIR, context / CONTEXT_WHEELS)
     for index, copy in enumerate(team.spec.files):
         source, target = team.root / copy.src, context / CONTEXT_FILES / str(index)
         if source.is_dir():

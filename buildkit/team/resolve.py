@@ -33,10 +33,12 @@ from buildkit.lock.resolve import parse_uv_output, uv_binary, uv_version
 from buildkit.lock.sdist import public_url
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.plan import lock_path
+from buildkit.team.fork import ForkWheel
 from buildkit.team.spec import LoadedTeam
 
 TEAM_LOCK_FORMAT = "1"
 TEAM_LAYER = "team-deps"
+FORK_LAYER = "team-framework"
 # Packages that would overwrite the NPU stack: mainline triton owns triton/ as triton-ascend does; CUDA wheels pull
 # CUDA runtimes an NPU image must not carry.
 _CUDA = re.compile(r"^(nvidia-.*|.*-cu\d+|cupy-cuda.*|cuda-python|cuda-bindings|pytorch-triton.*)$")
@@ -78,11 +80,6 @@ class TeamBase:
 
 def team_base(loaded: LoadedMatrix, team: LoadedTeam, arch: str) -> TeamBase:
     """The base of ``team`` for ``arch``: its stack's lock, which must be resolved (its pins known by hash)."""
-    if team.spec.framework is not None:
-        raise InputError(
-            f"{team.path}: framework: a fork from git is validated but not yet built by ascendkit; "
-            "leave it out for now (docs/team-images.md, 'Not there yet')"
-        )
     stack_id = team.spec.base.stack
     stack = loaded.matrix.stacks[stack_id]
     if arch not in stack.arches:
@@ -118,13 +115,34 @@ def inputs_digest(team: LoadedTeam, base: TeamBase) -> str:
 class TeamResolution:
     added: list[LockedPackage]
     replaced: list[tuple[LockedPackage, str, str]] = field(default_factory=list)  # (package, base version, reason)
+    fork: ForkWheel | None = None
 
 
-def _uv(team: LoadedTeam, base: TeamBase, index_urls: dict[str, str], *, constrained: bool) -> tuple[int, str, list[LockedPackage]]:
+def free_of(team: LoadedTeam, base: TeamBase) -> set[str]:
+    """The base distributions the team may move: those ``replace`` names, and the framework when the team has its fork."""
+    free: set[str] = {canonicalize_name(name) for name in team.spec.replace}
+    if team.spec.framework is not None:
+        free.add(base.framework_dist)
+    return free
+
+
+def _roots(team: LoadedTeam, fork: ForkWheel | None) -> list[str]:
+    return [r.line for r in team.requirements] + list(fork.requires if fork else ())
+
+
+def base_constraints(team: LoadedTeam, base: TeamBase) -> list[str]:
+    """Every base package the team may not move, as ``name==version``."""
+    free = free_of(team, base)
+    return sorted(f"{p.key}=={p.version}" for p in base.packages.values() if p.key not in free)
+
+
+def _uv(
+    team: LoadedTeam, base: TeamBase, index_urls: dict[str, str], *, constrained: bool, fork: ForkWheel | None = None
+) -> tuple[int, str, list[LockedPackage]]:
     with tempfile.TemporaryDirectory(prefix="ascendkit-team-") as tmp:
         work = Path(tmp)
-        (work / "team.in").write_text("".join(f"{r.line}\n" for r in team.requirements), encoding="utf-8")
-        free = {canonicalize_name(name) for name in team.spec.replace}
+        (work / "team.in").write_text("".join(f"{line}\n" for line in _roots(team, fork)), encoding="utf-8")
+        free = free_of(team, base)
         pins = [f"{p.key}=={p.version}\n" for p in base.packages.values() if p.key not in free] if constrained else []
         (work / "base.txt").write_text("".join(sorted(pins)), encoding="utf-8")
         primary, *extras = [name for name, _ in base.indexes]
@@ -150,7 +168,7 @@ def _uv(team: LoadedTeam, base: TeamBase, index_urls: dict[str, str], *, constra
         return done.returncode, message, packages
 
 
-def _check_indexes(team: LoadedTeam, base: TeamBase, index_urls: dict[str, str], client: IndexClient) -> None:
+def check_indexes(team: LoadedTeam, base: TeamBase, index_urls: dict[str, str], client: IndexClient) -> None:
     """Each index answers before uv runs: one that cannot be reached is exit 4, not a resolution error."""
     probe = team.requirements[0].key if team.requirements else "pip"
     for name, _ in base.indexes:
@@ -172,7 +190,7 @@ def _who(package: LockedPackage, team: LoadedTeam | None = None) -> str:
 def refusals(team: LoadedTeam, base: TeamBase, packages: list[LockedPackage]) -> list[str]:
     """What an NPU image must not get, and base packages a resolution moved, each named with who asked."""
     problems = []
-    free = {canonicalize_name(name) for name in team.spec.replace}
+    free = free_of(team, base)
     for package in packages:
         key = package.key
         if key == "triton" or (key.startswith("triton-") and key != "triton-ascend"):
@@ -191,15 +209,18 @@ def refusals(team: LoadedTeam, base: TeamBase, packages: list[LockedPackage]) ->
     return problems
 
 
-def resolve_team(team: LoadedTeam, base: TeamBase, index_urls: dict[str, str], client: IndexClient | None = None) -> TeamResolution:
-    """The team's packages resolved against the base; refused (exit 1) when the base would move."""
-    _check_indexes(team, base, index_urls, client or IndexClient())
-    if not team.requirements:
-        return TeamResolution([])
-    code, message, packages = _uv(team, base, index_urls, constrained=True)
+def resolve_team(
+    team: LoadedTeam, base: TeamBase, index_urls: dict[str, str], client: IndexClient | None = None, fork: ForkWheel | None = None
+) -> TeamResolution:
+    """The team's packages (and its fork's requirements) resolved against the base; refused (exit 1) when the base
+    would move."""
+    check_indexes(team, base, index_urls, client or IndexClient())
+    if not _roots(team, fork):
+        return TeamResolution([], fork=fork)
+    code, message, packages = _uv(team, base, index_urls, constrained=True, fork=fork)
     if code != 0:
         # the base's pins made it fail: resolved alone, the team's packages show which base package they move
-        alone_code, _, alone = _uv(team, base, index_urls, constrained=False)
+        alone_code, _, alone = _uv(team, base, index_urls, constrained=False, fork=fork)
         moved = refusals(team, base, alone) if alone_code == 0 else []
         head = "the team's packages move the base: " + "; ".join(moved) if moved else "the team's packages do not resolve with the base's"
         raise TeamRefused(f"{head}\nuv says:\n{message}")
@@ -210,14 +231,17 @@ def resolve_team(team: LoadedTeam, base: TeamBase, index_urls: dict[str, str], c
     reasons: dict[str, str] = {canonicalize_name(k): v for k, v in team.spec.replace.items()}
     for package in packages:
         held = base.packages.get(package.key)
+        if package.key == base.framework_dist and fork is not None:
+            raise TeamRefused(f"{_who(package, team)} requires {package.key} from an index, but the team's fork replaces it")
         if held is None:
             added.append(package)
         elif held.version != package.version:
             replaced.append((package, held.version, reasons[package.key]))
-    return TeamResolution(added, replaced)
+    return TeamResolution(added, replaced, fork)
 
 
 def render_team_lock(team: LoadedTeam, base: TeamBase, resolution: TeamResolution) -> str:
+    fork = resolution.fork
     lines = [
         f"# ascendkit team lock: {team.spec.name} on {base.stack_id} for {base.arch} ({base.platform}, CPython {base.python}).",
         "# What the team adds to its base, with the hashes its install enforces; every base package is a constraint.",
@@ -230,9 +254,13 @@ def render_team_lock(team: LoadedTeam, base: TeamBase, resolution: TeamResolutio
     ]
     for name, url in base.indexes:
         lines.append(f"# index {name}: {url}")
+    if fork is not None and team.spec.framework is not None:
+        lines.append(f"# framework: {fork.pin} from {team.spec.framework.git}@{team.spec.framework.commit}, wheel {fork.path.name}")
+        was = base.packages[base.framework_dist].version if base.framework_dist in base.packages else "(none)"
+        lines.append(f"# replaces: {base.framework_dist} {was} -> {fork.version}: the team's framework fork")
     for package, was, reason in resolution.replaced:
         lines.append(f"# replaces: {package.key} {was} -> {package.version}: {reason}")
-    lines.append(f"# packages: {len(resolution.added) + len(resolution.replaced)}")
+    lines.append(f"# packages: {len(resolution.added) + len(resolution.replaced) + (1 if fork else 0)}")
     lines += ["", f"# layer: {TEAM_LAYER}"]
     for package in sorted([*resolution.added, *(p for p, _, _ in resolution.replaced)], key=lambda p: p.key):
         if not package.hashes:
@@ -241,7 +269,25 @@ def render_team_lock(team: LoadedTeam, base: TeamBase, resolution: TeamResolutio
         lines.append(f"{package.key}=={package.version} \\")
         lines += [h + " \\" for h in hashes[:-1]] + [hashes[-1]]
         lines.append(f"    # via: {_who(package, team)}")
+    if fork is not None:
+        lines += [
+            "",
+            f"# layer: {FORK_LAYER}",
+            f"{fork.pin} \\",
+            f"    --hash=sha256:{fork.sha256}",
+            "    # via: framework (the team's fork)",
+        ]
     return "\n".join(lines) + "\n"
+
+
+def lock_sections(text: str) -> dict[str, str]:
+    """A team lock split the way the image installs it: per layer, each with the lock's header (its status)."""
+    header, _, body = text.partition("\n# layer: ")
+    sections: dict[str, str] = {}
+    for block in ("# layer: " + body).split("\n\n# layer: ") if body else []:
+        layer = block.removeprefix("# layer: ").split("\n", 1)[0].strip()
+        sections[layer] = f"{header}\n\n# layer: {block.removeprefix('# layer: ')}".rstrip("\n") + "\n"
+    return sections
 
 
 def write_team_lock(team: LoadedTeam, base: TeamBase, resolution: TeamResolution) -> Path:
