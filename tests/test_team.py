@@ -92,6 +92,11 @@ def test_a_good_team_file_loads_with_every_requirement_and_where_it_was_written(
         ),
         (("env:", "colour: red\nenv:"), ":11:1: error: colour: unknown key 'colour'"),
         (
+            ("  sku: a2-box16", "  sku: a2-box16\n  image: quay.io/ascend/verl:cann8.3"),
+            ":4:3: error: base: give stack: and sku: (a stack of the matrix) or image: (a published ascendkit image), not both",
+        ),
+        (("  sku: a2-box16\n", ""), ":4:3: error: base: give stack: and sku: (a stack of the matrix for one SKU), or image:"),
+        (
             ("env:", "framework:\n  git: https://gitlab.example.cn/rl/verl.git\n  commit: main\n  replaces: verl\nenv:"),
             ":13:11: error: framework.commit: 'main' is not a full commit: a branch or tag moves",
         ),

@@ -186,3 +186,26 @@ def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_rep
     wheel.unlink()
     gone = _team(docker_env, tmp_path / "team", "build", "--base-image", built["tags"][0])
     assert gone.returncode == 2 and "the fork's wheel is not there" in gone.stderr
+
+
+def test_a_published_image_is_a_base_without_any_matrix_stack_and_a_foreign_image_is_refused(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    """`base: {image: REF}`: the stack, its locks, indexes and framework read from the image itself, as a team with a
+    pip-installed ascendkit and no checkout has them; the same lock and the same check as from the matrix's stack."""
+    image = built["tags"][0]
+    team = TEAM.replace("acme/verl-math", "acme/team-image").replace("  stack: teststack\n  sku: a3\n", f"  image: {image}\n")
+    team_repo(tmp_path, team)
+    locked = _team(docker_env, tmp_path, "lock")
+    assert locked.returncode == 0, locked.stderr[-3000:]
+    lock = (tmp_path / "ascendkit-team-x86_64.lock").read_text()
+    assert f"# base: stack teststack, image {image}, lock sha256:" in lock
+    assert "tabulate==0.9.0" in lock and "pyfiglet==1.0.2" in lock
+    assert _team(docker_env, tmp_path, "check").returncode == 0
+    done = _team(docker_env, tmp_path, "build", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(json.loads(done.stdout)["added"]) == ["pyfiglet==1.0.2", "tabulate==0.9.0"]
+    foreign = TEAM.replace("  stack: teststack\n  sku: a3\n", f"  image: {docker_env.standin}\n")
+    team_repo(tmp_path / "foreign", foreign)
+    refused = _team(docker_env, tmp_path / "foreign", "lock")
+    assert refused.returncode == 2 and "is not an ascendkit image" in refused.stderr

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from buildkit.arch import Arch
-from buildkit.cli.base import JsonFlag, WorkingMatrixPath, app, out, print_json, user_errors
+from buildkit.cli.base import JsonFlag, MatrixPath, app, out, print_json, user_errors
 from buildkit.cli.mirror_options import (
     AscendIndexUrl,
     CaBundle,
@@ -21,6 +21,12 @@ from buildkit.cli.mirror_options import (
 from buildkit.errors import ExitCode
 from buildkit.resources import DEFAULT_MATRIX
 
+if TYPE_CHECKING:
+    from buildkit.matrix.load import LoadedMatrix
+    from buildkit.settings import Mirrors
+    from buildkit.team.resolve import TeamBase
+    from buildkit.team.spec import LoadedTeam
+
 team_app = typer.Typer(
     help="A team's image on top of a reference image: its packages, its framework fork, its files.", no_args_is_help=True
 )
@@ -30,6 +36,39 @@ TeamFileOption = Annotated[
     Path, typer.Option("--file", "-f", help="The team file (ascendkit-team.yaml in the team's repository).", metavar="PATH")
 ]
 TeamArchOption = Annotated[Arch, typer.Option("--arch", help="The image's CPU architecture.")]
+BaseImageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--base-image",
+        help="The base as this engine has it (default: the team file's image, else the tag `ascendkit build` gives its stack and SKU).",
+        metavar="REF",
+    ),
+]
+
+
+def _team_and_base(matrix: Path, file: Path, arch: str) -> tuple[LoadedMatrix, LoadedTeam, TeamBase]:
+    """The team file, validated, and its base: a stack's lock beside the matrix, or what a published image carries."""
+    from buildkit.matrix.load import load_matrix
+    from buildkit.team.resolve import team_base
+    from buildkit.team.spec import load_team
+
+    loaded = load_matrix(matrix)
+    team = load_team(file, loaded)
+    if team.spec.base.image is None:
+        return loaded, team, team_base(loaded, team, arch)
+    from buildkit.image.engine import connect
+    from buildkit.team.build import image_base
+
+    return loaded, team, image_base(connect(), team, arch, {name: index.url for name, index in loaded.matrix.indexes.items()})
+
+
+def _index_urls(loaded: LoadedMatrix, base: TeamBase, mirrors: Mirrors) -> dict[str, str]:
+    """Each index of the base by name: a mirror given for it (flag, environment, config file), else the base's own URL."""
+    from buildkit.lock.relock import index_urls_for
+
+    urls = dict(base.indexes)
+    urls.update((name, url) for name, url in index_urls_for(loaded, mirrors).items() if name in urls)
+    return urls
 
 
 @team_app.command("check", short_help="Validate the team file and say whether its lock is fresh.")
@@ -38,18 +77,15 @@ def team_check(
     file: TeamFileOption = Path("ascendkit-team.yaml"),
     arch: TeamArchOption = "x86_64",
     as_json: JsonFlag = False,
-    matrix: WorkingMatrixPath = DEFAULT_MATRIX,
+    matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
-    """Validate the team file against the matrix (file, line and field of every problem: exit 2) and say
-    whether its lock for --arch is fresh (exit 0), missing or stale (exit 1: the team file, a requirements
-    file or the base's lock changed since `ascendkit team lock`)."""
-    from buildkit.matrix.load import load_matrix
-    from buildkit.team.resolve import lock_file, lock_state, team_base
-    from buildkit.team.spec import load_team
+    """Validate the team file (file, line and field of every problem: exit 2) and say whether its lock for --arch is
+    fresh (exit 0), missing or stale (exit 1: the team file, a requirements file or the base changed since
+    `ascendkit team lock`). A base given as `image:` is read from the engine (exit 4 when it is not there)."""
+    from buildkit.team.resolve import lock_file, lock_state
 
-    loaded = load_matrix(matrix)
-    team = load_team(file, loaded)
-    state = lock_state(team, team_base(loaded, team, arch))
+    _, team, base = _team_and_base(matrix, file, arch)
+    state = lock_state(team, base)
     if as_json:
         print_json({"file": str(file), "arch": arch, "lock": str(lock_file(team, arch)), "state": state})
     else:
@@ -69,26 +105,22 @@ def team_lock(
     ca_bundle: CaBundle = None,
     config: ConfigFile = None,
     as_json: JsonFlag = False,
-    matrix: WorkingMatrixPath = DEFAULT_MATRIX,
+    matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Write ascendkit-team-<arch>.lock beside the team file: what the team adds, with hashes, resolved by uv with
-    every package of the base as a constraint (build dependencies too). Refused (exit 1, nothing written) when a
-    team package needs another version of a base package, mainline triton or a CUDA package, naming who asked;
-    `replace:` in the team file is the escape, each with its reason. Exit 4: an index cannot be reached."""
+    every package of the base as a constraint (build dependencies too); a framework fork is cloned at its commit,
+    built to a wheel in .ascendkit/wheels/ and locked by its hash. Refused (exit 1, nothing written) when a team
+    package needs another version of a base package, mainline triton or a CUDA package, naming who asked;
+    `replace:` in the team file is the escape, each with its reason. Exit 4: an index or the fork's git host cannot
+    be reached."""
     from buildkit.lock.index import IndexClient
-    from buildkit.lock.relock import index_urls_for
-    from buildkit.matrix.load import load_matrix
-    from buildkit.team.resolve import base_constraints, check_indexes, resolve_team, team_base, write_team_lock
-    from buildkit.team.spec import load_team
+    from buildkit.team.resolve import base_constraints, check_indexes, resolve_team, write_team_lock
 
-    loaded = load_matrix(matrix)
-    team = load_team(file, loaded)
-    base = team_base(loaded, team, arch)
+    loaded, team, base = _team_and_base(matrix, file, arch)
     mirrors = mirrors_from(
         config, ca_bundle, pip_index_url=pip_index_url, pytorch_index_url=pytorch_index_url, ascend_index_url=ascend_index_url
     )
-    bundle = ca_bundle_of(mirrors)
-    urls, client = index_urls_for(loaded, mirrors), IndexClient(ca_bundle=bundle)
+    urls, client = _index_urls(loaded, base, mirrors), IndexClient(ca_bundle=ca_bundle_of(mirrors))
     fork = None
     if team.spec.framework is not None:  # built to a wheel first: its requirements join the team's
         from buildkit.team.fork import build_fork
@@ -112,40 +144,42 @@ def team_lock(
 def team_build(
     file: TeamFileOption = Path("ascendkit-team.yaml"),
     arch: TeamArchOption = "x86_64",
-    base_image: Annotated[
-        str | None,
-        typer.Option(
-            "--base-image",
-            help="The base as this engine has it (default: the tag `ascendkit build` gives its stack and SKU).",
-            metavar="REF",
-        ),
-    ] = None,
+    base_image: BaseImageOption = None,
+    pip_index_url: PipIndexUrl = None,
+    pytorch_index_url: PytorchIndexUrl = None,
+    ascend_index_url: AscendIndexUrl = None,
     ca_bundle: CaBundle = None,
+    config: ConfigFile = None,
     as_json: JsonFlag = False,
-    matrix: WorkingMatrixPath = DEFAULT_MATRIX,
+    matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
-    """Build the team's layers on its base by digest (its locked packages, then its files), read every distribution of
-    the base and of the new image (name, version, RECORD, direct_url), and tag NAME:team-... only when none of the
-    base's moved (the team file's `replace:` excepted). Exit 1: the lock is missing or stale; 5: the build failed;
-    6: the base moved (the image is removed, nothing tagged); 4: the engine or the base cannot be had."""
+    """Build the team's layers on its base by digest (its locked packages, its fork, then its files), read every
+    distribution of the base and of the new image (name, version, the files RECORD lists, direct_url), and tag
+    NAME:team-... only when none of the base's moved (the fork's framework and `replace:` excepted). Index credentials
+    and the CA bundle reach the build as secrets, never in a layer or its history. Exit 1: the lock is missing or
+    stale; 5: the build failed; 6: the base moved (the image is removed, nothing tagged); 4: the engine or the base
+    cannot be had."""
     from buildkit.image.engine import connect
-    from buildkit.matrix.load import load_matrix
-    from buildkit.plan import plan_image, plan_target
-    from buildkit.resources import default_repository
+    from buildkit.settings import read_ca_bundle
     from buildkit.team.build import build_team
-    from buildkit.team.resolve import team_base
-    from buildkit.team.spec import load_team
 
-    loaded = load_matrix(matrix)
-    team = load_team(file, loaded)
-    base = team_base(loaded, team, arch)
-    if base_image is None:
-        plan = plan_image(loaded, plan_target(loaded, team.spec.base.sku, base.stack_id, None), arch)
+    loaded, team, base = _team_and_base(matrix, file, arch)
+    if base_image is None and team.spec.base.image is not None:
+        base_image = team.spec.base.image
+    elif base_image is None:
+        from buildkit.plan import plan_image, plan_target
+        from buildkit.resources import default_repository
+
+        plan = plan_image(loaded, plan_target(loaded, base.sku, base.stack_id, None), arch)
         base_image = f"{default_repository(base.framework)}:{plan.tags[0]}"
-    from buildkit.settings import default_ca_bundle, read_ca_bundle
+    mirrors = mirrors_from(
+        config, ca_bundle, pip_index_url=pip_index_url, pytorch_index_url=pytorch_index_url, ascend_index_url=ascend_index_url
+    )
+    bundle = ca_bundle_of(mirrors)
+    from buildkit.settings import default_ca_bundle
 
-    bundle = ca_bundle or default_ca_bundle()
-    built = build_team(connect(), loaded, team, base, base_image, read_ca_bundle(bundle) if bundle else b"")
+    bundle = bundle or default_ca_bundle()
+    built = build_team(connect(), team, base, base_image, _index_urls(loaded, base, mirrors), read_ca_bundle(bundle) if bundle else b"")
     if as_json:
         print_json(
             {

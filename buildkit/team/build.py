@@ -6,7 +6,9 @@ that passes is tagged; one that fails is removed, with its containers.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import tarfile
 import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -15,17 +17,21 @@ from typing import Any
 
 import docker
 import requests
-from docker.errors import DockerException, ImageNotFound
+from docker.errors import DockerException, ImageNotFound, NotFound
+from packaging.utils import canonicalize_name
 
+from buildkit.arch import DOCKER_ARCH
 from buildkit.errors import BuildFailed, ExitCode, InputError, Unavailable, VerifyFailed
 from buildkit.image.engine import remove_containers
 from buildkit.image.render import SECRETS_ARG
 from buildkit.image.secrets import BuildSecrets, SecretServer
-from buildkit.matrix.load import LoadedMatrix
+from buildkit.lock.inputs import python_platform
+from buildkit.lock.lockfile import PACKAGE_LINE
+from buildkit.lock.sdist import public_url
 from buildkit.reach import engine_said
 from buildkit.team.dockerfile import TeamBuildInputs, classic, labels, render_team_dockerfile, write_team_context
 from buildkit.team.fork import WHEELS_DIR, read_wheel
-from buildkit.team.resolve import FORK_LAYER, TeamBase, free_of, lock_file, lock_sections, lock_state
+from buildkit.team.resolve import FORK_LAYER, BasePackage, BaseUnresolved, TeamBase, free_of, lock_file, lock_sections, lock_state
 from buildkit.team.spec import LoadedTeam
 
 # Every installed distribution: its version, a digest of its RECORD and of every file RECORD lists as it is on disk
@@ -96,33 +102,106 @@ def moved(before: dict[str, list[str]], after: dict[str, list[str]], free: set[s
     return problems
 
 
+def _image_files(client: docker.APIClient, ref: str, path: str) -> dict[str, bytes]:
+    """The regular files under ``path`` in ``ref``, read from a created (never started) container, removed after."""
+    container = client.create_container(ref, ["true"], entrypoint=[])
+    try:
+        stream, _ = client.get_archive(container, path)
+        data = b"".join(stream)
+    except NotFound:
+        return {}
+    finally:
+        remove_containers(client, [container["Id"]])
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        return {m.name.split("/")[-1]: (archive.extractfile(m) or io.BytesIO()).read() for m in archive.getmembers() if m.isfile()}
+
+
+def _section(name: str, text: str) -> tuple[bool, dict[str, tuple[str, str]]]:
+    """One lock section as the image carries it: resolved or not, and each package's version and index name."""
+    packages: dict[str, tuple[str, str]] = {}
+    current = ""
+    for line in text.splitlines():
+        if line and line[0].isalnum():
+            match = PACKAGE_LINE.match(line)
+            if match is None:
+                raise InputError(f"{name}: not a locked requirement: {line!r}")
+            current = canonicalize_name(match.group(1))
+            packages[current] = (match.group(2), "")
+        elif current and line.strip().startswith("# index: "):
+            packages[current] = (packages[current][0], line.strip().removeprefix("# index: "))
+    return "# status: resolved" in text.splitlines(), packages
+
+
+def image_base(client: docker.APIClient, team: LoadedTeam, arch: str, index_urls: dict[str, str]) -> TeamBase:
+    """The base of a team file naming a published image: its lock sections, image.json and labels, read from the image
+    itself; ``index_urls`` names the indexes its sections name (the matrix ascendkit was released with). Refused when
+    it is not an ascendkit image, is for another arch, or its locks are unresolved."""
+    ref = team.spec.base.image
+    assert ref is not None
+    try:
+        inspect = client.inspect_image(ref)
+    except ImageNotFound:
+        raise Unavailable(f"base image {ref} is not on this engine: pull it first (docker pull {ref})") from None
+    if DOCKER_ARCH.get(arch) != inspect.get("Architecture"):
+        raise InputError(f"{team.path}: base image {ref} is for {inspect.get('Architecture')}, not {arch}")
+    about = _image_files(client, ref, "/etc/ascendkit/image.json").get("image.json")
+    sections = {n: t.decode() for n, t in _image_files(client, ref, "/etc/ascendkit/locks").items() if n.endswith(f"-{arch}.txt")}
+    if about is None or not sections:
+        raise InputError(f"{team.path}: base image {ref} is not an ascendkit image (no /etc/ascendkit/image.json or locks)")
+    facts = json.loads(about)
+    framework = str(facts.get("framework", ""))
+    packages: dict[str, BasePackage] = {}
+    used: set[str] = set()
+    digest = hashlib.sha256()
+    own = ""
+    version = (inspect.get("Config", {}).get("Labels") or {}).get(f"io.ascendkit.version.{framework}", "")
+    for name in sorted(sections):
+        digest.update(f"{name}\n{sections[name]}\n".encode())
+        resolved, found = _section(name, sections[name])
+        if not resolved:
+            raise BaseUnresolved(f"{ref}: its lock section {name} is unresolved: its packages are not known by hash")
+        for key, (pinned, index) in found.items():
+            packages.setdefault(key, BasePackage(key, pinned, ()))
+            used.add(index)
+            if name == f"{framework}-{arch}.txt" and (pinned == version or len(found) == 1):
+                own = own or key
+    unknown = sorted(used - set(index_urls) - {""})
+    if unknown:
+        raise InputError(f"{ref}: its locks name index(es) {', '.join(unknown)} this ascendkit's matrix does not know")
+    ordered = tuple((n, u) for n, u in index_urls.items() if n in used or n == next(iter(index_urls)))
+    skus = [str(s) for s in facts.get("skus", [])]
+    return TeamBase(
+        str(facts.get("stack", "")), team.spec.base.sku or (skus[0] if skus else ""), ref, arch, str(facts.get("python", "")),
+        python_platform(arch), framework, own or framework, packages, ordered, digest.hexdigest(),
+    )  # fmt: skip
+
+
 def _base_ref(client: docker.APIClient, base: TeamBase, team: LoadedTeam, ref: str) -> tuple[str, str, dict[str, Any]]:
     """The base by digest, its user and its inspect; refused when its labels name another stack or SKU."""
     try:
         inspect: dict[str, Any] = client.inspect_image(ref)
     except ImageNotFound:
-        raise Unavailable(
-            f"base image {ref} is not on this engine: pull it first (or build it: ascendkit build --hw {team.spec.base.sku})"
-        ) from None
+        raise Unavailable(f"base image {ref} is not on this engine: pull it first (or build it: ascendkit build --hw {base.sku})") from None
     labels_ = inspect.get("Config", {}).get("Labels") or {}
     stack, skus = labels_.get("io.ascendkit.stack"), (labels_.get("io.ascendkit.skus") or "").split(",")
-    if stack != base.stack_id or team.spec.base.sku not in skus:
+    if stack != base.stack_id or base.sku not in skus:
         what = f"stack {stack} for {', '.join(skus)}" if stack else "not an ascendkit image (no io.ascendkit.stack label)"
-        raise InputError(f"{team.path}: base is stack {base.stack_id} for {team.spec.base.sku}, but {ref} is {what}")
+        raise InputError(f"{team.path}: base is stack {base.stack_id} for {base.sku}, but {ref} is {what}")
     digests = [d for d in inspect.get("RepoDigests") or [] if "@sha256:" in d]
     by_digest = sorted(digests)[0] if digests else inspect["Id"]
     return by_digest, inspect.get("Config", {}).get("User") or "", inspect
 
 
-def _build(client: docker.APIClient, context: Path, tag: str, ca_bundle: bytes) -> str:
-    """The classic builder through docker-py. A CA bundle (a TLS-intercepting proxy's) reaches the RUN steps as the
-    reference builds give it: served on a loopback URL in ftp_proxy, which no layer, config or history keeps."""
+def _build(client: docker.APIClient, context: Path, tag: str, secrets: BuildSecrets) -> str:
+    """The classic builder through docker-py. A CA bundle (a TLS-intercepting proxy's) and index credentials reach the
+    RUN steps as the reference builds give them: served on a loopback URL in ftp_proxy, which no layer, config or
+    history keeps."""
     containers: list[str] = []
     image_id, error, tail = "", "", list[str]()
     with ExitStack() as stack:
         buildargs, network_mode = {}, None
-        if ca_bundle:
-            server = stack.enter_context(SecretServer(BuildSecrets(ca_bundle)))
+        if secrets:
+            server = stack.enter_context(SecretServer(secrets))
             buildargs, network_mode = {SECRETS_ARG: server.url}, "host"
         try:
             stream = client.build(
@@ -174,7 +253,7 @@ def team_inputs(team: LoadedTeam, base: TeamBase, base_of: tuple[str, str], inde
 
 
 def build_team(
-    client: docker.APIClient, loaded: LoadedMatrix, team: LoadedTeam, base: TeamBase, base_image: str, ca_bundle: bytes = b""
+    client: docker.APIClient, team: LoadedTeam, base: TeamBase, base_image: str, urls: dict[str, str], ca_bundle: bytes = b""
 ) -> TeamBuilt:
     """Build, check and tag the team image; refused before building when the lock is not fresh."""
     state = lock_state(team, base)
@@ -184,8 +263,12 @@ def build_team(
         raise error
     try:
         base_ref, user, _ = _base_ref(client, base, team, base_image)
-        indexes = {name: index for name, index in loaded.matrix.indexes.items()}
-        index_args = tuple((indexes[name].arg, url) for name, url in base.indexes)
+        args = [
+            ("PIP_INDEX_URL", urls.get(name, url)) if i == 0 else (f"ASCENDKIT_TEAM_INDEX_{i}", urls.get(name, url))
+            for i, (name, url) in enumerate(base.indexes)
+        ]
+        index_args = tuple((arg, public_url(url)) for arg, url in args)  # credentials never in an ARG (docker history)
+        secret_env = tuple((arg, url) for arg, url in args if public_url(url) != url)
         inputs = team_inputs(team, base, (base_ref, user), index_args)
         dockerfile = render_team_dockerfile(team, base, inputs)
         version = dict(labels(team, base, inputs))["org.opencontainers.image.version"]
@@ -193,7 +276,7 @@ def build_team(
         before = distributions(client, base_ref)
         with tempfile.TemporaryDirectory(prefix="ascendkit-team-") as tmp:
             write_team_context(team, base, classic(dockerfile), Path(tmp))
-            image_id = _build(client, Path(tmp), f"{team.spec.name}:unverified-{version}", ca_bundle)
+            image_id = _build(client, Path(tmp), f"{team.spec.name}:unverified-{version}", BuildSecrets(ca_bundle, secret_env))
         try:
             after = distributions(client, image_id)
             problems = moved(before, after, free_of(team, base))

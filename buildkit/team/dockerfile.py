@@ -49,7 +49,7 @@ def labels(team: LoadedTeam, base: TeamBase, inputs: TeamBuildInputs) -> tuple[t
         ("org.opencontainers.image.base.name", inputs.base_ref),
         (TEAM_LABEL, spec.name),
         (f"{TEAM_LABEL}.base-stack", base.stack_id),
-        (f"{TEAM_LABEL}.base-sku", spec.base.sku),
+        (f"{TEAM_LABEL}.base-sku", base.sku),
         (f"{TEAM_LABEL}.lock-sha256", inputs.lock_sha256),
     ]
     if inputs.fork_pin:

@@ -68,6 +68,8 @@ class TeamBase:
     """What the team's lock is held to: the base's locked packages for one arch, and how to resolve for it."""
 
     stack_id: str
+    sku: str
+    image: str  # the published image it was read from ("" for a stack of the matrix)
     arch: str
     python: str
     platform: str
@@ -80,7 +82,8 @@ class TeamBase:
 
 def team_base(loaded: LoadedMatrix, team: LoadedTeam, arch: str) -> TeamBase:
     """The base of ``team`` for ``arch``: its stack's lock, which must be resolved (its pins known by hash)."""
-    stack_id = team.spec.base.stack
+    stack_id, sku = team.spec.base.stack, team.spec.base.sku
+    assert stack_id is not None and sku is not None, "the image form reads its base from the image (team.build.image_base)"
     stack = loaded.matrix.stacks[stack_id]
     if arch not in stack.arches:
         raise InputError(f"stack {stack_id} is not built for {arch}; it is for {', '.join(stack.arches)}")
@@ -94,7 +97,7 @@ def team_base(loaded: LoadedMatrix, team: LoadedTeam, arch: str) -> TeamBase:
     stanza = stack.frameworks[framework]
     dist = canonicalize_name(getattr(stanza, "package", None) or framework)
     return TeamBase(
-        stack_id, arch, inputs.python, inputs.platform, framework, dist, packages, inputs.indexes,
+        stack_id, sku, "", arch, inputs.python, inputs.platform, framework, dist, packages, inputs.indexes,
         hashlib.sha256(path.read_bytes()).hexdigest(),
     )  # fmt: skip
 
@@ -250,7 +253,7 @@ def render_team_lock(team: LoadedTeam, base: TeamBase, resolution: TeamResolutio
         f"# inputs-sha256: {inputs_digest(team, base)}",
         "# status: resolved",
         f"# resolver: {uv_version()}",
-        f"# base: stack {base.stack_id}, lock sha256:{base.lock_sha256}",
+        f"# base: stack {base.stack_id}" + (f", image {base.image}" if base.image else "") + f", lock sha256:{base.lock_sha256}",
     ]
     for name, url in base.indexes:
         lines.append(f"# index {name}: {url}")

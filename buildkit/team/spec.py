@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from pydantic import AfterValidator, Field, StrictStr, ValidationError
+from pydantic import AfterValidator, Field, StrictStr, ValidationError, model_validator
 
 from buildkit.errors import AscendkitError, Finding, Location
 from buildkit.matrix.fields import Frozen, Identifier, PackageName
@@ -84,14 +84,25 @@ RepoPath = Annotated[StrictStr, AfterValidator(_relative)]
 ImagePath = Annotated[StrictStr, AfterValidator(_absolute)]
 EnvName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 GitUrl = Annotated[StrictStr, Field(pattern=r"^(https?|ssh|git|file)://\S+$")]
+ImageRef = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@-]*$")]
 ImageName = Annotated[StrictStr, Field(pattern=r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")]
 
 
-class TeamBase(Frozen):
-    """The reference the team builds on: a stack of the matrix for one SKU."""
+class BaseSpec(Frozen):
+    """The reference the team builds on: a stack of the matrix for one SKU, or a published ascendkit image (its locks and
+    labels say what it is; no matrix needed)."""
 
-    stack: Identifier
-    sku: Identifier
+    stack: Identifier | None = None
+    sku: Identifier | None = None
+    image: ImageRef | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> BaseSpec:
+        if self.image is not None and self.stack is not None:
+            raise ValueError("give stack: and sku: (a stack of the matrix) or image: (a published ascendkit image), not both")
+        if self.image is None and (self.stack is None or self.sku is None):
+            raise ValueError("give stack: and sku: (a stack of the matrix for one SKU), or image: (a published ascendkit image)")
+        return self
 
 
 class TeamFramework(Frozen):
@@ -113,7 +124,7 @@ class TeamFiles(Frozen):
 class TeamSpec(Frozen):
     schema_version: Literal[1]
     name: ImageName = Field(description="the team image's repository name, e.g. acme/verl-math")
-    base: TeamBase
+    base: BaseSpec
     packages: tuple[RequirementLine, ...] = ()
     requirements: tuple[RepoPath, ...] = Field(default=(), description="requirement files of the team's repository")
     framework: TeamFramework | None = None
@@ -260,6 +271,8 @@ def load_team(path: Path, loaded: LoadedMatrix | None = None) -> LoadedTeam:
 def _check_base(spec: TeamSpec, source: SourceMap, loaded: LoadedMatrix) -> list[Finding]:
     stacks, skus = loaded.matrix.stacks, loaded.matrix.skus
     base = spec.base
+    if base.stack is None or base.sku is None:  # a published image: what it is comes from the image itself
+        return []
     if base.stack not in stacks:
         return [_finding(source, ("base", "stack"), f"unknown stack {base.stack!r}", hint=", ".join(stacks))]
     stack = stacks[base.stack]
