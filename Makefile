@@ -159,7 +159,8 @@ bench: $(STAMP) bytecode ## CLI timings; with `make services` running, build tim
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_builders.py --out $(RESULTS)/builders.json | tee $(RESULTS)/builders.txt' && \
 	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_repro.py --out $(RESULTS)/repro.json | tee $(RESULTS)/repro.txt' && \
 	  bash -o pipefail -c 'set -a; . $(SERVICES_DIR)/env.docker-overlay2; set +a; $(BIN)/python benchmarks/bench_repro.py --out $(RESULTS)/repro-overlay2.json | tee $(RESULTS)/repro-overlay2.txt' && \
-	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_coldnode.py --soci --json $(RESULTS)/coldnode.json | tee $(RESULTS)/coldnode.txt'; \
+	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_coldnode.py --soci --json $(RESULTS)/coldnode.json | tee $(RESULTS)/coldnode.txt' && \
+	  bash -o pipefail -c '$(BIN)/python benchmarks/bench_team_image.py --out $(RESULTS)/team.json | tee $(RESULTS)/team.txt'; \
 	  else echo "bench_build, bench_ship: skipped (run \`make services\` first for build and shipping benchmarks)"; fi
 
 # BENCH_ENGINE=docker-bench: on that engine of the services (CI's bench job, beside the tests); default: the main one.
@@ -177,7 +178,8 @@ bench-quick: $(STAMP) bytecode ## Every benchmark once, briefly (part of `make t
 	  $(BIN)/python benchmarks/bench_sbom.py --runs 1 && \
 	  $(BIN)/python benchmarks/bench_ship.py --quick --out $(SERVICES_DIR)/bench-ship-quick.json && \
 	  $(BIN)/python benchmarks/bench_size.py --quick --out $(SERVICES_DIR)/bench-size-quick.json && \
-	  $(BIN)/python benchmarks/bench_coldnode.py --quick --soci --json $(SERVICES_DIR)/bench-coldnode-quick.json
+	  $(BIN)/python benchmarks/bench_coldnode.py --quick --soci --json $(SERVICES_DIR)/bench-coldnode-quick.json && \
+	  $(BIN)/python benchmarks/bench_team_image.py --quick --out $(SERVICES_DIR)/bench-team-quick.json
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

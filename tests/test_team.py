@@ -151,7 +151,7 @@ def test_refusals_name_the_package_who_asked_and_what_holds_the_base(tmp_path: P
         "triton 3.1.0, asked for by xgrammar: mainline triton writes triton/ over the base's triton-ascend",
         "nvidia-cublas-cu12 12.4.5.8, asked for by torch: a CUDA package, which an NPU image must not carry",
     ]
-    assert refusals(team, base, [pkg("tabulate", "0.9.0", "-r team.in")]) == []
+    assert refusals(team, base, [pkg("tabulate", "0.9.0", "-r team.in"), pkg("nvidia-ml-py", "13.615.71", "pynvml")]) == []
 
 
 def test_a_replace_is_the_one_escape_and_the_lock_records_its_reason(tmp_path: Path, test_matrix: LoadedMatrix) -> None:

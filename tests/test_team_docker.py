@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import uuid
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from tests.test_team import GOOD, team_repo
 pytestmark = pytest.mark.docker
 
 TEAM = GOOD.replace("sku: a2-box16", "sku: a3")
+RUN = uuid.uuid4().hex[:8]  # the engine outlives test runs: each run's images are its own
 
 
 def _team(docker_env: DockerEnv, root: Path, *args: str) -> Any:
@@ -33,7 +35,7 @@ def _tags(docker_env: DockerEnv, repository: str) -> list[str]:
 def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribution_as_it_was(
     docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
 ) -> None:
-    team_repo(tmp_path, TEAM.replace("acme/verl-math", "acme/team-it"))
+    team_repo(tmp_path, TEAM.replace("acme/verl-math", f"acme/team-it-{RUN}"))
     locked = _team(docker_env, tmp_path, "lock")
     assert locked.returncode == 0, locked.stderr
     containers = docker_env.containers()
@@ -44,9 +46,9 @@ def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribu
     assert re.fullmatch(r".+@sha256:[0-9a-f]{64}|sha256:[0-9a-f]{64}", result["base"])
     assert docker_env.containers() == containers, "the build and its checks leave no container"
     (ref,) = result["tags"]
-    assert _tags(docker_env, "acme/team-it") == [ref], "the unverified tag is gone"
+    assert _tags(docker_env, f"acme/team-it-{RUN}") == [ref], "the unverified tag is gone"
     config = docker_env.client.inspect_image(ref)["Config"]
-    assert config["Labels"]["io.ascendkit.team"] == "acme/team-it"
+    assert config["Labels"]["io.ascendkit.team"] == f"acme/team-it-{RUN}"
     assert config["Labels"]["io.ascendkit.stack"] == "teststack", "the base's labels stay: it is still the base's stack"
     assert config["Labels"]["org.opencontainers.image.version"].startswith("team-acme-team-it-"), "its own version, not the base's"
     assert "TEAM_REWARD=/opt/team/rewards/math.py" in config["Env"]
@@ -60,6 +62,16 @@ def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribu
         assert "def compute_score" in docker_env.client.logs(container).decode()
     finally:
         docker_env.client.remove_container(container, force=True)
+    # a change of the team's code: a new tag, and only the files' layer is new (the packages' layer is reused)
+    (tmp_path / "rewards" / "math.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n"
+    )
+    again = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0], "--json")
+    assert again.returncode == 0, again.stderr[-3000:]
+    (ref2,) = json.loads(again.stdout)["tags"]
+    assert ref2 != ref, "the tag names the team's files too"
+    before, after = (docker_env.client.inspect_image(r)["RootFS"]["Layers"] for r in (ref, ref2))
+    assert len(before) == len(after) and before[:-1] == after[:-1] and before[-1] != after[-1]
 
 
 def test_a_lock_the_base_refuses_at_install_fails_the_build_and_leaves_no_tag(
@@ -67,7 +79,7 @@ def test_a_lock_the_base_refuses_at_install_fails_the_build_and_leaves_no_tag(
 ) -> None:
     """A team lock edited by hand to move a base package (attrs, which the stand-in of torch_npu requires): the base's
     own sections, given to uv as constraints, refuse it at install; nothing is tagged, no container is left."""
-    team_repo(tmp_path, TEAM.replace("acme/verl-math", "acme/team-moved"))
+    team_repo(tmp_path, TEAM.replace("acme/verl-math", f"acme/team-moved-{RUN}"))
     assert _team(docker_env, tmp_path, "lock").returncode == 0
     lock = tmp_path / "ascendkit-team-x86_64.lock"
     text = lock.read_text()
@@ -77,14 +89,14 @@ def test_a_lock_the_base_refuses_at_install_fails_the_build_and_leaves_no_tag(
     done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0])
     assert done.returncode == 5, done.stderr[-3000:]
     assert "you require attrs==23.2.0 and attrs==21.4.0" in done.stderr, "refused by the base's own pins, not by the fake hash"
-    assert _tags(docker_env, "acme/team-moved") == []
+    assert _tags(docker_env, f"acme/team-moved-{RUN}") == []
     assert docker_env.containers() == containers
 
 
 def test_a_stale_lock_or_another_stacks_base_is_refused_before_anything_is_built(
     docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
 ) -> None:
-    team_repo(tmp_path, TEAM.replace("acme/verl-math", "acme/team-stale"))
+    team_repo(tmp_path, TEAM.replace("acme/verl-math", f"acme/team-stale-{RUN}"))
     assert _team(docker_env, tmp_path, "lock").returncode == 0
     (tmp_path / "requirements-team.txt").write_text("pyfiglet==1.0.1\n")
     stale = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0])
@@ -93,7 +105,7 @@ def test_a_stale_lock_or_another_stacks_base_is_refused_before_anything_is_built
     other = _team(docker_env, tmp_path, "build", "--base-image", docker_env.standin)
     assert other.returncode == 2 and f"but {docker_env.standin} is not an ascendkit image" in other.stderr
     with pytest.raises(ImageNotFound):
-        docker_env.client.inspect_image("acme/team-stale")
+        docker_env.client.inspect_image(f"acme/team-stale-{RUN}")
 
 
 def test_a_team_file_written_over_a_base_distribution_fails_the_check_and_the_image_goes(
@@ -113,7 +125,7 @@ def test_a_team_file_written_over_a_base_distribution_fails_the_check_and_the_im
         client.remove_container(ask, force=True)
     (tmp_path / "evil").mkdir()
     (tmp_path / "evil" / "core.py").write_text("# the team's own idna core, written over the base's\n")
-    team = TEAM.replace("acme/verl-math", "acme/team-over").replace(
+    team = TEAM.replace("acme/verl-math", f"acme/team-over-{RUN}").replace(
         "  - {src: rewards, dest: /opt/team/rewards}", f"  - {{src: evil, dest: {site}}}"
     )
     team_repo(tmp_path, team)
@@ -123,10 +135,10 @@ def test_a_team_file_written_over_a_base_distribution_fails_the_check_and_the_im
     done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0])
     assert done.returncode == 6, done.stderr[-3000:]
     assert "idna 3.7: its files differ from the base's" in done.stderr
-    assert _tags(docker_env, "acme/team-over") == []
+    assert _tags(docker_env, f"acme/team-over-{RUN}") == []
     assert docker_env.containers() == containers
     left = {image["Id"] for image in client.images(all=True)} - images
-    assert not [i for i in left if client.inspect_image(i)["Config"]["Labels"].get("io.ascendkit.team") == "acme/team-over"]
+    assert not [i for i in left if client.inspect_image(i)["Config"]["Labels"].get("io.ascendkit.team") == f"acme/team-over-{RUN}"]
 
 
 def _fork_repository(root: Path) -> str:
@@ -149,10 +161,12 @@ def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_rep
     commit = _fork_repository(tmp_path / "git")
     with serve(tmp_path / "git") as url:
         fork = f"framework:\n  git: {url}/acme/verl.git\n  commit: {'b' * 40}\n  replaces: verl\nenv:"
-        team_repo(tmp_path / "team", TEAM.replace("acme/verl-math", "acme/team-fork").replace("env:", fork, 1))
+        team_repo(tmp_path / "team", TEAM.replace("acme/verl-math", f"acme/team-fork-{RUN}").replace("env:", fork, 1))
         missing = _team(docker_env, tmp_path / "team", "lock")
         assert missing.returncode == 2 and f"framework.commit {'b' * 40} is not in {url}/acme/verl.git" in missing.stderr
-        team_repo(tmp_path / "team", TEAM.replace("acme/verl-math", "acme/team-fork").replace("env:", fork.replace("b" * 40, commit), 1))
+        team_repo(
+            tmp_path / "team", TEAM.replace("acme/verl-math", f"acme/team-fork-{RUN}").replace("env:", fork.replace("b" * 40, commit), 1)
+        )
         locked = _team(docker_env, tmp_path / "team", "lock", "--json")
     assert locked.returncode == 0, locked.stderr[-3000:]
     lock = (tmp_path / "team" / "ascendkit-team-x86_64.lock").read_text()
@@ -194,7 +208,7 @@ def test_a_published_image_is_a_base_without_any_matrix_stack_and_a_foreign_imag
     """`base: {image: REF}`: the stack, its locks, indexes and framework read from the image itself, as a team with a
     pip-installed ascendkit and no checkout has them; the same lock and the same check as from the matrix's stack."""
     image = built["tags"][0]
-    team = TEAM.replace("acme/verl-math", "acme/team-image").replace("  stack: teststack\n  sku: a3\n", f"  image: {image}\n")
+    team = TEAM.replace("acme/verl-math", f"acme/team-image-{RUN}").replace("  stack: teststack\n  sku: a3\n", f"  image: {image}\n")
     team_repo(tmp_path, team)
     locked = _team(docker_env, tmp_path, "lock")
     assert locked.returncode == 0, locked.stderr[-3000:]

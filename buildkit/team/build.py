@@ -29,7 +29,7 @@ from buildkit.lock.inputs import python_platform
 from buildkit.lock.lockfile import PACKAGE_LINE
 from buildkit.lock.sdist import public_url
 from buildkit.reach import engine_said
-from buildkit.team.dockerfile import TeamBuildInputs, classic, labels, render_team_dockerfile, write_team_context
+from buildkit.team.dockerfile import TeamBuildInputs, classic, files_digest, labels, render_team_dockerfile, write_team_context
 from buildkit.team.fork import WHEELS_DIR, read_wheel
 from buildkit.team.resolve import FORK_LAYER, BasePackage, BaseUnresolved, TeamBase, free_of, lock_file, lock_sections, lock_state
 from buildkit.team.spec import LoadedTeam
@@ -249,7 +249,7 @@ def team_inputs(team: LoadedTeam, base: TeamBase, base_of: tuple[str, str], inde
         pin, source = wheel.pin, f"{team.spec.framework.git}@{team.spec.framework.commit}"
     layers = tuple(layer for layer in sections if any(line[:1].isalnum() for line in sections[layer].splitlines()))
     extra = tuple(arg for arg, _ in index_args[1:])
-    return TeamBuildInputs(*base_of, index_args, extra, hashlib.sha256(text.encode()).hexdigest(), layers, pin, source)
+    return TeamBuildInputs(*base_of, index_args, extra, hashlib.sha256(text.encode()).hexdigest(), layers, pin, source, files_digest(team))
 
 
 def build_team(

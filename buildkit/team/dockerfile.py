@@ -8,6 +8,7 @@ with its hashes, and every hash of the team's lock is enforced. The render depen
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class TeamBuildInputs:
     layers: tuple[str, ...] = (TEAM_LAYER,)  # the team lock's sections
     fork_pin: str = ""  # DIST==VERSION of the team's framework fork, when it has one
     fork_source: str = ""  # URL@COMMIT
+    files_sha256: str = ""  # of the team's files as they are copied (paths, modes, contents)
 
 
 def labels(team: LoadedTeam, base: TeamBase, inputs: TeamBuildInputs) -> tuple[tuple[str, str], ...]:
@@ -45,17 +47,40 @@ def labels(team: LoadedTeam, base: TeamBase, inputs: TeamBuildInputs) -> tuple[t
     spec = team.spec
     found = [
         ("org.opencontainers.image.title", f"{spec.name} (a team image on ascendkit {base.stack_id})"),
-        ("org.opencontainers.image.version", f"team-{spec.name.replace('/', '-')}-{inputs.lock_sha256[:12]}"),
+        ("org.opencontainers.image.version", f"team-{spec.name.replace('/', '-')}-{version_digest(team, inputs)[:12]}"),
         ("org.opencontainers.image.base.name", inputs.base_ref),
         (TEAM_LABEL, spec.name),
         (f"{TEAM_LABEL}.base-stack", base.stack_id),
         (f"{TEAM_LABEL}.base-sku", base.sku),
         (f"{TEAM_LABEL}.lock-sha256", inputs.lock_sha256),
+        (f"{TEAM_LABEL}.files-sha256", inputs.files_sha256),
     ]
     if inputs.fork_pin:
         found.append((f"{TEAM_LABEL}.framework", f"{inputs.fork_pin} from {inputs.fork_source}"))
     found += [(f"{TEAM_LABEL}.replaces.{name}", reason) for name, reason in sorted(spec.replace.items())]
     return tuple(found)
+
+
+def files_digest(team: LoadedTeam) -> str:
+    """The team's files as the image gets them: each entry's destination, relative path, mode and content, in order."""
+    digest = hashlib.sha256()
+    for copy in team.spec.files:
+        source = team.root / copy.src
+        entries = sorted(p for p in source.rglob("*") if p.is_file() and not _ignored(p)) if source.is_dir() else [source]
+        for path in entries:
+            relative = path.relative_to(source).as_posix() if source.is_dir() else path.name
+            digest.update(f"{copy.dest}\0{relative}\0{path.stat().st_mode & 0o777:o}\0".encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _ignored(path: Path) -> bool:
+    return any(part in ("__pycache__", ".git") for part in path.parts) or path.suffix == ".pyc"
+
+
+def version_digest(team: LoadedTeam, inputs: TeamBuildInputs) -> str:
+    """What names the image: its lock, its files and its team file (the environment and labels it sets)."""
+    return hashlib.sha256(f"{inputs.lock_sha256}\n{inputs.files_sha256}\n{team.text}".encode()).hexdigest()
 
 
 def _quote(value: str) -> str:

@@ -41,7 +41,8 @@ TEAM_LAYER = "team-deps"
 FORK_LAYER = "team-framework"
 # Packages that would overwrite the NPU stack: mainline triton owns triton/ as triton-ascend does; CUDA wheels pull
 # CUDA runtimes an NPU image must not carry.
-_CUDA = re.compile(r"^(nvidia-.*|.*-cu\d+|cupy-cuda.*|cuda-python|cuda-bindings|pytorch-triton.*)$")
+# nvidia-ml-py is NVML's pure-Python bindings (ctypes, no CUDA library), which loggers (swanlab, via pynvml) bring.
+_CUDA = re.compile(r"^(nvidia-(?!ml-py3?$).*|.*-cu\d+|cupy-cuda.*|cuda-python|cuda-bindings|pytorch-triton.*)$")
 
 
 class TeamRefused(AscendkitError):
