@@ -39,7 +39,7 @@ from buildkit.image.build import run_build  # noqa: E402
 from buildkit.image.buildplan import plan_build  # noqa: E402
 from buildkit.image.engine import connect  # noqa: E402
 from buildkit.matrix.load import load_matrix  # noqa: E402
-from buildkit.team.build import distributions, moved  # noqa: E402
+from buildkit.team.inimage import distributions, moved  # noqa: E402
 
 TEST_MATRIX = ROOT / "tests" / "fixtures" / "test_matrix.yaml"
 ASCENDKIT = Path(sys.executable).with_name("ascendkit")

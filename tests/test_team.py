@@ -10,8 +10,8 @@ import pytest
 from buildkit.errors import AscendkitError
 from buildkit.lock.lockfile import LockedPackage, read_lock
 from buildkit.matrix.load import LoadedMatrix, load_matrix
-from buildkit.team.build import moved
 from buildkit.team.fork import ForkWheel, read_wheel
+from buildkit.team.inimage import moved
 from buildkit.team.resolve import (
     TeamResolution,
     base_constraints,

@@ -43,6 +43,10 @@ def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribu
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert sorted(result["added"]) == ["pyfiglet==1.0.2", "tabulate==0.9.0"]
+    record = json.loads((tmp_path / result["record"]).read_text())
+    assert record["base"]["ref"] == result["base"] and record["lock_sha256"] and record["files_sha256"]
+    assert record["checks"]["imported"] == ["pyfiglet", "tabulate"] and record["replaces"] == {}
+    assert record["added"] == {"pyfiglet": "1.0.2", "tabulate": "0.9.0"}
     assert re.fullmatch(r".+@sha256:[0-9a-f]{64}|sha256:[0-9a-f]{64}", result["base"])
     assert docker_env.containers() == containers, "the build and its checks leave no container"
     (ref,) = result["tags"]
@@ -179,6 +183,10 @@ def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_rep
     (ref,) = json.loads(done.stdout)["tags"]
     labels = docker_env.client.inspect_image(ref)["Config"]["Labels"]
     assert labels["io.ascendkit.team.framework"] == f"idna==3.7+acme.1 from {url}/acme/verl.git@{commit}"
+    record = json.loads((tmp_path / "team" / json.loads(done.stdout)["record"]).read_text())
+    assert record["framework"] == {"pin": "idna==3.7+acme.1", "git": f"{url}/acme/verl.git", "commit": commit}
+    assert record["replaces"] == {"idna": {"base": "3.7", "team": "3.7+acme.1", "reason": "the team's framework fork"}}
+    assert "idna" in record["checks"]["imported"]
     probe = (
         "import idna, importlib.metadata as md; assert idna.ACME_FORK; print(md.version('idna'));"
         "print(open('/etc/ascendkit/constraints.txt').read().count('idna=='))"

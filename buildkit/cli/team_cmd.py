@@ -18,6 +18,7 @@ from buildkit.cli.mirror_options import (
     ca_bundle_of,
     mirrors_from,
 )
+from buildkit.cli.ship_options import ManifestDir
 from buildkit.errors import ExitCode
 from buildkit.resources import DEFAULT_MATRIX
 
@@ -57,7 +58,7 @@ def _team_and_base(matrix: Path, file: Path, arch: str) -> tuple[LoadedMatrix, L
     if team.spec.base.image is None:
         return loaded, team, team_base(loaded, team, arch)
     from buildkit.image.engine import connect
-    from buildkit.team.build import image_base
+    from buildkit.team.inimage import image_base
 
     return loaded, team, image_base(connect(), team, arch, {name: index.url for name, index in loaded.matrix.indexes.items()})
 
@@ -150,12 +151,15 @@ def team_build(
     ascend_index_url: AscendIndexUrl = None,
     ca_bundle: CaBundle = None,
     config: ConfigFile = None,
+    manifest_dir: ManifestDir = Path("manifests"),
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Build the team's layers on its base by digest (its locked packages, its fork, then its files), read every
-    distribution of the base and of the new image (name, version, the files RECORD lists, direct_url), and tag
-    NAME:team-... only when none of the base's moved (the fork's framework and `replace:` excepted). Index credentials
+    distribution of the base and of the new image (name, version, the files RECORD lists, direct_url), import the
+    team's packages as the image's user, and tag NAME:team-... with its record (--manifest-dir/team/<tag>.json: the
+    base by digest, the lock, files and fork, each escape) only when none of the base's moved (the fork's framework
+    and `replace:` excepted) and every team package imported. Index credentials
     and the CA bundle reach the build as secrets, never in a layer or its history. Exit 1: the lock is missing or
     stale; 5: the build failed; 6: the base moved (the image is removed, nothing tagged); 4: the engine or the base
     cannot be had."""
@@ -179,7 +183,8 @@ def team_build(
     from buildkit.settings import default_ca_bundle
 
     bundle = bundle or default_ca_bundle()
-    built = build_team(connect(), team, base, base_image, _index_urls(loaded, base, mirrors), read_ca_bundle(bundle) if bundle else b"")
+    urls = _index_urls(loaded, base, mirrors)
+    built = build_team(connect(), team, base, base_image, urls, read_ca_bundle(bundle) if bundle else b"", manifest_dir)
     if as_json:
         print_json(
             {
@@ -188,6 +193,7 @@ def team_build(
                 "base": built.base_ref,
                 "added": list(built.added),
                 "base_kept": built.kept,
+                "record": str(built.record),
             }
         )
     else:

@@ -6,9 +6,7 @@ that passes is tagged; one that fails is removed, with its containers.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import tarfile
 import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -17,44 +15,21 @@ from typing import Any
 
 import docker
 import requests
-from docker.errors import DockerException, ImageNotFound, NotFound
-from packaging.utils import canonicalize_name
+from docker.errors import DockerException, ImageNotFound
 
-from buildkit.arch import DOCKER_ARCH
+from buildkit.cancel import deferred
 from buildkit.errors import BuildFailed, ExitCode, InputError, Unavailable, VerifyFailed
+from buildkit.fsio import check_output_dir, write_atomic
 from buildkit.image.engine import remove_containers
 from buildkit.image.render import SECRETS_ARG
 from buildkit.image.secrets import BuildSecrets, SecretServer
-from buildkit.lock.inputs import python_platform
-from buildkit.lock.lockfile import PACKAGE_LINE
 from buildkit.lock.sdist import public_url
 from buildkit.reach import engine_said
 from buildkit.team.dockerfile import TeamBuildInputs, classic, files_digest, labels, render_team_dockerfile, write_team_context
 from buildkit.team.fork import WHEELS_DIR, read_wheel
-from buildkit.team.resolve import FORK_LAYER, BasePackage, BaseUnresolved, TeamBase, free_of, lock_file, lock_sections, lock_state
+from buildkit.team.inimage import distributions, imports, moved
+from buildkit.team.resolve import FORK_LAYER, TeamBase, free_of, lock_file, lock_sections, lock_state
 from buildkit.team.spec import LoadedTeam
-
-# Every installed distribution: its version, a digest of its RECORD and of every file RECORD lists as it is on disk
-# (a file another package or a COPY wrote over changes it), and its direct_url.json (PEP 610: where it came from).
-# Standard library only: it runs in the image.
-DISTRIBUTIONS = """
-import hashlib, json, importlib.metadata as md, re
-out = {}
-for dist in md.distributions():
-    name = re.sub(r"[-_.]+", "-", (dist.metadata["Name"] or "")).lower()
-    files = hashlib.sha256((dist.read_text("RECORD") or "").encode())
-    for path in sorted(str(f) for f in dist.files or ()):
-        try:
-            digest = hashlib.sha256()
-            with open(dist.locate_file(path), "rb") as handle:
-                for chunk in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(chunk)
-            files.update(f"{path}\\0{digest.hexdigest()}\\n".encode())
-        except OSError:
-            files.update(f"{path}\\0missing\\n".encode())
-    out[name] = [dist.version, files.hexdigest(), dist.read_text("direct_url.json") or ""]
-print(json.dumps(out, sort_keys=True))
-"""
 
 
 @dataclass(frozen=True)
@@ -65,115 +40,7 @@ class TeamBuilt:
     added: tuple[str, ...]
     kept: int
     dockerfile: str
-
-
-def distributions(client: docker.APIClient, image: str) -> dict[str, list[str]]:
-    """What ``image`` has installed, read in a container of it (removed however it ends)."""
-    container = client.create_container(image, ["python3", "-c", DISTRIBUTIONS], entrypoint=[], user="0:0", network_disabled=True)
-    try:
-        client.start(container)
-        status = client.wait(container, timeout=300)["StatusCode"]
-        logs = client.logs(container, stdout=True, stderr=True).decode(errors="replace")
-        if status != 0:
-            raise VerifyFailed(f"{image}: listing its distributions failed (exit {status}): {logs[-500:]}")
-        found: dict[str, list[str]] = json.loads(logs.strip().splitlines()[-1])
-        return found
-    finally:
-        remove_containers(client, [container["Id"]])
-
-
-def moved(before: dict[str, list[str]], after: dict[str, list[str]], free: set[str]) -> list[str]:
-    """Each base distribution the team image does not hold as the base did (gone, or another version, files or
-    origin), except those the team file's ``replace`` names."""
-    problems = []
-    for name, (version, record, origin) in sorted(before.items()):
-        if name in free:
-            continue
-        if name not in after:
-            problems.append(f"{name} {version}: gone")
-            continue
-        now_version, now_record, now_origin = after[name]
-        if now_version != version:
-            problems.append(f"{name}: {version} in the base, {now_version} in the team image")
-        elif now_record != record:
-            problems.append(f"{name} {version}: its files differ from the base's (RECORD, or a file it lists rewritten)")
-        elif now_origin != origin:
-            problems.append(f"{name} {version}: installed from elsewhere (direct_url.json)")
-    return problems
-
-
-def _image_files(client: docker.APIClient, ref: str, path: str) -> dict[str, bytes]:
-    """The regular files under ``path`` in ``ref``, read from a created (never started) container, removed after."""
-    container = client.create_container(ref, ["true"], entrypoint=[])
-    try:
-        stream, _ = client.get_archive(container, path)
-        data = b"".join(stream)
-    except NotFound:
-        return {}
-    finally:
-        remove_containers(client, [container["Id"]])
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        return {m.name.split("/")[-1]: (archive.extractfile(m) or io.BytesIO()).read() for m in archive.getmembers() if m.isfile()}
-
-
-def _section(name: str, text: str) -> tuple[bool, dict[str, tuple[str, str]]]:
-    """One lock section as the image carries it: resolved or not, and each package's version and index name."""
-    packages: dict[str, tuple[str, str]] = {}
-    current = ""
-    for line in text.splitlines():
-        if line and line[0].isalnum():
-            match = PACKAGE_LINE.match(line)
-            if match is None:
-                raise InputError(f"{name}: not a locked requirement: {line!r}")
-            current = canonicalize_name(match.group(1))
-            packages[current] = (match.group(2), "")
-        elif current and line.strip().startswith("# index: "):
-            packages[current] = (packages[current][0], line.strip().removeprefix("# index: "))
-    return "# status: resolved" in text.splitlines(), packages
-
-
-def image_base(client: docker.APIClient, team: LoadedTeam, arch: str, index_urls: dict[str, str]) -> TeamBase:
-    """The base of a team file naming a published image: its lock sections, image.json and labels, read from the image
-    itself; ``index_urls`` names the indexes its sections name (the matrix ascendkit was released with). Refused when
-    it is not an ascendkit image, is for another arch, or its locks are unresolved."""
-    ref = team.spec.base.image
-    assert ref is not None
-    try:
-        inspect = client.inspect_image(ref)
-    except ImageNotFound:
-        raise Unavailable(f"base image {ref} is not on this engine: pull it first (docker pull {ref})") from None
-    if DOCKER_ARCH.get(arch) != inspect.get("Architecture"):
-        raise InputError(f"{team.path}: base image {ref} is for {inspect.get('Architecture')}, not {arch}")
-    about = _image_files(client, ref, "/etc/ascendkit/image.json").get("image.json")
-    sections = {n: t.decode() for n, t in _image_files(client, ref, "/etc/ascendkit/locks").items() if n.endswith(f"-{arch}.txt")}
-    if about is None or not sections:
-        raise InputError(f"{team.path}: base image {ref} is not an ascendkit image (no /etc/ascendkit/image.json or locks)")
-    facts = json.loads(about)
-    framework = str(facts.get("framework", ""))
-    packages: dict[str, BasePackage] = {}
-    used: set[str] = set()
-    digest = hashlib.sha256()
-    own = ""
-    version = (inspect.get("Config", {}).get("Labels") or {}).get(f"io.ascendkit.version.{framework}", "")
-    for name in sorted(sections):
-        digest.update(f"{name}\n{sections[name]}\n".encode())
-        resolved, found = _section(name, sections[name])
-        if not resolved:
-            raise BaseUnresolved(f"{ref}: its lock section {name} is unresolved: its packages are not known by hash")
-        for key, (pinned, index) in found.items():
-            packages.setdefault(key, BasePackage(key, pinned, ()))
-            used.add(index)
-            if name == f"{framework}-{arch}.txt" and (pinned == version or len(found) == 1):
-                own = own or key
-    unknown = sorted(used - set(index_urls) - {""})
-    if unknown:
-        raise InputError(f"{ref}: its locks name index(es) {', '.join(unknown)} this ascendkit's matrix does not know")
-    ordered = tuple((n, u) for n, u in index_urls.items() if n in used or n == next(iter(index_urls)))
-    skus = [str(s) for s in facts.get("skus", [])]
-    return TeamBase(
-        str(facts.get("stack", "")), team.spec.base.sku or (skus[0] if skus else ""), ref, arch, str(facts.get("python", "")),
-        python_platform(arch), framework, own or framework, packages, ordered, digest.hexdigest(),
-    )  # fmt: skip
+    record: Path
 
 
 def _base_ref(client: docker.APIClient, base: TeamBase, team: LoadedTeam, ref: str) -> tuple[str, str, dict[str, Any]]:
@@ -253,7 +120,13 @@ def team_inputs(team: LoadedTeam, base: TeamBase, base_of: tuple[str, str], inde
 
 
 def build_team(
-    client: docker.APIClient, team: LoadedTeam, base: TeamBase, base_image: str, urls: dict[str, str], ca_bundle: bytes = b""
+    client: docker.APIClient,
+    team: LoadedTeam,
+    base: TeamBase,
+    base_image: str,
+    urls: dict[str, str],
+    ca_bundle: bytes = b"",
+    manifest_dir: Path = Path("manifests"),
 ) -> TeamBuilt:
     """Build, check and tag the team image; refused before building when the lock is not fresh."""
     state = lock_state(team, base)
@@ -261,6 +134,7 @@ def build_team(
         error = InputError(f"{lock_file(team, base.arch)} is {state}: run `ascendkit team lock --arch {base.arch}` first")
         error.exit_code = ExitCode.CHECK_FAILED
         raise error
+    check_output_dir(manifest_dir / "team", "--manifest-dir")  # before anything is built
     try:
         base_ref, user, _ = _base_ref(client, base, team, base_image)
         args = [
@@ -282,12 +156,56 @@ def build_team(
             problems = moved(before, after, free_of(team, base))
             if problems:
                 raise VerifyFailed("the team image moved its base; nothing was tagged:\n  " + "\n  ".join(problems))
+            ours = sorted(name for name in after if name not in before or after[name] != before[name])
+            imported = imports(client, image_id, ours, user or "0:0")
+            if imported["failed"]:
+                failed = "\n  ".join(f"{module}: {why}" for module, why in sorted(imported["failed"].items()))
+                raise VerifyFailed(f"the team's packages do not import in the image (as {user or 'root'}); nothing was tagged:\n  {failed}")
+            record = team_record(team, base, inputs, ref, image_id, before, after, imported["imported"])
+            with deferred():  # the record and the tag, or neither
+                (manifest_dir / "team").mkdir(parents=True, exist_ok=True)
+                write_atomic(manifest_dir / "team" / f"{version}.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
+                client.tag(image_id, team.spec.name, version)
         except BaseException:
             client.remove_image(f"{team.spec.name}:unverified-{version}")  # the only tag: the image goes with it
             raise
-        client.tag(image_id, team.spec.name, version)
         client.remove_image(f"{team.spec.name}:unverified-{version}", noprune=True)
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"the engine failed: {engine_said(exc)}") from None
     added = tuple(sorted(f"{name}=={after[name][0]}" for name in after if name not in before))
-    return TeamBuilt(image_id, (ref,), base_ref, added, len(before), dockerfile)
+    return TeamBuilt(image_id, (ref,), base_ref, added, len(before), dockerfile, manifest_dir / "team" / f"{version}.json")
+
+
+def team_record(
+    team: LoadedTeam,
+    base: TeamBase,
+    inputs: TeamBuildInputs,
+    ref: str,
+    image_id: str,
+    before: dict[str, list[str]],
+    after: dict[str, list[str]],
+    imported: list[str],
+) -> dict[str, Any]:
+    """What the team image is built from and what was checked: its base by digest, the team's lock, files and fork,
+    every escape with its reason, what it added and what it imported."""
+    framework = team.spec.framework
+    free = free_of(team, base)
+    return {
+        "team": team.spec.name,
+        "image": {"ref": ref, "id": image_id},
+        "base": {"ref": inputs.base_ref, "stack": base.stack_id, "sku": base.sku, "arch": base.arch},
+        "lock_sha256": inputs.lock_sha256,
+        "files_sha256": inputs.files_sha256,
+        "framework": {"pin": inputs.fork_pin, "git": framework.git, "commit": framework.commit} if framework else None,
+        "replaces": {
+            name: {
+                "base": before[name][0],
+                "team": after.get(name, ["(gone)"])[0],
+                "reason": team.spec.replace.get(name, "the team's framework fork"),
+            }
+            for name in sorted(free)
+            if name in before and after.get(name) != before[name]
+        },
+        "added": {name: after[name][0] for name in sorted(after) if name not in before},
+        "checks": {"base_distributions_kept": sum(1 for n in before if after.get(n) == before[n]), "imported": imported},
+    }
