@@ -11,7 +11,7 @@ from buildkit.errors import AscendkitError
 from buildkit.lock.lockfile import LockedPackage, read_lock
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.team.fork import ForkWheel, read_wheel
-from buildkit.team.inimage import moved
+from buildkit.team.inimage import moved, shared, wheel_overlap
 from buildkit.team.resolve import (
     TeamResolution,
     base_constraints,
@@ -273,3 +273,24 @@ def test_a_fork_that_builds_a_platform_wheel_is_refused(tmp_path: Path) -> None:
             "verl-0.6.1+acme.dist-info/METADATA", "Metadata-Version: 2.1\nName: verl\nVersion: 0.6.1+acme\nRequires-Dist: ray\n"
         )
     assert read_wheel(pure).pin == "verl==0.6.1+acme" and read_wheel(pure).requires == ("ray",)
+
+
+def test_files_two_distributions_own_are_named_after_the_build_and_a_forks_before_it(tmp_path: Path) -> None:
+    site = "/usr/local/lib/python3.11/dist-packages"
+    before = {
+        "wcwidth": ["0.2.13", "r1", "", [f"{site}/wcwidth/__init__.py", f"{site}/wcwidth/table.py"], site],
+        "idna": ["3.7", "r2", "", [f"{site}/idna/__init__.py"], site],
+    }
+    after = {
+        **before,
+        "idna": ["3.7+acme.1", "r3", "", [f"{site}/idna/__init__.py"], site],
+        "triton": ["3.1.0", "r4", "", [f"{site}/wcwidth/table.py", f"{site}/triton/__init__.py"], site],
+    }
+    assert shared(before, after, {"idna"}) == [f"{site}/wcwidth/table.py: triton 3.1.0 writes it, and the base's wcwidth owns it"]
+    wheel = tmp_path / "idna-3.7+acme.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name in ("idna/__init__.py", "wcwidth/__init__.py", "idna-3.7+acme.1.data/scripts/idna", "idna-3.7+acme.1.dist-info/RECORD"):
+            archive.writestr(name, "")
+    assert wheel_overlap(wheel, "idna", before, {"idna"}) == [
+        f"{site}/wcwidth/__init__.py: the fork's wheel {wheel.name} writes it, and the base's wcwidth owns it"
+    ]

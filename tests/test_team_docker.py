@@ -32,6 +32,8 @@ def _tags(docker_env: DockerEnv, repository: str) -> list[str]:
     return [t for image in docker_env.client.images(name=repository) for t in image.get("RepoTags") or []]
 
 
+@pytest.mark.engine_20_10
+@pytest.mark.engine_overlay2
 def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribution_as_it_was(
     docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -145,18 +147,42 @@ def test_a_team_file_written_over_a_base_distribution_fails_the_check_and_the_im
     assert not [i for i in left if client.inspect_image(i)["Config"]["Labels"].get("io.ascendkit.team") == f"acme/team-over-{RUN}"]
 
 
-def _fork_repository(root: Path) -> str:
+def _fork_repository(root: Path, *, ships: tuple[str, ...] = ()) -> str:
     """A verl fork as a team keeps one: here idna (the test stack's stand-in for verl) at a version of its own, with a
-    requirement the base lacks. A bare repository under ``root``; its commit."""
+    requirement the base lacks; ``ships`` adds packages of that name to its wheel. A bare repository; its commit."""
     tree = root / "fork-tree"
-    (tree / "idna").mkdir(parents=True)
-    (tree / "idna" / "__init__.py").write_text('__version__ = "3.7+acme.1"\nACME_FORK = True\n')
+    for package in ("idna", *ships):
+        (tree / package).mkdir(parents=True)
+        (tree / package / "__init__.py").write_text('__version__ = "3.7+acme.1"\nACME_FORK = True\n')
+    packages = ", ".join(f'"{p}"' for p in ("idna", *ships))
     (tree / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
         '[project]\nname = "idna"\nversion = "3.7+acme.1"\ndependencies = ["tabulate==0.9.0"]\n\n'
-        '[tool.setuptools]\npackages = ["idna"]\n'
+        f"[tool.setuptools]\npackages = [{packages}]\n"
     )
     return make_repository(tree, root / "acme" / "verl.git", "the team's fork of the framework")
+
+
+def test_a_fork_that_ships_the_triton_ascend_stand_ins_tree_is_refused_before_anything_is_built(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    """wcwidth stands in for triton-ascend in the test stack: a fork whose wheel carries a wcwidth/ tree is a fork that
+    ships triton/. Refused before the build (exit 1), naming the file and its owner; nothing built, tagged or left."""
+    commit = _fork_repository(tmp_path / "git", ships=("wcwidth",))
+    with serve(tmp_path / "git") as url:
+        fork = f"framework:\n  git: {url}/acme/verl.git\n  commit: {commit}\n  replaces: verl\nenv:"
+        team_repo(tmp_path / "team", TEAM.replace("acme/verl-math", f"acme/team-triton-{RUN}").replace("env:", fork, 1))
+        assert _team(docker_env, tmp_path / "team", "lock").returncode == 0
+    images = {image["Id"] for image in docker_env.client.images(all=True)}
+    containers = docker_env.containers()
+    done = _team(docker_env, tmp_path / "team", "build", "--base-image", built["tags"][0])
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "refused before anything is built: the fork would write files the base owns" in done.stderr
+    assert re.search(
+        r"/wcwidth/__init__\.py: the fork's wheel idna-3\.7\+acme\.1-py3-none-any\.whl writes it, and the base's wcwidth", done.stderr
+    )
+    assert {image["Id"] for image in docker_env.client.images(all=True)} == images
+    assert docker_env.containers() == containers
 
 
 def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_replaces_the_bases_framework(

@@ -27,8 +27,8 @@ from buildkit.lock.sdist import public_url
 from buildkit.reach import engine_said
 from buildkit.team.dockerfile import TeamBuildInputs, classic, files_digest, labels, render_team_dockerfile, write_team_context
 from buildkit.team.fork import WHEELS_DIR, read_wheel
-from buildkit.team.inimage import distributions, imports, moved
-from buildkit.team.resolve import FORK_LAYER, TeamBase, free_of, lock_file, lock_sections, lock_state
+from buildkit.team.inimage import distributions, imports, moved, shared, wheel_overlap
+from buildkit.team.resolve import FORK_LAYER, TeamBase, TeamRefused, free_of, lock_file, lock_sections, lock_state
 from buildkit.team.spec import LoadedTeam
 
 
@@ -148,12 +148,19 @@ def build_team(
         version = dict(labels(team, base, inputs))["org.opencontainers.image.version"]
         ref = f"{team.spec.name}:{version}"
         before = distributions(client, base_ref)
+        if team.spec.framework is not None:
+            (wheel,) = sorted((team.root / WHEELS_DIR).glob("*.whl"))
+            overlap = wheel_overlap(wheel, base.framework_dist, before, free_of(team, base))
+            if overlap:
+                raise TeamRefused(
+                    "refused before anything is built: the fork would write files the base owns:\n  " + "\n  ".join(overlap[:20])
+                )
         with tempfile.TemporaryDirectory(prefix="ascendkit-team-") as tmp:
             write_team_context(team, base, classic(dockerfile), Path(tmp))
             image_id = _build(client, Path(tmp), f"{team.spec.name}:unverified-{version}", BuildSecrets(ca_bundle, secret_env))
         try:
             after = distributions(client, image_id)
-            problems = moved(before, after, free_of(team, base))
+            problems = moved(before, after, free_of(team, base)) + shared(before, after, free_of(team, base))
             if problems:
                 raise VerifyFailed("the team image moved its base; nothing was tagged:\n  " + "\n  ".join(problems))
             ours = sorted(name for name in after if name not in before or after[name] != before[name])
@@ -182,8 +189,8 @@ def team_record(
     inputs: TeamBuildInputs,
     ref: str,
     image_id: str,
-    before: dict[str, list[str]],
-    after: dict[str, list[str]],
+    before: dict[str, list[Any]],
+    after: dict[str, list[Any]],
     imported: list[str],
 ) -> dict[str, Any]:
     """What the team image is built from and what was checked: its base by digest, the team's lock, files and fork,

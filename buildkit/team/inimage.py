@@ -6,7 +6,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import posixpath
 import tarfile
+import zipfile
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -22,24 +25,29 @@ from buildkit.team.resolve import BasePackage, BaseUnresolved, TeamBase
 from buildkit.team.spec import LoadedTeam
 
 # Every installed distribution: its version, a digest of its RECORD and of every file RECORD lists as it is on disk
-# (a file another package or a COPY wrote over changes it), and its direct_url.json (PEP 610: where it came from).
+# (a file another package or a COPY wrote over changes it), its direct_url.json (PEP 610: where it came from), the
+# absolute paths it owns and the directory it is installed in.
 # Standard library only: it runs in the image.
 DISTRIBUTIONS = """
-import hashlib, json, importlib.metadata as md, re
+import hashlib, json, importlib.metadata as md, os, re
 out = {}
 for dist in md.distributions():
     name = re.sub(r"[-_.]+", "-", (dist.metadata["Name"] or "")).lower()
     files = hashlib.sha256((dist.read_text("RECORD") or "").encode())
+    owned = []
     for path in sorted(str(f) for f in dist.files or ()):
+        where = os.path.normpath(str(dist.locate_file(path)))
+        owned.append(where)
         try:
             digest = hashlib.sha256()
-            with open(dist.locate_file(path), "rb") as handle:
+            with open(where, "rb") as handle:
                 for chunk in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(chunk)
             files.update(f"{path}\\0{digest.hexdigest()}\\n".encode())
         except OSError:
             files.update(f"{path}\\0missing\\n".encode())
-    out[name] = [dist.version, files.hexdigest(), dist.read_text("direct_url.json") or ""]
+    home = os.path.normpath(str(dist.locate_file("")))
+    out[name] = [dist.version, files.hexdigest(), dist.read_text("direct_url.json") or "", owned, home]
 print(json.dumps(out, sort_keys=True))
 """
 
@@ -83,9 +91,9 @@ def _run_python(client: docker.APIClient, image: str, program: str, args: list[s
         remove_containers(client, [container["Id"]])
 
 
-def distributions(client: docker.APIClient, image: str) -> dict[str, list[str]]:
+def distributions(client: docker.APIClient, image: str) -> dict[str, list[Any]]:
     """What ``image`` has installed, read in a container of it (removed however it ends)."""
-    found: dict[str, list[str]] = _run_python(client, image, DISTRIBUTIONS, [], "0:0", "listing its distributions")
+    found: dict[str, list[Any]] = _run_python(client, image, DISTRIBUTIONS, [], "0:0", "listing its distributions")
     return found
 
 
@@ -97,17 +105,17 @@ def imports(client: docker.APIClient, image: str, names: list[str], user: str) -
     return found
 
 
-def moved(before: dict[str, list[str]], after: dict[str, list[str]], free: set[str]) -> list[str]:
+def moved(before: dict[str, list[Any]], after: dict[str, list[Any]], free: set[str]) -> list[str]:
     """Each base distribution the team image does not hold as the base did (gone, or another version, files or
     origin), except those the team file's ``replace`` names."""
     problems = []
-    for name, (version, record, origin) in sorted(before.items()):
+    for name, (version, record, origin, *_) in sorted(before.items()):
         if name in free:
             continue
         if name not in after:
             problems.append(f"{name} {version}: gone")
             continue
-        now_version, now_record, now_origin = after[name]
+        now_version, now_record, now_origin, *_ = after[name]
         if now_version != version:
             problems.append(f"{name}: {version} in the base, {now_version} in the team image")
         elif now_record != record:
@@ -115,6 +123,35 @@ def moved(before: dict[str, list[str]], after: dict[str, list[str]], free: set[s
         elif now_origin != origin:
             problems.append(f"{name} {version}: installed from elsewhere (direct_url.json)")
     return problems
+
+
+def shared(before: dict[str, list[Any]], after: dict[str, list[Any]], free: set[str]) -> list[str]:
+    """Files two distributions own: one the team brought (or changed) and one of the base's (``free`` ones aside)."""
+    owners = {path: name for name, entry in before.items() if name not in free for path in (entry[3] if len(entry) > 3 else ())}
+    problems = []
+    for name, entry in sorted(after.items()):
+        if before.get(name, [None])[:3] == entry[:3]:
+            continue  # the base's own, unchanged
+        for path in entry[3] if len(entry) > 3 else ():
+            if path in owners and owners[path] != name and not path.endswith((".pyc", "RECORD", "INSTALLER", "REQUESTED")):
+                problems.append(f"{path}: {name} {entry[0]} writes it, and the base's {owners[path]} owns it")
+    return problems
+
+
+def wheel_overlap(wheel: Path, dist: str, before: dict[str, list[Any]], free: set[str]) -> list[str]:
+    """Before anything is built: the files the fork's wheel would write that a base distribution other than the one it
+    replaces owns (a framework fork that ships triton/ would overwrite triton-ascend's)."""
+    site = before.get(dist, [None] * 5)[4] if dist in before else next((e[4] for e in before.values() if len(e) > 4), "")
+    if not site:
+        return []
+    owners = {path: name for name, entry in before.items() if name not in free for path in entry[3]}
+    with zipfile.ZipFile(wheel) as archive:
+        names = [n for n in archive.namelist() if not n.endswith("/") and not n.split("/", 1)[0].endswith(".data")]
+    return [
+        f"{posixpath.join(site, n)}: the fork's wheel {wheel.name} writes it, and the base's {owners[posixpath.join(site, n)]} owns it"
+        for n in names
+        if posixpath.join(site, n) in owners
+    ]
 
 
 def _image_files(client: docker.APIClient, ref: str, path: str) -> dict[str, bytes]:
