@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.errors import AscendkitError
+from buildkit.errors import AscendkitError, InputError
 from buildkit.lock.lockfile import LockedPackage, read_lock
 from buildkit.matrix.load import LoadedMatrix, load_matrix
+from buildkit.team.ci import team_workflow
 from buildkit.team.fork import ForkWheel, read_wheel
 from buildkit.team.inimage import moved, shared, wheel_overlap
 from buildkit.team.resolve import (
@@ -294,3 +295,21 @@ def test_files_two_distributions_own_are_named_after_the_build_and_a_forks_befor
     assert wheel_overlap(wheel, "idna", before, {"idna"}) == [
         f"{site}/wcwidth/__init__.py: the fork's wheel {wheel.name} writes it, and the base's wcwidth owns it"
     ]
+
+
+@pytest.mark.slow
+def test_the_generated_team_workflow_passes_githubs_schema_actionlint_and_zizmor(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    from tests.test_workflow import actionlint, schema, zizmor
+
+    image = "quay.io/ascend/verl:verl0.6.1-cann8.3.rc1-a3-ubuntu22.04-py3.11"
+    team = load_team(team_repo(tmp_path, GOOD.replace("  stack: teststack\n  sku: a2-box16\n", f"  image: {image}\n")), test_matrix)
+    path = tmp_path / "team-image.yml"
+    path.write_text(team_workflow(team, "aarch64"))
+    for tool in (actionlint, zizmor, schema):
+        proc = tool(path)
+        assert proc.returncode == 0, f"{tool.__name__}:\n{proc.stdout}\n{proc.stderr}"
+    text = path.read_text()
+    assert "runs-on: ubuntu-24.04-arm" in text and f"ASCENDKIT_BASE: {image}" in text
+    assert text.index('docker pull "$ASCENDKIT_BASE"') < text.index("ascendkit team check") < text.index("ascendkit team build")
+    with pytest.raises(InputError, match=r"give base\.image"):
+        team_workflow(load_team(team_repo(tmp_path / "stack"), test_matrix), "x86_64")

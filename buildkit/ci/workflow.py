@@ -373,11 +373,21 @@ _Dumper.add_representer(str, _str)
 
 
 def render_workflow(loaded: LoadedMatrix) -> str:
-    text = yaml.dump(workflow_data(loaded), Dumper=_Dumper, sort_keys=False, width=200, allow_unicode=True)
+    return HEADER + dump_workflow(workflow_data(loaded))
+
+
+def dump_workflow(data: dict[str, Any]) -> str:
+    """A workflow's YAML as GitHub reads it: scripts in block style, ``on`` a key, each action's release beside its commit."""
+    text = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=200, allow_unicode=True)
     text = text.replace("\n'on':\n", "\non:\n", 1)
     for repository, commit, version in ACTIONS.values():
         text = text.replace(f"uses: {repository}@{commit}\n", f"uses: {repository}@{commit}  # {version}\n")
-    return HEADER + text
+    return text
+
+
+def uses(action: str) -> str:
+    """An action by its pinned commit (ACTIONS)."""
+    return _uses(action)
 
 
 def render_actionlint_config(loaded: LoadedMatrix) -> str:

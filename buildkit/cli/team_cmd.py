@@ -199,3 +199,32 @@ def team_build(
     else:
         kept = f"{built.kept} of the base's as they were"
         out.print(f"built {built.refs[0]} ({built.image_id[:19]}) on {built.base_ref}: {len(built.added)} distribution(s) added, {kept}")
+
+
+@team_app.command("ci", short_help="Write the team repository's GitHub workflow.")
+@user_errors
+def team_ci(
+    file: TeamFileOption = Path("ascendkit-team.yaml"),
+    arch: TeamArchOption = "x86_64",
+    check: Annotated[bool, typer.Option("--check", help="Write nothing: exit 1 when the committed workflow differs.")] = False,
+    matrix: MatrixPath = DEFAULT_MATRIX,
+) -> None:
+    """Write .github/workflows/team-image.yml beside the team file: on each push and pull request it installs this
+    ascendkit release from PyPI, checks the team file and its lock, pulls the base (the team file's base.image) and
+    builds and checks the team image on a native runner of --arch. With --check, exit 1 when it is out of date."""
+    from buildkit.fsio import write_atomic
+    from buildkit.matrix.load import load_matrix
+    from buildkit.team.ci import TEAM_WORKFLOW, team_workflow
+    from buildkit.team.spec import load_team
+
+    team = load_team(file, load_matrix(matrix))
+    text, path = team_workflow(team, arch), team.root / TEAM_WORKFLOW
+    if check:
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            out.print(f"{path}: out of date; run `ascendkit team ci --arch {arch}`")
+            raise typer.Exit(int(ExitCode.CHECK_FAILED))
+        out.print(f"{path}: up to date")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text)
+    out.print(f"wrote {path}")
