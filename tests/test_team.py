@@ -23,6 +23,7 @@ from buildkit.team.resolve import (
     lock_state,
     refusals,
     render_team_lock,
+    resolve_team,
     team_base,
     write_team_lock,
 )
@@ -313,3 +314,11 @@ def test_the_generated_team_workflow_passes_githubs_schema_actionlint_and_zizmor
     assert text.index('docker pull "$ASCENDKIT_BASE"') < text.index("ascendkit team check") < text.index("ascendkit team build")
     with pytest.raises(InputError, match=r"give base\.image"):
         team_workflow(load_team(team_repo(tmp_path / "stack"), test_matrix), "x86_64")
+
+
+def test_a_replace_of_a_package_the_base_does_not_have_is_refused(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    team = load_team(team_repo(tmp_path, GOOD + "replace:\n  protobuf: swanlab needs protobuf 5\n"), test_matrix)
+    with pytest.raises(InputError, match="protobuf is not a package of the base"):
+        resolve_team(
+            team, team_base(test_matrix, team, "x86_64"), {"pypi": "http://127.0.0.1:9/simple", "pypi-again": "http://127.0.0.1:9/simple"}
+        )

@@ -84,7 +84,7 @@ class TeamBase:
 def team_base(loaded: LoadedMatrix, team: LoadedTeam, arch: str) -> TeamBase:
     """The base of ``team`` for ``arch``: its stack's lock, which must be resolved (its pins known by hash)."""
     stack_id, sku = team.spec.base.stack, team.spec.base.sku
-    assert stack_id is not None and sku is not None, "the image form reads its base from the image (team.build.image_base)"
+    assert stack_id is not None and sku is not None, "the image form reads its base from the image (team.inimage.image_base)"
     stack = loaded.matrix.stacks[stack_id]
     if arch not in stack.arches:
         raise InputError(f"stack {stack_id} is not built for {arch}; it is for {', '.join(stack.arches)}")
@@ -218,6 +218,9 @@ def resolve_team(
 ) -> TeamResolution:
     """The team's packages (and its fork's requirements) resolved against the base; refused (exit 1) when the base
     would move."""
+    unknown = sorted(name for name in team.spec.replace if canonicalize_name(name) not in base.packages)
+    if unknown:
+        raise InputError(f"{team.path}: replace: {', '.join(unknown)} is not a package of the base ({base.stack_id}): nothing to replace")
     check_indexes(team, base, index_urls, client or IndexClient())
     if not _roots(team, fork):
         return TeamResolution([], fork=fork)
