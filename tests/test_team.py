@@ -6,11 +6,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from buildkit.errors import AscendkitError, InputError
 from buildkit.lock.lockfile import LockedPackage, read_lock
 from buildkit.matrix.load import LoadedMatrix, load_matrix
-from buildkit.team.ci import team_workflow
+from buildkit.team.ci import team_gitlab, team_workflow
 from buildkit.team.fork import ForkWheel, read_wheel
 from buildkit.team.inimage import moved, shared, wheel_overlap
 from buildkit.team.resolve import (
@@ -322,3 +323,22 @@ def test_a_replace_of_a_package_the_base_does_not_have_is_refused(tmp_path: Path
         resolve_team(
             team, team_base(test_matrix, team, "x86_64"), {"pypi": "http://127.0.0.1:9/simple", "pypi-again": "http://127.0.0.1:9/simple"}
         )
+
+
+@pytest.mark.slow
+def test_the_generated_team_pipeline_passes_gitlabs_schema(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    from tests.test_gitlab import gitlab_schema
+
+    image = "swr.cn-south-1.myhuaweicloud.com/acme/verl:cann8.3-a3-ubuntu22.04-x86_64"
+    team = load_team(team_repo(tmp_path, GOOD.replace("  stack: teststack\n  sku: a2-box16\n", f"  image: {image}\n")), test_matrix)
+    path = tmp_path / "team-image.gitlab-ci.yml"
+    path.write_text(team_gitlab(team, "x86_64"))
+    proc = gitlab_schema(path)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    job = yaml.safe_load(path.read_text())["team-image"]
+    assert job["tags"] == ["ascendkit-build", "x86_64"] and job["variables"]["ASCENDKIT_BASE"] == image
+    assert [line.split()[0:3] for line in job["script"][1:]] == [
+        ["docker", "pull", '"$ASCENDKIT_BASE"'],
+        ["ascendkit", "team", "check"],
+        ["ascendkit", "team", "build"],
+    ]

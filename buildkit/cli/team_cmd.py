@@ -206,22 +206,29 @@ def team_build(
 def team_ci(
     file: TeamFileOption = Path("ascendkit-team.yaml"),
     arch: TeamArchOption = "x86_64",
+    gitlab: Annotated[
+        bool, typer.Option("--gitlab", help="Write the GitLab pipeline (ci/gitlab/team-image.gitlab-ci.yml) instead.")
+    ] = False,
     check: Annotated[bool, typer.Option("--check", help="Write nothing: exit 1 when the committed workflow differs.")] = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
-    """Write .github/workflows/team-image.yml beside the team file: on each push and pull request it installs this
-    ascendkit release from PyPI, checks the team file and its lock, pulls the base (the team file's base.image) and
-    builds and checks the team image on a native runner of --arch. With --check, exit 1 when it is out of date."""
+    """Write .github/workflows/team-image.yml beside the team file (with --gitlab, ci/gitlab/team-image.gitlab-ci.yml
+    for self-hosted GitLab): it installs this ascendkit release from PyPI, pulls the base (the team file's base.image),
+    checks the team file and its lock, and builds and checks the team image on a runner of --arch. With --check,
+    exit 1 when it is out of date."""
     from buildkit.fsio import write_atomic
     from buildkit.matrix.load import load_matrix
-    from buildkit.team.ci import TEAM_WORKFLOW, team_workflow
+    from buildkit.team.ci import TEAM_GITLAB, TEAM_WORKFLOW, team_gitlab, team_workflow
     from buildkit.team.spec import load_team
 
     team = load_team(file, load_matrix(matrix))
-    text, path = team_workflow(team, arch), team.root / TEAM_WORKFLOW
+    if gitlab:
+        text, path = team_gitlab(team, arch), team.root / TEAM_GITLAB
+    else:
+        text, path = team_workflow(team, arch), team.root / TEAM_WORKFLOW
     if check:
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            out.print(f"{path}: out of date; run `ascendkit team ci --arch {arch}`")
+            out.print(f"{path}: out of date; run `ascendkit team ci --arch {arch}{' --gitlab' if gitlab else ''}`")
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         out.print(f"{path}: up to date")
         return
