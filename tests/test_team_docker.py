@@ -50,7 +50,7 @@ def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribu
     assert record["checks"]["imported"] == ["pyfiglet", "tabulate"] and record["replaces"] == {}
     assert record["added"] == {"pyfiglet": "1.0.2", "tabulate": "0.9.0"}
     assert re.fullmatch(r".+@sha256:[0-9a-f]{64}|sha256:[0-9a-f]{64}", result["base"])
-    assert docker_env.containers() == containers, "the build and its checks leave no container"
+    assert not docker_env.containers() - containers, "the build and its checks leave no container"
     (ref,) = result["tags"]
     assert _tags(docker_env, f"acme/team-it-{RUN}") == [ref], "the unverified tag is gone"
     config = docker_env.client.inspect_image(ref)["Config"]
@@ -96,7 +96,7 @@ def test_a_lock_the_base_refuses_at_install_fails_the_build_and_leaves_no_tag(
     assert done.returncode == 5, done.stderr[-3000:]
     assert "you require attrs==23.2.0 and attrs==21.4.0" in done.stderr, "refused by the base's own pins, not by the fake hash"
     assert _tags(docker_env, f"acme/team-moved-{RUN}") == []
-    assert docker_env.containers() == containers
+    assert not docker_env.containers() - containers
 
 
 def test_a_stale_lock_or_another_stacks_base_is_refused_before_anything_is_built(
@@ -142,7 +142,7 @@ def test_a_team_file_written_over_a_base_distribution_fails_the_check_and_the_im
     assert done.returncode == 6, done.stderr[-3000:]
     assert "idna 3.7: its files differ from the base's" in done.stderr
     assert _tags(docker_env, f"acme/team-over-{RUN}") == []
-    assert docker_env.containers() == containers
+    assert not docker_env.containers() - containers
     left = {image["Id"] for image in client.images(all=True)} - images
     assert not [i for i in left if client.inspect_image(i)["Config"]["Labels"].get("io.ascendkit.team") == f"acme/team-over-{RUN}"]
 
@@ -181,8 +181,8 @@ def test_a_fork_that_ships_the_triton_ascend_stand_ins_tree_is_refused_before_an
     assert re.search(
         r"/wcwidth/__init__\.py: the fork's wheel idna-3\.7\+acme\.1-py3-none-any\.whl writes it, and the base's wcwidth", done.stderr
     )
-    assert {image["Id"] for image in docker_env.client.images(all=True)} == images
-    assert docker_env.containers() == containers
+    assert not {image["Id"] for image in docker_env.client.images(all=True)} - images, "nothing was built"
+    assert not docker_env.containers() - containers
 
 
 def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_replaces_the_bases_framework(
