@@ -3,14 +3,17 @@ checked that no base distribution moved; refusals leave no tag and no container.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import uuid
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 from docker.errors import ImageNotFound
 
@@ -22,6 +25,18 @@ pytestmark = pytest.mark.docker
 
 TEAM = GOOD.replace("sku: a2-box16", "sku: a3")
 RUN = uuid.uuid4().hex[:8]  # the engine outlives test runs: each run's images are its own
+
+
+@pytest.fixture(autouse=True)
+def _remove_team_images(docker_env: DockerEnv) -> Iterator[None]:
+    """Each test's team images go when it ends: on a graph-driver engine (20.10, overlay2) they and the classic builder's
+    steps are children of the shared test image, which other tests remove and push by digest."""
+    yield
+    for image in docker_env.client.images():
+        if any(tag.startswith("acme/team-") and RUN in tag for tag in image.get("RepoTags") or []):
+            for tag in image["RepoTags"]:
+                with contextlib.suppress(docker.errors.NotFound):
+                    docker_env.client.remove_image(tag)  # with its untagged steps
 
 
 def _team(docker_env: DockerEnv, root: Path, *args: str) -> Any:
