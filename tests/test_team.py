@@ -342,3 +342,42 @@ def test_the_generated_team_pipeline_passes_gitlabs_schema(tmp_path: Path, test_
         ["ascendkit", "team", "check"],
         ["ascendkit", "team", "build"],
     ]
+
+
+def test_verify_holds_a_team_image_to_its_bases_stack_with_each_escape_named() -> None:
+    """A team image's provenance pins against the matrix: the stack's pins held but those the team replaced (each
+    printed with its reason), what it added its own; a pin moved without an escape fails as a reference image's would."""
+    from buildkit.ship.trust.checks import _matrix_check
+
+    stack = {"torch": "2.5.1", "verl": "0.5.0", "wcwidth": "0.2.13"}
+    team = {"name": "acme/verl-math", "replaces": {"verl": {"base": "0.5.0", "team": "0.5.0+acme", "reason": "the fork"}}}
+    team["added"] = {"tabulate": "0.9.0"}
+    pins = {"torch": "2.5.1", "verl": "0.5.0+acme", "wcwidth": "0.2.13", "tabulate": "0.9.0"}
+    held = _matrix_check("sha256:x", "teststack", stack, pins, team)
+    assert not held.failed
+    assert (
+        held.detail
+        == "team acme/verl-math on stack teststack: 2 of the matrix's pins held, 1 added; replaced: verl 0.5.0 -> 0.5.0+acme (the fork)"
+    )
+    moved = _matrix_check("sha256:x", "teststack", stack, {**pins, "wcwidth": "0.9.4"}, team)
+    assert moved.failed and "wcwidth 0.9.4 (matrix: 0.2.13)" in moved.detail
+    assert _matrix_check("sha256:x", "teststack", stack, pins, None).failed, "a reference image has no escape"
+    assert not _matrix_check("sha256:x", "teststack", stack, dict(stack), None).failed
+
+
+def test_sbom_diff_pairs_an_images_base_by_kind_and_names_both() -> None:
+    """A team image's base is a reference image, whose own base is another: the diff says the base changed."""
+    from buildkit.image.sbom import diff
+
+    def document(base: str, digest: str, *python: tuple[str, str]) -> dict[str, object]:
+        components = [{"bom-ref": f"pypi:{n}", "name": n, "version": v, "type": "library"} for n, v in python]
+        return {"components": [*components, {"bom-ref": "base:image", "name": base, "version": digest, "type": "container"}]}
+
+    found = diff(
+        document("cann:8.3", "sha256:aa", ("idna", "3.7")),
+        document("ascendkit/verl:a3", "sha256:bb", ("idna", "3.7"), ("tabulate", "0.9.0")),
+    ).describe()
+    assert found["removed"] == [] and [a["name"] for a in found["added"]] == ["tabulate"]
+    assert found["changed"] == [
+        {"kind": "base image", "name": "cann:8.3 -> ascendkit/verl:a3", "from": "sha256:aa", "to": "sha256:bb", "pin": ""}
+    ]

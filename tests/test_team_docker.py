@@ -4,6 +4,7 @@ checked that no base distribution moved; refusals leave no tag and no container.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import re
@@ -60,10 +61,16 @@ def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribu
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert sorted(result["added"]) == ["pyfiglet==1.0.2", "tabulate==0.9.0"]
-    record = json.loads((tmp_path / result["record"]).read_text())
+    build_record = json.loads((tmp_path / result["record"]).read_text())
+    record = build_record["team"]
     assert record["base"]["ref"] == result["base"] and record["lock_sha256"] and record["files_sha256"]
     assert record["checks"]["imported"] == ["pyfiglet", "tabulate"] and record["replaces"] == {}
     assert record["added"] == {"pyfiglet": "1.0.2", "tabulate": "0.9.0"}
+    assert build_record["passed"] and build_record["image"]["tags"] == result["tags"], "a build record as a reference build's"
+    assert build_record["build"]["base_image"]["layers"] == len(docker_env.client.inspect_image(built["tags"][0])["RootFS"]["Layers"])
+    sbom = json.loads((tmp_path / result["record"].replace(".json", ".cdx.json")).read_text())
+    teams = {c["name"] for c in sbom["components"] if {"name": "ascendkit:component", "value": "team"} in c.get("properties", [])}
+    assert teams == {"pyfiglet", "tabulate"}
     assert re.fullmatch(r".+@sha256:[0-9a-f]{64}|sha256:[0-9a-f]{64}", result["base"])
     assert not docker_env.containers() - containers, "the build and its checks leave no container"
     (ref,) = result["tags"]
@@ -93,6 +100,30 @@ def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribu
     assert ref2 != ref, "the tag names the team's files too"
     before, after = (docker_env.client.inspect_image(r)["RootFS"]["Layers"] for r in (ref, ref2))
     assert len(before) == len(after) and before[:-1] == after[:-1] and before[-1] != after[-1]
+
+
+@pytest.mark.engine_20_10
+@pytest.mark.engine_overlay2
+def test_two_clean_builds_of_a_team_image_publish_one_image(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
+    """The team's layers reproduce as the reference image's do: built twice from nothing (the first image removed,
+    no cache), each published to its own repository, the same manifest digest; else the files that differ are named."""
+    team_repo(tmp_path, TEAM.replace("acme/verl-math", f"acme/team-twice-{RUN}"))
+    assert _team(docker_env, tmp_path, "lock").returncode == 0
+    published = []
+    for attempt in ("one", "two"):
+        done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0], "--no-cache", "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        (ref,) = json.loads(done.stdout)["tags"]
+        target = f"{docker_env.registry}/team-twice-{RUN}-{attempt}"
+        pushed = docker_env.ascendkit("publish", ref, "--registry", target, "--no-index", "--json", cwd=tmp_path)
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        (outcome,) = json.loads(pushed.stdout)
+        published.append(outcome["pushed"][0]["ref"])
+        docker_env.client.remove_image(ref)  # the next build starts from the base alone
+    one, two = (ref.split("@")[1] for ref in published)
+    if one != two:
+        said = docker_env.ascendkit("diff", *published, cwd=tmp_path)
+        pytest.fail(f"two clean builds of one team image published two images:\n{said.stdout[-4000:]}{said.stderr[-2000:]}")
 
 
 def test_a_lock_the_base_refuses_at_install_fails_the_build_and_leaves_no_tag(
@@ -224,7 +255,7 @@ def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_rep
     (ref,) = json.loads(done.stdout)["tags"]
     labels = docker_env.client.inspect_image(ref)["Config"]["Labels"]
     assert labels["io.ascendkit.team.framework"] == f"idna==3.7+acme.1 from {url}/acme/verl.git@{commit}"
-    record = json.loads((tmp_path / "team" / json.loads(done.stdout)["record"]).read_text())
+    record = json.loads((tmp_path / "team" / json.loads(done.stdout)["record"]).read_text())["team"]
     assert record["framework"] == {"pin": "idna==3.7+acme.1", "git": f"{url}/acme/verl.git", "commit": commit}
     assert record["replaces"] == {"idna": {"base": "3.7", "team": "3.7+acme.1", "reason": "the team's framework fork"}}
     assert "idna" in record["checks"]["imported"]
@@ -239,6 +270,7 @@ def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_rep
         assert docker_env.client.logs(container, stderr=False).decode().split() == ["3.7+acme.1", "1"]
     finally:
         docker_env.client.remove_container(container, force=True)
+    _published_signed_and_verified(docker_env, built, ref, f"{url}/acme/verl.git@{commit}", tmp_path)
     with zipfile.ZipFile(wheel) as original:  # a wheel by the same name with one file more: not the one locked
         entries = {name: original.read(name) for name in original.namelist()}
     with zipfile.ZipFile(wheel, "w") as swapped:
@@ -249,6 +281,55 @@ def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_rep
     wheel.unlink()
     gone = _team(docker_env, tmp_path / "team", "build", "--base-image", built["tags"][0])
     assert gone.returncode == 2 and "the fork's wheel is not there" in gone.stderr
+
+
+def _published_signed_and_verified(docker_env: DockerEnv, built: dict[str, Any], ref: str, fork: str, tmp_path: Path) -> None:
+    """What comes after a build takes the team image as it takes a reference one: published with its SBOM, signed with
+    its provenance; `ascendkit verify`, with no engine, holds it to the matrix stack its base is, the fork named as the
+    escape it is; `sbom diff` against its base lists only what the team changed."""
+    env = dataclasses.replace(docker_env, env={**docker_env.env, "COSIGN_PASSWORD": "team images are signed too"})
+    env.ascendkit("keygen", "-o", str(tmp_path / "keys"), cwd=tmp_path, check=True)
+    target, tag = f"{docker_env.registry}/team-fork-{RUN}", ref.rsplit(":", 1)[1]
+    key = str(tmp_path / "keys" / "cosign.key")
+    published = env.ascendkit("publish", ref, "--registry", target, "--sign-key", key, "--json", cwd=tmp_path / "team")
+    assert published.returncode == 0, published.stderr[-3000:]
+    (outcome,) = json.loads(published.stdout)
+    assert [p["ref"].split("@")[0] for p in outcome["index"]] == [f"{target}:{tag.removesuffix('-x86_64')}"], "its own one-arch index"
+    no_engine = {**env.env, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    pub = str(tmp_path / "keys" / "cosign.pub")
+    verify = ["verify", f"{target}:{tag.removesuffix('-x86_64')}", "--key", pub, "--matrix", str(TEST_MATRIX), "--json"]
+    verified = dataclasses.replace(env, env=no_engine).ascendkit(*verify, cwd=tmp_path)
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
+    checks = {c["name"].split()[0]: c for c in json.loads(verified.stdout)["checks"]}
+    assert {"signature", "provenance", "sbom", "matrix"} <= set(checks)
+    assert f"team acme/team-fork-{RUN} on stack teststack" in checks["matrix"]["detail"]
+    assert "replaced: idna 3.7 -> 3.7+acme.1 (the team's framework fork)" in checks["matrix"]["detail"]
+    copy = f"{docker_env.registry2}/team-fork-{RUN}"
+    mirrored = env.ascendkit("mirror", verify[1], copy, cwd=tmp_path)
+    assert mirrored.returncode == 0, mirrored.stderr[-3000:]
+    copied = [verify[0], f"{copy}:{tag.removesuffix('-x86_64')}", *verify[2:]]
+    again = dataclasses.replace(env, env=no_engine).ascendkit(*copied, cwd=tmp_path)
+    assert again.returncode == 0, "the mirror's copy verifies as the original: " + again.stdout[-3000:]
+    shown = env.ascendkit("sbom", f"{target}:{tag}", "--provenance", "--json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    definition = json.loads(shown.stdout)["predicate"]["buildDefinition"]
+    dependencies = {d["name"]: d for d in definition["resolvedDependencies"]}
+    base_digest = "sha256:" + dependencies["base-image"]["digest"]["sha256"]
+    assert base_digest in (docker_env.client.inspect_image(built["tags"][0])["Id"], built["pushed"][0]["digest"])
+    assert dependencies["git:idna"]["uri"] == f"git+{fork}", "the fork at its commit"
+    lock = hashlib.sha256((tmp_path / "team" / "ascendkit-team-x86_64.lock").read_bytes()).hexdigest()
+    assert dependencies["lock:ascendkit-team-x86_64.lock"]["digest"] == {"sha256": lock}
+    assert definition["externalParameters"]["team"]["replaces"]["idna"]["team"] == "3.7+acme.1"
+    base = f"{docker_env.registry}/{built['repo']}:{built['tags'][0].rsplit(':', 1)[1]}"
+    changed = env.ascendkit("sbom", "diff", base, f"{target}:{tag}", "--json", cwd=tmp_path)
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    found = json.loads(changed.stdout)
+    assert {(a["name"], a["version"], a["pin"]) for a in found["added"]} == {("pyfiglet", "1.0.2", "team"), ("tabulate", "0.9.0", "team")}
+    assert found["removed"] == []
+    changes = {c["kind"]: c for c in found["changed"]}
+    assert len(found["changed"]) == 2, found["changed"]
+    assert (changes["python"]["name"], changes["python"]["from"], changes["python"]["to"]) == ("idna", "3.7", "3.7+acme.1")
+    assert changes["base image"]["to"] == base_digest, "the base it was built on, by digest"
 
 
 def test_a_published_image_is_a_base_without_any_matrix_stack_and_a_foreign_image_is_refused(

@@ -79,7 +79,7 @@ def sbom(
 
 def _show_diff(documents: list[tuple[dict[str, Any], str]], as_json: bool) -> None:
     """What changed from the first SBOM to the second: added, removed and changed components."""
-    from buildkit.image.sbom import diff
+    from buildkit.image.sbom import diff, renamed
 
     (before, a_where), (after, b_where) = documents
     change = diff(before, after)
@@ -92,7 +92,7 @@ def _show_diff(documents: list[tuple[dict[str, Any], str]], as_json: bool) -> No
     for column in ("change", "kind", "name", "from", "to", "pin"):
         table.add_column(column)
     for a, b in change.changed:
-        table.add_row("changed", a.kind, a.name, a.version, b.version, b.detail)
+        table.add_row("changed", a.kind, renamed(a, b), a.version, b.version, b.detail)
     for e in change.added:
         table.add_row("added", e.kind, e.name, "", e.version, e.detail)
     for e in change.removed:

@@ -152,14 +152,16 @@ def team_build(
     ca_bundle: CaBundle = None,
     config: ConfigFile = None,
     manifest_dir: ManifestDir = Path("manifests"),
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Build every team layer again (a clean build).")] = False,
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
     """Build the team's layers on its base by digest (its locked packages, its fork, then its files), read every
     distribution of the base and of the new image (name, version, the files RECORD lists, direct_url), import the
-    team's packages as the image's user, and tag NAME:team-... with its record (--manifest-dir/team/<tag>.json: the
-    base by digest, the lock, files and fork, each escape) only when none of the base's moved (the fork's framework
-    and `replace:` excepted) and every team package imported. Index credentials
+    team's packages as the image's user, and tag NAME:team-...-ARCH with its build record and SBOM
+    (--manifest-dir/<tag>.json and .cdx.json, as a reference build's: `ascendkit publish`, `sign`, `verify` and `sbom
+    diff` take the image; the record's team section names the base by digest, the lock, files and fork, each escape)
+    only when none of the base's moved (the fork's framework and `replace:` excepted) and every team package imported. Index credentials
     and the CA bundle reach the build as secrets, never in a layer or its history. Exit 1: the lock is missing or
     stale; 5: the build failed; 6: the base moved (the image is removed, nothing tagged); 4: the engine or the base
     cannot be had."""
@@ -184,7 +186,7 @@ def team_build(
 
     bundle = bundle or default_ca_bundle()
     urls = _index_urls(loaded, base, mirrors)
-    built = build_team(connect(), team, base, base_image, urls, read_ca_bundle(bundle) if bundle else b"", manifest_dir)
+    built = build_team(connect(), team, base, base_image, urls, read_ca_bundle(bundle) if bundle else b"", manifest_dir, no_cache)
     if as_json:
         print_json(
             {

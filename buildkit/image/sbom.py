@@ -129,8 +129,8 @@ def _os_components(facts: ImageFacts) -> list[dict[str, Any]]:
     return components
 
 
-def _git_components(facts: ImageFacts, plan: ImagePlan) -> list[dict[str, Any]]:
-    urls = {checkout.name: checkout.url for checkout in plan.checkouts}
+def _git_components(facts: ImageFacts, urls: dict[str, str]) -> list[dict[str, Any]]:
+    """The checkouts /etc/ascendkit/git-revisions.txt lists; ``urls``: checkout name -> its repository."""
     components = []
     for line in sorted(facts.git_revisions.splitlines()):
         parts = line.split()
@@ -177,7 +177,34 @@ def sbom_document(facts: ImageFacts, plan: ImagePlan, base: BaseImage, repositor
     if plan.source_checkout is not None:
         roles[normalize(plan.source_checkout.name)] = plan.framework
         sources[normalize(plan.source_checkout.name)] = (plan.source_checkout.url, plan.source_checkout.ref)
-    components = _python_components(facts, roles, sources) + _os_components(facts) + _git_components(facts, plan)
+    properties = {
+        "stack": plan.stack_id,
+        "framework": plan.framework,
+        "chip": plan.chip_id,
+        "os": plan.os_name,
+        "arch": plan.arch,
+        "skus": ",".join(plan.skus),
+    }
+    urls = {checkout.name: checkout.url for checkout in plan.checkouts}
+    return compose_sbom(facts, Described(repository, plan.full_tag, properties, roles, sources, urls), base)
+
+
+@dataclass(frozen=True)
+class Described:
+    """What an SBOM says of its image beyond what the probe found in it."""
+
+    name: str  # the image component's name (its repository)
+    version: str  # its tag
+    properties: dict[str, str]  # ascendkit:<key> properties of the image component (image-id comes first)
+    roles: dict[str, str]  # normalized distribution -> the role it plays (the matrix component, "team", ...)
+    sources: dict[str, tuple[str, str]]  # normalized distribution -> (git URL, commit), built from a checkout
+    git_urls: dict[str, str]  # checkout name -> its repository (for /etc/ascendkit/git-revisions.txt)
+
+
+def compose_sbom(facts: ImageFacts, described: Described, base: BaseImage) -> dict[str, Any]:
+    """The CycloneDX 1.6 document of an image from what the probe found in it: a reference image's, or a team's."""
+    components = _python_components(facts, described.roles, described.sources)
+    components += _os_components(facts) + _git_components(facts, described.git_urls)
     if facts.cann_version:
         components.append(
             {
@@ -194,17 +221,9 @@ def sbom_document(facts: ImageFacts, plan: ImagePlan, base: BaseImage, repositor
     image_ref = {
         "type": "container",
         "bom-ref": "image",
-        "name": repository,
-        "version": plan.full_tag,
-        "properties": _props(
-            image_id=facts.image_id,
-            stack=plan.stack_id,
-            framework=plan.framework,
-            chip=plan.chip_id,
-            os=plan.os_name,
-            arch=plan.arch,
-            skus=",".join(plan.skus),
-        ),
+        "name": described.name,
+        "version": described.version,
+        "properties": _props(image_id=facts.image_id, **described.properties),
     }
     metadata: dict[str, Any] = {
         "tools": {"components": [{"type": "application", "name": "ascendkit", "version": __version__}]},
@@ -263,7 +282,9 @@ class Entry:
 
     @property
     def key(self) -> tuple[str, str]:
-        return (self.kind, self.name)
+        """What a diff pairs by: its kind and name; an image has one base, whatever it is called (a team image's base is
+        a reference image, whose own base is another: the diff says the base changed, not that one went and one came)."""
+        return (self.kind, "" if self.kind == KINDS["base"] else self.name)
 
 
 def entries(document: dict[str, Any]) -> list[Entry]:
@@ -294,8 +315,15 @@ class SbomDiff:
         return {
             "added": [one(e) for e in self.added],
             "removed": [one(e) for e in self.removed],
-            "changed": [{"kind": a.kind, "name": a.name, "from": a.version, "to": b.version, "pin": b.detail} for a, b in self.changed],
+            "changed": [
+                {"kind": a.kind, "name": renamed(a, b), "from": a.version, "to": b.version, "pin": b.detail} for a, b in self.changed
+            ],
         }
+
+
+def renamed(before: Entry, after: Entry) -> str:
+    """A changed component's name as a diff shows it: ``OLD -> NEW`` where it changed too (an image's base)."""
+    return before.name if before.name == after.name else f"{before.name} -> {after.name}"
 
 
 def diff(before: dict[str, Any], after: dict[str, Any]) -> SbomDiff:

@@ -6,7 +6,6 @@ that passes is tagged; one that fails is removed, with its containers.
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -20,14 +19,21 @@ from docker.errors import DockerException, ImageNotFound
 from buildkit.cancel import deferred
 from buildkit.errors import BuildFailed, ExitCode, InputError, Unavailable, VerifyFailed
 from buildkit.fsio import check_output_dir, write_atomic
-from buildkit.image.engine import remove_containers
+from buildkit.image.archive import identify
+from buildkit.image.buildx import CLASSIC
+from buildkit.image.engine import engine_facts, remove_containers
+from buildkit.image.manifest import write_manifest
 from buildkit.image.render import SECRETS_ARG
+from buildkit.image.sbom import dumps, sbom_path
 from buildkit.image.secrets import BuildSecrets, SecretServer
+from buildkit.image.verify import collect_facts
 from buildkit.lock.sdist import public_url
+from buildkit.plan.image import arch_tag
 from buildkit.reach import engine_said
 from buildkit.team.dockerfile import TeamBuildInputs, classic, files_digest, labels, render_team_dockerfile, write_team_context
 from buildkit.team.fork import WHEELS_DIR, read_wheel
 from buildkit.team.inimage import distributions, imports, moved, shared, wheel_overlap
+from buildkit.team.record import TeamChecked, base_image_of, team_manifest, team_sbom
 from buildkit.team.resolve import FORK_LAYER, TeamBase, TeamRefused, free_of, lock_file, lock_sections, lock_state
 from buildkit.team.spec import LoadedTeam
 
@@ -59,7 +65,7 @@ def _base_ref(client: docker.APIClient, base: TeamBase, team: LoadedTeam, ref: s
     return by_digest, inspect.get("Config", {}).get("User") or "", inspect
 
 
-def _build(client: docker.APIClient, context: Path, tag: str, secrets: BuildSecrets) -> str:
+def _build(client: docker.APIClient, context: Path, tag: str, secrets: BuildSecrets, no_cache: bool = False) -> str:
     """The classic builder through docker-py. A CA bundle (a TLS-intercepting proxy's) and index credentials reach the
     RUN steps as the reference builds give them: served on a loopback URL in ftp_proxy, which no layer, config or
     history keeps."""
@@ -72,7 +78,7 @@ def _build(client: docker.APIClient, context: Path, tag: str, secrets: BuildSecr
             buildargs, network_mode = {SECRETS_ARG: server.url}, "host"
         try:
             stream = client.build(
-                path=str(context), dockerfile="Dockerfile", tag=tag, rm=True, forcerm=True, pull=False, decode=True,
+                path=str(context), dockerfile="Dockerfile", tag=tag, rm=True, forcerm=True, pull=False, decode=True, nocache=no_cache,
                 buildargs=buildargs, network_mode=network_mode,
             )  # fmt: skip
             image_id, error = _follow(stream, containers, tail)
@@ -127,16 +133,19 @@ def build_team(
     urls: dict[str, str],
     ca_bundle: bytes = b"",
     manifest_dir: Path = Path("manifests"),
+    no_cache: bool = False,
 ) -> TeamBuilt:
-    """Build, check and tag the team image; refused before building when the lock is not fresh."""
+    """Build, check and tag the team image, with its build record and SBOM beside the reference images' (what
+    publish, sign, verify and sbom read); refused before building when the lock is not fresh."""
     state = lock_state(team, base)
     if state != "fresh":
         error = InputError(f"{lock_file(team, base.arch)} is {state}: run `ascendkit team lock --arch {base.arch}` first")
         error.exit_code = ExitCode.CHECK_FAILED
         raise error
-    check_output_dir(manifest_dir / "team", "--manifest-dir")  # before anything is built
+    check_output_dir(manifest_dir, "--manifest-dir")  # before anything is built
     try:
-        base_ref, user, _ = _base_ref(client, base, team, base_image)
+        engine = engine_facts(client)
+        base_ref, user, base_inspect = _base_ref(client, base, team, base_image)
         args = [
             ("PIP_INDEX_URL", urls.get(name, url)) if i == 0 else (f"ASCENDKIT_TEAM_INDEX_{i}", urls.get(name, url))
             for i, (name, url) in enumerate(base.indexes)
@@ -146,7 +155,8 @@ def build_team(
         inputs = team_inputs(team, base, (base_ref, user), index_args)
         dockerfile = render_team_dockerfile(team, base, inputs)
         version = dict(labels(team, base, inputs))["org.opencontainers.image.version"]
-        ref = f"{team.spec.name}:{version}"
+        tag = arch_tag(version, base.arch)  # as reference images are tagged per arch: what publish makes an index of
+        ref = f"{team.spec.name}:{tag}"
         before = distributions(client, base_ref)
         if team.spec.framework is not None:
             (wheel,) = sorted((team.root / WHEELS_DIR).glob("*.whl"))
@@ -157,7 +167,7 @@ def build_team(
                 )
         with tempfile.TemporaryDirectory(prefix="ascendkit-team-") as tmp:
             write_team_context(team, base, classic(dockerfile), Path(tmp))
-            image_id = _build(client, Path(tmp), f"{team.spec.name}:unverified-{version}", BuildSecrets(ca_bundle, secret_env))
+            image_id = _build(client, Path(tmp), f"{team.spec.name}:unverified-{tag}", BuildSecrets(ca_bundle, secret_env), no_cache)
         try:
             after = distributions(client, image_id)
             problems = moved(before, after, free_of(team, base)) + shared(before, after, free_of(team, base))
@@ -168,51 +178,23 @@ def build_team(
             if imported["failed"]:
                 failed = "\n  ".join(f"{module}: {why}" for module, why in sorted(imported["failed"].items()))
                 raise VerifyFailed(f"the team's packages do not import in the image (as {user or 'root'}); nothing was tagged:\n  {failed}")
-            record = team_record(team, base, inputs, ref, image_id, before, after, imported["imported"])
-            with deferred():  # the record and the tag, or neither
-                (manifest_dir / "team").mkdir(parents=True, exist_ok=True)
-                write_atomic(manifest_dir / "team" / f"{version}.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
-                client.tag(image_id, team.spec.name, version)
+            identity = identify(client, image_id, store=engine.image_store)
+            facts = collect_facts(client, identity)  # the verification probe's view: what the SBOM lists
+            checked = TeamChecked(
+                identity, ref, base_image_of(base_ref, base_inspect), dict(base_inspect.get("Config", {}).get("Labels") or {}),
+                before, after, list(imported["imported"]), facts,
+            )  # fmt: skip
+            builder = {"name": CLASSIC, "version": f"{engine.product} {engine.version}", "steps_total": 0, "steps_cached": 0}
+            data = team_manifest(team, base, inputs, checked, engine, builder)
+            with deferred():  # the record, the SBOM and the tag, or none of them
+                record, _ = write_manifest(manifest_dir, tag, data)
+                write_atomic(sbom_path(manifest_dir, tag), dumps(team_sbom(team, base, inputs, checked)))
+                client.tag(image_id, team.spec.name, tag)
         except BaseException:
-            client.remove_image(f"{team.spec.name}:unverified-{version}")  # the only tag: the image goes with it
+            client.remove_image(f"{team.spec.name}:unverified-{tag}")  # the only tag: the image goes with it
             raise
-        client.remove_image(f"{team.spec.name}:unverified-{version}", noprune=True)
+        client.remove_image(f"{team.spec.name}:unverified-{tag}", noprune=True)
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"the engine failed: {engine_said(exc)}") from None
     added = tuple(sorted(f"{name}=={after[name][0]}" for name in after if name not in before))
-    return TeamBuilt(image_id, (ref,), base_ref, added, len(before), dockerfile, manifest_dir / "team" / f"{version}.json")
-
-
-def team_record(
-    team: LoadedTeam,
-    base: TeamBase,
-    inputs: TeamBuildInputs,
-    ref: str,
-    image_id: str,
-    before: dict[str, list[Any]],
-    after: dict[str, list[Any]],
-    imported: list[str],
-) -> dict[str, Any]:
-    """What the team image is built from and what was checked: its base by digest, the team's lock, files and fork,
-    every escape with its reason, what it added and what it imported."""
-    framework = team.spec.framework
-    free = free_of(team, base)
-    return {
-        "team": team.spec.name,
-        "image": {"ref": ref, "id": image_id},
-        "base": {"ref": inputs.base_ref, "stack": base.stack_id, "sku": base.sku, "arch": base.arch},
-        "lock_sha256": inputs.lock_sha256,
-        "files_sha256": inputs.files_sha256,
-        "framework": {"pin": inputs.fork_pin, "git": framework.git, "commit": framework.commit} if framework else None,
-        "replaces": {
-            name: {
-                "base": before[name][0],
-                "team": after.get(name, ["(gone)"])[0],
-                "reason": team.spec.replace.get(name, "the team's framework fork"),
-            }
-            for name in sorted(free)
-            if name in before and after.get(name) != before[name]
-        },
-        "added": {name: after[name][0] for name in sorted(after) if name not in before},
-        "checks": {"base_distributions_kept": sum(1 for n in before if after.get(n) == before[n]), "imported": imported},
-    }
+    return TeamBuilt(identity.config, (ref,), base_ref, added, len(before), dockerfile, record)

@@ -52,7 +52,7 @@ def team_gitlab(team: LoadedTeam, arch: str) -> str:
                 f'ascendkit team check --file {name} --arch "$ASCENDKIT_ARCH"',
                 f'ascendkit team build --file {name} --arch "$ASCENDKIT_ARCH" {mirror} --json',
             ],
-            "artifacts": {"when": "always", "paths": ["manifests/team/"], "expire_in": "30 days"},
+            "artifacts": {"when": "always", "paths": ["manifests/"], "expire_in": "30 days"},
         }
     }
     return header + yaml.safe_dump(data, sort_keys=False, width=200)
@@ -87,7 +87,7 @@ def team_workflow(team: LoadedTeam, arch: str) -> str:
             "name": "Keep its record",
             "if": "always()",
             "uses": uses("upload-artifact"),
-            "with": {"name": "team-image-record", "path": "manifests/team/", "if-no-files-found": "ignore"},
+            "with": {"name": "team-image-record", "path": "manifests/", "if-no-files-found": "ignore"},
         },
     ]
     data = {

@@ -52,6 +52,7 @@ def labels(team: LoadedTeam, base: TeamBase, inputs: TeamBuildInputs) -> tuple[t
         (TEAM_LABEL, spec.name),
         (f"{TEAM_LABEL}.base-stack", base.stack_id),
         (f"{TEAM_LABEL}.base-sku", base.sku),
+        ("io.ascendkit.arches", base.arch),  # built per arch: its multi-arch index is its own arch's, not the base's
         (f"{TEAM_LABEL}.lock-sha256", inputs.lock_sha256),
         (f"{TEAM_LABEL}.files-sha256", inputs.files_sha256),
     ]

@@ -63,6 +63,9 @@ def statement(repository: str, digest: str, manifest: dict[str, Any]) -> dict[st
         "buildArgs": build.get("build_args"),
         "reproducible": build.get("reproducible"),  # the epoch it was built against: rebuilt from these inputs, the same digest
         "builder": (manifest.get("builder") or {}).get("name"),  # buildkit or classic: a rebuild takes the same
+        # a team image (buildkit.team): its name, lock and files by sha256, its fork, every base package it replaces
+        # with the reason, and what it added
+        "team": build.get("team"),
     }
     return {
         "_type": STATEMENT_TYPE,

@@ -181,18 +181,37 @@ def _materials(registry: Registry, repository: str, manifest: Manifest, provenan
     elif expected is None:
         checks.append(_trust(f"matrix {digest}", False, f"stack {stack} is not in the matrix"))
     else:
-        want = {normalize(n): v for n, v in expected.items()}
-        got = {normalize(n): v for n, v in pins.items()}
-        wrong = sorted(
-            f"{n} {got.get(n, 'absent')} (matrix: {want.get(n, 'absent')})" for n in set(want) | set(got) if want.get(n) != got.get(n)
-        )
-        detail = (
-            f"stack {stack}: the provenance's {len(got)} pins are the matrix's"
-            if not wrong
-            else f"stack {stack} differs: " + ", ".join(wrong[:8])
-        )
-        checks.append(_trust(f"matrix {digest}", not wrong, detail))
+        team = provenance.get("predicate", {}).get("buildDefinition", {}).get("externalParameters", {}).get("team")
+        checks.append(_matrix_check(digest, stack, expected, pins, team if isinstance(team, dict) else None))
     return checks
+
+
+def _matrix_check(digest: str, stack: str, expected: dict[str, str], pins: dict[str, str], team: dict[str, Any] | None) -> Check:
+    """The provenance's pins against the matrix stack's. A team image (its provenance names the team) holds every
+    pin of its base's stack but those it replaced, each with its reason; what it added is its own, not the matrix's."""
+    want = {normalize(n): v for n, v in expected.items()}
+    got = {normalize(n): v for n, v in pins.items()}
+    replaced = {normalize(n) for n in (team or {}).get("replaces") or {}}
+    added = {normalize(n) for n in (team or {}).get("added") or {}} - set(want)
+    wrong = sorted(
+        f"{n} {got.get(n, 'absent')} (matrix: {want.get(n, 'absent')})"
+        for n in set(want) | set(got)
+        if want.get(n) != got.get(n) and n not in replaced and n not in added
+    )
+    if wrong:
+        return _trust(f"matrix {digest}", False, f"stack {stack} differs: " + ", ".join(wrong[:8]))
+    if team is None:
+        return _trust(f"matrix {digest}", True, f"stack {stack}: the provenance's {len(got)} pins are the matrix's")
+    held = len(set(want) - replaced)
+    escapes = "; ".join(
+        f"{n} {r.get('base')} -> {r.get('team')} ({r.get('reason')})" for n, r in sorted((team.get("replaces") or {}).items())
+    )
+    return _trust(
+        f"matrix {digest}",
+        True,
+        f"team {team.get('name')} on stack {stack}: {held} of the matrix's pins held, {len(added)} added"
+        + (f"; replaced: {escapes}" if escapes else ""),
+    )
 
 
 def registry_provenance(ref: str, arch: str | None) -> tuple[dict[str, Any], str]:
