@@ -145,6 +145,41 @@ def test_a_lock_the_base_refuses_at_install_fails_the_build_and_leaves_no_tag(
     assert not docker_env.containers() - containers
 
 
+def test_a_replace_moves_the_one_package_it_names_and_every_other_base_pin_holds(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    """`replace:` tomli (a base pin nothing else needs): the team's install gets the base's sections without its entry,
+    so uv installs the team's version and still holds every other pin; the base's sections stay as they were, the
+    constraints doctor checks name the new version, and the record and labels carry the reason."""
+    reason = "the team's config loader needs tomli 2.0.1"
+    team = TEAM.replace("acme/verl-math", f"acme/team-replace-{RUN}").replace("packages:\n", "packages:\n  - tomli==2.0.1\n", 1)
+    team_repo(tmp_path, team + f"replace:\n  tomli: {reason}\n")
+    locked = _team(docker_env, tmp_path, "lock")
+    assert locked.returncode == 0, locked.stderr[-3000:]
+    assert f"# replaces: tomli 2.0.0 -> 2.0.1: {reason}" in (tmp_path / "ascendkit-team-x86_64.lock").read_text()
+    done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0], "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    record = json.loads((tmp_path / result["record"]).read_text())
+    assert record["team"]["replaces"] == {"tomli": {"base": "2.0.0", "team": "2.0.1", "reason": reason}}
+    assert {c["name"]: c["status"] for c in record["doctor"]["checks"]}["pinned packages"] == "ok", "doctor in the image holds 2.0.1"
+    (ref,) = result["tags"]
+    assert docker_env.client.inspect_image(ref)["Config"]["Labels"]["io.ascendkit.team.replaces.tomli"] == reason
+    probe = (
+        "import glob, importlib.metadata as md; print(md.version('tomli'), md.version('attrs'));"
+        "print(sum(open(p).read().count('tomli==2.0.0') for p in glob.glob('/etc/ascendkit/locks/*-x86_64.txt')));"
+        "print(len(glob.glob('/tmp/ascendkit-held')))"
+    )
+    container = docker_env.client.create_container(ref, ["python3", "-c", probe], entrypoint=[])
+    try:
+        docker_env.client.start(container)
+        assert docker_env.client.wait(container, timeout=120)["StatusCode"] == 0
+        said = docker_env.client.logs(container, stderr=False).decode().split()
+    finally:
+        docker_env.client.remove_container(container, force=True)
+    assert said == ["2.0.1", "21.4.0", "1", "0"], "tomli moved, attrs held, the base's section as it was, nothing left in /tmp"
+
+
 def test_a_stale_lock_or_another_stacks_base_is_refused_before_anything_is_built(
     docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
 ) -> None:

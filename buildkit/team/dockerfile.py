@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from buildkit.plan.layers import SOURCE_DATE_EPOCH
 from buildkit.team.fork import WHEELS_DIR
@@ -105,14 +108,18 @@ def render_team_dockerfile(team: LoadedTeam, base: TeamBase, inputs: TeamBuildIn
         "",
     ]
     if TEAM_LAYER in inputs.layers:
+        released = sorted(canonicalize_name(name) for name in spec.replace)
         lines += [
-            "# 1. The team's packages: its lock, every hash enforced, every base package held by the base's own sections.",
+            "# 1. The team's packages: its lock, every hash enforced, every base package held by the base's own sections"
+            + (f"\n#    (but {', '.join(released)}, which the team file's replace: lets move, with its reason)." if released else "."),
             f"COPY {CONTEXT_LOCKS}/{TEAM_LAYER}-{base.arch}.txt /etc/ascendkit/locks/",
             "RUN --mount=type=cache,id=ascendkit-pip-${TARGETARCH},target=/var/cache/ascendkit,sharing=locked \\",
             "    --mount=type=secret,id=ascendkit-ca --mount=type=secret,id=ascendkit-env \\",
             "    set -eux; \\",
             "    . /usr/local/lib/ascendkit/build-env.sh; \\",
-            f"    ascendkit_install {TEAM_LAYER}",
+            *_released(team, base),
+            f"    ascendkit_install {TEAM_LAYER}" + ("; \\" if team.spec.replace else ""),
+            *(["    cp -p /tmp/ascendkit-held/* /etc/ascendkit/locks/; rm -rf /tmp/ascendkit-held"] if team.spec.replace else []),
             "",
         ]
     if inputs.fork_pin:
@@ -141,6 +148,31 @@ def render_team_dockerfile(team: LoadedTeam, base: TeamBase, inputs: TeamBuildIn
     lines += ["", "LABEL \\", " \\\n".join(f"    {name}={_quote(value)}" for name, value in labels(team, base, inputs))]
     lines += [f"USER {inputs.base_user}" if inputs.base_user else "USER 0:0", ""]
     return "\n".join(lines)
+
+
+def _released(team: LoadedTeam, base: TeamBase) -> list[str]:
+    """The shell lines that let the packages ``replace:`` names move, for the team's install only: each base section
+    set aside and given to the installer without their entries (every other pin still holds), the exact pins of
+    /etc/ascendkit/constraints.txt without them (the team's versions are appended as it installs them, so doctor's
+    pinned-packages check holds the new ones); the base's sections are put back as they were after the install."""
+    names = sorted(canonicalize_name(name) for name in team.spec.replace)
+    if not names:
+        return []
+    team_section = f"/etc/ascendkit/locks/{TEAM_LAYER}-{base.arch}.txt"
+    drop = (  # an entry is its NAME==VERSION line and the continuation lines after it (hashes, comments)
+        f'awk -v names=\' {" ".join(names)} \' \'!cont {{ n = tolower($0); sub(/==.*/, "", n); gsub(/[-_.]+/, "-", n); '
+        'drop = ($0 ~ /^[A-Za-z0-9][A-Za-z0-9._-]*==/) && index(names, " " n " ") } !drop { print } { cont = /\\\\$/ }\''
+    )
+    pattern = "|".join(re.escape(name).replace("\\-", "[-_.]") for name in names)
+    return [
+        "    mkdir /tmp/ascendkit-held; \\",
+        f"    for section in /etc/ascendkit/locks/*-{base.arch}.txt; do \\",
+        f'      if [ "$section" = {team_section} ]; then continue; fi; \\',
+        '      cp -p "$section" /tmp/ascendkit-held/; \\',
+        f'      {drop} "/tmp/ascendkit-held/${{section##*/}}" > "$section"; \\',
+        "    done; \\",
+        f"    sed -i -E '/^({pattern})==/Id' /etc/ascendkit/constraints.txt; \\",
+    ]
 
 
 def classic(dockerfile: str) -> str:
