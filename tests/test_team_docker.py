@@ -12,7 +12,7 @@ import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import docker
 import pytest
@@ -20,6 +20,7 @@ from docker.errors import ImageNotFound
 
 from tests.conftest import TEST_MATRIX, DockerEnv
 from tests.harness.gitserver import make_repository, serve
+from tests.test_reproducible import engine_name
 from tests.test_team import GOOD, team_repo
 
 pytestmark = pytest.mark.docker
@@ -109,11 +110,15 @@ def test_two_clean_builds_of_a_team_image_publish_one_image(docker_env: DockerEn
     no cache), each published to its own repository, the same manifest digest; else the files that differ are named."""
     team_repo(tmp_path, TEAM.replace("acme/verl-math", f"acme/team-twice-{RUN}"))
     assert _team(docker_env, tmp_path, "lock").returncode == 0
+    # BuildKit where the engine gives it; the classic builder on Docker 20.10, where users still run it
+    builder = "classic" if engine_name(docker_env) == "docker-20.10" else "buildkit"
     published = []
     for attempt in ("one", "two"):
-        done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0], "--no-cache", "--json")
+        docker_env.client.prune_builds(filters=cast(Any, {"type": ["exec.cachemount"]}), all=True)  # the pip cache too
+        done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0], "--no-cache", "--builder", builder, "--json")
         assert done.returncode == 0, done.stderr[-3000:]
         (ref,) = json.loads(done.stdout)["tags"]
+        assert json.loads((tmp_path / json.loads(done.stdout)["record"]).read_text())["builder"]["name"] == builder
         target = f"{docker_env.registry}/team-twice-{RUN}-{attempt}"
         pushed = docker_env.ascendkit("publish", ref, "--registry", target, "--no-index", "--json", cwd=tmp_path)
         assert pushed.returncode == 0, pushed.stderr[-3000:]

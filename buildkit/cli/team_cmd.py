@@ -9,6 +9,7 @@ import typer
 
 from buildkit.arch import Arch
 from buildkit.cli.base import JsonFlag, MatrixPath, app, out, print_json, user_errors
+from buildkit.cli.build_options import BuilderOption
 from buildkit.cli.mirror_options import (
     AscendIndexUrl,
     CaBundle,
@@ -153,6 +154,7 @@ def team_build(
     config: ConfigFile = None,
     manifest_dir: ManifestDir = Path("manifests"),
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Build every team layer again (a clean build).")] = False,
+    builder: BuilderOption = "auto",
     as_json: JsonFlag = False,
     matrix: MatrixPath = DEFAULT_MATRIX,
 ) -> None:
@@ -186,7 +188,7 @@ def team_build(
 
     bundle = bundle or default_ca_bundle()
     urls = _index_urls(loaded, base, mirrors)
-    built = build_team(connect(), team, base, base_image, urls, read_ca_bundle(bundle) if bundle else b"", manifest_dir, no_cache)
+    built = build_team(connect(), team, base, base_image, urls, read_ca_bundle(bundle) if bundle else b"", manifest_dir, no_cache, builder)
     if as_json:
         print_json(
             {

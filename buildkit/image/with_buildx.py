@@ -139,7 +139,7 @@ def _buildx_build(client: docker.APIClient, plan: BuildPlan, builder: Builder, p
     raise BuildFailed(f"BuildKit built {result.get('containerimage.digest')}, but the engine does not hold it (was it loaded elsewhere?)")
 
 
-_LOOPBACK = re.compile(r"://(?:[^/@]*@)?(?:127\.\d+\.\d+\.\d+|localhost|\[::1\])(?:[:/]|$)", re.IGNORECASE)
+LOOPBACK = re.compile(r"://(?:[^/@]*@)?(?:127\.\d+\.\d+\.\d+|localhost|\[::1\])(?:[:/]|$)", re.IGNORECASE)
 
 
 def on_loopback(plan: BuildPlan) -> bool:
@@ -147,4 +147,4 @@ def on_loopback(plan: BuildPlan) -> bool:
     machine's loopback: the RUN steps then need the host's network to reach it, as the classic
     builder's do when ascendkit serves them secrets."""
     values = [value for _, value in plan.buildargs] + [value for _, value in plan.secrets.env]
-    return any(_LOOPBACK.search(value) for value in values)
+    return any(LOOPBACK.search(value) for value in values)

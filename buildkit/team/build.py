@@ -6,6 +6,10 @@ that passes is tagged; one that fails is removed, with its containers.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import re
+import subprocess
 import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -16,17 +20,19 @@ import docker
 import requests
 from docker.errors import DockerException, ImageNotFound
 
+from buildkit.arch import DOCKER_ARCH
 from buildkit.cancel import deferred
 from buildkit.errors import BuildFailed, ExitCode, InputError, Unavailable, VerifyFailed
 from buildkit.fsio import check_output_dir, write_atomic
 from buildkit.image.archive import identify
-from buildkit.image.buildx import CLASSIC
+from buildkit.image.buildx import BUILDKIT, Builder, choose_builder, secret_files, stop
 from buildkit.image.engine import engine_facts, remove_containers
 from buildkit.image.manifest import write_manifest
 from buildkit.image.render import SECRETS_ARG
 from buildkit.image.sbom import dumps, sbom_path
 from buildkit.image.secrets import BuildSecrets, SecretServer
 from buildkit.image.verify import collect_facts
+from buildkit.image.with_buildx import LOOPBACK
 from buildkit.lock.sdist import public_url
 from buildkit.plan.image import arch_tag
 from buildkit.reach import engine_said
@@ -90,6 +96,72 @@ def _build(client: docker.APIClient, context: Path, tag: str, secrets: BuildSecr
     return image_id
 
 
+def _buildkit(
+    client: docker.APIClient, builder: Builder, context: Path, dockerfile: str, plan: tuple[str, str, bool], secrets: BuildSecrets
+) -> str:
+    """BuildKit, through buildx (as :mod:`buildkit.image.with_buildx` runs it for reference images): the team's
+    Dockerfile with its pip cache mount, the CA bundle and index credentials as secret mounts, or served on loopback
+    where this BuildKit hashes the whole root filesystem for a secret mount (``builder.serves_secrets``); the image
+    loaded into the engine under ``tag``. ``plan``: (tag, platform, no_cache). Its ID in the engine."""
+    tag, platform, no_cache = plan
+    served = builder.serves_secrets
+    shm = Path("/dev/shm")
+    private_root = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None  # secrets stay in memory
+    with tempfile.TemporaryDirectory(prefix="ascendkit-team-build-", dir=private_root) as private, ExitStack() as stack:
+        text = dockerfile.replace(SECRET_MOUNTS, "") if served else dockerfile
+        (context / "Dockerfile").write_text(text, encoding="utf-8")
+        metadata = Path(private) / "metadata.json"
+        argv = [*builder.command, "build", "--progress=plain", "--provenance=false", "--sbom=false", "--load", "-t", tag]
+        argv += ["--metadata-file", str(metadata), "--platform", platform, "-f", str(context / "Dockerfile")]
+        environment = None
+        if served and secrets:  # the value from buildx's environment, not its command line, which any user can read
+            environment = {**os.environ, SECRETS_ARG: stack.enter_context(SecretServer(secrets)).url}
+            argv.append(f"--build-arg={SECRETS_ARG}")
+        elif not served:
+            argv += secret_files(Path(private), secrets.ca_bundle, secrets.env_script())
+        # the steps reach an index on this machine's loopback (a mirror, a devpi), and the served secrets, only on the
+        # host's network; taken whenever secrets are served, so a build with them shares its cache with one without
+        if served or any(LOOPBACK.search(url) for url in [*(u for _, u in secrets.env), *_index_urls(text)]):
+            argv += ["--network", "host"]
+        if no_cache:
+            argv.append("--no-cache")
+        argv.append(str(context))
+        try:
+            process = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                start_new_session=True, env=environment,
+            )  # fmt: skip
+        except OSError as exc:
+            raise Unavailable(f"cannot run buildx ({' '.join(builder.command)}): {exc}") from None
+        assert process.stdout is not None
+        tail: list[str] = []
+        try:
+            for line in process.stdout:
+                tail.append(line.rstrip())
+                del tail[:-30]
+            code = process.wait()
+        except BaseException:
+            stop(process)  # buildx cancels the solve: BuildKit leaves no container behind
+            raise
+        if code != 0:
+            raise BuildFailed(f"the team image's build failed (buildx exited {code}):\n" + "\n".join(tail[-15:]))
+        try:
+            result = json.loads(metadata.read_text())
+        except (OSError, ValueError):
+            raise BuildFailed("BuildKit reported no image (buildx wrote no build metadata)") from None
+    try:
+        return str(client.inspect_image(tag)["Id"])
+    except ImageNotFound:
+        raise BuildFailed(f"BuildKit built {result.get('containerimage.digest')}, but the engine does not hold {tag}") from None
+
+
+SECRET_MOUNTS = "    --mount=type=secret,id=ascendkit-ca --mount=type=secret,id=ascendkit-env \\\n"
+
+
+def _index_urls(dockerfile: str) -> list[str]:
+    return re.findall(r"^ARG [A-Z0-9_]+=(\S+)$", dockerfile, re.MULTILINE)
+
+
 def _follow(stream: Any, containers: list[str], tail: list[str]) -> tuple[str, str]:
     """The build's events: its image ID or its error; the containers it ran and the last lines it printed, kept."""
     image_id, error = "", ""
@@ -134,6 +206,7 @@ def build_team(
     ca_bundle: bytes = b"",
     manifest_dir: Path = Path("manifests"),
     no_cache: bool = False,
+    builder_choice: str = "auto",
 ) -> TeamBuilt:
     """Build, check and tag the team image, with its build record and SBOM beside the reference images' (what
     publish, sign, verify and sbom read); refused before building when the lock is not fresh."""
@@ -145,6 +218,7 @@ def build_team(
     check_output_dir(manifest_dir, "--manifest-dir")  # before anything is built
     try:
         engine = engine_facts(client)
+        builder = choose_builder(builder_choice, engine)
         base_ref, user, base_inspect = _base_ref(client, base, team, base_image)
         args = [
             ("PIP_INDEX_URL", urls.get(name, url)) if i == 0 else (f"ASCENDKIT_TEAM_INDEX_{i}", urls.get(name, url))
@@ -165,9 +239,16 @@ def build_team(
                 raise TeamRefused(
                     "refused before anything is built: the fork would write files the base owns:\n  " + "\n  ".join(overlap[:20])
                 )
+        unverified, secrets = f"{team.spec.name}:unverified-{tag}", BuildSecrets(ca_bundle, secret_env)
         with tempfile.TemporaryDirectory(prefix="ascendkit-team-") as tmp:
-            write_team_context(team, base, classic(dockerfile), Path(tmp))
-            image_id = _build(client, Path(tmp), f"{team.spec.name}:unverified-{tag}", BuildSecrets(ca_bundle, secret_env), no_cache)
+            if builder.name == BUILDKIT:
+                write_team_context(team, base, dockerfile, Path(tmp))
+                image_id = _buildkit(
+                    client, builder, Path(tmp), dockerfile, (unverified, f"linux/{DOCKER_ARCH[base.arch]}", no_cache), secrets
+                )
+            else:
+                write_team_context(team, base, classic(dockerfile), Path(tmp))
+                image_id = _build(client, Path(tmp), unverified, secrets, no_cache)
         try:
             after = distributions(client, image_id)
             problems = moved(before, after, free_of(team, base)) + shared(before, after, free_of(team, base))
@@ -184,8 +265,7 @@ def build_team(
                 identity, ref, base_image_of(base_ref, base_inspect), dict(base_inspect.get("Config", {}).get("Labels") or {}),
                 before, after, list(imported["imported"]), facts,
             )  # fmt: skip
-            builder = {"name": CLASSIC, "version": f"{engine.product} {engine.version}", "steps_total": 0, "steps_cached": 0}
-            data = team_manifest(team, base, inputs, checked, engine, builder)
+            data = team_manifest(team, base, inputs, checked, engine, {**builder.describe(), "steps_total": 0, "steps_cached": 0})
             with deferred():  # the record, the SBOM and the tag, or none of them
                 record, _ = write_manifest(manifest_dir, tag, data)
                 write_atomic(sbom_path(manifest_dir, tag), dumps(team_sbom(team, base, inputs, checked)))
