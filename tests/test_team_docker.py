@@ -345,7 +345,7 @@ def _published_signed_and_verified(docker_env: DockerEnv, built: dict[str, Any],
     assert f"team acme/team-fork-{RUN} on stack teststack" in checks["matrix"]["detail"]
     assert "replaced: idna 3.7 -> 3.7+acme.1 (the team's framework fork)" in checks["matrix"]["detail"]
     copy = f"{docker_env.registry2}/team-fork-{RUN}"
-    mirrored = env.ascendkit("mirror", verify[1], copy, cwd=tmp_path)
+    mirrored = env.ascendkit("mirror", verify[1], copy, "--sign-key", key, cwd=tmp_path)  # signed for its new home
     assert mirrored.returncode == 0, mirrored.stderr[-3000:]
     copied = [verify[0], f"{copy}:{tag.removesuffix('-x86_64')}", *verify[2:]]
     again = dataclasses.replace(env, env=no_engine).ascendkit(*copied, cwd=tmp_path)

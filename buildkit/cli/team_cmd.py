@@ -57,11 +57,20 @@ def _team_and_base(matrix: Path, file: Path, arch: str) -> tuple[LoadedMatrix, L
     loaded = load_matrix(matrix)
     team = load_team(file, loaded)
     if team.spec.base.image is None:
-        return loaded, team, team_base(loaded, team, arch)
-    from buildkit.image.engine import connect
-    from buildkit.team.inimage import image_base
+        base = team_base(loaded, team, arch)
+    else:
+        from buildkit.image.engine import connect
+        from buildkit.team.inimage import image_base
 
-    return loaded, team, image_base(connect(), team, arch, {name: index.url for name, index in loaded.matrix.indexes.items()})
+        base = image_base(connect(), team, arch, {name: index.url for name, index in loaded.matrix.indexes.items()})
+    stack = loaded.matrix.stacks.get(base.stack_id)
+    if stack is None:  # a published base of a stack this matrix does not have: `verify` will say so
+        return loaded, team, base
+    from dataclasses import replace
+
+    from buildkit.plan.layers import expected_packages
+
+    return loaded, team, replace(base, pins=tuple(sorted(expected_packages(stack).items())))
 
 
 def _index_urls(loaded: LoadedMatrix, base: TeamBase, mirrors: Mirrors) -> dict[str, str]:

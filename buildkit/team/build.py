@@ -12,7 +12,7 @@ import re
 import subprocess
 import tempfile
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from buildkit.image.sbom import dumps, sbom_path
 from buildkit.image.secrets import BuildSecrets, SecretServer
 from buildkit.image.verify import collect_facts
 from buildkit.image.with_buildx import LOOPBACK
+from buildkit.imageref import split_ref
 from buildkit.lock.sdist import public_url
 from buildkit.plan.image import arch_tag
 from buildkit.reach import engine_said
@@ -67,8 +68,26 @@ def _base_ref(client: docker.APIClient, base: TeamBase, team: LoadedTeam, ref: s
         what = f"stack {stack} for {', '.join(skus)}" if stack else "not an ascendkit image (no io.ascendkit.stack label)"
         raise InputError(f"{team.path}: base is stack {base.stack_id} for {base.sku}, but {ref} is {what}")
     digests = [d for d in inspect.get("RepoDigests") or [] if "@sha256:" in d]
-    by_digest = sorted(digests)[0] if digests else inspect["Id"]
+    named = split_ref(ref)[0]  # the repository the user named first: the same image may have been pushed to several
+    ours = sorted(d for d in digests if d.split("@")[0] == named) or sorted(digests)
+    by_digest = ours[0] if ours else inspect["Id"]
     return by_digest, inspect.get("Config", {}).get("User") or "", inspect
+
+
+def _from_ref(builder: Builder, base_image: str, base_ref: str) -> str:
+    """What the Dockerfile's FROM names: the base by digest for the classic builder, which finds a repository digest in
+    the engine's store. BuildKit resolves ``NAME@sha256:...`` at the registry, which a base built here or pulled from a
+    mirror under another name never came from: it gets the reference the user gave, and the build is then held to the
+    base by its layers (:func:`_on_the_base`)."""
+    return base_image if builder.name == BUILDKIT and "@" not in base_image else base_ref
+
+
+def _on_the_base(client: docker.APIClient, image_id: str, base_inspect: dict[str, Any], base_ref: str) -> None:
+    """VerifyFailed unless the image's first layers are the base's, every one (the base's tag moved during the build)."""
+    layers = list((base_inspect.get("RootFS") or {}).get("Layers") or [])
+    built = list((client.inspect_image(image_id).get("RootFS") or {}).get("Layers") or [])
+    if built[: len(layers)] != layers:
+        raise VerifyFailed(f"the team image is not on its base {base_ref} (its first layers are another image's: was the tag moved?)")
 
 
 def _build(client: docker.APIClient, context: Path, tag: str, secrets: BuildSecrets, no_cache: bool = False) -> str:
@@ -226,7 +245,7 @@ def build_team(
         ]
         index_args = tuple((arg, public_url(url)) for arg, url in args)  # credentials never in an ARG (docker history)
         secret_env = tuple((arg, url) for arg, url in args if public_url(url) != url)
-        inputs = team_inputs(team, base, (base_ref, user), index_args)
+        inputs = replace(team_inputs(team, base, (base_ref, user), index_args), from_ref=_from_ref(builder, base_image, base_ref))
         dockerfile = render_team_dockerfile(team, base, inputs)
         version = dict(labels(team, base, inputs))["org.opencontainers.image.version"]
         tag = arch_tag(version, base.arch)  # as reference images are tagged per arch: what publish makes an index of
@@ -250,6 +269,7 @@ def build_team(
                 write_team_context(team, base, classic(dockerfile), Path(tmp))
                 image_id = _build(client, Path(tmp), unverified, secrets, no_cache)
         try:
+            _on_the_base(client, image_id, base_inspect, base_ref)
             after = distributions(client, image_id)
             problems = moved(before, after, free_of(team, base)) + shared(before, after, free_of(team, base))
             if problems:

@@ -42,6 +42,7 @@ class TeamBuildInputs:
     fork_pin: str = ""  # DIST==VERSION of the team's framework fork, when it has one
     fork_source: str = ""  # URL@COMMIT
     files_sha256: str = ""  # of the team's files as they are copied (paths, modes, contents)
+    from_ref: str = ""  # what FROM names, where not base_ref (BuildKit: the reference the user gave; see team.build)
 
 
 def labels(team: LoadedTeam, base: TeamBase, inputs: TeamBuildInputs) -> tuple[tuple[str, str], ...]:
@@ -96,7 +97,7 @@ def render_team_dockerfile(team: LoadedTeam, base: TeamBase, inputs: TeamBuildIn
     lines = [
         f"# The team image {spec.name}: rendered by `ascendkit team build` from {team.path.name}. Do not edit.",
         "# Its base by digest, then only the team's layers: its locked packages, its files, its environment.",
-        f"FROM {inputs.base_ref}",
+        f"FROM {inputs.from_ref or inputs.base_ref}",
         f"ARG SOURCE_DATE_EPOCH={SOURCE_DATE_EPOCH}",
         "ARG TARGETARCH",
         *(f"ARG {arg}={url}" for arg, url in inputs.index_args),

@@ -26,7 +26,6 @@ from buildkit.team.resolve import TeamBase, free_of, lock_file
 from buildkit.team.spec import LoadedTeam
 
 TEAM_ROLE = "team"  # the SBOM's component property of what the team added
-VERSION_LABEL = f"{LABEL_PREFIX}.version."
 
 
 @dataclass(frozen=True)
@@ -52,15 +51,10 @@ def base_image_of(base_ref: str, inspect: dict[str, Any]) -> BaseImage:
     return BaseImage(base_ref, str(inspect["Id"]), False, layers)
 
 
-def pins(checked: TeamChecked) -> dict[str, str]:
-    """Every pin the base states (its ``io.ascendkit.version.*`` labels that name a distribution), at its version in
-    the team image, and every distribution the team added: what the provenance records and ``verify`` compares."""
-    found = {}
-    for label, _ in checked.base_labels.items():
-        if label.startswith(VERSION_LABEL):
-            name = normalize(label.removeprefix(VERSION_LABEL))
-            if name in checked.before and name in checked.after:
-                found[name] = str(checked.after[name][0])
+def pins(base: TeamBase, checked: TeamChecked) -> dict[str, str]:
+    """Every pin of the base's matrix stack, at its version in the team image, and every distribution the team added:
+    what the provenance records and ``verify`` compares (to the matrix, and to the SBOM)."""
+    found = {name: str(checked.after[normalize(name)][0]) for name, _ in base.pins if normalize(name) in checked.after}
     found.update({name: str(checked.after[name][0]) for name in checked.after if name not in checked.before})
     return dict(sorted(found.items()))
 
@@ -122,7 +116,7 @@ def team_build_section(
         "arch": base.arch,
         "os": labels.get(f"{LABEL_PREFIX}.os", ""),
         "skus": [base.sku],
-        "pins": [{"name": name, "version": version} for name, version in pins(checked).items()],
+        "pins": [{"name": name, "version": version} for name, version in pins(base, checked).items()],
         "checkouts": [{"name": base.framework_dist, "uri": f"git+{framework.git}", "ref": framework.commit}] if framework else [],
         "lock_status": "fresh",
         "lock_files": {section["lock"]: inputs.lock_sha256},

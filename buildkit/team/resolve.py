@@ -79,6 +79,9 @@ class TeamBase:
     packages: dict[str, BasePackage]
     indexes: tuple[tuple[str, str], ...]
     lock_sha256: str
+    # the matrix stack's pins (distribution -> version, as verification checks them), where the matrix has the stack:
+    # what a team image's provenance records and `verify` holds it to
+    pins: tuple[tuple[str, str], ...] = ()
 
 
 def team_base(loaded: LoadedMatrix, team: LoadedTeam, arch: str) -> TeamBase:
