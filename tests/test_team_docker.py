@@ -49,6 +49,17 @@ def _tags(docker_env: DockerEnv, repository: str) -> list[str]:
     return [t for image in docker_env.client.images(name=repository) for t in image.get("RepoTags") or []]
 
 
+def _python_in(docker_env: DockerEnv, image: str, program: str) -> str:
+    """What ``python3 -c program`` prints in a container of ``image`` (which must exit 0); the container removed."""
+    container = docker_env.client.create_container(image, ["python3", "-c", program], entrypoint=[])
+    try:
+        docker_env.client.start(container)
+        assert docker_env.client.wait(container, timeout=120)["StatusCode"] == 0
+        return str(docker_env.client.logs(container, stderr=False).decode())
+    finally:
+        docker_env.client.remove_container(container, force=True)
+
+
 @pytest.mark.engine_20_10
 @pytest.mark.engine_overlay2
 def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribution_as_it_was(
@@ -82,15 +93,7 @@ def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribu
     assert config["Labels"]["org.opencontainers.image.version"].startswith("team-acme-team-it-"), "its own version, not the base's"
     assert "TEAM_REWARD=/opt/team/rewards/math.py" in config["Env"]
     assert config["User"] == docker_env.client.inspect_image(built["tags"][0])["Config"]["User"]
-    container = docker_env.client.create_container(
-        ref, ["python3", "-c", "import tabulate, pyfiglet; print(open('/opt/team/rewards/math.py').read())"], entrypoint=[]
-    )
-    try:
-        docker_env.client.start(container)
-        assert docker_env.client.wait(container, timeout=120)["StatusCode"] == 0
-        assert "def compute_score" in docker_env.client.logs(container).decode()
-    finally:
-        docker_env.client.remove_container(container, force=True)
+    assert "def compute_score" in _python_in(docker_env, ref, "import tabulate, pyfiglet; print(open('/opt/team/rewards/math.py').read())")
     # a change of the team's code: a new tag, and only the files' layer is new (the packages' layer is reused)
     (tmp_path / "rewards" / "math.py").write_text(
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n"
@@ -175,13 +178,7 @@ def test_a_replace_moves_the_one_package_it_names_and_every_other_base_pin_holds
         "print(sum(open(p).read().count('tomli==2.0.0') for p in glob.glob('/etc/ascendkit/locks/*-x86_64.txt')));"
         "print(len(glob.glob('/tmp/ascendkit-held')))"
     )
-    container = docker_env.client.create_container(ref, ["python3", "-c", probe], entrypoint=[])
-    try:
-        docker_env.client.start(container)
-        assert docker_env.client.wait(container, timeout=120)["StatusCode"] == 0
-        said = docker_env.client.logs(container, stderr=False).decode().split()
-    finally:
-        docker_env.client.remove_container(container, force=True)
+    said = _python_in(docker_env, ref, probe).split()
     assert said == ["2.0.1", "21.4.0", "1", "0"], "tomli moved, attrs held, the base's section as it was, nothing left in /tmp"
 
 
@@ -206,15 +203,7 @@ def test_a_team_file_written_over_a_base_distribution_fails_the_check_and_the_im
     """The team's files COPYed over the framework's own package (idna stands in for verl): its versions and RECORD are
     unchanged, the file on disk is not. The check names it (exit 6); nothing is tagged and the image is removed."""
     client = docker_env.client
-    ask = client.create_container(
-        built["tags"][0], ["python3", "-c", "import idna, os; print(os.path.dirname(idna.__file__))"], entrypoint=[]
-    )
-    try:
-        client.start(ask)
-        assert client.wait(ask, timeout=120)["StatusCode"] == 0
-        site = client.logs(ask, stderr=False).decode().strip().splitlines()[-1]
-    finally:
-        client.remove_container(ask, force=True)
+    site = _python_in(docker_env, built["tags"][0], "import idna, os; print(os.path.dirname(idna.__file__))").strip().splitlines()[-1]
     (tmp_path / "evil").mkdir()
     (tmp_path / "evil" / "core.py").write_text("# the team's own idna core, written over the base's\n")
     team = TEAM.replace("acme/verl-math", f"acme/team-over-{RUN}").replace(
@@ -303,13 +292,7 @@ def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_rep
         "import idna, importlib.metadata as md; assert idna.ACME_FORK; print(md.version('idna'));"
         "print(open('/etc/ascendkit/constraints.txt').read().count('idna=='))"
     )
-    container = docker_env.client.create_container(ref, ["python3", "-c", probe], entrypoint=[])
-    try:
-        docker_env.client.start(container)
-        assert docker_env.client.wait(container, timeout=120)["StatusCode"] == 0
-        assert docker_env.client.logs(container, stderr=False).decode().split() == ["3.7+acme.1", "1"]
-    finally:
-        docker_env.client.remove_container(container, force=True)
+    assert _python_in(docker_env, ref, probe).split() == ["3.7+acme.1", "1"]
     _published_signed_and_verified(docker_env, built, ref, f"{url}/acme/verl.git@{commit}", tmp_path)
     with zipfile.ZipFile(wheel) as original:  # a wheel by the same name with one file more: not the one locked
         entries = {name: original.read(name) for name in original.namelist()}

@@ -66,14 +66,21 @@ def manifest_data(facts: ImageFacts, expected: Expected, checks: list[Check], re
         "os": expected.os_name,
         "arch": expected.arch,
         "base_image": expected.base_image,
+        **found_in_image(facts),
+        "passed": not failures(checks),
+        "expected_sha256": expected_fingerprint(expected),
+        "checks": [c.describe() for c in checks],
+    }
+
+
+def found_in_image(facts: ImageFacts) -> dict[str, Any]:
+    """What a build manifest says the verification probe found in the image (a reference image's or a team's)."""
+    return {
         "python": facts.python,
         "os_release": {k: facts.os_release.get(k, "") for k in ("ID", "VERSION_ID", "PRETTY_NAME")},
         "cann": {"version": facts.cann_version, "source": facts.cann_source},
         "user": {k: facts.user.get(k) for k in ("name", "uid", "gid", "home")},
-        "passed": not failures(checks),
-        "expected_sha256": expected_fingerprint(expected),
         "doctor": facts.doctor_report,
-        "checks": [c.describe() for c in checks],
         "labels": dict(sorted(facts.labels.items())),
         "packages": [{"name": n, "version": v} for n, v in sorted(facts.packages.items())],
     }

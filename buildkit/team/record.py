@@ -17,6 +17,7 @@ from typing import Any
 from buildkit.doctor.base import Check
 from buildkit.image.archive import ImageIdentity
 from buildkit.image.engine import EngineFacts
+from buildkit.image.manifest import found_in_image
 from buildkit.image.record import source_of
 from buildkit.image.sbom import BaseImage, Described, compose_sbom
 from buildkit.image.verify import ImageFacts, normalize
@@ -146,16 +147,10 @@ def team_manifest(
         "os": labels.get(f"{LABEL_PREFIX}.os", ""),
         "arch": base.arch,
         "base_image": inputs.base_ref,
-        "python": facts.python,
-        "os_release": {k: facts.os_release.get(k, "") for k in ("ID", "VERSION_ID", "PRETTY_NAME")},
-        "cann": {"version": facts.cann_version, "source": facts.cann_source},
-        "user": {k: facts.user.get(k) for k in ("name", "uid", "gid", "home")},
+        **found_in_image(facts),
         "passed": True,
         "expected_sha256": hashlib.sha256(f"{inputs.lock_sha256}\n{inputs.files_sha256}".encode()).hexdigest(),
-        "doctor": facts.doctor_report,
         "checks": [c.describe() for c in _checks(section, checked)],
-        "labels": labels,
-        "packages": [{"name": n, "version": v} for n, v in sorted(facts.packages.items())],
         "build": team_build_section(team, base, inputs, checked, section),
         "engine": engine.describe(),
         "builder": builder,
