@@ -306,6 +306,11 @@ def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_rep
     assert gone.returncode == 2 and "the fork's wheel is not there" in gone.stderr
 
 
+def published_digest(outcome: dict[str, Any]) -> str:
+    """The per-arch image's digest as `publish --json` said it."""
+    return str(outcome["pushed"][0]["digest"])
+
+
 def _published_signed_and_verified(docker_env: DockerEnv, built: dict[str, Any], ref: str, fork: str, tmp_path: Path) -> None:
     """What comes after a build takes the team image as it takes a reference one: published with its SBOM, signed with
     its provenance; `ascendkit verify`, with no engine, holds it to the matrix stack its base is, the fork named as the
@@ -343,6 +348,12 @@ def _published_signed_and_verified(docker_env: DockerEnv, built: dict[str, Any],
     lock = hashlib.sha256((tmp_path / "team" / "ascendkit-team-x86_64.lock").read_bytes()).hexdigest()
     assert dependencies["lock:ascendkit-team-x86_64.lock"]["digest"] == {"sha256": lock}
     assert definition["externalParameters"]["team"]["replaces"]["idna"]["team"] == "3.7+acme.1"
+    reward = "custom_reward_function.path=/opt/team/rewards/math.py"  # the team's reward function, where its files put it
+    render = ["k8s", "render", "--hw", "a3", "--image", f"{target}:{tag}", "--override", reward, "--matrix", str(TEST_MATRIX)]
+    rendered = env.ascendkit(*render, cwd=tmp_path)
+    assert rendered.returncode == 0, rendered.stderr[-3000:]
+    pinned = f"image: {target}:{tag}@{published_digest(outcome)}"
+    assert pinned in rendered.stdout and reward in rendered.stdout, "the job runs the team image by digest, with the team's reward"
     base = f"{docker_env.registry}/{built['repo']}:{built['tags'][0].rsplit(':', 1)[1]}"
     changed = env.ascendkit("sbom", "diff", base, f"{target}:{tag}", "--json", cwd=tmp_path)
     assert changed.returncode == 0, changed.stderr[-3000:]
