@@ -34,6 +34,7 @@ from buildkit.doctor.host import check_hccn, driver_version, zstd_verdict
 from buildkit.doctor.report import format_report
 from buildkit.doctor.report import run as run_doctor
 from buildkit.image.render import CONTEXT_FILES, context_file, context_paths
+from buildkit.matrix.load import LoadedMatrix
 from tests.conftest import ROOT, DockerEnv
 
 INFO = {
@@ -334,6 +335,38 @@ def test_a_driver_between_listed_releases_warns(tmp_path: Path) -> None:
     _, report = judged(tmp_path, "package_version=25.0.rc1\n", drivers={"hdk": ["24.1.0", "25.2.0"], "source": "s"})
     (driver,) = [c for c in report["checks"] if c["name"] == "driver"]
     assert driver["status"] == "warn" and "25.0.rc1 is not one of the Ascend HDK release(s)" in driver["detail"]
+
+
+# CANN 9.2.0 as the matrix records it: only the paired release is known, and its notes drop two lines.
+DROPPING = {"hdk": ["26.2.RC1"], "complete": False, "refused": ["25.0.X", "25.2.X"], "source": "stand-in"}
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "words"),
+    [
+        # a refused line fails although the list is only the paired release (which alone would only warn)
+        ("package_version=25.2.1\n", "error", ["driver 25.2.1: CANN 9.2.0 no longer supports Ascend HDK 25.2.X", "upgrade"]),
+        ("Version=25.0.RC1.1\n", "error", ["CANN 9.2.0 no longer supports Ascend HDK 25.0.X"]),  # a patch of a dropped line
+        # older than the paired release but in no refused line: unconfirmed, a warning
+        ("package_version=25.5.0\n", "warn", ["older than Ascend HDK 26.2.RC1, the release paired with CANN 9.2.0"]),
+        ("package_version=26.2.rc1\n", "ok", ["driver 26.2.rc1 is supported by CANN 9.2.0"]),
+    ],
+)
+def test_a_driver_line_the_canns_notes_drop_fails_doctor(tmp_path: Path, text: str, status: str, words: list[str]) -> None:
+    code, report = judged(tmp_path, text, cann="9.2.0", drivers=DROPPING)
+    (driver,) = [c for c in report["checks"] if c["name"] == "driver"]
+    assert driver["status"] == status and all(w in driver["detail"] for w in words), driver
+    assert code == (EXIT_FAILED if status == "error" else EXIT_OK)
+
+
+def test_the_matrix_cann_9_2_drops_the_drivers_its_notes_name(loaded: LoadedMatrix, tmp_path: Path) -> None:
+    """The real matrix's entries, as image.json carries them, judged by doctor: 9.2.0 refuses 25.2.X, 9.1.0 takes it."""
+    table = loaded.matrix.compat.cann_drivers
+    assert "refused" not in table["8.5.0"].as_image_info(), "an entry with nothing refused keeps image.json's bytes"
+    for cann, driver, status in (("9.2.0", "25.2.0", "error"), ("9.1.0", "25.2.0", "ok"), ("9.1.0", "25.0.RC1", "error")):
+        root = tmp_path / f"{cann}-{driver}"
+        _, report = judged(root, f"package_version={driver}\n", cann=cann, drivers=table[cann].as_image_info())
+        assert statuses(report)["driver"] == status, (cann, driver, report["checks"])
 
 
 def test_an_old_driver_fails_doctor_even_where_no_npu_is_visible(tmp_path: Path) -> None:

@@ -271,6 +271,20 @@ def test_cann_has_driver_range(loaded: LoadedMatrix, tmp_path: Path) -> None:
     assert "host driver (Ascend HDK)" in table.stdout and "25.0.X, 25.2.X, 25.3.X, 25.5.X" in table.stdout
 
 
+def test_a_driver_both_supported_and_refused_is_refused_with_its_line(tmp_path: Path) -> None:
+    text = (ROOT / "compat_matrix.yaml").read_text()
+    assert '      refused: ["25.0.X"]\n' in text
+    (tmp_path / "compat_matrix.yaml").write_text(text.replace('      refused: ["25.0.X"]\n', '      refused: ["25.0.X", "25.5.X"]\n', 1))
+    (tmp_path / "locks").symlink_to(ROOT / "locks")
+    bad = CliRunner().invoke(app, ["matrix", "validate", "--matrix", str(tmp_path / "compat_matrix.yaml")])
+    line = text[: text.index('      refused: ["25.0.X"]\n')].count("\n")  # the 9.1.0 entry's line range
+    assert bad.exit_code == 2, bad.output
+    assert "compat.cann_drivers.9.1.0" in bad.output and "25.5.X both supported (hdk) and refused" in bad.output, bad.output
+    assert "compat_matrix.yaml:" in bad.output and any(f":{n}:" in bad.output for n in range(line - 8, line + 2)), bad.output
+    shown = CliRunner().invoke(app, ["matrix", "show", "cann9.1", "--matrix", str(ROOT / "compat_matrix.yaml")], env={"COLUMNS": "300"})
+    assert "25.7.RC1, 26.0.RC1, 26.1.0; not 25.0.X" in shown.stdout
+
+
 def test_known_issues(loaded: LoadedMatrix) -> None:
     m = loaded.matrix
     (warning,) = run("known-issues", m)

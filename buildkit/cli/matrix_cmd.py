@@ -154,9 +154,7 @@ def matrix_show(
         table.add_row(f"base {label}", ref)
     table.add_row(
         "host driver (Ascend HDK)",
-        f"{', '.join(drivers.hdk)}{'' if drivers.complete else ' (the paired release; older ones unconfirmed)'}  ({drivers.source})"
-        if drivers
-        else "none recorded: `matrix validate` fails",
+        f"{drivers.describe()}  ({drivers.source})" if drivers else "none recorded: `matrix validate` fails",
     )
     for issue in issues:
         table.add_row(f"known issue ({issue['severity']})", issue["reason"])

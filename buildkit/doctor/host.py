@@ -47,16 +47,31 @@ def hdk_release(version: str) -> tuple[int, int, tuple[int, int] | None] | None:
     return int(match[1]), int(match[2]), rank
 
 
-def judge_driver(version: str, cann: str, supported: list[str], *, complete: bool = True) -> Check:
+def _within(found: tuple[int, int, tuple[int, int] | None], entry: tuple[int, int, tuple[int, int] | None]) -> bool:
+    """A release is the entry's release (its patches included), or of the entry's whole line (25.2.X)."""
+    return entry[:2] == found[:2] and entry[2] in (None, found[2])
+
+
+def judge_driver(version: str, cann: str, supported: list[str], *, complete: bool = True, refused: list[str] | None = None) -> Check:
     """The mounted driver against the HDK releases the image's CANN supports (the matrix's
-    ``compat.cann_drivers``): older than all of them fails (warns when the list is only the paired
-    release, ``complete`` false), newer than all of them or between them warns."""
+    ``compat.cann_drivers``): one the CANN's notes say it no longer supports (``refused``) fails, older
+    than all the supported ones fails (warns when the list is only the paired release, ``complete``
+    false), newer than all of them or between them warns."""
     listed = ", ".join(supported)
     found = hdk_release(version)
     entries = [e for e in (hdk_release(v) for v in supported) if e is not None]
     if found is None or not entries:
         return Check("driver", "warn", f"driver {version}: not a version this image can judge (CANN {cann} supports {listed})")
-    if any(e[:2] == found[:2] and e[2] in (None, found[2]) for e in entries):
+    dropped = [line for line in refused or [] if (entry := hdk_release(line)) is not None and _within(found, entry)]
+    if dropped:
+        return Check(
+            "driver",
+            "error",
+            f"driver {version}: CANN {cann} no longer supports Ascend HDK {dropped[0]} (it is published for {listed}): "
+            "upgrade the host's driver and firmware, or use an image of an older CANN; this CANN fails inside the first "
+            "NPU call otherwise",
+        )
+    if any(_within(found, e) for e in entries):
         return Check("driver", "ok", f"driver {version} is supported by CANN {cann} (Ascend HDK {listed})")
     low = min((major, minor, rank or (-1, 0)) for major, minor, rank in entries)
     high = max((major, minor, rank or (2, 0)) for major, minor, rank in entries)

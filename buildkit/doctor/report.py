@@ -38,7 +38,13 @@ def run(
     drivers = info.get("drivers") or {}
     supported = [str(v) for v in drivers.get("hdk") or []]
     if driver is not None and supported:
-        verdict = judge_driver(driver, str(info.get("cann")), supported, complete=drivers.get("complete", True) is not False)
+        verdict = judge_driver(
+            driver,
+            str(info.get("cann")),
+            supported,
+            complete=drivers.get("complete", True) is not False,
+            refused=[str(v) for v in drivers.get("refused") or []],
+        )
     elif found:
         verdict = Check("driver", "ok" if driver else "error", driver or f"{DRIVER_VERSION} not mounted")
     else:

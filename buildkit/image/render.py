@@ -205,7 +205,7 @@ def _image_info(matrix: Matrix, plan: ImagePlan) -> dict[str, Any]:
         "python": stack.python,
         "atb_cxx_abi": stack.atb_cxx_abi,
         "framework": stack.framework,
-        "drivers": drivers.model_dump(mode="json") if drivers else None,
+        "drivers": drivers.as_image_info() if drivers else None,
     }  # no versions: doctor reads those from the constraints file, and verl's must not touch this layer
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictStr
+from pydantic import Field, StrictBool, StrictStr, model_validator
 
 from buildkit.matrix.fields import CannVersion, Frozen, PackageName, PackageVersion, PythonVersion, VersionSpecifier
 
@@ -46,6 +46,30 @@ class CannDrivers(Frozen):
             "release paired with this CANN is known, so an older driver is merely unconfirmed (doctor warns)"
         ),
     )
+    refused: tuple[HdkVersion, ...] = Field(
+        default=(),
+        description=(
+            "Ascend HDK releases or lines the source says this CANN no longer supports (CANN 9.2.0: 25.0.X, 25.2.X): a host "
+            "driver of one fails doctor even where the supported list is only the paired release"
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _refused_is_not_supported(self) -> CannDrivers:
+        both = sorted(set(self.hdk) & set(self.refused))
+        if both:
+            raise ValueError(f"{', '.join(both)} both supported (hdk) and refused: a release is one or the other")
+        return self
+
+    def describe(self) -> str:
+        """The supported releases as the pages and `matrix show` print them, with what is refused."""
+        text = ", ".join(self.hdk) + ("" if self.complete else " (the paired release; older ones unconfirmed)")
+        return text + (f"; not {', '.join(self.refused)}" if self.refused else "")
+
+    def as_image_info(self) -> dict[str, object]:
+        """What image.json holds for doctor: ``refused`` only where there is one, so an image of a CANN with
+        nothing refused holds the bytes it held before the field existed."""
+        return self.model_dump(mode="json", exclude={"refused"} if not self.refused else None)
 
 
 class Compat(Frozen):

@@ -102,7 +102,7 @@ def drivers_table(matrix: Matrix) -> Table:
     for cann in sorted({s.cann for s in matrix.stacks.values()}, key=lambda c: [int(p) if p.isdigit() else -1 for p in c.split(".")]):
         stacks = ", ".join(name for name, s in matrix.stacks.items() if s.cann == cann)
         entry = matrix.compat.cann_drivers.get(cann)
-        hdk = (", ".join(entry.hdk) + ("" if entry.complete else " (paired release; older: unconfirmed)")) if entry else "-"
+        hdk = entry.describe() if entry else "-"
         rows.append([cann, stacks, hdk, " ".join(entry.source.split()) if entry else "-"])
     return header, rows
 

@@ -55,8 +55,7 @@ def _drivers(loaded: LoadedMatrix, stacks: list[Stack]) -> list[str]:
         if drivers is None:
             lines.append(f"| {cann} | not recorded | |")
             continue
-        which = ", ".join(drivers.hdk) + ("" if drivers.complete else " (the paired release; older ones unconfirmed)")
-        lines.append(f"| {cann} | {_cell(which)} | {_cell(drivers.source)} |")
+        lines.append(f"| {cann} | {_cell(drivers.describe())} | {_cell(drivers.source)} |")
     return lines
 
 
