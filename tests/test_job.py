@@ -154,6 +154,7 @@ def test_every_shipped_stack_with_an_old_verl_gets_the_override_from_the_fact_al
         "cann8.5": False,
         "cann9.0": False,
         "cann9.1": False,
+        "cann9.2": False,
         "sglang-cann8.5": False,
     }
     got = {s: needs_device_override(st.framework_version, FIRST) for s, st in SHIPPED.matrix.stacks.items() if st.framework == "verl"}

@@ -34,6 +34,11 @@ BREAKS_A_RULE = {
     "verl/main/Dockerfile.ascend_8.5.2_a3_qwen3-5": ["cann-has-driver-range", "torch-npu-matches-cann"],
     "verl/main/Dockerfile.ascend.sglang_8.3.rc1_a2": SGLANG_83,
     "verl/main/Dockerfile.ascend.sglang_8.3.rc1_a3": SGLANG_83,
+    # vllm-ascend 0.30.0rc2 declares torch-npu==2.10.0.post4 (a CANN 9.1.0 build) on its CANN 9.2.0 daily base (its
+    # Dockerfiles' last step installs a TorchNPU 26.2.0 daily over it: see stacks.cann9.2.upstream)
+    "vllm-ascend/v0.30.0rc2/Dockerfile": ["torch-npu-matches-cann"],
+    "vllm-ascend/v0.30.0rc2/Dockerfile.a3": ["torch-npu-matches-cann"],
+    "vllm-ascend/v0.30.0rc2/Dockerfile.a5": ["torch-npu-matches-cann"],
 }
 
 

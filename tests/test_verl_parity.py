@@ -29,7 +29,13 @@ def test_every_vendored_file_is_what_its_source_says() -> None:
     for entry in index:
         data = (UPSTREAM / entry["file"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == entry["sha256"], entry["file"]
-        assert len(entry["commit"]) == 40 and entry["repository"].startswith("https://github.com/"), entry
+        if "archive" in entry:  # a release's source archive on PyPI: its URL and the archive's sha256, PyPI's own
+            assert entry["repository"].startswith("https://pypi.org/project/") and entry["archive"].startswith(
+                "https://files.pythonhosted.org/packages/"
+            ), entry
+            assert len(entry["archive_sha256"]) == 64 and "commit" not in entry, entry
+        else:
+            assert len(entry["commit"]) == 40 and entry["repository"].startswith("https://github.com/"), entry
         blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # git's id of the file's content
         assert blob == entry["blob"], f"{entry['file']} is not the blob {entry['blob']} of {entry['repository']}@{entry['commit'][:8]}"
 
@@ -37,10 +43,12 @@ def test_every_vendored_file_is_what_its_source_says() -> None:
 def test_every_stack_matches_its_verl_images_or_says_why(loaded: LoadedMatrix) -> None:
     found = parities(loaded, VENDORED)
     assert problems(loaded, found) == []
-    assert {p.stack_id for p in found} >= {"cann8.2", "cann8.3", "cann8.5", "cann9.0", "cann9.1", "sglang-cann8.5"}
-    for p in found:  # each file builds for a chip of its stack, on its CANN and Python
+    assert {p.stack_id for p in found} >= {"cann8.2", "cann8.3", "cann8.5", "cann9.0", "cann9.1", "sglang-cann8.5", "cann9.2"}
+    for p in found:  # each file builds for a chip of its stack, on its CANN and Python (or the stack says why not)
         rows = {row.component: row for row in p.rows}
-        assert all(rows[c].status == "same" for c in ("cann", "python", "chip", "os")), (p.file, rows)
+        assert all(rows[c].status == "same" or rows[c].reason for c in ("cann", "python", "chip", "os")), (p.file, rows)
+    daily = [row for p in found if p.stack_id == "cann9.2" for row in p.rows if row.component == "cann"]
+    assert daily and all(row.status == "differs" and "daily build 20260930220649" in row.theirs for row in daily), daily
 
 
 def test_a_difference_without_its_reason_is_refused(loaded: LoadedMatrix) -> None:
@@ -77,6 +85,14 @@ def test_a_reason_with_nothing_under_it_is_stale() -> None:
     )
     assert problems(stale, parities(stale, VENDORED)) == [
         "stack cann8.5: upstream.differences.vllm explains a difference its images no longer have: remove it"
+    ]
+
+
+def test_an_unconfirmed_pin_the_stack_does_not_have_is_refused() -> None:
+    text = edit(MATRIX_TEXT, "      unconfirmed:\n", "      unconfirmed:\n        sglang: a pin this stack never had\n")
+    odd = parse_matrix(text, MATRIX)
+    assert problems(odd, parities(odd, VENDORED)) == [
+        "stack cann9.2: upstream.unconfirmed.sglang names a component the stack does not pin: remove it"
     ]
 
 

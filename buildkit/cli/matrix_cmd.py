@@ -156,6 +156,8 @@ def matrix_show(
         "host driver (Ascend HDK)",
         f"{drivers.describe()}  ({drivers.source})" if drivers else "none recorded: `matrix validate` fails",
     )
+    for component, why in (s.upstream.unconfirmed if s.upstream is not None else {}).items():
+        table.add_row(f"unconfirmed {component}", " ".join(why.split()))
     for issue in issues:
         table.add_row(f"known issue ({issue['severity']})", issue["reason"])
     out.print(table)

@@ -205,7 +205,8 @@ def with_proposal(matrix_text: str, proposal: Proposal) -> str:
 
 def findings(matrix_text: str, matrix_path: Path, proposal: Proposal) -> list[Finding]:
     """What ``matrix validate`` says of the matrix with the proposal added: its errors (none: it validates)."""
-    if f"\n  {proposal.stack_id}:" in matrix_text:
+    # the stacks by name, not any two-space key of the file (a chip or SKU may be called what the proposal is)
+    if proposal.stack_id in parse_matrix(matrix_text, matrix_path).matrix.stacks:
         raise InputError(f"{matrix_path}: a stack named {proposal.stack_id} exists; give the proposal another id (--id)")
     try:
         parse_matrix(with_proposal(matrix_text, proposal), matrix_path)

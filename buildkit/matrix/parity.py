@@ -64,10 +64,14 @@ class Vendored:
         return read_dockerfile(file, self.text(file), self.requirements, default_ref=self.sources[file]["branch"], own_repo=own)
 
     def commit(self, file: str) -> str:
-        return str(self.sources[file]["commit"])
+        """The git commit the file was vendored from; a file of a release archive names its release instead."""
+        entry = self.sources[file]
+        return str(entry.get("commit") or entry["branch"])
 
     def url(self, file: str) -> str:
         entry = self.sources[file]
+        if "archive" in entry:  # vendored from a release's source archive (a PyPI sdist), not a git tree
+            return str(entry["repository"])
         return f"{entry['repository']}/blob/{entry['commit']}/{entry['path']}"
 
 
@@ -144,7 +148,8 @@ def _base_rows(stack: Stack, image: UpstreamImage, chips: set[str]) -> list[tupl
     if base is None:
         return [(c, "unknown base", "", False) for c in ("cann", "python", "os", "chip")]
     return [
-        ("cann", base.cann, stack.cann, base.cann.lower() == stack.cann.lower()),
+        # a daily build of the stack's release is not that release: shown, and counted as a difference to explain
+        ("cann", base.release, stack.cann, base.cann.lower() == stack.cann.lower() and not base.daily),
         ("python", base.python, stack.python, base.python == stack.python),
         ("os", base.os, ", ".join(stack.os), base.os in stack.os),
         ("chip", f"{base.cann_chip} ({base.chip or 'unknown'})", ", ".join(sorted(chips)), base.chip in chips),
@@ -191,14 +196,20 @@ def stale_reasons(loaded: LoadedMatrix, found: list[ImageParity]) -> dict[str, l
 
 
 def problems(loaded: LoadedMatrix, found: list[ImageParity]) -> list[str]:
-    """One line per difference without a reason and per stale reason: what the parity test refuses."""
+    """One line per difference without a reason, per stale reason and per unconfirmed pin the stack does not have:
+    what the parity test refuses."""
     lines = [
         f"stack {p.stack_id}: {row.component} differs from {p.file} ({row.where or 'not installed there'}): "
-        f"verl {row.theirs}, ours {row.ours}; add its reason to stacks.{p.stack_id}.upstream.differences.{row.component}"
+        f"{p.file.split('/', 1)[0]} {row.theirs}, ours {row.ours}; "
+        f"add its reason to stacks.{p.stack_id}.upstream.differences.{row.component}"
         for p in found
         for row in p.rows
         if row.unexplained
     ]
+    for stack_id, stack in loaded.matrix.stacks.items():
+        for component in stack.upstream.unconfirmed if stack.upstream is not None else ():
+            if component not in COMPARED[:4] and _ours(stack, component) is None:
+                lines.append(f"stack {stack_id}: upstream.unconfirmed.{component} names a component the stack does not pin: remove it")
     for stack_id, components in stale_reasons(loaded, found).items():
         lines += [
             f"stack {stack_id}: upstream.differences.{c} explains a difference its images no longer have: remove it" for c in components

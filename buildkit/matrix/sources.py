@@ -89,9 +89,9 @@ ParityComponent = Literal[
 
 
 class UpstreamImages(Frozen):
-    """The upstream images a stack stands for (verl's Ascend images, as their Dockerfiles build them), and
-    why the stack differs from them where it does: the parity page and its test hold every other
-    component of the stack to what those Dockerfiles install."""
+    """The upstream images a stack stands for (verl's Ascend images, or vllm-ascend's own, as their Dockerfiles build
+    them), why the stack differs from them where it does, and which pins no primary source confirms: the parity
+    page and its test hold every other component of the stack to what those Dockerfiles install."""
 
     images: tuple[RelativePath, ...] = Field(
         min_length=1,
@@ -100,4 +100,11 @@ class UpstreamImages(Frozen):
     differences: dict[ParityComponent, StrictStr] = Field(
         default={},
         description="component -> why the stack differs from these images there (each difference needs one; a stale one is refused)",
+    )
+    unconfirmed: dict[ParityComponent, StrictStr] = Field(
+        default={},
+        description=(
+            "component -> why its pin could not be confirmed from a primary source, and the evidence that was read: shown by "
+            "`matrix show` and the parity page beside the pin (one naming a component the stack does not pin is refused)"
+        ),
     )

@@ -53,10 +53,12 @@ COMPONENT_OF_REPO = {
 # Projects whose install declares exactly their requirements file (vllm-ascend's setup.py reads requirements.txt),
 # so ``pip install .`` without --no-deps installs it as ``pip install -r`` would.
 DECLARED_BY = {"vllm-ascend": "requirements.txt"}
-# The CANN base images' chip part (Ascend/cann-container-image) -> the chip ids of the matrix.
+# The CANN base images' chip part (Ascend/cann-container-image) -> the chip ids of the matrix. A daily build's tag puts
+# its build time after the release (vllm-ascend 0.30.0rc2: cann:9.2.0_20260930220649-a3-ubuntu22.04-py3.12).
 CHIP_OF_CANN = {"910b": "a2", "a3": "a3", "950": "a5"}
 _BASE = re.compile(
-    r"^(?P<registry>\S+?)/cann:(?P<cann>[0-9]+\.[0-9]+\.[0-9a-z]+)-(?P<chip>[0-9a-z]+)-(?P<os>[a-z]+[0-9.]+)-py(?P<python>3\.[0-9]+)$"
+    r"^(?P<registry>\S+?)/cann:(?P<cann>[0-9]+\.[0-9]+\.[0-9a-z]+)(?:_(?P<daily>[0-9]{14}))?-(?P<chip>[0-9a-z]+)-"
+    r"(?P<os>[a-z]+[0-9.]+)-py(?P<python>3\.[0-9]+)$"
 )
 _COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 _RELEASE_ASSET = re.compile(r"^https?://[^/]+/[^/]+/(?P<repo>[^/]+)/releases/download/(?P<release>[^/]+)/(?P<file>[^/]+\.zip)$")
@@ -86,6 +88,12 @@ class BaseTag:
     cann_chip: str
     os: str
     python: str
+    daily: str = ""  # a daily build's time stamp (YYYYMMDDhhmmss): a build before the release, not the release
+
+    @property
+    def release(self) -> str:
+        """The CANN as the parity page shows it: the release, or the release's daily build."""
+        return f"{self.cann} (daily build {self.daily})" if self.daily else self.cann
 
     @property
     def chip(self) -> str | None:
@@ -170,7 +178,7 @@ class _Reader:
         if m is None:
             self.image.unmapped.append(f"{self.where()}: base image {ref} is not an Ascend CANN image tag")
             return
-        self.image.base = BaseTag(m["registry"], cann_of_tag(m["cann"]), m["chip"], m["os"], m["python"])
+        self.image.base = BaseTag(m["registry"], cann_of_tag(m["cann"]), m["chip"], m["os"], m["python"], m["daily"] or "")
 
     def command(self, words: list[str], numbers: list[int]) -> None:
         self.line = numbers[0]

@@ -113,7 +113,7 @@ def _images_table(loaded: LoadedMatrix, vendored: Vendored, found: list[ImagePar
 
 
 def _difference_rows(rows: list[tuple[str, Row]]) -> list[str]:
-    lines = ["| component | verl installs | ascendkit pins | read from | why |", "|---|---|---|---|---|"]
+    lines = ["| component | upstream installs | ascendkit pins | read from | why |", "|---|---|---|---|---|"]
     for file, row in rows:
         why = row.reason if row.reason is not None else "**no reason given**"
         lines.append("| " + " | ".join(_cell(c) for c in (row.component, row.theirs, row.ours, row.where or file, why)) + " |")
@@ -135,9 +135,13 @@ def _stack_sections(loaded: LoadedMatrix, found: list[ImageParity]) -> list[str]
             lines += ["", "No differences."]
         loose = sorted({f"{row.component} ({row.theirs})" for p in mine for row in p.rows if row.status == "unpinned upstream"})
         if loose:
-            lines += ["", "Left unpinned by verl, pinned here: " + ", ".join(loose) + "."]
+            lines += ["", "Left unpinned upstream, pinned here: " + ", ".join(loose) + "."]
         same = sorted({row.component for p in mine for row in p.rows if row.status == "same"})
         lines += ["", "The same on both sides: " + ", ".join(same) + "."]
+        upstream = loaded.matrix.stacks[stack_id].upstream
+        if upstream is not None and upstream.unconfirmed:
+            lines += ["", "Not confirmed from a primary source (pinned as the evidence below allows, and said so):", ""]
+            lines += [f"- **{component}**: {' '.join(why.split())}" for component, why in upstream.unconfirmed.items()]
     return lines
 
 

@@ -8,16 +8,20 @@ sha256. After upstream moves, with local clones of both repositories:
 
     python -m tests.harness.upstream_files vendor VERL_GIT_DIR VLLM_ASCEND_GIT_DIR
 
-rewrites ``upstream/`` from the refs below (then commit it, re-run ``ascendkit render --all`` and
-read the parity page's diff).
+rewrites ``upstream/`` from the refs below and the release archives (then commit it, re-run
+``ascendkit render --all`` and read the parity page's diff); ``python -m tests.harness.upstream_files archives``
+takes the release archives alone.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import subprocess
 import sys
+import tarfile
+import urllib.request
 from pathlib import Path
 
 from tests.conftest import ROOT
@@ -42,6 +46,71 @@ WANTED: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     (VLLM_ASCEND, "vllm-ascend", "releases/v0.18.0", ("requirements.txt",)),
     (VLLM_ASCEND, "vllm-ascend", "releases/v0.23.0", ("requirements.txt", "Dockerfile")),  # its own image, for matrix import
 )
+
+
+# Releases read from their source archive on PyPI where no git snapshot holds them: (the vendored files'
+# key, the release, the sdist's URL and sha256 as PyPI's simple index lists them, its top folder, the members
+# to take). vllm-ascend 0.30.0rc2 (2026-10-13) is the newest of the v0.30.0 line on PyPI: the fetchable git
+# snapshot of vllm-project/vllm-ascend ends at 2026-08-22 and PyPI has no v0.30.0 final.
+ARCHIVES: tuple[tuple[str, str, str, str, str, tuple[str, ...]], ...] = (
+    (
+        "vllm-ascend",
+        "v0.30.0rc2",
+        "https://files.pythonhosted.org/packages/d1/aa/38f9018eaf20ef60786c4fdc9182e9312719257b002b0533ca028f61bf05/"
+        "vllm_ascend-0.30.0rc2.tar.gz",
+        "05cb51448c0cd174ea338b16ebbfc8e215f44b373ea2a0d65f1314523a01152f",
+        "vllm_ascend-0.30.0rc2",
+        (
+            "Dockerfile",
+            "Dockerfile.a3",
+            "Dockerfile.a5",
+            "requirements.txt",
+            "docs/source/community/versioning_policy.md",
+            ".github/workflows/scripts/install_daily_deps.sh",  # the Dockerfiles' last step: TorchNPU and triton-ascend dailies
+        ),
+    ),
+)
+
+
+ABOUT = (
+    "Upstream files ascendkit reads: verl's Ascend Dockerfiles and their tag table, the requirement files those "
+    "Dockerfiles install, and vllm-ascend's own Dockerfiles and requirements where no git snapshot holds the release "
+    "(taken from its sdist on PyPI, checked against the sdist's sha256: `archive`, `archive_sha256`). "
+    "The parity page (docs/verl-parity.md) and `ascendkit matrix import` read them; "
+    "tests/test_verl_parity.py checks each sha256. Vendor again with `python -m tests.harness.upstream_files vendor`."
+)
+
+
+def vendor_archives() -> list[dict[str, str]]:
+    """The ARCHIVES' members, each checked against the archive's sha256 before one byte is written."""
+    entries = []
+    for key, release, url, sha256, top, members in ARCHIVES:
+        data = urllib.request.urlopen(url, timeout=120).read()
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise SystemExit(f"{url}: sha256 {hashlib.sha256(data).hexdigest()}, PyPI lists {sha256}")
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+            for member in members:
+                extracted = archive.extractfile(f"{top}/{member}")
+                if extracted is None:
+                    raise SystemExit(f"{url}: {member} is not a file")
+                text = extracted.read()
+                file = f"{key}/{release}/{member.rsplit('/', 1)[-1]}"
+                (UPSTREAM / file).parent.mkdir(parents=True, exist_ok=True)
+                (UPSTREAM / file).write_bytes(text)
+                entries.append(
+                    {
+                        "file": file,
+                        "repository": f"https://pypi.org/project/{key}/{release.removeprefix('v')}/",
+                        "branch": release,
+                        "path": member,
+                        "archive": url,
+                        "archive_sha256": sha256,
+                        "blob": hashlib.sha1(b"blob %d\0" % len(text) + text).hexdigest(),
+                        "sha256": hashlib.sha256(text).hexdigest(),
+                        "license": "Apache-2.0",
+                    }
+                )
+    return entries
 
 
 def _git(git_dir: Path, *args: str) -> str:
@@ -78,16 +147,26 @@ def vendor(clones: dict[str, Path]) -> list[dict[str, str]]:
                     "license": "Apache-2.0",
                 }
             )
-    about = (
-        "Upstream files ascendkit reads: verl's Ascend Dockerfiles and their tag table, and the requirement files those "
-        "Dockerfiles install. The parity page (docs/verl-parity.md) and `ascendkit matrix import` read them; "
-        "tests/test_verl_parity.py checks each sha256. Vendor again with `python -m tests.harness.upstream_files vendor`."
-    )
-    (UPSTREAM / "SOURCES.json").write_text(json.dumps({"about": about, "files": entries}, indent=2) + "\n", encoding="utf-8")
+    entries += vendor_archives()
+    (UPSTREAM / "SOURCES.json").write_text(json.dumps({"about": ABOUT, "files": entries}, indent=2) + "\n", encoding="utf-8")
     return entries
 
 
+def add_archives() -> list[dict[str, str]]:
+    """Vendor ARCHIVES again and put them in SOURCES.json beside the git files already there."""
+    index = json.loads((UPSTREAM / "SOURCES.json").read_text(encoding="utf-8"))
+    added = vendor_archives()
+    names = {e["file"] for e in added}
+    index["about"] = ABOUT
+    index["files"] = [e for e in index["files"] if e["file"] not in names and "archive" not in e] + added
+    (UPSTREAM / "SOURCES.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+    return added
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["archives"]:
+        print(f"vendored {len(add_archives())} files from release archives into {UPSTREAM}")
+        return 0
     if len(argv) != 3 or argv[0] != "vendor":
         print(__doc__, file=sys.stderr)
         return 2
