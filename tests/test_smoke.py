@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
+import docker.errors
 import pyarrow.parquet as pq
 import pytest
 import requests
@@ -453,6 +454,11 @@ class FakeEngine:
 
     def remove_container(self, cid: str, force: bool = False) -> None:
         self.removed.append(cid)
+
+    def inspect_container(self, cid: str) -> dict[str, Any]:
+        if cid in self.removed:  # as the engine answers for a container it removed
+            raise docker.errors.NotFound(f"No such container: {cid}")
+        return {"Id": cid}
 
 
 def smoke_request(tmp_path: Path, **kwargs: Any) -> SmokeRequest:

@@ -18,6 +18,7 @@ import docker
 import pytest
 from docker.errors import ImageNotFound
 
+from buildkit.errors import ExitCode
 from tests.conftest import TEST_MATRIX, DockerEnv
 from tests.harness.gitserver import make_repository, serve
 from tests.test_reproducible import engine_name
@@ -294,6 +295,7 @@ def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_rep
     )
     assert _python_in(docker_env, ref, probe).split() == ["3.7+acme.1", "1"]
     _published_signed_and_verified(docker_env, built, ref, f"{url}/acme/verl.git@{commit}", tmp_path)
+    _smoked(docker_env, ref, tmp_path)
     with zipfile.ZipFile(wheel) as original:  # a wheel by the same name with one file more: not the one locked
         entries = {name: original.read(name) for name in original.namelist()}
     with zipfile.ZipFile(wheel, "w") as swapped:
@@ -304,6 +306,28 @@ def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_rep
     wheel.unlink()
     gone = _team(docker_env, tmp_path / "team", "build", "--base-image", built["tags"][0])
     assert gone.returncode == 2 and "the fork's wheel is not there" in gone.stderr
+
+
+def _smoked(docker_env: DockerEnv, ref: str, tmp_path: Path) -> None:
+    """`ascendkit smoke` takes the team image as it takes a reference one: the configuration check runs the job's module
+    with the image's framework, which is the team's fork (the test stack's stand-in fork is idna, so it says verl is
+    not there: the check ran in this image); doctor's preflight then runs in the team image, as its user, and holds
+    the image's pins, the fork's replaced one among them; the team's reward function rides on the job."""
+    reward = "custom_reward_function.path=/opt/team/rewards/math.py"
+    smoke = ["smoke", "--matrix", str(TEST_MATRIX), "--hw", "a3", "--image", ref, "--override", reward, "--timeout", "300"]
+    before = docker_env.containers()
+    checked = docker_env.ascendkit(*smoke, "--out", str(tmp_path / "smoke-check"), cwd=tmp_path)
+    assert checked.returncode == ExitCode.CHECK_FAILED, checked.stderr[-3000:]
+    assert "config check: verl is not installed in this image (No module named 'verl')" in checked.stderr
+    check = json.loads((tmp_path / "smoke-check" / "report.json").read_text())["config_check"]
+    assert check["command"][:3] == ["python3", "-m", "verl.trainer.main_ppo"] and reward in check["command"], check["command"]
+    preflight = docker_env.ascendkit(*smoke, "--no-config-check", "--out", str(tmp_path / "smoke"), cwd=tmp_path)
+    assert preflight.returncode == ExitCode.NO_DEVICES, preflight.stderr[-3000:]
+    report = json.loads((tmp_path / "smoke" / "report.json").read_text())
+    doctor = {c["name"]: c for c in report["doctor"]["checks"]}
+    assert doctor["pinned packages"]["status"] == "ok", doctor["pinned packages"]
+    assert reward in report["job"]["command"], "the team's reward function is the job's"
+    assert docker_env.containers() == before, "smoke's containers were removed"
 
 
 def published_digest(outcome: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -36,19 +37,34 @@ def connect(timeout: int = BUILD_READ_TIMEOUT) -> docker.APIClient:
     return client
 
 
+REMOVE_TRIES = 6  # attempts to remove one container, 0.5 s to 8 s apart: about 15 s in all
+
+
 def remove_containers(client: docker.APIClient, ids: list[str]) -> None:
-    """Remove containers (killing them if they run). A failure is retried once, a second later, on a
-    fresh connection: the engine may still be tearing a build step down, and after Ctrl-C or SIGTERM
-    the client's connection may have been cut mid-answer. Used wherever ascendkit removes its own."""
+    """Remove containers (killing them if they run), each until the engine no longer has it. A failed removal
+    is tried again on a fresh connection, with growing pauses (bounded, :data:`REMOVE_TRIES`): the engine may
+    still be tearing a build step down, an overlay2 engine may answer that a layer is busy for a moment after the
+    container exited, a removal already under way answers 409 until it is done, and after Ctrl-C or SIGTERM the
+    client's connection may have been cut mid-answer. One still there after every try is named on stderr (this
+    runs in clean-up, where raising would hide the error that brought it there). Used wherever ascendkit
+    removes its own."""
     for cid in ids:
-        for attempt in range(2):
+        pause, conn = 0.5, client
+        for attempt in range(REMOVE_TRIES):
             try:
-                (client if attempt == 0 else connect(timeout=60)).remove_container(cid, force=True)
-                break
+                if attempt:
+                    conn = connect(timeout=60)
+                conn.remove_container(cid, force=True)
+                conn.inspect_container(cid)  # still there: a removal under way elsewhere, or the engine's own lag
             except NotFound:
                 break
             except (DockerException, requests.exceptions.RequestException, Unavailable):
-                time.sleep(1)
+                pass
+            if attempt + 1 < REMOVE_TRIES:
+                time.sleep(pause)
+                pause = min(pause * 2, 8.0)
+        else:
+            print(f"ascendkit: could not remove container {cid[:12]}: remove it with `docker rm -f {cid[:12]}`", file=sys.stderr)
 
 
 def ascendkit_image(client: docker.APIClient, ref: str, missing_hint: str) -> tuple[dict[str, Any], str]:

@@ -10,9 +10,11 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Literal
 
 import docker
 from docker.errors import NotFound
@@ -23,7 +25,7 @@ from buildkit.image.buildx import BUILDKIT, Builder, secret_files, stop
 from buildkit.image.context import write_context
 from buildkit.image.progress import tell
 from buildkit.image.render import SECRETS_ARG
-from buildkit.image.secrets import SecretServer
+from buildkit.image.secrets import BuildSecrets, SecretServer
 from buildkit.image.solve import SolveProgress
 
 HISTORY_TRIES = 3  # builds of one plan when BuildKit fails each on recording it in its history
@@ -56,76 +58,97 @@ def build_with_buildx(
     return engine_id, config, first
 
 
-def _buildx_build(client: docker.APIClient, plan: BuildPlan, builder: Builder, progress: SolveProgress) -> tuple[str, str | None]:
-    """BuildKit, through ``buildx build``: the image, loaded untagged into the engine; its ID there, and its
-    config digest as BuildKit's metadata gives it (None where that does not name the engine's image).
-    No provenance or SBOM attestations (they would make the image an index; ascendkit writes its own).
-    Where this BuildKit hashes the whole root filesystem for a secret mount (``builder.serves_secrets``),
-    it builds the render without them, and the secrets come from the loopback server in ``ftp_proxy``, as
-    for the classic builder: the same steps and the same image (no secret mount is in its history)."""
+@dataclass(frozen=True)
+class BuildxJob:
+    """What one ``buildx build`` takes besides the secrets: the reference build's and a team build's differ only here."""
+
+    context: Path  # holds the Dockerfile to build
+    platform: str
+    no_cache: bool
+    progress: Literal["rawjson", "plain"]
+    extra: tuple[str, ...] = ()  # -t TAG, --build-arg, --cache-from/--cache-to
+    loopback: bool = False  # a mirror the steps reach is on this machine's loopback: they need the host's network
+
+
+def run_buildx(
+    builder: Builder, job: BuildxJob, secrets: BuildSecrets, on_line: Callable[[str], None]
+) -> tuple[int, dict[str, Any] | None]:
+    """One ``buildx build --load`` of ``job``, each line it prints given to ``on_line``: its exit code and the build
+    metadata buildx wrote (None when it wrote none). No provenance or SBOM attestations (they would make the image an
+    index; ascendkit writes its own). The secrets are files of this process's own, in memory where /dev/shm is, passed
+    as secret mounts; or, where this BuildKit hashes the whole root filesystem for a secret mount
+    (``builder.serves_secrets``), served on loopback, their URL in buildx's environment (not its command line, which
+    any user of the machine can read); a wheelhouse is always served. Interrupted, buildx is stopped, which cancels
+    the solve: BuildKit leaves no container behind."""
     shm = Path("/dev/shm")
     private_root = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None  # secrets stay in memory
-    with (
-        tempfile.TemporaryDirectory(prefix="ascendkit-context-") as context,
-        tempfile.TemporaryDirectory(prefix="ascendkit-build-", dir=private_root) as private,
-        ExitStack() as cleanup,
-    ):
-        write_context(plan, Path(context), BUILDKIT, served=builder.serves_secrets)
+    with tempfile.TemporaryDirectory(prefix="ascendkit-build-", dir=private_root) as private, ExitStack() as cleanup:
         metadata = Path(private) / "metadata.json"
-        argv = [*builder.command, "build", "--progress=rawjson", "--provenance=false", "--sbom=false", "--load"]
-        argv += ["--metadata-file", str(metadata), "--platform", plan.platform, "-f", str(Path(context) / "Dockerfile")]
-        argv += [f"--build-arg={name}={value}" for name, value in plan.buildargs]
-        if plan.no_cache:
+        argv = [*builder.command, "build", f"--progress={job.progress}", "--provenance=false", "--sbom=false", "--load"]
+        argv += ["--metadata-file", str(metadata), "--platform", job.platform, "-f", str(job.context / "Dockerfile"), *job.extra]
+        if job.no_cache:
             argv.append("--no-cache")
         wheels_url, environment = "", None
-        if plan.secrets and builder.serves_secrets:  # the CA bundle, the env and any wheelhouse, all served
-            # The value from buildx's environment, not its command line, which any user of the machine can read.
-            environment = {**os.environ, SECRETS_ARG: cleanup.enter_context(SecretServer(plan.secrets)).url}
+        if secrets and builder.serves_secrets:  # the CA bundle, the env and any wheelhouse, all served
+            environment = {**os.environ, SECRETS_ARG: cleanup.enter_context(SecretServer(secrets)).url}
             argv.append(f"--build-arg={SECRETS_ARG}")
-        elif plan.secrets.wheelhouse is not None:  # pip reaches the served wheelhouse on 127.0.0.1
-            wheels_url = f"{cleanup.enter_context(SecretServer(plan.secrets)).url}/wheels/"
+        elif secrets.wheelhouse is not None:  # pip reaches the served wheelhouse on 127.0.0.1
+            wheels_url = f"{cleanup.enter_context(SecretServer(secrets)).url}/wheels/"
         # BuildKit's steps get a network of their own, without this machine's loopback. Where the secrets are
         # served, every build takes the host's, with secrets or without: the network is part of a step's cache
         # key, and a build without a CA bundle would otherwise share no step with one that has it.
-        if wheels_url or on_loopback(plan) or builder.serves_secrets:
+        if wheels_url or job.loopback or builder.serves_secrets:
             argv += ["--network", "host"]
         if not builder.serves_secrets:
-            argv += secret_files(Path(private), plan.secrets.ca_bundle, plan.secrets.env_script(wheels_url))
-        if plan.cache_ref:
-            argv += ["--cache-from", f"type=registry,ref={plan.cache_ref}"]
-        if plan.cache_ref and plan.cache_export:
-            argv += ["--cache-to", f"type=registry,ref={plan.cache_ref},mode=max,ignore-error=true"]
-        argv.append(context)
+            argv += secret_files(Path(private), secrets.ca_bundle, secrets.env_script(wheels_url))
+        argv.append(str(job.context))
         try:
             process = subprocess.Popen(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                start_new_session=True,
-                env=environment,
-            )
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                start_new_session=True, env=environment,
+            )  # fmt: skip
         except OSError as exc:
             raise Unavailable(f"cannot run buildx ({' '.join(builder.command)}): {exc}") from None
         assert process.stdout is not None
         try:
             for line in process.stdout:
-                progress.feed_text(line)
+                on_line(line)
             code = process.wait()
         except BaseException:
-            stop(process)  # buildx cancels the solve: BuildKit leaves no container behind
-            progress.close(ended=False)
+            stop(process)
             raise
-        progress.close()
-        progress.settle(code)
-        if code != 0 or progress.error:
-            progress.error = progress.error or next(reversed(progress.last_words), "") or f"buildx exited with code {code}"
-            raise BuildFailed(progress.failure_message())
         try:
             result = json.loads(metadata.read_text())
         except (OSError, ValueError):
-            raise BuildFailed("BuildKit reported no image (buildx wrote no build metadata)") from None
+            result = None
+    return code, result if isinstance(result, dict) else None
+
+
+def _buildx_build(client: docker.APIClient, plan: BuildPlan, builder: Builder, progress: SolveProgress) -> tuple[str, str | None]:
+    """BuildKit, through :func:`run_buildx`: the image, loaded untagged into the engine; its ID there, and its
+    config digest as BuildKit's metadata gives it (None where that does not name the engine's image). Where the
+    secrets are served, the render has no secret mounts: the same steps and the same image as with them (no secret
+    mount is in its history)."""
+    with tempfile.TemporaryDirectory(prefix="ascendkit-context-") as context:
+        write_context(plan, Path(context), BUILDKIT, served=builder.serves_secrets)
+        extra = [f"--build-arg={name}={value}" for name, value in plan.buildargs]
+        if plan.cache_ref:
+            extra += ["--cache-from", f"type=registry,ref={plan.cache_ref}"]
+        if plan.cache_ref and plan.cache_export:
+            extra += ["--cache-to", f"type=registry,ref={plan.cache_ref},mode=max,ignore-error=true"]
+        job = BuildxJob(Path(context), plan.platform, plan.no_cache, "rawjson", tuple(extra), loopback=on_loopback(plan))
+        try:
+            code, result = run_buildx(builder, job, plan.secrets, progress.feed_text)
+        except BaseException:
+            progress.close(ended=False)
+            raise
+    progress.close()
+    progress.settle(code)
+    if code != 0 or progress.error:
+        progress.error = progress.error or next(reversed(progress.last_words), "") or f"buildx exited with code {code}"
+        raise BuildFailed(progress.failure_message())
+    if result is None:
+        raise BuildFailed("BuildKit reported no image (buildx wrote no build metadata)")
     config, manifest = result.get("containerimage.config.digest"), result.get("containerimage.digest")
     for candidate in (config, manifest):  # the graph-driver store's ID, else the containerd store's
         if isinstance(candidate, str):

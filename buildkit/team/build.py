@@ -6,12 +6,9 @@ that passes is tagged; one that fails is removed, with its containers.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
-import subprocess
 import tempfile
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,14 +22,14 @@ from buildkit.cancel import deferred
 from buildkit.errors import BuildFailed, ExitCode, InputError, Unavailable, VerifyFailed
 from buildkit.fsio import check_output_dir, write_atomic
 from buildkit.image.archive import identify
-from buildkit.image.buildx import BUILDKIT, Builder, choose_builder, secret_files, stop
+from buildkit.image.buildx import BUILDKIT, Builder, choose_builder
 from buildkit.image.engine import engine_facts, remove_containers
 from buildkit.image.manifest import write_manifest
 from buildkit.image.render import SECRETS_ARG
 from buildkit.image.sbom import dumps, sbom_path
 from buildkit.image.secrets import BuildSecrets, SecretServer
 from buildkit.image.verify import collect_facts
-from buildkit.image.with_buildx import LOOPBACK
+from buildkit.image.with_buildx import LOOPBACK, BuildxJob, run_buildx
 from buildkit.imageref import split_ref
 from buildkit.lock.sdist import public_url
 from buildkit.plan.image import arch_tag
@@ -118,56 +115,29 @@ def _build(client: docker.APIClient, context: Path, tag: str, secrets: BuildSecr
 def _buildkit(
     client: docker.APIClient, builder: Builder, context: Path, dockerfile: str, plan: tuple[str, str, bool], secrets: BuildSecrets
 ) -> str:
-    """BuildKit, through buildx (as :mod:`buildkit.image.with_buildx` runs it for reference images): the team's
-    Dockerfile with its pip cache mount, the CA bundle and index credentials as secret mounts, or served on loopback
-    where this BuildKit hashes the whole root filesystem for a secret mount (``builder.serves_secrets``); the image
-    loaded into the engine under ``tag``. ``plan``: (tag, platform, no_cache). Its ID in the engine."""
+    """BuildKit, through :func:`buildkit.image.with_buildx.run_buildx` as reference images are built: the team's
+    Dockerfile with its pip cache mount, the secrets as secret mounts, or served on loopback where this BuildKit hashes
+    the whole root filesystem for a secret mount (then the render has none); the image loaded into the engine under
+    ``tag``. ``plan``: (tag, platform, no_cache). Its ID in the engine."""
     tag, platform, no_cache = plan
-    served = builder.serves_secrets
-    shm = Path("/dev/shm")
-    private_root = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None  # secrets stay in memory
-    with tempfile.TemporaryDirectory(prefix="ascendkit-team-build-", dir=private_root) as private, ExitStack() as stack:
-        text = dockerfile.replace(SECRET_MOUNTS, "") if served else dockerfile
-        (context / "Dockerfile").write_text(text, encoding="utf-8")
-        metadata = Path(private) / "metadata.json"
-        argv = [*builder.command, "build", "--progress=plain", "--provenance=false", "--sbom=false", "--load", "-t", tag]
-        argv += ["--metadata-file", str(metadata), "--platform", platform, "-f", str(context / "Dockerfile")]
-        environment = None
-        if served and secrets:  # the value from buildx's environment, not its command line, which any user can read
-            environment = {**os.environ, SECRETS_ARG: stack.enter_context(SecretServer(secrets)).url}
-            argv.append(f"--build-arg={SECRETS_ARG}")
-        elif not served:
-            argv += secret_files(Path(private), secrets.ca_bundle, secrets.env_script())
-        # the steps reach an index on this machine's loopback (a mirror, a devpi), and the served secrets, only on the
-        # host's network; taken whenever secrets are served, so a build with them shares its cache with one without
-        if served or any(LOOPBACK.search(url) for url in [*(u for _, u in secrets.env), *_index_urls(text)]):
-            argv += ["--network", "host"]
-        if no_cache:
-            argv.append("--no-cache")
-        argv.append(str(context))
-        try:
-            process = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                start_new_session=True, env=environment,
-            )  # fmt: skip
-        except OSError as exc:
-            raise Unavailable(f"cannot run buildx ({' '.join(builder.command)}): {exc}") from None
-        assert process.stdout is not None
-        tail: list[str] = []
-        try:
-            for line in process.stdout:
-                tail.append(line.rstrip())
-                del tail[:-30]
-            code = process.wait()
-        except BaseException:
-            stop(process)  # buildx cancels the solve: BuildKit leaves no container behind
-            raise
-        if code != 0:
-            raise BuildFailed(f"the team image's build failed (buildx exited {code}):\n" + "\n".join(tail[-15:]))
-        try:
-            result = json.loads(metadata.read_text())
-        except (OSError, ValueError):
-            raise BuildFailed("BuildKit reported no image (buildx wrote no build metadata)") from None
+    text = dockerfile.replace(SECRET_MOUNTS, "") if builder.serves_secrets else dockerfile
+    (context / "Dockerfile").write_text(text, encoding="utf-8")
+    # the steps reach an index on this machine's loopback (a mirror, a devpi) only on the host's network
+    loopback = any(LOOPBACK.search(url) for url in [*(u for _, u in secrets.env), *_index_urls(text)])
+    tail: list[str] = []
+
+    def keep(line: str) -> None:
+        tail.append(line.rstrip())
+        del tail[:-30]
+
+    job = BuildxJob(context, platform, no_cache, "plain", ("-t", tag), loopback=loopback)
+    code, result = run_buildx(builder, job, secrets, keep)
+    if code != 0:
+        raise BuildFailed(f"the team image's build failed (buildx exited {code}):\n" + "\n".join(tail[-15:]))
+    if result is None:  # buildx may have loaded the image and tagged it before it failed to say so: no tag left behind
+        with suppress(ImageNotFound):
+            client.remove_image(tag)
+        raise BuildFailed("BuildKit reported no image (buildx wrote no build metadata); nothing was tagged")
     try:
         return str(client.inspect_image(tag)["Id"])
     except ImageNotFound:
