@@ -52,6 +52,26 @@ def test_a_planted_older_pin_is_found_and_the_newer_one_proposed(runner: CliRunn
 
 
 @pytest.mark.network
+def test_a_release_outside_the_stacks_override_is_not_accepted(runner: CliRunner, tmp_path: Path) -> None:
+    """cann9.1 and cann9.2 override transformers to 5.10.4 because verl 0.9.1 wants <5.11: a newer transformers the
+    rules accept alone is still held by the override (here six, the test stack's transformers, held at 1.16.0)."""
+    matrix = tmp_path / "matrix.yaml"
+    text = TEST_MATRIX.read_text()
+    anchor = '    constraints:\n      numpy: "<2.0.0"\n    env:\n      ASCENDKIT_TEST_STACK: "1"\n'
+    assert anchor in text
+    matrix.write_text(text.replace(anchor, anchor + '    overrides:\n      six: "==1.16.0"\n', 1))
+    result = runner.invoke(app, ["matrix", "outdated", "--stack", "teststack", "--json", "--matrix", str(matrix)])
+    assert result.exit_code == 0, result.stderr
+    (news,) = json.loads(result.stdout)
+    transformers = {p["component"]: p for p in news["pins"]}["transformers"]
+    assert transformers["status"] == "outdated" and "1.17.0" in transformers["newer"], transformers
+    assert transformers["accepted"] is None, "held by the override"
+    assert transformers["refused"][0][1] == (
+        "the stack's overrides hold six at ==1.16.0 (see why): move the override with it"
+    ), transformers["refused"]
+
+
+@pytest.mark.network
 def test_an_unreachable_index_is_reported_not_guessed(runner: CliRunner, tmp_path: Path) -> None:
     matrix = planted(tmp_path)
     argv = [

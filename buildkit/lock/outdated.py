@@ -14,6 +14,8 @@ import itertools
 import re
 from dataclasses import dataclass, field, replace
 
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from buildkit.errors import InputError
@@ -72,6 +74,12 @@ def _refusals(matrix: Matrix, stack_id: str, before: set[str]) -> list[str]:
     return found
 
 
+def _override_of(stack: Stack, package: str) -> str | None:
+    """The stack's override of ``package`` (its ``overrides``, by canonical name), if it has one."""
+    wanted = canonicalize_name(package)
+    return next((spec for name, spec in stack.overrides.items() if canonicalize_name(name) == wanted), None)
+
+
 def _installable_versions(client: IndexClient, url: str, package: str, arch: str, stack: Stack, from_source: bool) -> set[Version]:
     project = client.project(url, package)
     tags = target_tags(arch, stack.python)
@@ -99,7 +107,13 @@ def _pin_news(loaded: LoadedMatrix, client: IndexClient, index_urls: dict[str, s
             continue
         newer = sorted((v for v in common or set() if v > Version(pin.version)), reverse=True)
         accepted, refused = None, []
+        held = _override_of(stack, package)
         for version in newer:
+            if held is not None and not SpecifierSet(held).contains(version, prereleases=True):
+                # the matrix overrides what another pin declares for this package (its comment says why): a release
+                # outside the override is what that other pin refuses, unless the override moves with it
+                refused.append((str(version), f"the stack's overrides hold {package} at {held} (see why): move the override with it"))
+                continue
             why = _refusals(_with_versions(loaded.matrix, stack_id, {component: str(version)}), stack_id, before)
             if not why:
                 accepted = str(version)
