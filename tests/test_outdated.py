@@ -66,9 +66,8 @@ def test_a_release_outside_the_stacks_override_is_not_accepted(runner: CliRunner
     transformers = {p["component"]: p for p in news["pins"]}["transformers"]
     assert transformers["status"] == "outdated" and "1.17.0" in transformers["newer"], transformers
     assert transformers["accepted"] is None, "held by the override"
-    assert transformers["refused"][0][1] == (
-        "the stack's overrides hold six at ==1.16.0 (see why): move the override with it"
-    ), transformers["refused"]
+    said = "the stack's overrides hold six at ==1.16.0 (see why): move the override with it"
+    assert transformers["refused"][0][1] == said, transformers["refused"]
 
 
 @pytest.mark.network
