@@ -96,6 +96,16 @@ def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest | 
             f"{where}: its provenance records no epoch: it was built before ascendkit's images were reproducible (or not by "
             "ascendkit), so it cannot be rebuilt to the same digest; rebuild it with `ascendkit build` and publish it again"
         )
+    team = params.get("team")
+    if isinstance(team, dict):  # its inputs are the team repository's (file, lock, files, fork), not this matrix's
+        source = str(params.get("source") or "its repository")
+        raise InputError(
+            f"{where}: a team image ({team.get('name')}), built by `ascendkit team build` from {source}: `rebuild` takes "
+            "reference images only. Rebuild it in the team's repository at that commit with `ascendkit team build "
+            "--no-cache` (the lock and files by sha256 as its provenance records them: "
+            f"{str(team.get('lock_sha256'))[:12]}..., {str(team.get('files_sha256'))[:12]}...), publish it to a scratch "
+            "repository with `ascendkit publish` and compare the digests (`ascendkit diff` names what differs)"
+        )
     missing = [key for key in ("stack", "chip", "arch", "os") if not params.get(key)]
     if missing:
         raise InputError(f"{where}: its provenance does not record {', '.join(missing)}: its inputs cannot be recovered")
