@@ -39,6 +39,9 @@ BREAKS_A_RULE = {
     "vllm-ascend/v0.30.0rc2/Dockerfile": ["torch-npu-matches-cann"],
     "vllm-ascend/v0.30.0rc2/Dockerfile.a3": ["torch-npu-matches-cann"],
     "vllm-ascend/v0.30.0rc2/Dockerfile.a5": ["torch-npu-matches-cann"],
+    "vllm-ascend/v0.30.0rc2/Dockerfile.openEuler": ["torch-npu-matches-cann"],
+    "vllm-ascend/v0.30.0rc2/Dockerfile.a3.openEuler": ["torch-npu-matches-cann"],
+    "vllm-ascend/v0.30.0rc2/Dockerfile.a5.openEuler": ["torch-npu-matches-cann"],
 }
 
 

@@ -64,6 +64,9 @@ ARCHIVES: tuple[tuple[str, str, str, str, str, tuple[str, ...]], ...] = (
             "Dockerfile",
             "Dockerfile.a3",
             "Dockerfile.a5",
+            "Dockerfile.openEuler",
+            "Dockerfile.a3.openEuler",
+            "Dockerfile.a5.openEuler",
             "requirements.txt",
             "docs/source/community/versioning_policy.md",
             ".github/workflows/scripts/install_daily_deps.sh",  # the Dockerfiles' last step: TorchNPU and triton-ascend dailies
