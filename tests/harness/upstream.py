@@ -36,7 +36,10 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from buildkit.lock.index import DistFile
 
 PYPI = "https://pypi.org/simple"
 # verl's packages whose __init__ imports torch (verl: DataProto; verl.utils: the tokenizer helpers).
@@ -120,9 +123,9 @@ def needed() -> dict[tuple[str, str], tuple[str, tuple[str, ...]]]:
     return dict(sorted(wanted.items()))
 
 
-def fetch(project: str, version: str, kind: str) -> tuple[Path, str]:
+def fetch(project: str, version: str, kind: str) -> tuple[Path, DistFile]:
     """The artifact from PyPI (no dependencies), checked against the index's sha256 and kept in the
-    cache: its path and that sha256."""
+    cache: its path and the index's entry for it (URL, sha256)."""
     from buildkit.lock.index import IndexClient, download
     from buildkit.settings import default_ca_bundle
 
@@ -135,7 +138,7 @@ def fetch(project: str, version: str, kind: str) -> tuple[Path, str]:
     path = CACHE / artifact.filename
     if not path.exists():
         download(client.session, artifact.url, path, frozenset({artifact.sha256}))
-    return path, artifact.sha256
+    return path, artifact
 
 
 def _matches(name: str, pattern: str) -> bool:
@@ -165,13 +168,13 @@ def members(artifact: Path, patterns: tuple[str, ...]) -> dict[str, bytes]:
 
 def source_of(project: str, version: str, kind: str, patterns: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, bytes]]:
     """What the store holds for one artifact, fresh from PyPI: its SOURCE.json and its files."""
-    path, sha256 = fetch(project, version, kind)
+    path, artifact = fetch(project, version, kind)
     files = members(path, patterns)
     source = {
         "project": project,
         "version": version,
         "artifact": path.name,
-        "sha256": sha256,
+        "sha256": artifact.sha256,
         "index": PYPI,
         "files": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
     }

@@ -16,12 +16,9 @@ takes the release archives alone.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import subprocess
 import sys
-import tarfile
-import urllib.request
 from pathlib import Path
 
 from tests.conftest import ROOT
@@ -48,18 +45,15 @@ WANTED: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 )
 
 
-# Releases read from their source archive on PyPI where no git snapshot holds them: (the vendored files'
-# key, the release, the sdist's URL and sha256 as PyPI's simple index lists them, its top folder, the members
-# to take). vllm-ascend 0.30.0rc2 (2026-10-13) is the newest of the v0.30.0 line on PyPI: the fetchable git
-# snapshot of vllm-project/vllm-ascend ends at 2026-08-22 and PyPI has no v0.30.0 final.
-ARCHIVES: tuple[tuple[str, str, str, str, str, tuple[str, ...]], ...] = (
+# Releases read from their source archive on PyPI where no git snapshot holds them: (the project, which also names
+# their folder here, the release, the sdist's sha256 as PyPI's index listed it when it was read, the members to take).
+# vllm-ascend 0.30.0rc2 (2026-10-13) is the newest of the v0.30.0 line on PyPI: the fetchable git snapshot of
+# vllm-project/vllm-ascend ends at 2026-08-22 and PyPI has no v0.30.0 final.
+ARCHIVES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     (
         "vllm-ascend",
-        "v0.30.0rc2",
-        "https://files.pythonhosted.org/packages/d1/aa/38f9018eaf20ef60786c4fdc9182e9312719257b002b0533ca028f61bf05/"
-        "vllm_ascend-0.30.0rc2.tar.gz",
+        "0.30.0rc2",
         "05cb51448c0cd174ea338b16ebbfc8e215f44b373ea2a0d65f1314523a01152f",
-        "vllm_ascend-0.30.0rc2",
         (
             "Dockerfile",
             "Dockerfile.a3",
@@ -74,7 +68,6 @@ ARCHIVES: tuple[tuple[str, str, str, str, str, tuple[str, ...]], ...] = (
     ),
 )
 
-
 ABOUT = (
     "Upstream files ascendkit reads: verl's Ascend Dockerfiles and their tag table, the requirement files those "
     "Dockerfiles install, and vllm-ascend's own Dockerfiles and requirements where no git snapshot holds the release "
@@ -85,34 +78,34 @@ ABOUT = (
 
 
 def vendor_archives() -> list[dict[str, str]]:
-    """The ARCHIVES' members, each checked against the archive's sha256 before one byte is written."""
+    """The ARCHIVES' members, from the sdist as :func:`tests.harness.upstream.fetch` takes it from PyPI (checked
+    against the index's sha256), which must still be the sha256 recorded here before one byte is written."""
+    from tests.harness.upstream import fetch, members
+
     entries = []
-    for key, release, url, sha256, top, members in ARCHIVES:
-        data = urllib.request.urlopen(url, timeout=120).read()
-        if hashlib.sha256(data).hexdigest() != sha256:
-            raise SystemExit(f"{url}: sha256 {hashlib.sha256(data).hexdigest()}, PyPI lists {sha256}")
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-            for member in members:
-                extracted = archive.extractfile(f"{top}/{member}")
-                if extracted is None:
-                    raise SystemExit(f"{url}: {member} is not a file")
-                text = extracted.read()
-                file = f"{key}/{release}/{member.rsplit('/', 1)[-1]}"
-                (UPSTREAM / file).parent.mkdir(parents=True, exist_ok=True)
-                (UPSTREAM / file).write_bytes(text)
-                entries.append(
-                    {
-                        "file": file,
-                        "repository": f"https://pypi.org/project/{key}/{release.removeprefix('v')}/",
-                        "branch": release,
-                        "path": member,
-                        "archive": url,
-                        "archive_sha256": sha256,
-                        "blob": hashlib.sha1(b"blob %d\0" % len(text) + text).hexdigest(),
-                        "sha256": hashlib.sha256(text).hexdigest(),
-                        "license": "Apache-2.0",
-                    }
-                )
+    for project, version, sha256, wanted in ARCHIVES:
+        path, artifact = fetch(project, version, "sdist")
+        if artifact.sha256 != sha256:
+            raise SystemExit(f"{artifact.url}: sha256 {artifact.sha256}, {sha256} when it was read")
+        found = members(path, wanted)  # each one named must be there
+        for member in wanted:  # in the order written here
+            text = found[member]
+            file = f"{project}/v{version}/{member.rsplit('/', 1)[-1]}"
+            (UPSTREAM / file).parent.mkdir(parents=True, exist_ok=True)
+            (UPSTREAM / file).write_bytes(text)
+            entries.append(
+                {
+                    "file": file,
+                    "repository": f"https://pypi.org/project/{project}/{version}/",
+                    "branch": f"v{version}",
+                    "path": member,
+                    "archive": artifact.url,
+                    "archive_sha256": sha256,
+                    "blob": hashlib.sha1(b"blob %d\0" % len(text) + text).hexdigest(),
+                    "sha256": hashlib.sha256(text).hexdigest(),
+                    "license": "Apache-2.0",
+                }
+            )
     return entries
 
 
