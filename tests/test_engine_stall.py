@@ -13,7 +13,6 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -46,9 +45,7 @@ def stalling(docker_env: DockerEnv, tmp_path: Path) -> Iterator[tuple[DockerEnv,
         os.kill(pid, signal.SIGCONT)  # whatever stopped the test, the engine runs on
 
 
-def test_a_build_failed_on_recording_its_history_is_built_again_from_cache(
-    stalling: tuple[DockerEnv, Path], built: dict[str, Any], tmp_path: Path
-) -> None:
+def test_a_build_failed_on_recording_its_history_is_built_again_from_cache(stalling: tuple[DockerEnv, Path], tmp_path: Path) -> None:
     env, count = stalling
     repo = own_repo("stalled")
     build = ["build", "--hw", "a3", "--arch", "x86_64", "--matrix", str(TEST_MATRIX), "--base-image", env.standin, "--repo", repo]
