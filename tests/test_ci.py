@@ -161,6 +161,31 @@ def test_the_closing_table_counts_each_pytest_jobs_tests(tmp_path: Path) -> None
     assert table[3].split()[:3] == ["lint", "passed", table[3].split()[2]] and len(table[3].split()) == 4, table[3]
 
 
+def test_the_failures_come_last_naming_each_failed_test_or_the_end_of_the_jobs_log(tmp_path: Path) -> None:
+    """CI's output is read from its end: what failed is said there, not only in a log left on the machine."""
+    summary_lines = [
+        "FAILED tests/test_build.py::test_one - AssertionError: the tag is left",
+        "ERROR tests/test_push.py::test_two - RuntimeError: no registry",
+    ]
+    docker = "\n".join(["collected 3 items", "E   assert 1 == 2", "=== short test summary info ===", *summary_lines, "1 failed, 1 error"])
+    jobs = [
+        Job("docker", py(f"import sys; print({docker!r}); sys.exit(1)")),
+        Job("bench", py("import sys; print('\\n'.join(f'line {i}' for i in range(20))); sys.exit(2)")),
+        Job("unit", py("print('FAILED tests/x.py::y - never shown: this job passed')")),
+    ]
+    runner = run(jobs, tmp_path)
+    said = runner.failures(tail=3).splitlines()
+    assert said == [
+        "docker failed (exit 1); its failed tests:",
+        *(f"  {line}" for line in summary_lines),
+        "bench failed (exit 2); the end of its log:",
+        "  line 17",
+        "  line 18",
+        "  line 19",
+    ]
+    assert run([Job("unit", py("print('ok')"))], tmp_path).failures() == ""
+
+
 def test_a_job_that_cannot_start_fails_and_its_dependents_do_not_run(tmp_path: Path) -> None:
     def no_env_file() -> dict[str, str]:
         raise FileNotFoundError("/nowhere/env")

@@ -55,7 +55,9 @@ run beside them (cpuacct.PRIORITY). The services are stopped at the end whatever
 on Ctrl-C or SIGTERM; then a table
 says how each job ended, how long it took, the CPU its processes used (tests/harness/cpuacct.py, with each
 engine's builds and containers on a line of their own) and, for a pytest job, how many tests passed, failed
-and were skipped (read from pytest's closing line). The exit status is 0 when every job passed, else 1
+and were skipped (read from pytest's closing line). Last come the failures, so that the end of the output
+names them: each failed pytest job's short-summary lines, or the last lines of another failed job's log.
+The exit status is 0 when every job passed, else 1
 (130 or 143 when interrupted).
 """
 
@@ -101,6 +103,8 @@ class Job:
 
 # pytest's closing line, with or without -q: "=== 1680 passed, 2 skipped, 1 warning in 287.36s (0:04:47) ==="
 _PYTEST_CLOSING = re.compile(r"^=*\s*((?:\d+ [a-z]+(?:, )?)+) in [\d.]+s\b")
+# pytest's short test summary: "FAILED tests/test_x.py::test_y - AssertionError: ..." (or ERROR, at setup)
+_PYTEST_SUMMARY = re.compile(r"^(FAILED|ERROR) \S+::")
 
 
 def pytest_counts(line: str) -> dict[str, int] | None:
@@ -352,6 +356,24 @@ class Runner:
         rows.append(f"total {(time.monotonic() - self.t0) / 60:.1f} min; the CPUs were busy {busy:.0%} of it ({os.cpu_count()} cores)")
         return "\n".join(rows)
 
+    def failures(self, tail: int = 8, most: int = 12) -> str:
+        """What failed, printed last so that the end of CI's output names it: each failed pytest job's
+        short-summary lines (``FAILED path::test - message``, at most ``most``), or the last ``tail``
+        lines of any other failed job's log."""
+        out: list[str] = []
+        for job in self.jobs.values():
+            if job.result != FAILED:
+                continue
+            log = self.logs / f"{job.name}.log"
+            lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+            named = [line for line in lines if _PYTEST_SUMMARY.match(line)]
+            shown = named[:most] if named else lines[-tail:]
+            out.append(f"{job.name} failed ({job.detail or 'no detail'}); {'its failed tests' if named else 'the end of its log'}:")
+            out.extend(f"  {line[:240]}" for line in shown)
+            if len(named) > most:
+                out.append(f"  ... and {len(named) - most} more in {log}")
+        return "\n".join(out)
+
     @property
     def ok(self) -> bool:
         return all(job.result == PASSED for job in self.jobs.values())
@@ -385,6 +407,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop_services(runner)
         print(runner.summary(), flush=True)
         print(f"(each job's whole output: {logs}/<job>.log; cpu: the core-minutes its own processes used)", flush=True)
+        failures = runner.failures()
+        if failures:
+            print(failures, flush=True)
         account.remove()
     if runner.interrupted:
         return 128 + runner.interrupted
