@@ -5,7 +5,8 @@
 The overrides are the job's own (``smoke_tests/grpo_smoke.yaml`` as ``ascendkit smoke`` fills it in,
 its model path naming a directory of the job's architecture, see cpu_model.py). In order:
 
-1. Hydra composes verl's ``ppo_trainer`` config with them (struct mode, as ``main_ppo`` does);
+1. Hydra composes verl's ``ppo_trainer`` config with them (struct mode, as ``main_ppo`` does), and where this
+   release's ``main_ppo`` moves the legacy reward keys under ``reward:`` (0.7.1 to 0.8.x), so does this;
 2. verl's ``RLHFDataset`` reads the job's train file and ``collate_fn`` batches the job's batch size
    (verl 0.7+ returns the chat messages only: the chat template is applied here, as its rollout would);
 3. the model generates ``rollout.n`` responses per prompt (sampling, up to the job's response length);
@@ -43,7 +44,18 @@ def _compose(overrides: list[str]) -> Any:
 
     config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return compose(config_name="ppo_trainer", overrides=overrides)
+        config = compose(config_name="ppo_trainer", overrides=overrides)
+    return _as_main_ppo_moves_it(config)
+
+
+def _as_main_ppo_moves_it(config: Any) -> Any:
+    """The config as this release's main_ppo hands it on: verl 0.7.1 to 0.8.x's imports migrate_legacy_reward_impl and
+    runs it first (the old top-level reward keys move under reward:); earlier releases have no reward section, later
+    ones no longer move them (a job that still sets them scores with verl's default reward, as it would on the node)."""
+    from verl.trainer import main_ppo  # type: ignore[import-not-found,unused-ignore]
+
+    migrate = getattr(main_ppo, "migrate_legacy_reward_impl", None)
+    return migrate(config) if migrate is not None else config
 
 
 def _prompts(batch: dict[str, Any], tokenizer: Any, max_len: int) -> tuple[Any, Any]:

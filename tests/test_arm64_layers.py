@@ -146,6 +146,7 @@ def test_smoke_check_composes_the_job_with_the_real_verl_in_the_image(docker_env
         "batch split": "ok",
         "mini-batches": "ok",
         "rollout parallelism": "ok",
+        "reward function": "ok",
     }
     printed = (out / "job-config.yaml").read_text()
     assert re.search(r"^  device: npu$", printed, re.M), "verl 0.6.1 composed trainer.device=npu from our override"

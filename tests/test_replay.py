@@ -64,7 +64,7 @@ def test_both_runs_compose_with_the_stacks_verl_and_pass_its_checks(loaded: Load
         assert OmegaConf.is_struct(config)
         plain: dict[str, Any] = OmegaConf.to_container(config, resolve=False)  # type: ignore[assignment]
         assert isinstance(plain, dict)
-        checks = check_config(plain, verl=verl, first_autodetect="0.0")  # the device is judged below
+        checks = check_config(plain, verl=verl, first_autodetect="0.0", legacy_reward_ignored="0.9.0")  # the device is judged below
         assert [c.describe() for c in checks if c.status == "error" and c.name != "device"] == []
         assert plain["data"]["shuffle"] is False and plain["actor_rollout_ref"]["rollout"]["calculate_log_probs"] is True
         if devices is not None:

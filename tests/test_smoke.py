@@ -581,13 +581,36 @@ def test_a_config_verl_refuses_stops_the_run_before_doctor(tmp_path: Path) -> No
     assert "## Config check (verl composes the job in the image): FAILED" in (tmp_path / "out" / "report.md").read_text()
 
 
+class Verl091Engine(FakeEngine):
+    VERL = "0.9.1"
+
+
+def test_a_reward_function_named_by_a_key_the_images_verl_never_reads_stops_the_run_before_doctor(tmp_path: Path) -> None:
+    """verl 0.9.1's Hydra takes custom_reward_function.path and nothing reads it: the job would train on verl's default
+    reward. The check refuses it, naming the key verl reads; with that key the check passes and names the function."""
+    labels = {**VERL_LABELS, "io.ascendkit.stack": "cann9.2", "io.ascendkit.version.verl": "0.9.1"}
+    reward = "/opt/team/rewards/math.py"
+    engine = Verl091Engine(0, LOGS / "npu_old_verl.log", labels=labels)
+    report = run_smoke(cast(Any, engine), smoke_request(tmp_path, overrides=(f"custom_reward_function.path={reward}",)))
+    assert (report.outcome, report.exit_code) == ("failed", 1)
+    assert "reward function: verl 0.9.1 never reads the legacy reward keys" in report.message
+    assert "custom_reward_function.path -> reward.custom_reward_function.path" in report.message
+    assert len(engine.created) == 1, "neither doctor nor the job ran"
+    engine = Verl091Engine(0, LOGS / "npu_old_verl.log", labels=labels)
+    request = smoke_request(tmp_path, check_only=True, model_path=None, overrides=(f"reward.custom_reward_function.path={reward}",))
+    report = run_smoke(cast(Any, engine), request)
+    assert (report.outcome, report.exit_code) == ("checked", 0), report.message
+    checks = {c["name"]: c for c in report.data["config_check"]["checks"]}
+    assert checks["reward function"]["status"] == "ok" and reward in checks["reward function"]["detail"]
+
+
 def test_check_alone_needs_no_devices_and_trains_nothing(tmp_path: Path) -> None:
     engine = FakeEngine(0, LOGS / "npu_old_verl.log")
     report = run_smoke(cast(Any, engine), smoke_request(tmp_path, check_only=True, model_path=None, host_root=tmp_path))
     assert (report.outcome, report.exit_code) == ("checked", 0), report.message
     assert len(engine.created) == 1
     names = {c["name"]: c["status"] for c in report.data["config_check"]["checks"]}
-    assert names == {"device": "ok", "batch split": "ok", "mini-batches": "ok", "rollout parallelism": "ok"}
+    assert names == {"device": "ok", "batch split": "ok", "mini-batches": "ok", "rollout parallelism": "ok", "reward function": "ok"}
 
 
 def test_a_job_that_never_steps_is_stopped_and_the_cause_named(tmp_path: Path) -> None:

@@ -92,7 +92,12 @@ def _composed(verl: str, overrides: list[str]) -> dict[str, Any]:
 
 def _assert_passes(loaded: LoadedMatrix, stack_id: str, config: dict[str, Any]) -> None:
     verl = loaded.matrix.stacks[stack_id].framework_version
-    checks = check_config(config, verl=verl, first_autodetect=loaded.matrix.compat.verl_npu_autodetect)
+    checks = check_config(
+        config,
+        verl=verl,
+        first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
+        legacy_reward_ignored=loaded.matrix.compat.verl_legacy_reward_ignored,
+    )
     failed = [f"{c.name}: {c.detail}" for c in checks if c.status != "ok"]
     assert not failed, f"{stack_id} (verl {verl}): {failed}"
     autodetects = Version(verl) >= Version(loaded.matrix.compat.verl_npu_autodetect)
@@ -129,7 +134,12 @@ def test_a_verl_without_npu_autodetection_needs_and_gets_the_device_override(loa
     job = _smoke_job(loaded, default, "a3")
     assert DEVICE_OVERRIDE in job.overrides
     without = [o for o in job.overrides if o != DEVICE_OVERRIDE]
-    checks = check_config(_composed(verl, without), verl=verl, first_autodetect=loaded.matrix.compat.verl_npu_autodetect)
+    checks = check_config(
+        _composed(verl, without),
+        verl=verl,
+        first_autodetect=loaded.matrix.compat.verl_npu_autodetect,
+        legacy_reward_ignored=loaded.matrix.compat.verl_legacy_reward_ignored,
+    )
     assert [c.status for c in checks if c.name == "device"] == ["error"]
 
 
@@ -139,6 +149,52 @@ def test_autodetect_fact_matches_the_wheel(loaded: LoadedMatrix, verl: str) -> N
     main_ppo = (config_dir(verl).parent / "main_ppo.py").read_text(encoding="utf-8")
     autodetects = Version(verl) >= Version(loaded.matrix.compat.verl_npu_autodetect)
     assert ("auto_set_device(config)" in main_ppo) == autodetects
+
+
+@pytest.mark.parametrize("verl", VERLS)
+def test_legacy_reward_fact_matches_the_wheel(loaded: LoadedMatrix, verl: str) -> None:
+    """compat.verl_legacy_reward_ignored agrees with each shipped verl: from the reward section's first release (its
+    legacy_reward_impl.yaml keeps the old keys) main_ppo moves the old keys under reward: (migrate_legacy_reward_impl),
+    up to the fact; from it on no trainer entry point does."""
+    trainer = config_dir(verl).parent
+    layered = (trainer / "config" / "legacy_reward_impl.yaml").is_file()
+    ignored = Version(verl) >= Version(loaded.matrix.compat.verl_legacy_reward_ignored)
+    assert ("migrate_legacy_reward_impl(config)" in (trainer / "main_ppo.py").read_text(encoding="utf-8")) == (layered and not ignored)
+    if ignored:
+        callers = [f.name for f in trainer.glob("*.py") if "migrate_legacy_reward_impl(" in f.read_text(encoding="utf-8")]
+        assert layered and callers == [], callers
+
+
+def _reward_check(loaded: LoadedMatrix, verl: str, config: dict[str, Any]) -> tuple[str, str]:
+    compat = loaded.matrix.compat
+    checks = check_config(
+        config, verl=verl, first_autodetect=compat.verl_npu_autodetect, legacy_reward_ignored=compat.verl_legacy_reward_ignored
+    )
+    (check,) = [c for c in checks if c.name == "reward function"]
+    return check.status, check.detail
+
+
+@pytest.mark.parametrize("verl", VERLS)
+def test_a_reward_function_named_by_a_key_the_verl_no_longer_reads_is_refused(loaded: LoadedMatrix, verl: str) -> None:
+    """Hydra takes the old key in every shipped verl; the check refuses it exactly where verl's main_ppo no longer
+    moves it, and takes the key verl reads (reward.custom_reward_function, which older verls do not define)."""
+    from hydra.errors import ConfigCompositionException
+
+    stack_id = next(s for s, st in VERL_STACKS.items() if st.framework_version == verl)
+    job = _smoke_job(loaded, stack_id, "a3")
+    reward = "/opt/team/rewards/math.py"
+    old = _composed(verl, [*job.overrides, f"custom_reward_function.path={reward}", "custom_reward_function.name=compute_score"])
+    status, detail = _reward_check(loaded, verl, old)
+    if Version(verl) >= Version(loaded.matrix.compat.verl_legacy_reward_ignored):
+        assert status == "error" and "custom_reward_function.path -> reward.custom_reward_function.path" in detail, detail
+    else:
+        assert status == "ok" and detail.startswith(f"compute_score from {reward} (custom_reward_function"), detail
+    new = [*job.overrides, f"reward.custom_reward_function.path={reward}"]
+    if (config_dir(verl) / "legacy_reward_impl.yaml").is_file():
+        assert _reward_check(loaded, verl, _composed(verl, new)) == ("ok", f"compute_score from {reward} (reward.custom_reward_function)")
+    else:
+        with pytest.raises(ConfigCompositionException):
+            _composed(verl, new)
 
 
 def test_a_misspelled_override_fails_composition(loaded: LoadedMatrix) -> None:

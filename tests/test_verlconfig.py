@@ -19,7 +19,7 @@ def _config(**trainer: Any) -> dict[str, Any]:
 
 
 def _status(config: dict[str, Any], verl: str | None = "0.6.1") -> dict[str, str]:
-    return {c.name: c.status for c in check_config(config, verl=verl, first_autodetect="0.7.0")}
+    return {c.name: c.status for c in check_config(config, verl=verl, first_autodetect="0.7.0", legacy_reward_ignored="0.9.0")}
 
 
 def test_the_smoke_shape_passes() -> None:
@@ -44,7 +44,7 @@ def test_verls_batch_and_parallelism_assertions() -> None:
     assert _status(config)["rollout parallelism"] == "error"
     config = _config()
     config["data"]["train_batch_size"] = "${oc.env:BATCH}"
-    assert [c.detail for c in check_config(config, verl="0.6.1", first_autodetect="0.7.0")] == [
+    assert [c.detail for c in check_config(config, verl="0.6.1", first_autodetect="0.7.0", legacy_reward_ignored="0.9.0")] == [
         "the composed config has no plain value for data.train_batch_size"
     ]
 
@@ -100,3 +100,87 @@ def test_the_sft_config_is_found_after_import_noise() -> None:
     stdout = "warning: x\ndata:\n  train_batch_size: 64\nuse_remove_padding: false\ntrainer:\n  device: npu\n"
     parsed = parse_printed_config(stdout)
     assert parsed is not None and parsed[0]["use_remove_padding"] is False and parsed[1].startswith("data:\n")
+
+
+# ---- the reward function: which one the job scores with, and the keys a verl no longer reads ------------------------
+
+
+def _reward(config: dict[str, Any], verl: str | None) -> tuple[str, str]:
+    (check,) = [
+        c for c in check_config(config, verl=verl, first_autodetect="0.7.0", legacy_reward_ignored="0.9.0") if c.name == "reward function"
+    ]
+    return check.status, check.detail
+
+
+def _layered(legacy: dict[str, Any] | None = None, new: dict[str, Any] | None = None, **sections: Any) -> dict[str, Any]:
+    """A config of verl 0.7.1 on: the reward section, and the legacy keys beside it (null unless set)."""
+    config = _config()
+    config["reward"] = {"custom_reward_function": {"path": None, "name": "compute_score", **(new or {})}, "reward_model": {"enable": False}}
+    config["custom_reward_function"] = {"path": None, "name": None, **(legacy or {})}
+    config["reward_model"] = {"enable": None, "model": {"path": None}, "rollout": {"name": None}}
+    config["sandbox_fusion"] = {"url": None}
+    for name, value in sections.items():
+        config[name] = value
+    return config
+
+
+def test_no_reward_function_set_scores_with_verls_default() -> None:
+    assert _reward(_config(), "0.6.1") == ("ok", "none set: verl scores each sample with its default_compute_score, by data_source")
+    assert _reward(_layered(), "0.9.1")[0] == "ok"
+
+
+def test_the_reward_key_verl_reads_is_named_with_its_function() -> None:
+    assert _reward(_layered(new={"path": "/opt/team/rewards/math.py"}), "0.9.1") == (
+        "ok",
+        "compute_score from /opt/team/rewards/math.py (reward.custom_reward_function)",
+    )
+    old = _config()
+    old["custom_reward_function"] = {"path": "/r.py", "name": "score"}  # verl 0.7.0 and older: the top-level key is the one
+    assert _reward(old, "0.6.1") == ("ok", "score from /r.py (custom_reward_function)")
+
+
+def test_a_legacy_reward_key_is_refused_where_verl_no_longer_moves_it() -> None:
+    config = _layered(legacy={"path": "/opt/team/rewards/math.py", "name": "compute_score"})
+    status, detail = _reward(config, "0.9.1")
+    assert status == "error"
+    assert "verl 0.9.1 never reads the legacy reward keys" in detail and "in 0.9.0" in detail
+    assert "custom_reward_function.path -> reward.custom_reward_function.path" in detail
+    assert "custom_reward_function.name -> reward.custom_reward_function.name" in detail
+    # where main_ppo still moves it, the job scores with it
+    assert _reward(config, "0.8.0") == (
+        "ok",
+        "compute_score from /opt/team/rewards/math.py (custom_reward_function, which verl 0.8.0's main_ppo moves into the reward section)",
+    )
+    # a fork of unknown release: said, not refused
+    status, detail = _reward(config, None)
+    assert status == "warn" and "custom_reward_function.path -> reward.custom_reward_function.path" in detail
+
+
+def test_every_legacy_reward_section_is_named_with_where_verl_reads_it() -> None:
+    config = _layered(
+        reward_model={"enable": True, "reward_manager": "dapo", "model": {"path": "/rm", "external_lib": "x"}, "rollout": {"name": "vllm"}},
+        sandbox_fusion={"url": "http://sandbox:8080"},
+    )
+    status, detail = _reward(config, "0.9.1")
+    assert status == "error"
+    for moved in (
+        "reward_model.enable -> reward.reward_model.enable",
+        "reward_model.reward_manager -> reward.reward_manager.name",
+        "reward_model.model.path -> reward.reward_model.model_path",
+        "reward_model.model.external_lib -> (read nowhere)",
+        "reward_model.rollout.name -> reward.reward_model.rollout.name",
+        "sandbox_fusion.url -> reward.sandbox_fusion.url",
+    ):
+        assert moved in detail, moved
+
+
+def test_a_legacy_path_without_a_name_fails_where_main_ppo_moves_the_whole_section() -> None:
+    """verl 0.7.1-0.8.x's migration copies the legacy section, its null name included, over reward's (whose name
+    defaults to compute_score): get_custom_reward_fn then asserts a name."""
+    config = _layered(legacy={"path": "/r.py"})
+    status, detail = _reward(config, "0.8.0")
+    assert (status, detail) == (
+        "error",
+        "custom_reward_function.path is /r.py and custom_reward_function.name is null, which verl 0.8.0's main_ppo moves into "
+        "the reward section; verl asserts a name when it loads the function",
+    )

@@ -91,6 +91,12 @@ class Compat(Frozen):
             "older ones run verl.trainer.fsdp_sft_trainer and need the override"
         )
     )
+    verl_legacy_reward_ignored: PackageVersion = Field(
+        description=(
+            "first verl release whose main_ppo no longer moves the legacy reward keys (custom_reward_function, reward_model, "
+            "sandbox_fusion) under reward:, so a job that sets them runs as if it had not; the config check refuses them there"
+        )
+    )
     openrlhf_ascend: dict[PackageVersion, OpenRlhfLine] = Field(
         default={}, description="OpenRLHF release -> the pins its Ascend branch was validated with"
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from buildkit.errors import AscendkitError, InputError
 from buildkit.framework import framework
+from buildkit.frameworks.verl.releases import older
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.resources import DEFAULT_MATRIX
 from buildkit.run.cpuenv import make_env, plan_env
@@ -53,8 +54,9 @@ DROP_PROMPT = (
 )
 
 
-def plants(work: Path, job_work: str) -> list[tuple[str, str, Variation]]:
-    """Each failure class planted in a copy of the job: (what, the kind the check must name, how)."""
+def plants(work: Path, job_work: str, reward_key: str) -> list[tuple[str, str, Variation]]:
+    """Each failure class planted in a copy of the job: (what, the kind the check must name, how); ``reward_key``: the
+    section where the stack's verl reads the job's reward function."""
     (work / "planted").mkdir(parents=True, exist_ok=True)
     (work / "planted" / "bad_reward.py").write_text(BAD_REWARD, encoding="utf-8")
     (work / "planted" / "peft").mkdir(exist_ok=True)
@@ -67,8 +69,8 @@ def plants(work: Path, job_work: str) -> list[tuple[str, str, Variation]]:
             "reward",
             Variation(
                 overrides=(
-                    f"custom_reward_function.path={work / 'planted' / 'bad_reward.py'}",
-                    "custom_reward_function.name=compute_score",
+                    f"{reward_key}.path={work / 'planted' / 'bad_reward.py'}",
+                    f"{reward_key}.name=compute_score",
                 ),
                 boundary=False,
             ),
@@ -95,8 +97,12 @@ def run_plants(loaded: LoadedMatrix, stack_id: str, env_python: Path, work: Path
     """The check run on each planted failure; each must be named, with its kind and place."""
     stack = loaded.matrix.stacks[stack_id]
     sku = loaded.matrix.skus[stack.skus[0]]
+    # verl 0.9 on reads the reward function only under reward: (compat.verl_legacy_reward_ignored); older ones read, or
+    # have main_ppo move, the top-level key
+    unread = not older(stack.framework_version, loaded.matrix.compat.verl_legacy_reward_ignored)
+    reward_key = "reward.custom_reward_function" if unread else "custom_reward_function"
     found = []
-    for number, (name, expected, variation) in enumerate(plants(work, str(work / f"{stack_id}-planted-{{}}"))):
+    for number, (name, expected, variation) in enumerate(plants(work, str(work / f"{stack_id}-planted-{{}}"), reward_key)):
         job_work = work / f"{stack_id}-planted-{number}"
         shutil.rmtree(job_work, ignore_errors=True)
         job_work.mkdir(parents=True)
@@ -165,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-wheel", type=Path, default=None)
     parser.add_argument("--python", default="/root/.pyenv/versions/3.11.7/bin/python3.11")
     parser.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX)
-    parser.add_argument("--plant", action="store_true", help="also plant each failure class in copies of the first stack's job")
+    parser.add_argument("--plant", action="store_true", help="also plant each failure class in copies of the newest verl stack's job")
     args = parser.parse_args(argv)
     loaded = load_matrix(args.matrix)
     wheels = sorted(Path(TORCH_WHEELS).parent.glob(Path(TORCH_WHEELS).name))
@@ -178,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     runs: list[CpuRun] = []
     planted: list[dict[str, object]] = []
+    # The planted failures are verl's (its keys, its reward): in the newest verl stack run, whose job reaches its
+    # boundary soonest
+    verl_stacks = [sid for sid in stacks if loaded.matrix.stacks[sid].framework == "verl"]
+    plant_in = verl_stacks[-1] if args.plant and verl_stacks else None
     unbuilt: list[str] = []
     for stack_id in stacks:
         try:
@@ -187,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cpu-run: {unbuilt[-1]}", file=sys.stderr, flush=True)
             continue
         write_report(args.out, runs)
-        if args.plant and not planted:
+        if stack_id == plant_in:
             planted = run_plants(loaded, stack_id, args.work / f"{stack_id}-venv" / "bin" / "python", args.work)
             write_report(args.out, runs, planted)
     failures = [*unbuilt, *(f for run in runs if (f := run.failure()))]

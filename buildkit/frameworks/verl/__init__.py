@@ -58,7 +58,16 @@ class Verl(Framework):
         config, text = parsed
         if context.job == "sft":
             return check_sft_config(config, verl=context.version, first_engine=context.compat.verl_sft_trainer), text
-        return check_config(config, verl=context.version, first_autodetect=context.compat.verl_npu_autodetect), text
+        compat = context.compat
+        return (
+            check_config(
+                config,
+                verl=context.version,
+                first_autodetect=compat.verl_npu_autodetect,
+                legacy_reward_ignored=compat.verl_legacy_reward_ignored,
+            ),
+            text,
+        )
 
     def replay(self, version: str | None) -> VerlReplay:
         return VerlReplay(version)

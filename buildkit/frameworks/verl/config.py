@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from buildkit.doctor.base import Check
-from buildkit.frameworks.verl.releases import needs_device_override
+from buildkit.frameworks.verl.releases import needs_device_override, older
 from buildkit.matrix.yamlsource import YamlTooLarge, check_yaml_size
 
 _TOP_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*:(\s|$)")
@@ -114,7 +114,97 @@ def check_sft_config(config: Mapping[str, Any], *, verl: str | None, first_engin
     return checks
 
 
-def check_config(config: Mapping[str, Any], *, verl: str | None, first_autodetect: str) -> list[Check]:
+# verl's legacy reward keys (its legacy_reward_impl.yaml, from 0.7.1 on) and where verl reads each now, as
+# migrate_legacy_reward_impl moves them; a key absent here (reward_model.model.external_lib, trust_remote_code) it
+# never moves. From compat.verl_legacy_reward_ignored on, main_ppo no longer calls the migration.
+_LEGACY_REWARD_PLACES = {
+    "reward_model.num_workers": "reward.num_workers",
+    "reward_model.reward_manager": "reward.reward_manager.name",
+    "reward_model.reward_loop_source": "reward.reward_manager.source",
+    "reward_model.reward_loop_module_path": "reward.reward_manager.module.path",
+    "reward_model.reward_loop_class_name": "reward.reward_manager.module.name",
+    "reward_model.model.path": "reward.reward_model.model_path",
+    "reward_model.reward_kwargs": "reward.reward_kwargs",
+}
+_LEGACY_REWARD_SECTIONS = {
+    "custom_reward_function": "reward.custom_reward_function",
+    "sandbox_fusion": "reward.sandbox_fusion",
+    "reward_model.rollout": "reward.reward_model.rollout",
+    **{f"reward_model.{k}": f"reward.reward_model.{k}" for k in ("enable", "enable_resource_pool", "n_gpus_per_node", "nnodes")},
+}
+
+
+def _set_leaves(node: Any, prefix: str) -> dict[str, Any]:
+    """The dotted keys under ``node`` that hold a value (not null)."""
+    if isinstance(node, Mapping):
+        found: dict[str, Any] = {}
+        for key, value in node.items():
+            found.update(_set_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+        return found
+    return {} if node is None else {prefix: node}
+
+
+def legacy_reward_place(key: str) -> str | None:
+    """Where verl reads a legacy reward key now (``reward.…``), or None where no release moves it."""
+    if key in _LEGACY_REWARD_PLACES:
+        return _LEGACY_REWARD_PLACES[key]
+    for old, new in _LEGACY_REWARD_SECTIONS.items():
+        if key == old or key.startswith(old + "."):
+            return new + key.removeprefix(old)
+    return None
+
+
+def check_reward(config: Mapping[str, Any], *, verl: str | None, legacy_ignored: str) -> Check:
+    """Which reward function the job scores with, as the image's verl would pick it; an error where a key the job sets
+    is one verl no longer reads (``legacy_ignored``: compat.verl_legacy_reward_ignored), so the job would score with
+    verl's default reward, silently."""
+    section = config.get("reward")
+    # verl before the reward section (0.7.0 and older): the top-level keys are the ones it reads
+    custom = config.get("custom_reward_function") or {}
+    where, note = "custom_reward_function", ""
+    if isinstance(section, Mapping) and isinstance(section.get("custom_reward_function"), Mapping):
+        legacy = {
+            key: value
+            for name in ("custom_reward_function", "reward_model", "sandbox_fusion")
+            for key, value in _set_leaves(config.get(name), name).items()
+        }
+        custom = dict(section["custom_reward_function"])
+        where = "reward.custom_reward_function"
+        if legacy:
+            moved = ", ".join(f"{key} -> {legacy_reward_place(key) or '(read nowhere)'}" for key in legacy)
+            if verl is None:
+                return Check(
+                    "reward function",
+                    "warn",
+                    f"the job sets verl's legacy reward keys, which verl reads only where its main_ppo moves them (releases "
+                    f"before {legacy_ignored}); this verl's release is unknown: set them where verl reads them now: {moved}",
+                )
+            if not older(verl, legacy_ignored):
+                return Check(
+                    "reward function",
+                    "error",
+                    f"verl {verl} never reads the legacy reward keys the job sets (its main_ppo stopped moving them under "
+                    f"reward: in {legacy_ignored}), so the job would run as if they were not there (with verl's default "
+                    f"reward); set them where verl reads them: {moved}",
+                )
+            if _set_leaves(
+                config.get("custom_reward_function"), ""
+            ):  # main_ppo replaces the whole section with the legacy one, its nulls included
+                custom = dict(config.get("custom_reward_function") or {})
+                where, note = "custom_reward_function", f", which verl {verl}'s main_ppo moves into the reward section"
+    path, name = custom.get("path"), custom.get("name")
+    if not path:
+        return Check("reward function", "ok", "none set: verl scores each sample with its default_compute_score, by data_source")
+    if not name:
+        return Check(
+            "reward function",
+            "error",
+            f"{where}.path is {path} and {where}.name is null{note}; verl asserts a name when it loads the function",
+        )
+    return Check("reward function", "ok", f"{name} from {path} ({where}{note})")
+
+
+def check_config(config: Mapping[str, Any], *, verl: str | None, first_autodetect: str, legacy_reward_ignored: str) -> list[Check]:
     """The start-up checks, each named for what verl would have done with the config."""
     checks: list[Check] = []
     try:
@@ -179,4 +269,5 @@ def check_config(config: Mapping[str, Any], *, verl: str | None, first_autodetec
             "; ".join(tp_problems) or f"tensor parallel {tp} x {world // group} rollout replicas on {world} NPUs",
         )
     )
+    checks.append(check_reward(config, verl=verl, legacy_ignored=legacy_reward_ignored))
     return checks
