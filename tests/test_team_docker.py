@@ -23,6 +23,7 @@ from tests.conftest import TEST_MATRIX, DockerEnv
 from tests.harness.gitserver import make_repository, serve
 from tests.test_reproducible import engine_name
 from tests.test_team import GOOD, team_repo
+from tests.test_team_prebuild import index  # noqa: F401  # the simple index fixture (a mirror serving planted wheels)
 
 pytestmark = pytest.mark.docker
 
@@ -259,6 +260,36 @@ def test_a_fork_that_ships_the_triton_ascend_stand_ins_tree_is_refused_before_an
     )
     assert not {image["Id"] for image in docker_env.client.images(all=True)} - images, "nothing was built"
     assert not docker_env.containers() - containers
+
+
+def test_a_team_package_that_ships_the_triton_ascend_stand_ins_tree_is_refused_before_anything_is_built(
+    docker_env: DockerEnv,
+    built: dict[str, Any],
+    tmp_path: Path,
+    index: tuple[str, Any],  # noqa: F811  # the fixture imported above
+) -> None:
+    """An index package under its own name that carries the base's wcwidth/ (triton-ascend's stand-in) tree, served
+    by a simple index as a mirror would: locked by uv, then refused by the build before anything is built (exit 1),
+    naming the file, the package, who asked and the owner; nothing built, tagged or left."""
+    url, _ = index
+    mirrors = ("--pip-index-url", url, "--pytorch-index-url", url)
+    text = TEAM.replace("acme/verl-math", f"acme/team-kernels-{RUN}").replace("  - tabulate==0.9.0", "  - acme-kernels==1.0")
+    team_repo(tmp_path, text.replace("requirements: [requirements-team.txt]\n", ""))
+    locked = _team(docker_env, tmp_path, "lock", *mirrors)
+    assert locked.returncode == 0, locked.stderr[-3000:]
+    images = {image["Id"] for image in docker_env.client.images(all=True)}
+    containers = docker_env.containers()
+    done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0], *mirrors)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "refused before anything is built: the team's packages would write files the base owns" in done.stderr
+    assert re.search(
+        r"/wcwidth/__init__\.py: acme-kernels 1\.0 \(asked for by ascendkit-team\.yaml[^;]*; wheel acme_kernels-1\.0-py3-none-any\.whl\) "
+        r"writes it, and the base's wcwidth owns it",
+        done.stderr,
+    ), done.stderr[-2000:]
+    assert not {image["Id"] for image in docker_env.client.images(all=True)} - images, "nothing was built"
+    assert not docker_env.containers() - containers
+    assert _tags(docker_env, f"acme/team-kernels-{RUN}") == []
 
 
 def test_a_framework_fork_at_a_commit_is_built_to_a_wheel_locked_by_hash_and_replaces_the_bases_framework(

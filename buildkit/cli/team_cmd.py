@@ -26,6 +26,7 @@ from buildkit.resources import DEFAULT_MATRIX
 if TYPE_CHECKING:
     from buildkit.matrix.load import LoadedMatrix
     from buildkit.settings import Mirrors
+    from buildkit.team.build import TeamBuilt
     from buildkit.team.resolve import TeamBase
     from buildkit.team.spec import LoadedTeam
 
@@ -172,10 +173,12 @@ def team_build(
     team's packages as the image's user, and tag NAME:team-...-ARCH with its build record and SBOM
     (--manifest-dir/<tag>.json and .cdx.json, as a reference build's: `ascendkit publish`, `sign`, `verify` and `sbom
     diff` take the image; the record's team section names the base by digest, the lock, files and fork, each escape)
-    only when none of the base's moved (the fork's framework and `replace:` excepted) and every team package imported. Index credentials
-    and the CA bundle reach the build as secrets, never in a layer or its history. Exit 1: the lock is missing or
-    stale; 5: the build failed; 6: the base moved (the image is removed, nothing tagged); 4: the engine or the base
-    cannot be had."""
+    only when none of the base's moved (the fork's framework and `replace:` excepted) and every team package
+    imported. Before anything is built, the files of each locked wheel (read from its index by HTTP ranges) are held
+    to the files the base's distributions own: a package that would overwrite one is refused, naming who asked for it.
+    Index credentials and the CA bundle reach the build as secrets, never in a layer or its history. Exit 1: the lock
+    is missing or stale, or a team package would overwrite a file of the base; 5: the build failed; 6: the base moved
+    (the image is removed, nothing tagged); 4: the engine, the base or an index cannot be had."""
     from buildkit.image.engine import connect
     from buildkit.settings import read_ca_bundle
     from buildkit.team.build import build_team
@@ -197,7 +200,15 @@ def team_build(
 
     bundle = bundle or default_ca_bundle()
     urls = _index_urls(loaded, base, mirrors)
-    built = build_team(connect(), team, base, base_image, urls, read_ca_bundle(bundle) if bundle else b"", manifest_dir, no_cache, builder)
+    from buildkit.lock.index import IndexClient
+
+    ca = read_ca_bundle(bundle) if bundle else b""
+    client = IndexClient(ca_bundle=ca_bundle_of(mirrors))
+    built = build_team(connect(), team, base, base_image, urls, ca, manifest_dir, no_cache, builder, client)
+    _say_built(built, as_json)
+
+
+def _say_built(built: TeamBuilt, as_json: bool) -> None:
     if as_json:
         print_json(
             {
@@ -207,11 +218,14 @@ def team_build(
                 "added": list(built.added),
                 "base_kept": built.kept,
                 "record": str(built.record),
+                "files_checked_after_the_build_only": list(built.unread),
             }
         )
-    else:
-        kept = f"{built.kept} of the base's as they were"
-        out.print(f"built {built.refs[0]} ({built.image_id[:19]}) on {built.base_ref}: {len(built.added)} distribution(s) added, {kept}")
+        return
+    for note in built.unread:
+        out.print(f"note: {note}")
+    kept = f"{built.kept} of the base's as they were"
+    out.print(f"built {built.refs[0]} ({built.image_id[:19]}) on {built.base_ref}: {len(built.added)} distribution(s) added, {kept}")
 
 
 @team_app.command("ci", short_help="Write the team repository's GitHub workflow.")

@@ -31,12 +31,14 @@ from buildkit.image.secrets import BuildSecrets, SecretServer
 from buildkit.image.verify import collect_facts
 from buildkit.image.with_buildx import LOOPBACK, BuildxJob, run_buildx
 from buildkit.imageref import split_ref
+from buildkit.lock.index import IndexClient
 from buildkit.lock.sdist import public_url
 from buildkit.plan.image import arch_tag
 from buildkit.reach import engine_said
 from buildkit.team.dockerfile import TeamBuildInputs, classic, files_digest, labels, render_team_dockerfile, write_team_context
 from buildkit.team.fork import WHEELS_DIR, read_wheel
 from buildkit.team.inimage import distributions, imports, moved, shared, wheel_overlap
+from buildkit.team.prebuild import check_team_wheels
 from buildkit.team.record import TeamChecked, base_image_of, team_manifest, team_sbom
 from buildkit.team.resolve import FORK_LAYER, TeamBase, TeamRefused, free_of, lock_file, lock_sections, lock_state
 from buildkit.team.spec import LoadedTeam
@@ -51,6 +53,7 @@ class TeamBuilt:
     kept: int
     dockerfile: str
     record: Path
+    unread: tuple[str, ...] = ()  # team packages whose files only the check after the build could hold to the base's
 
 
 def _base_ref(client: docker.APIClient, base: TeamBase, team: LoadedTeam, ref: str) -> tuple[str, str, dict[str, Any]]:
@@ -196,6 +199,7 @@ def build_team(
     manifest_dir: Path = Path("manifests"),
     no_cache: bool = False,
     builder_choice: str = "auto",
+    index_client: IndexClient | None = None,
 ) -> TeamBuilt:
     """Build, check and tag the team image, with its build record and SBOM beside the reference images' (what
     publish, sign, verify and sbom read); refused before building when the lock is not fresh."""
@@ -228,6 +232,13 @@ def build_team(
                 raise TeamRefused(
                     "refused before anything is built: the fork would write files the base owns:\n  " + "\n  ".join(overlap[:20])
                 )
+        wheels = check_team_wheels(team, base, urls, before, index_client)
+        if wheels.overlaps:
+            raise TeamRefused(
+                "refused before anything is built: the team's packages would write files the base owns:\n  "
+                + "\n  ".join(wheels.overlaps[:20])
+                + (f"\n  ... and {len(wheels.overlaps) - 20} more" if len(wheels.overlaps) > 20 else "")
+            )
         unverified, secrets = f"{team.spec.name}:unverified-{tag}", BuildSecrets(ca_bundle, secret_env)
         with tempfile.TemporaryDirectory(prefix="ascendkit-team-") as tmp:
             if builder.name == BUILDKIT:
@@ -267,4 +278,4 @@ def build_team(
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"the engine failed: {engine_said(exc)}") from None
     added = tuple(sorted(f"{name}=={after[name][0]}" for name in after if name not in before))
-    return TeamBuilt(identity.config, (ref,), base_ref, added, len(before), dockerfile, record)
+    return TeamBuilt(identity.config, (ref,), base_ref, added, len(before), dockerfile, record, wheels.unread)

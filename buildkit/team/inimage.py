@@ -9,6 +9,7 @@ import json
 import posixpath
 import tarfile
 import zipfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -138,20 +139,39 @@ def shared(before: dict[str, list[Any]], after: dict[str, list[Any]], free: set[
     return problems
 
 
+def names_overlap(names: list[str], what: str, dist: str, before: dict[str, list[Any]], free: set[str]) -> list[str]:
+    """Before anything is built: the files a wheel (its member ``names``) would write into site-packages that a base
+    distribution other than the one it replaces (``dist``, or one of ``free``) owns, each said with ``what`` writes it.
+    A wheel's ``.data/purelib`` and ``.data/platlib`` land in site-packages too; its other ``.data`` (scripts,
+    headers) is left to the check after the build."""
+    homes = Counter(str(entry[4]) for entry in before.values() if len(entry) > 4 and entry[4])
+    # where it lands: beside the distribution it replaces, else where most of the base's distributions are (pip's)
+    site = before[dist][4] if dist in before and len(before[dist]) > 4 else min(homes, key=lambda h: (-homes[h], h), default="")
+    if not site:
+        return []
+    owners = {path: name for name, entry in before.items() if name not in free and name != dist for path in entry[3]}
+    found = []
+    for member in names:
+        top, _, rest = member.partition("/")
+        if member.endswith("/"):
+            continue
+        if top.endswith(".data"):
+            kind, _, rest = rest.partition("/")
+            if kind not in ("purelib", "platlib"):
+                continue
+            member = rest
+        path = posixpath.join(site, member)
+        if path in owners:
+            found.append(f"{path}: {what} writes it, and the base's {owners[path]} owns it")
+    return found
+
+
 def wheel_overlap(wheel: Path, dist: str, before: dict[str, list[Any]], free: set[str]) -> list[str]:
     """Before anything is built: the files the fork's wheel would write that a base distribution other than the one it
     replaces owns (a framework fork that ships triton/ would overwrite triton-ascend's)."""
-    site = before.get(dist, [None] * 5)[4] if dist in before else next((e[4] for e in before.values() if len(e) > 4), "")
-    if not site:
-        return []
-    owners = {path: name for name, entry in before.items() if name not in free for path in entry[3]}
     with zipfile.ZipFile(wheel) as archive:
-        names = [n for n in archive.namelist() if not n.endswith("/") and not n.split("/", 1)[0].endswith(".data")]
-    return [
-        f"{posixpath.join(site, n)}: the fork's wheel {wheel.name} writes it, and the base's {owners[posixpath.join(site, n)]} owns it"
-        for n in names
-        if posixpath.join(site, n) in owners
-    ]
+        names = archive.namelist()
+    return names_overlap(names, f"the fork's wheel {wheel.name}", dist, before, free)
 
 
 def _image_files(client: docker.APIClient, ref: str, path: str) -> dict[str, bytes]:
