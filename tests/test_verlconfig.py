@@ -158,7 +158,13 @@ def test_a_legacy_reward_key_is_refused_where_verl_no_longer_moves_it() -> None:
 
 def test_every_legacy_reward_section_is_named_with_where_verl_reads_it() -> None:
     config = _layered(
-        reward_model={"enable": True, "reward_manager": "dapo", "model": {"path": "/rm", "external_lib": "x"}, "rollout": {"name": "vllm"}},
+        reward_model={
+            "enable": True,
+            "reward_manager": "dapo",
+            "model": {"path": "/rm", "external_lib": "x"},
+            "rollout": {"name": "vllm"},
+            "reward_kwargs": {"overlong_buffer_cfg": {"len": 512}},
+        },
         sandbox_fusion={"url": "http://sandbox:8080"},
     )
     status, detail = _reward(config, "0.9.1")
@@ -169,6 +175,7 @@ def test_every_legacy_reward_section_is_named_with_where_verl_reads_it() -> None
         "reward_model.model.path -> reward.reward_model.model_path",
         "reward_model.model.external_lib -> (read nowhere)",
         "reward_model.rollout.name -> reward.reward_model.rollout.name",
+        "reward_model.reward_kwargs.overlong_buffer_cfg.len -> reward.reward_kwargs.overlong_buffer_cfg.len",
         "sandbox_fusion.url -> reward.sandbox_fusion.url",
     ):
         assert moved in detail, moved

@@ -124,12 +124,12 @@ _LEGACY_REWARD_PLACES = {
     "reward_model.reward_loop_module_path": "reward.reward_manager.module.path",
     "reward_model.reward_loop_class_name": "reward.reward_manager.module.name",
     "reward_model.model.path": "reward.reward_model.model_path",
-    "reward_model.reward_kwargs": "reward.reward_kwargs",
 }
 _LEGACY_REWARD_SECTIONS = {
     "custom_reward_function": "reward.custom_reward_function",
     "sandbox_fusion": "reward.sandbox_fusion",
     "reward_model.rollout": "reward.reward_model.rollout",
+    "reward_model.reward_kwargs": "reward.reward_kwargs",
     **{f"reward_model.{k}": f"reward.reward_model.{k}" for k in ("enable", "enable_resource_pool", "n_gpus_per_node", "nnodes")},
 }
 
@@ -187,9 +187,8 @@ def check_reward(config: Mapping[str, Any], *, verl: str | None, legacy_ignored:
                     f"reward: in {legacy_ignored}), so the job would run as if they were not there (with verl's default "
                     f"reward); set them where verl reads them: {moved}",
                 )
-            if _set_leaves(
-                config.get("custom_reward_function"), ""
-            ):  # main_ppo replaces the whole section with the legacy one, its nulls included
+            # main_ppo replaces the whole section with the legacy one, its nulls included
+            if _set_leaves(config.get("custom_reward_function"), ""):
                 custom = dict(config.get("custom_reward_function") or {})
                 where, note = "custom_reward_function", f", which verl {verl}'s main_ppo moves into the reward section"
     path, name = custom.get("path"), custom.get("name")
