@@ -29,7 +29,7 @@ from buildkit.team.resolve import (
     write_team_lock,
 )
 from buildkit.team.spec import TeamFileError, load_team
-from tests.conftest import TEST_MATRIX, Ascendkit
+from tests.conftest import ROOT, TEST_MATRIX, Ascendkit
 
 GOOD = """\
 schema_version: 1
@@ -315,6 +315,22 @@ def test_the_generated_team_workflow_passes_githubs_schema_actionlint_and_zizmor
     assert text.index('docker pull "$ASCENDKIT_BASE"') < text.index("ascendkit team check") < text.index("ascendkit team build")
     with pytest.raises(InputError, match=r"give base\.image"):
         team_workflow(load_team(team_repo(tmp_path / "stack"), test_matrix), "x86_64")
+
+
+def test_the_generated_ci_installs_this_distribution_by_the_name_pip_knows_it_by(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    """`ascendkit` on PyPI is another project: the team's CI must install this one, by pyproject's name and version."""
+    import tomllib
+
+    from buildkit.version import __version__
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wanted = f'"{project["name"]}=={__version__}"'
+    team = load_team(
+        team_repo(tmp_path, GOOD.replace("  stack: teststack\n  sku: a2-box16\n", "  image: r.example/acme/verl:x\n")), test_matrix
+    )
+    for text in (team_workflow(team, "x86_64"), team_gitlab(team, "x86_64")):
+        installs = [line for line in text.splitlines() if "pip install" in line]
+        assert installs and all(wanted in line for line in installs), installs
 
 
 def test_a_replace_of_a_package_the_base_does_not_have_is_refused(tmp_path: Path, test_matrix: LoadedMatrix) -> None:

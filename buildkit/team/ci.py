@@ -11,7 +11,7 @@ from buildkit.ci.gitlab import BUILD_TAGS, VENV
 from buildkit.ci.workflow import dump_workflow, uses
 from buildkit.errors import InputError
 from buildkit.team.spec import LoadedTeam
-from buildkit.version import __version__
+from buildkit.version import DISTRIBUTION, __version__
 
 TEAM_WORKFLOW = ".github/workflows/team-image.yml"
 TEAM_GITLAB = "ci/gitlab/team-image.gitlab-ci.yml"
@@ -38,7 +38,7 @@ def team_gitlab(team: LoadedTeam, arch: str) -> str:
         "# nothing of the base moved, on a runner tagged `ascendkit-build` and the arch. CI/CD variables it reads:\n"
         "# ASCENDKIT_PIP_INDEX_URL (a PyPI mirror, optional).\n"
     )
-    pip = f'{VENV}/bin/python -m pip install --quiet "ascendkit=={__version__}"'
+    pip = f'{VENV}/bin/python -m pip install --quiet "{DISTRIBUTION}=={__version__}"'
     install = f'python3 -m venv {VENV} && {pip} && export PATH="$PWD/{VENV}/bin:$PATH"'
     mirror = '${ASCENDKIT_PIP_INDEX_URL:+--pip-index-url "$ASCENDKIT_PIP_INDEX_URL"}'
     data = {
@@ -76,7 +76,7 @@ def team_workflow(team: LoadedTeam, arch: str) -> str:
     steps: list[dict[str, Any]] = [
         {"uses": uses("checkout"), "with": {"persist-credentials": False}},
         {"uses": uses("setup-python"), "with": {"python-version": "3.11"}},
-        {"name": "Install ascendkit", "run": f'python -m pip install "ascendkit=={__version__}"'},
+        {"name": "Install ascendkit", "run": f'python -m pip install "{DISTRIBUTION}=={__version__}"'},
         {"name": "Pull the base", "run": 'docker pull "$ASCENDKIT_BASE"'},
         {"name": "The team file and its lock", "run": f'ascendkit team check --file {name} --arch "$ASCENDKIT_ARCH"'},
         {
