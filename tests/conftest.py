@@ -432,8 +432,9 @@ def openrlhf_built(  # the OpenRLHF-shaped test image (with the real Ray), built
 
 
 @pytest.fixture(scope="session")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    wheels, target = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("site")
+def ascendkit_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This checkout's wheel, built as a release is, alone in its directory (a find-links directory for pip)."""
+    wheels = tmp_path_factory.mktemp("wheel")
     # from a copy of the sources, as a release build would: setuptools' in-tree build/ folder keeps
     # modules a checkout has since deleted, and would put them in the wheel
     source = tmp_path_factory.mktemp("src") / "ascendkit"
@@ -455,7 +456,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert modules <= names, sorted(modules - names)
     smoke = {"buildkit/smoke_tests/" + p.relative_to(ROOT / "smoke_tests").as_posix() for p in (ROOT / "smoke_tests").rglob("*.py")}
     assert smoke <= names, f"every smoke_tests program ships (smoke --cpu runs them): {sorted(smoke - names)}"
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True, timeout=300)
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def installed(ascendkit_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("site")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    argv = [*pip, "install", "--no-deps", "--target", str(target), str(ascendkit_wheel)]
+    subprocess.run(argv, check=True, capture_output=True, timeout=300)
     return target
 
 

@@ -16,12 +16,15 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from buildkit.ci.gitlab import CHILD_FILE, GITLAB_FILE
-from tests.conftest import ROOT, DockerEnv
+from buildkit.imageref import split_ref
+from tests.conftest import ROOT, TEST_MATRIX, DockerEnv
+from tests.test_team import GOOD, team_repo
 
 pytestmark = pytest.mark.docker
 
@@ -116,3 +119,54 @@ def test_the_pipeline_runs_plans_builds_and_pushes_the_test_image(docker_env: Do
     assert inspected.returncode == 0, inspected.stderr
     labels = json.loads(inspected.stdout)["Labels"]
     assert labels["io.ascendkit.stack"] == STACK and labels["io.ascendkit.chip"] == CHIP
+
+
+def test_the_team_pipeline_installs_ascendkit_from_an_index_and_builds_the_team_image(
+    docker_env: DockerEnv, built: dict[str, Any], ascendkit_wheel: Path, tmp_path: Path
+) -> None:
+    """`ascendkit team ci --gitlab` run by gitlab-ci-local in a team's own repository (no ascendkit checkout): its job
+    installs this release by the name pip knows it by (the wheel served from a find-links directory, as from a PyPI
+    mirror; its dependencies from the index), pulls the base by the digest the registry holds, checks the team file
+    and its lock and builds the team image on the real engine."""
+    exe = _gitlab_ci_local()
+    pushed = built["pushed"][0]
+    image = f"{split_ref(pushed['ref'])[0]}@{pushed['digest']}"  # by digest, in the repository it was pushed to
+    name = f"acme/team-gl-{uuid.uuid4().hex[:8]}"
+    project = tmp_path / "team"
+    team = GOOD.replace("acme/verl-math", name).replace("  stack: teststack\n  sku: a2-box16\n", f"  image: {image}\n")
+    team_repo(project, team)
+    # the test stack's image names the test matrix's indexes: the team's repository carries that matrix, which
+    # ascendkit reads from the working directory as it reads any user's own (the released one does not know them)
+    shutil.copy2(TEST_MATRIX, project / "compat_matrix.yaml")
+    docker_env.client.pull(image)  # the lock reads the base from the image, as the team's own machine has it
+    cli = [str(Path(sys.executable).with_name("ascendkit")), "team"]
+    for args in (["lock", "--arch", "x86_64"], ["ci", "--gitlab", "--arch", "x86_64"]):
+        done = subprocess.run([*cli, *args], cwd=project, env=docker_env.env, capture_output=True, text=True, check=False, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    (project / ".gitlab-ci.yml").write_text("include:\n  - local: ci/gitlab/team-image.gitlab-ci.yml\n", encoding="utf-8")
+    git = ["git", "-C", str(project), "-c", "user.email=ci@example.com", "-c", "user.name=ci"]
+    subprocess.run(["git", "init", "--quiet", str(project)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "--quiet", "-m", "the team's image"], check=True)
+    subprocess.run([*git, "remote", "add", "origin", "https://gitlab.example.com/acme/verl-math.git"], check=True)
+    variables = {
+        # where this release's wheel is, as a mirror would serve it (beside what the machine's pip already finds)
+        "PIP_FIND_LINKS": f"{ascendkit_wheel.parent} {os.environ.get('PIP_FIND_LINKS', '')}".strip(),
+        "DOCKER_HOST": docker_env.env.get("DOCKER_HOST", ""),
+        "DOCKER_CONFIG": str(tmp_path / "docker-config"),
+        "ASCENDKIT_CACHE": docker_env.env["ASCENDKIT_CACHE"],
+    }
+    try:
+        ran = _run(exe, project, variables, "team-image")
+    finally:
+        for found in docker_env.client.images(name=name):
+            for tag in found.get("RepoTags") or []:
+                docker_env.client.remove_image(tag, noprune=True)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 0 and "PASS  team-image" in ran.stdout, output[-5000:]
+    assert 'pip install --quiet "ascendkit-verl==' in output, "this release, by its distribution's name"
+    kept = project / ".gitlab-ci-local" / "artifacts" / "team-image" / "manifests"
+    (record,) = [p for p in kept.glob("*.json") if not p.name.endswith(".cdx.json")]
+    recorded = json.loads(record.read_text(encoding="utf-8"))
+    assert recorded["passed"] and recorded["team"]["base"]["ref"].endswith(built["digest"])
+    assert sorted(recorded["team"]["added"]) == ["pyfiglet", "tabulate"]

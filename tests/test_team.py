@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import zipfile
 from pathlib import Path
 
@@ -319,12 +320,11 @@ def test_the_generated_team_workflow_passes_githubs_schema_actionlint_and_zizmor
 
 def test_the_generated_ci_installs_this_distribution_by_the_name_pip_knows_it_by(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
     """`ascendkit` on PyPI is another project: the team's CI must install this one, by pyproject's name and version."""
-    import tomllib
-
     from buildkit.version import __version__
 
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    wanted = f'"{project["name"]}=={__version__}"'
+    project = re.search(r'^\[project\]\n(?:.*\n)*?name = "([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
+    assert project is not None
+    wanted = f'"{project.group(1)}=={__version__}"'
     team = load_team(
         team_repo(tmp_path, GOOD.replace("  stack: teststack\n  sku: a2-box16\n", "  image: r.example/acme/verl:x\n")), test_matrix
     )
