@@ -10,7 +10,6 @@ import io
 import json
 import random
 import re
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from buildkit.lock.metadata import Declared, MetadataReader, MetadataUnavailable
 from buildkit.matrix.load import LoadedMatrix, parse_matrix
 from buildkit.matrix.model import Stack
 from tests.conftest import MATRIX, MATRIX_TEXT
+from tests.harness.localhttp import serving
 from tests.harness.upstream_metadata import STORE, from_index, name_of, vendored, wanted
 
 READ = vendored()
@@ -149,12 +149,8 @@ def wheel_server() -> Iterator[tuple[str, type[_RangeServer]]]:
         wheel.writestr("big/payload.bin", random.Random(0).randbytes(6_000_000), zipfile.ZIP_STORED)  # a torch-sized member, scaled down
         wheel.writestr("big-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: big\nVersion: 1.0\nRequires-Dist: torch==2.7.1\n")
     handler = type("Handler", (_RangeServer,), {"body": buffer.getvalue(), "sent": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/big-1.0-py3-none-any.whl", handler
-    finally:
-        server.shutdown()
+    with serving(handler) as url:
+        yield f"{url}/big-1.0-py3-none-any.whl", handler
 
 
 def test_a_wheels_metadata_is_read_by_ranges_not_downloaded_whole(wheel_server: tuple[str, type[_RangeServer]], tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from buildkit.team.prebuild import check_team_wheels
 from buildkit.team.resolve import TEAM_LAYER, TeamBase, lock_file, team_base
 from buildkit.team.spec import LoadedTeam, load_team
 from tests.conftest import TEST_MATRIX
+from tests.harness.localhttp import serving
 from tests.test_team import GOOD, team_repo
 
 SITE = "/usr/local/lib/python3.11/dist-packages"
@@ -139,12 +139,8 @@ def index() -> Iterator[tuple[str, type[_Index]]]:
     handler = type(
         "Index", (_Index,), {"files": files, "projects": projects, "whole_only": {"acme_clean-2.0-py3-none-any.whl"}, "sent": {}}
     )
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple", handler
-    finally:
-        server.shutdown()
+    with serving(handler) as url:
+        yield f"{url}/simple", handler
 
 
 def _team(tmp_path: Path, handler: type[_Index], packages: list[str]) -> tuple[LoadedTeam, TeamBase]:
