@@ -107,6 +107,12 @@ class _Anchors(html.parser.HTMLParser):
         self.files.append((name, attributes.get("data-requires-python"), "data-yanked" in attributes, href, metadata))
 
 
+def failure_of(what: BaseException | requests.Response) -> str:
+    """A failed try of an index request in a few words, for :meth:`RetryPolicy.call` (the full text of the exception
+    repeats the URL and the connection pool's internals)."""
+    return http_failure(what.status_code) if isinstance(what, requests.Response) else cause(what)
+
+
 class IndexClient:
     """A caching, thread-safe reader of simple indexes."""
 
@@ -139,11 +145,8 @@ class IndexClient:
     def _fetch(self, index_url: str, name: str) -> Project:
         url = f"{index_url}/{name}/"
 
-        def failure(what: BaseException | requests.Response) -> str:  # the full text repeats the URL and the pool's internals
-            return http_failure(what.status_code) if isinstance(what, requests.Response) else cause(what)
-
         try:
-            done = self.policy.call(lambda: self.session.get(url, headers={"Accept": JSON_ACCEPT}, timeout=self.timeout), failure)
+            done = self.policy.call(lambda: self.session.get(url, headers={"Accept": JSON_ACCEPT}, timeout=self.timeout), failure_of)
         except requests.RequestException as exc:  # not a lost connection (a bad URL, a redirect loop): not retried
             raise IndexUnreachable(index_url, cause(exc)) from None
         response = done.response

@@ -22,10 +22,10 @@ from packaging.version import InvalidVersion, Version
 
 from buildkit.errors import AscendkitError
 from buildkit.fsio import write_atomic
-from buildkit.lock.index import DistFile, IndexClient, IndexUnreachable, ProjectMissing, installable, target_tags
+from buildkit.lock.index import DistFile, IndexClient, IndexUnreachable, ProjectMissing, failure_of, installable, target_tags
 from buildkit.lock.sdist import SdistReader, cache_dir, public_url
 from buildkit.matrix.model import PypiPin, Stack
-from buildkit.reach import cause, http_failure
+from buildkit.reach import cause
 from buildkit.retry import RetryPolicy
 
 CHUNK = 256 * 1024  # one range request: the tail holds the central directory of all but the largest wheels
@@ -73,11 +73,13 @@ def parse_metadata(text: str, dist: str, version: str, source: str, sha256: str 
 
 
 class _Ranges(io.RawIOBase):
-    """A remote file read by HTTP range requests, as much as ``zipfile`` asks for (in chunks)."""
+    """A remote file read by HTTP range requests, as much as ``zipfile`` asks for (in chunks), each request tried as
+    ``policy`` allows. A server that answers a range request with the whole file is refused, unless ``whole_ok``: then
+    that answer is the file, read once."""
 
-    def __init__(self, session: requests.Session, url: str, size: int, timeout: float, policy: RetryPolicy | None = None) -> None:
+    def __init__(self, session: requests.Session, url: str, size: int, timeout: float, policy: RetryPolicy, whole_ok: bool) -> None:
         self.session, self.url, self.size, self.timeout = session, url, size, timeout
-        self.policy = policy or RetryPolicy(0)
+        self.policy, self.whole_ok = policy, whole_ok
         self.pos = 0
         self.chunks: dict[int, bytes] = {}
 
@@ -111,16 +113,34 @@ class _Ranges(io.RawIOBase):
     def _chunk(self, start: int) -> bytes:
         if start not in self.chunks:
             end = min(start + CHUNK, self.size) - 1
-            done = self.policy.call(
-                lambda: self.session.get(self.url, headers={"Range": f"bytes={start}-{end}"}, timeout=self.timeout), _failure
+            answer = _answer(
+                self.policy, lambda: self.session.get(self.url, headers={"Range": f"bytes={start}-{end}"}, timeout=self.timeout), self.url
             )
-            if done.response is None:
-                raise MetadataUnavailable(f"{public_url(self.url)}: {done.last}")
-            answer = done.response
+            if answer.status_code == 200 and self.whole_ok and len(answer.content) == self.size:
+                self.chunks.update((at, answer.content[at : at + CHUNK]) for at in range(0, self.size, CHUNK))
+                return self.chunks[start]
             if answer.status_code != 206 or len(answer.content) != end - start + 1:
                 raise MetadataUnavailable(f"{public_url(self.url)}: the server answered a range request with HTTP {answer.status_code}")
             self.chunks[start] = answer.content
         return self.chunks[start]
+
+
+def _answer(policy: RetryPolicy, send: Callable[[], requests.Response], url: str) -> requests.Response:
+    done = policy.call(send, failure_of)
+    if done.response is None:
+        raise MetadataUnavailable(f"{public_url(url)}: {done.last}")
+    return done.response
+
+
+def _remote_zip(client: IndexClient, wheel: DistFile, policy: RetryPolicy, whole_ok: bool) -> zipfile.ZipFile:
+    """A wheel on its index opened as a zip: its length by HEAD, then what ``zipfile`` reads by ranges (:class:`_Ranges`)."""
+    session, timeout = client.session, client.timeout
+    head = _answer(policy, lambda: session.head(wheel.url, timeout=timeout, allow_redirects=True), wheel.url)
+    size = int(head.headers.get("Content-Length", "0"))
+    if head.status_code != 200 or not size:
+        raise MetadataUnavailable(f"{public_url(wheel.url)}: HTTP {head.status_code}, no length to read ranges of")
+    remote = _Ranges(session, head.url or wheel.url, size, timeout, policy, whole_ok)
+    return zipfile.ZipFile(io.BufferedReader(remote, buffer_size=CHUNK))
 
 
 class MetadataReader:
@@ -176,12 +196,7 @@ class MetadataReader:
                 answer = session.get(wheel.url + ".metadata", timeout=timeout)
                 if answer.status_code == 200:
                     return answer.content.decode("utf-8", errors="replace")
-            head = session.head(wheel.url, timeout=timeout, allow_redirects=True)
-            size = int(head.headers.get("Content-Length", "0"))
-            if head.status_code != 200 or not size:
-                raise MetadataUnavailable(f"{public_url(wheel.url)}: HTTP {head.status_code}, no length to read ranges of")
-            remote = _Ranges(session, head.url or wheel.url, size, timeout)
-            with zipfile.ZipFile(io.BufferedReader(remote, buffer_size=CHUNK)) as archive:
+            with _remote_zip(self.client, wheel, RetryPolicy(0), whole_ok=False) as archive:
                 member = next((n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
                 if member is None:
                     raise MetadataUnavailable(f"{wheel.filename} has no .dist-info/METADATA")
@@ -190,38 +205,12 @@ class MetadataReader:
             raise MetadataUnavailable(f"{wheel.filename}: {cause(exc) if isinstance(exc, requests.RequestException) else exc}") from None
 
 
-def _failure(what: BaseException | requests.Response) -> str:
-    return http_failure(what.status_code) if isinstance(what, requests.Response) else cause(what)
-
-
 def wheel_names(client: IndexClient, wheel: DistFile) -> list[str]:
     """The member names of a wheel on its index, from its zip's central directory read through HTTP ranges (a few
-    hundred KiB of a wheel of any size); the whole file where the server answers no ranges. A dropped connection, a
-    429 or a 5xx is tried again as the client's policy allows."""
-    session, timeout, policy = client.session, client.timeout, client.policy
-
-    def answer(send: Callable[[], requests.Response], url: str) -> requests.Response:
-        done = policy.call(send, _failure)
-        if done.response is None:
-            raise MetadataUnavailable(f"{public_url(url)}: {done.last}")
-        return done.response
-
+    hundred KiB of a wheel of any size); the whole file, once, where the server answers no ranges. A dropped
+    connection, a 429 or a 5xx is tried again as the client's policy allows."""
     try:
-        head = answer(lambda: session.head(wheel.url, timeout=timeout, allow_redirects=True), wheel.url)
-        size = int(head.headers.get("Content-Length", "0"))
-        if head.status_code != 200 or not size:
-            raise MetadataUnavailable(f"{public_url(wheel.url)}: HTTP {head.status_code}, no length to read ranges of")
-        url = head.url or wheel.url
-        tail = (size - 1) // CHUNK * CHUNK  # the chunk zipfile reads first: the end of the central directory
-        first = answer(lambda: session.get(url, headers={"Range": f"bytes={tail}-{size - 1}"}, timeout=max(timeout, 120.0)), url)
-        if first.status_code == 200:  # no ranges here: that was the whole wheel
-            with zipfile.ZipFile(io.BytesIO(first.content)) as archive:
-                return archive.namelist()
-        if first.status_code != 206 or len(first.content) != size - tail:
-            raise MetadataUnavailable(f"{public_url(url)}: the server answered a range request with HTTP {first.status_code}")
-        remote = _Ranges(session, url, size, timeout, policy)
-        remote.chunks[tail] = first.content
-        with zipfile.ZipFile(io.BufferedReader(remote, buffer_size=CHUNK)) as archive:
+        with _remote_zip(client, wheel, client.policy, whole_ok=True) as archive:
             return archive.namelist()
     except (requests.RequestException, zipfile.BadZipFile) as exc:
         raise MetadataUnavailable(f"{wheel.filename}: {cause(exc) if isinstance(exc, requests.RequestException) else exc}") from None

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.tags import Tag
+
 from buildkit.errors import Unavailable
 from buildkit.lock.index import DistFile, IndexClient, IndexUnreachable, ProjectMissing, installable, target_tags
 from buildkit.lock.lockfile import LockedPackage, read_lock
@@ -33,10 +35,9 @@ class PrebuildFiles:
     read: int  # wheels whose files were read
 
 
-def _wheel(client: IndexClient, indexes: list[str], package: LockedPackage, base: TeamBase) -> DistFile | str:
-    """The wheel of ``package`` the lock allows for the target, or why there is none to read."""
+def _wheel(client: IndexClient, indexes: list[str], package: LockedPackage, tags: frozenset[Tag], python: str) -> DistFile | str:
+    """The wheel of ``package`` the lock allows for the target (``tags``, ``python``), or why there is none to read."""
     allowed = {h.removeprefix("sha256:") for h in package.hashes}
-    tags = target_tags(base.arch, base.python)
     sdist = False
     for index in indexes:
         try:
@@ -48,7 +49,7 @@ def _wheel(client: IndexClient, indexes: list[str], package: LockedPackage, base
         for file in project.files:
             if file.sha256 not in allowed:
                 continue
-            if file.kind == "wheel" and installable(file, tags, base.python):
+            if file.kind == "wheel" and installable(file, tags, python):
                 return file
             sdist = sdist or file.kind == "sdist"
     if sdist:
@@ -65,12 +66,13 @@ def check_team_wheels(
     lock = read_lock(lock_file(team, base.arch))
     indexes = [index_urls.get(name, url) for name, url in base.indexes]
     free = free_of(team, base)
+    tags = target_tags(base.arch, base.python)
     overlaps: list[str] = []
     unread: list[str] = []
     read = 0
     for package in lock.layers.get(TEAM_LAYER, []):
         try:
-            wheel = _wheel(client, indexes, package, base)
+            wheel = _wheel(client, indexes, package, tags, base.python)
             if isinstance(wheel, str):
                 unread.append(f"{package.key}=={package.version}: {wheel}")
                 continue
