@@ -64,15 +64,6 @@ def test_an_image_whose_inputs_cannot_be_recovered_is_refused(build: dict[str, A
         recorded_inputs(statement("r", WHERE, record(**build)), WHERE, manifest())
 
 
-def test_a_team_image_is_refused_with_how_to_rebuild_it() -> None:
-    team = {"name": "acme/verl-math", "lock_sha256": "d" * 64, "files_sha256": "e" * 64}
-    with pytest.raises(InputError) as refused:
-        recorded_inputs(statement("r", WHERE, record(team=team, source="git+https://git.example/acme/verl-math@" + "f" * 40)), WHERE, None)
-    said = str(refused.value)
-    assert "a team image (acme/verl-math), built by `ascendkit team build` from git+https://git.example/acme/verl-math@ffff" in said
-    assert "`ascendkit team build --no-cache`" in said and "dddddddddddd..., eeeeeeeeeeee..." in said
-
-
 def test_inputs_that_are_not_the_ones_at_hand_are_refused(tmp_path: Path) -> None:
     loaded = load_matrix(TEST_MATRIX)
     other = recorded_inputs(statement("r", WHERE, record(lock_files={LOCK: "0" * 64})), WHERE, manifest())

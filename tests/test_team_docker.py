@@ -111,29 +111,63 @@ def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribu
 @pytest.mark.engine_20_10
 @pytest.mark.engine_overlay2
 def test_two_clean_builds_of_a_team_image_publish_one_image(docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path) -> None:
-    """The team's layers reproduce as the reference image's do: built twice from nothing (the first image removed,
-    no cache), each published to its own repository, the same manifest digest; else the files that differ are named."""
+    """The team's layers reproduce as the reference image's do: built from nothing (no cache) and published, then
+    `ascendkit rebuild` in the team's repository builds it again from nothing, from what its provenance records, and
+    publishes it beside: the same manifest digest; else the files that differ are named."""
     team_repo(tmp_path, TEAM.replace("acme/verl-math", f"acme/team-twice-{RUN}"))
     assert _team(docker_env, tmp_path, "lock").returncode == 0
     # BuildKit where the engine gives it; the classic builder on Docker 20.10, where users still run it
     builder = "classic" if engine_name(docker_env) == "docker-20.10" else "buildkit"
-    published = []
-    for attempt in ("one", "two"):
-        docker_env.client.prune_builds(filters=cast(Any, {"type": ["exec.cachemount"]}), all=True)  # the pip cache too
-        done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0], "--no-cache", "--builder", builder, "--json")
-        assert done.returncode == 0, done.stderr[-3000:]
-        (ref,) = json.loads(done.stdout)["tags"]
-        assert json.loads((tmp_path / json.loads(done.stdout)["record"]).read_text())["builder"]["name"] == builder
-        target = f"{docker_env.registry}/team-twice-{RUN}-{attempt}"
-        pushed = docker_env.ascendkit("publish", ref, "--registry", target, "--no-index", "--json", cwd=tmp_path)
-        assert pushed.returncode == 0, pushed.stderr[-3000:]
-        (outcome,) = json.loads(pushed.stdout)
-        published.append(outcome["pushed"][0]["ref"])
-        docker_env.client.remove_image(ref)  # the next build starts from the base alone
-    one, two = (ref.split("@")[1] for ref in published)
-    if one != two:
-        said = docker_env.ascendkit("diff", *published, cwd=tmp_path)
-        pytest.fail(f"two clean builds of one team image published two images:\n{said.stdout[-4000:]}{said.stderr[-2000:]}")
+    docker_env.client.prune_builds(filters=cast(Any, {"type": ["exec.cachemount"]}), all=True)  # the pip cache too
+    done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0], "--no-cache", "--builder", builder, "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (ref,) = json.loads(done.stdout)["tags"]
+    assert json.loads((tmp_path / json.loads(done.stdout)["record"]).read_text())["builder"]["name"] == builder
+    target = f"{docker_env.registry}/team-twice-{RUN}"
+    pushed = docker_env.ascendkit("publish", ref, "--registry", target, "--no-index", "--json", cwd=tmp_path)
+    assert pushed.returncode == 0, pushed.stderr[-3000:]
+    (outcome,) = json.loads(pushed.stdout)
+    docker_env.client.remove_image(ref)  # the rebuild starts from the base alone
+    docker_env.client.prune_builds(filters=cast(Any, {"type": ["exec.cachemount"]}), all=True)
+    again = f"{target}-rebuilt"
+    rebuild = ["rebuild", outcome["pushed"][0]["ref"], "--to", again, "--matrix", str(TEST_MATRIX), "--json"]
+    rebuilt = docker_env.ascendkit(*rebuild, cwd=tmp_path)
+    assert rebuilt.returncode in (0, 1), rebuilt.stderr[-3000:]
+    said = json.loads(rebuilt.stdout)
+    assert said["inputs"]["team"] == f"acme/team-twice-{RUN}" and said["inputs"]["builder"] == builder, said["inputs"]
+    assert said["rebuilt"].startswith(f"{again}@") and said["build"]["tags"][0].startswith(f"acme/team-twice-{RUN}-rebuilt:")
+    if not said["same"]:
+        pytest.fail(f"two clean builds of one team image published two images:\n{json.dumps(said['differences'], indent=1)[-4000:]}")
+    assert rebuilt.returncode == 0 and said["original"] == f"{target}@{published_digest(outcome)}"
+
+
+def test_a_local_team_image_is_rebuilt_from_its_record_and_a_changed_repository_is_refused_before_anything_is_built(
+    docker_env: DockerEnv, built: dict[str, Any], tmp_path: Path
+) -> None:
+    """A team image not yet published: rebuilt from its build record (published beside it first, as `publish` would),
+    tagged apart; the original's tag and record stay. The team's files changed since: refused (exit 2), nothing built."""
+    team_repo(tmp_path, TEAM.replace("acme/verl-math", f"acme/team-again-{RUN}"))
+    assert _team(docker_env, tmp_path, "lock").returncode == 0
+    done = _team(docker_env, tmp_path, "build", "--base-image", built["tags"][0], "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (ref,) = json.loads(done.stdout)["tags"]
+    record = (tmp_path / json.loads(done.stdout)["record"]).read_text()
+    target = f"{docker_env.registry}/team-again-{RUN}"
+    rebuild = ["rebuild", ref, "--to", target, "--matrix", str(TEST_MATRIX), "--json"]
+    rebuilt = docker_env.ascendkit(*rebuild, cwd=tmp_path)
+    assert rebuilt.returncode == 0, rebuilt.stdout[-3000:] + rebuilt.stderr[-3000:]
+    said = json.loads(rebuilt.stdout)
+    assert said["same"] and said["zstd"][0] == said["zstd"][1], said
+    assert (tmp_path / json.loads(done.stdout)["record"]).read_text() == record, "the original's record is as it was"
+    assert (tmp_path / "manifests" / "rebuilt" / f"{ref.rsplit(':', 1)[1]}.json").is_file()
+    assert _tags(docker_env, f"acme/team-again-{RUN}") == [ref]
+    (tmp_path / "rewards" / "math.py").write_text("def compute_score(*args, **kwargs):\n    return 1.0\n")
+    docker_env.client.remove_image(said["build"]["tags"][0])
+    containers = docker_env.containers()
+    refused = docker_env.ascendkit(*rebuild, cwd=tmp_path)
+    assert refused.returncode == ExitCode.INVALID_INPUT, refused.stderr[-3000:]
+    assert "the team's files (rewards) are not the ones it was built from" in refused.stderr
+    assert _tags(docker_env, f"acme/team-again-{RUN}-rebuilt") == [] and docker_env.containers() == containers, "nothing built"
 
 
 def test_a_lock_the_base_refuses_at_install_fails_the_build_and_leaves_no_tag(

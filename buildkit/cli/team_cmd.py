@@ -20,12 +20,16 @@ from buildkit.cli.mirror_options import (
     mirrors_from,
 )
 from buildkit.cli.ship_options import ManifestDir
-from buildkit.errors import ExitCode
+from buildkit.errors import ExitCode, InputError
 from buildkit.resources import DEFAULT_MATRIX
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from buildkit.lock.index import IndexClient
     from buildkit.matrix.load import LoadedMatrix
     from buildkit.settings import Mirrors
+    from buildkit.ship.rebuild import Original, RebuildOutcome
     from buildkit.team.build import TeamBuilt
     from buildkit.team.resolve import TeamBase
     from buildkit.team.spec import LoadedTeam
@@ -180,7 +184,6 @@ def team_build(
     is missing or stale, or a team package would overwrite a file of the base; 5: the build failed; 6: the base moved
     (the image is removed, nothing tagged); 4: the engine, the base or an index cannot be had."""
     from buildkit.image.engine import connect
-    from buildkit.settings import read_ca_bundle
     from buildkit.team.build import build_team
 
     loaded, team, base = _team_and_base(matrix, file, arch)
@@ -195,17 +198,39 @@ def team_build(
     mirrors = mirrors_from(
         config, ca_bundle, pip_index_url=pip_index_url, pytorch_index_url=pytorch_index_url, ascend_index_url=ascend_index_url
     )
-    bundle = ca_bundle_of(mirrors)
-    from buildkit.settings import default_ca_bundle
-
-    bundle = bundle or default_ca_bundle()
-    urls = _index_urls(loaded, base, mirrors)
-    from buildkit.lock.index import IndexClient
-
-    ca = read_ca_bundle(bundle) if bundle else b""
-    client = IndexClient(ca_bundle=ca_bundle_of(mirrors))
+    urls, ca, client = build_settings(loaded, base, mirrors)
     built = build_team(connect(), team, base, base_image, urls, ca, manifest_dir, no_cache, builder, client)
     _say_built(built, as_json)
+
+
+def build_settings(loaded: LoadedMatrix, base: TeamBase, mirrors: Mirrors) -> tuple[dict[str, str], bytes, IndexClient]:
+    """What a team build reaches its indexes with: each index's URL (a mirror where given), the CA bundle's bytes (the
+    settings', else the host's) and the index client the pre-build check reads wheels with."""
+    from buildkit.lock.index import IndexClient
+    from buildkit.settings import default_ca_bundle, read_ca_bundle
+
+    bundle = ca_bundle_of(mirrors) or default_ca_bundle()
+    ca = read_ca_bundle(bundle) if bundle else b""
+    return _index_urls(loaded, base, mirrors), ca, IndexClient(ca_bundle=ca_bundle_of(mirrors))
+
+
+def rebuild_team_image(
+    original: Original, team_file: Path, matrix: Path, mirrors: Mirrors, to: str, manifest_dir: Path, say: Callable[[str], None]
+) -> RebuildOutcome:
+    """`ascendkit rebuild` of a team image: in the team's repository, from its team file (buildkit.team.rebuild)."""
+    from buildkit.image.engine import connect
+    from buildkit.ship.rebuild import team_params
+    from buildkit.team.rebuild import rebuild_team
+
+    if not team_file.is_file():
+        team = team_params(original.statement) or {}
+        raise InputError(
+            f"{original.where}: a team image ({team.get('name')}): rebuild it in the team's repository, where its team file "
+            f"is (--team-file; {team_file} is not here)"
+        )
+    loaded, team_, base = _team_and_base(matrix, team_file, original.arch)
+    urls, ca, client = build_settings(loaded, base, mirrors)
+    return rebuild_team(connect(), original, team_, base, urls, to, ca_bundle=ca, manifest_dir=manifest_dir, index_client=client, say=say)
 
 
 def _say_built(built: TeamBuilt, as_json: bool) -> None:

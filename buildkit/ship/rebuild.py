@@ -32,7 +32,7 @@ import docker
 from buildkit.errors import InputError, PublishFailed
 from buildkit.image.archive import identify
 from buildkit.image.build import run_build
-from buildkit.image.buildplan import BuildResult, check_outputs, plan_build
+from buildkit.image.buildplan import check_outputs, plan_build
 from buildkit.image.buildrecord import read_record
 from buildkit.image.progress import Reporter
 from buildkit.imageref import IMAGE_REFERENCE, RegistryRef, registry_of, split_ref
@@ -96,16 +96,8 @@ def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest | 
             f"{where}: its provenance records no epoch: it was built before ascendkit's images were reproducible (or not by "
             "ascendkit), so it cannot be rebuilt to the same digest; rebuild it with `ascendkit build` and publish it again"
         )
-    team = params.get("team")
-    if isinstance(team, dict):  # its inputs are the team repository's (file, lock, files, fork), not this matrix's
-        source = str(params.get("source") or "its repository")
-        raise InputError(
-            f"{where}: a team image ({team.get('name')}), built by `ascendkit team build` from {source}: `rebuild` takes "
-            "reference images only. Rebuild it in the team's repository at that commit with `ascendkit team build "
-            "--no-cache` (the lock and files by sha256 as its provenance records them: "
-            f"{str(team.get('lock_sha256'))[:12]}..., {str(team.get('files_sha256'))[:12]}...), publish it to a scratch "
-            "repository with `ascendkit publish` and compare the digests (`ascendkit diff` names what differs)"
-        )
+    if isinstance(params.get("team"), dict):  # its inputs are the team repository's: buildkit.team.rebuild takes it
+        raise InputError(f"{where}: a team image: it is rebuilt from its team file (`ascendkit rebuild` in the team's repository)")
     missing = [key for key in ("stack", "chip", "arch", "os") if not params.get(key)]
     if missing:
         raise InputError(f"{where}: its provenance does not record {', '.join(missing)}: its inputs cannot be recovered")
@@ -122,8 +114,7 @@ def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest | 
         raise InputError(f"{where}: its provenance names no lock sections: its inputs cannot be recovered")
     source = next((str(d.get("uri", "")) for d in dependencies if d.get("name") == "source"), "")
     skus = params.get("skus") or []
-    body = manifest.json() if manifest is not None else {}
-    layers = [str(layer.get("mediaType", "")) for layer in body.get("layers") or []]
+    media_types, compression = publication(manifest)
     return RecordedInputs(
         where=where,
         stack=str(params["stack"]),
@@ -136,10 +127,26 @@ def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest | 
         epoch=int(reproducible["source_date_epoch"]),
         locks=locks,
         source=source,
-        media_types="oci" if manifest is not None and manifest.media_type == OCI_MANIFEST and ZSTD_LAYER not in layers else "default",
-        compression="zstd" if ZSTD_LAYER in layers else "gzip",
+        media_types=media_types,
+        compression=compression,
         builder=str(params.get("builder") or "auto"),
     )
+
+
+def publication(manifest: Manifest | None) -> tuple[str, str]:
+    """How ``manifest`` was published: its media types (default: Docker's; or oci), its layers' compression (gzip or
+    zstd). A local image (None): as `publish` publishes by default."""
+    body = manifest.json() if manifest is not None else {}
+    layers = [str(layer.get("mediaType", "")) for layer in body.get("layers") or []]
+    media_types = "oci" if manifest is not None and manifest.media_type == OCI_MANIFEST and ZSTD_LAYER not in layers else "default"
+    return media_types, "zstd" if ZSTD_LAYER in layers else "gzip"
+
+
+def team_params(statement: dict[str, Any]) -> dict[str, Any] | None:
+    """The team section of a team image's provenance (buildkit.team), None for a reference image's."""
+    definition = (statement.get("predicate") or {}).get("buildDefinition") or {}
+    team = (definition.get("externalParameters") or {}).get("team")
+    return team if isinstance(team, dict) else None
 
 
 def check_inputs(inputs: RecordedInputs, loaded: LoadedMatrix) -> None:
@@ -222,13 +229,38 @@ def _publish_original(
 
 
 @dataclass(frozen=True)
+class Original:
+    """The image to rebuild: its provenance, and where it is (a published one's manifest, or a local one)."""
+
+    statement: dict[str, Any]
+    where: str
+    manifest: Manifest | None  # the published image's (one arch's), None for a local one
+    local: LocalOriginal | None
+    tag: str = ""  # the published image's tag, as given: its zstd variant is published beside it
+
+    @property
+    def arch(self) -> str:
+        return str(((self.statement.get("predicate") or {}).get("buildDefinition") or {}).get("externalParameters", {}).get("arch") or "")
+
+
+def read_original(client: docker.APIClient, ref: str, arch: str | None, manifest_dir: Path) -> Original:
+    """``ref``'s provenance: a local image's from its build record, a published one's as attached (``arch``: its member)."""
+    if is_local(ref):
+        local = local_original(client, ref, manifest_dir)
+        return Original(local.statement, local.where, None, local)
+    statement, where = _provenance_of(ref, arch)
+    manifest = resolve(where)[2]
+    return Original(statement, where, manifest, None, split_ref(ref)[1] or "")
+
+
+@dataclass(frozen=True)
 class RebuildOutcome:
-    inputs: RecordedInputs
+    inputs: dict[str, Any]  # what the image was built from, as its provenance records it
     original: str  # HOST/REPO@digest
     rebuilt: str  # HOST/REPO@digest
     zstd: tuple[str, str] | None  # the zstd variants' digests (original, rebuilt), where both were published
     differences: list[Difference]
-    build: BuildResult
+    build: dict[str, Any]  # the rebuild, described
 
     @property
     def same(self) -> bool:
@@ -240,10 +272,46 @@ class RebuildOutcome:
             "original": self.original,
             "rebuilt": self.rebuilt,
             "zstd": list(self.zstd) if self.zstd else None,
-            "inputs": self.inputs.describe(),
+            "inputs": self.inputs,
             "differences": [d.as_dict() for d in self.differences],
-            "build": self.build.describe(),
+            "build": self.build,
         }
+
+
+def scratch_push(to: str, media_types: str) -> PushRequest:
+    """Where the rebuild (and a local original) goes: ``to``, in the original's media types, zstd beside, no index."""
+    push = push_request([to], push=True, index=False, media_types=None if media_types == "default" else "oci", compression="zstd")
+    assert push is not None
+    return push
+
+
+def compare(
+    client: docker.APIClient,
+    original: Original,
+    push: PushRequest,
+    rebuilt: dict[str, str],
+    compression: str,
+    say: Callable[[str], None] | None = None,
+) -> tuple[str, str, tuple[str, str] | None, list[Difference]]:
+    """The original beside the rebuild (``rebuilt``: its digest per compression, published to ``push``'s target): a local
+    original published there first, as `publish` would publish it. (original, rebuilt, the zstd variants' digests where
+    both are published, what differs)."""
+    target, zstd = push.targets[0].name, None
+    compared = f"{target}@{rebuilt[compression]}"
+    if original.local is not None:
+        published = _publish_original(client, original.local, push, say)
+        first, zstd = f"{target}@{published[compression]}", (published["zstd"], rebuilt["zstd"])
+    else:
+        assert original.manifest is not None
+        first = original.where
+        if compression == "gzip" and original.tag:  # the zstd variant published beside it, where there is one
+            registry, repository, _ = resolve(original.where)
+            other = registry.get_manifest(repository, ZSTD.tag(original.tag))
+            if other is not None:
+                zstd = (member_digest(other, original.arch, f"{registry.host}/{repository}:{ZSTD.tag(original.tag)}"), rebuilt["zstd"])
+    same = first.rpartition("@")[2] == rebuilt[compression]
+    differences = [] if same else diff_images(read_published(first, original.arch), read_published(compared, original.arch))
+    return first, compared, zstd, differences
 
 
 def extended_base(ref: str, arch: str | None) -> str | None:
@@ -303,29 +371,22 @@ def _provenance_of(ref: str, arch: str | None) -> tuple[dict[str, Any], str]:
 def rebuild(
     client: docker.APIClient,
     loaded: LoadedMatrix,
-    ref: str,
+    original: Original,
     to: str,
     *,
-    arch: str | None = None,
     manifest_dir: Path = Path("manifests"),
     mirrors: Mirrors | None = None,
     reporter: Reporter | None = None,
     say: Callable[[str], None] | None = None,
 ) -> RebuildOutcome:
-    """``ref`` rebuilt from its recorded inputs with nothing cached, published to ``to`` as it was
-    published (its media types, its compression) and compared. A local ``ref`` (see the module's word)
-    is published to ``to`` first, as `publish` would publish it."""
-    local = local_original(client, ref, manifest_dir) if is_local(ref) else None
-    if local is not None:
-        statement, where, manifest = local.statement, local.where, None
-    else:
-        statement, where = _provenance_of(ref, arch)
-        registry, repository, manifest = resolve(where)
-    inputs = recorded_inputs(statement, where, manifest)
+    """A reference image (``original``, :func:`read_original`) rebuilt from its recorded inputs with nothing cached,
+    published to ``to`` as it was published (its media types, its compression) and compared. A local original (see the
+    module's word) is published to ``to`` first, as `publish` would publish it."""
+    local = original.local
+    inputs = recorded_inputs(original.statement, original.where, original.manifest)
     check_inputs(inputs, loaded)
     check_base(client, inputs)
-    push = push_request([to], push=True, index=False, media_types=None if inputs.media_types == "default" else "oci", compression="zstd")
-    assert push is not None
+    push = scratch_push(to, inputs.media_types)
     plan = plan_build(
         loaded, inputs.hw, stack=inputs.stack, os_name=inputs.os, arch=inputs.arch, base_image=inputs.base_image,
         mirrors=mirrors, no_cache=True, builder=inputs.builder,
@@ -333,24 +394,7 @@ def rebuild(
     )  # fmt: skip
     check_outputs(plan)
     result = run_build(client, plan, reporter)
-    target = to.rstrip("/")
-    published = _publish_original(client, local, push, say) if local is not None else {}
     outcome = push_built(client, loaded, plan, result, push, say=say)
     rebuilt = {p.compression: p.digest for p in next(iter(outcome.registries.values()))}
-    compared = f"{target}@{rebuilt[inputs.compression]}"
-    zstd = None
-    if local is not None:
-        original = f"{target}@{published[inputs.compression]}"
-        zstd = (published["zstd"], rebuilt["zstd"])
-    else:
-        original = f"{registry.host}/{repository}@{manifest.digest}"  # type: ignore[union-attr]
-        tag = split_ref(ref)[1]
-        if inputs.compression == "gzip" and tag:  # the zstd variant published beside it, where there is one
-            other = registry.get_manifest(repository, ZSTD.tag(tag))
-            if other is not None:
-                digest = member_digest(other, inputs.arch, f"{registry.host}/{repository}:{ZSTD.tag(tag)}")
-                zstd = (digest, rebuilt["zstd"])
-    differences = []
-    if original.rpartition("@")[2] != rebuilt[inputs.compression]:
-        differences = diff_images(read_published(original, inputs.arch), read_published(compared, inputs.arch))
-    return RebuildOutcome(inputs, original, compared, zstd, differences, result)
+    first, compared, zstd, differences = compare(client, original, push, rebuilt, inputs.compression, say)
+    return RebuildOutcome(inputs.describe(), first, compared, zstd, differences, result.describe())

@@ -56,7 +56,7 @@ class TeamBuilt:
     unread: tuple[str, ...] = ()  # team packages whose files only the check after the build could hold to the base's
 
 
-def _base_ref(client: docker.APIClient, base: TeamBase, team: LoadedTeam, ref: str) -> tuple[str, str, dict[str, Any]]:
+def base_by_digest(client: docker.APIClient, base: TeamBase, team: LoadedTeam, ref: str) -> tuple[str, str, dict[str, Any]]:
     """The base by digest, its user and its inspect; refused when its labels name another stack or SKU."""
     try:
         inspect: dict[str, Any] = client.inspect_image(ref)
@@ -170,6 +170,16 @@ def _follow(stream: Any, containers: list[str], tail: list[str]) -> tuple[str, s
     return image_id, error
 
 
+def index_args_of(base: TeamBase, urls: dict[str, str]) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """The base's indexes as the build gets them (``urls``: each by name, a mirror where one was given): (the ARGs the
+    Dockerfile names, credentials stripped: they are in its history; the ones with credentials, given as secrets)."""
+    args = [
+        ("PIP_INDEX_URL", urls.get(name, url)) if i == 0 else (f"ASCENDKIT_TEAM_INDEX_{i}", urls.get(name, url))
+        for i, (name, url) in enumerate(base.indexes)
+    ]
+    return tuple((arg, public_url(url)) for arg, url in args), tuple((arg, url) for arg, url in args if public_url(url) != url)
+
+
 def team_inputs(team: LoadedTeam, base: TeamBase, base_of: tuple[str, str], index_args: tuple[tuple[str, str], ...]) -> TeamBuildInputs:
     """What the render needs: the lock's sections and, with a fork, its wheel checked against the lock's hash."""
     path = lock_file(team, base.arch)
@@ -200,9 +210,11 @@ def build_team(
     no_cache: bool = False,
     builder_choice: str = "auto",
     index_client: IndexClient | None = None,
+    repository: str | None = None,
 ) -> TeamBuilt:
     """Build, check and tag the team image, with its build record and SBOM beside the reference images' (what
-    publish, sign, verify and sbom read); refused before building when the lock is not fresh."""
+    publish, sign, verify and sbom read); refused before building when the lock is not fresh. ``repository``: where it
+    is tagged, the team's name unless given (a rebuild's is tagged beside the original)."""
     state = lock_state(team, base)
     if state != "fresh":
         error = InputError(f"{lock_file(team, base.arch)} is {state}: run `ascendkit team lock --arch {base.arch}` first")
@@ -212,18 +224,14 @@ def build_team(
     try:
         engine = engine_facts(client)
         builder = choose_builder(builder_choice, engine)
-        base_ref, user, base_inspect = _base_ref(client, base, team, base_image)
-        args = [
-            ("PIP_INDEX_URL", urls.get(name, url)) if i == 0 else (f"ASCENDKIT_TEAM_INDEX_{i}", urls.get(name, url))
-            for i, (name, url) in enumerate(base.indexes)
-        ]
-        index_args = tuple((arg, public_url(url)) for arg, url in args)  # credentials never in an ARG (docker history)
-        secret_env = tuple((arg, url) for arg, url in args if public_url(url) != url)
+        base_ref, user, base_inspect = base_by_digest(client, base, team, base_image)
+        index_args, secret_env = index_args_of(base, urls)
         inputs = replace(team_inputs(team, base, (base_ref, user), index_args), from_ref=_from_ref(builder, base_image, base_ref))
         dockerfile = render_team_dockerfile(team, base, inputs)
         version = dict(labels(team, base, inputs))["org.opencontainers.image.version"]
         tag = arch_tag(version, base.arch)  # as reference images are tagged per arch: what publish makes an index of
-        ref = f"{team.spec.name}:{tag}"
+        repository = repository or team.spec.name
+        ref = f"{repository}:{tag}"
         before = distributions(client, base_ref)
         if team.spec.framework is not None:
             (wheel,) = sorted((team.root / WHEELS_DIR).glob("*.whl"))
@@ -239,7 +247,7 @@ def build_team(
                 + "\n  ".join(wheels.overlaps[:20])
                 + (f"\n  ... and {len(wheels.overlaps) - 20} more" if len(wheels.overlaps) > 20 else "")
             )
-        unverified, secrets = f"{team.spec.name}:unverified-{tag}", BuildSecrets(ca_bundle, secret_env)
+        unverified, secrets = f"{repository}:unverified-{tag}", BuildSecrets(ca_bundle, secret_env)
         with tempfile.TemporaryDirectory(prefix="ascendkit-team-") as tmp:
             if builder.name == BUILDKIT:
                 write_team_context(team, base, dockerfile, Path(tmp))
@@ -270,11 +278,11 @@ def build_team(
             with deferred():  # the record, the SBOM and the tag, or none of them
                 record, _ = write_manifest(manifest_dir, tag, data)
                 write_atomic(sbom_path(manifest_dir, tag), dumps(team_sbom(team, base, inputs, checked)))
-                client.tag(image_id, team.spec.name, tag)
+                client.tag(image_id, repository, tag)
         except BaseException:
-            client.remove_image(f"{team.spec.name}:unverified-{tag}")  # the only tag: the image goes with it
+            client.remove_image(unverified)  # the only tag: the image goes with it
             raise
-        client.remove_image(f"{team.spec.name}:unverified-{tag}", noprune=True)
+        client.remove_image(unverified, noprune=True)
     except (DockerException, requests.exceptions.RequestException) as exc:
         raise Unavailable(f"the engine failed: {engine_said(exc)}") from None
     added = tuple(sorted(f"{name}=={after[name][0]}" for name in after if name not in before))
