@@ -322,6 +322,19 @@ def built(docker_env: DockerEnv, tmp_path_factory: pytest.TempPathFactory) -> di
     return build_and_push(docker_env, tmp_path_factory.mktemp("build"), f"it-{uuid.uuid4().hex[:8]}", "--hw", "a3")
 
 
+@pytest.fixture(scope="session")
+def built_arm64(docker_env: DockerEnv, built: dict[str, Any]) -> dict[str, Any]:
+    """The test stack built for a3/aarch64 on the arm64 stand-in (its steps under qemu) and pushed beside ``built``,
+    which completes that repository's multi-arch index."""
+    proc = docker_env.ascendkit(
+        "build", "--hw", "a3", "--arch", "aarch64", "--matrix", str(TEST_MATRIX), "--base-image", arm64_standin(),
+        "--push", "--registry", f"{docker_env.registry}/{built['repo']}", "--json", "-q",
+        cwd=built["workdir"], check=True,
+    )  # fmt: skip
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
 def build_and_push(docker_env: DockerEnv, workdir: Path, repo: str, *args: str) -> dict[str, Any]:
     """`ascendkit build` of the test matrix for x86_64 on the stand-in base, pushed to ``repo`` of the
     local registry (the registry outlives test runs: each run gives its own repository); its JSON

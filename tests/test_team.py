@@ -108,14 +108,22 @@ def test_a_good_team_file_loads_with_every_requirement_and_where_it_was_written(
             ("env:", f"framework:\n  git: https://gitlab.example.cn/rl/verl.git\n  commit: {'a' * 40}\n  replaces: openrlhf\nenv:"),
             ":14:13: error: framework.replaces: the base's framework is verl, not openrlhf",
         ),
+        (("env:", "arches: [x86_64, x86_64]\nenv:"), ":11:9: error: arches: an arch is named twice: x86_64, x86_64"),
+        (("env:", "arches: [x86_64, riscv64]\nenv:"), ":11:18: error: arches[1]: Input should be 'aarch64' or 'x86_64'"),
+        (
+            ("  stack: teststack\n", "  stack: teststack-sglang\n", "env:", "arches: [x86_64, aarch64]\nenv:"),
+            ":11:18: error: arches[1]: stack teststack-sglang is not built for aarch64",
+        ),
     ],
 )
 def test_each_problem_is_named_with_its_file_line_and_field(
-    tmp_path: Path, test_matrix: LoadedMatrix, edit: tuple[str, str], expected: str
+    tmp_path: Path, test_matrix: LoadedMatrix, edit: tuple[str, ...], expected: str
 ) -> None:
-    old, new = edit
-    assert old in GOOD
-    path = team_repo(tmp_path, GOOD.replace(old, new, 1))
+    text = GOOD
+    for old, new in zip(edit[::2], edit[1::2], strict=True):
+        assert old in text
+        text = text.replace(old, new, 1)
+    path = team_repo(tmp_path, text)
     said = findings(path, test_matrix)
     assert any(f.startswith(str(path) + expected) for f in said), said
 
@@ -316,6 +324,22 @@ def test_the_generated_team_workflow_passes_githubs_schema_actionlint_and_zizmor
     assert text.index('docker pull "$ASCENDKIT_BASE"') < text.index("ascendkit team check") < text.index("ascendkit team build")
     with pytest.raises(InputError, match=r"give base\.image"):
         team_workflow(load_team(team_repo(tmp_path / "stack"), test_matrix), "x86_64")
+    both = load_team(
+        team_repo(tmp_path / "arches", path.parent.joinpath("ascendkit-team.yaml").read_text() + "arches: [x86_64, aarch64]\n")
+    )
+    multi = tmp_path / "arches" / "team-image.yml"
+    multi.write_text(team_workflow(both, "x86_64"))  # `arches:`: a job per arch, each on a native runner, each its artifact
+    for tool in (actionlint, zizmor, schema):
+        proc = tool(multi)
+        assert proc.returncode == 0, f"{tool.__name__}:\n{proc.stdout}\n{proc.stderr}"
+    jobs = yaml.safe_load(multi.read_text())["jobs"]
+    assert {job: (spec["runs-on"], spec["env"]["ASCENDKIT_ARCH"]) for job, spec in jobs.items()} == {
+        "team-image-x86_64": ("ubuntu-24.04", "x86_64"),
+        "team-image-aarch64": ("ubuntu-24.04-arm", "aarch64"),
+    }
+    assert len({spec["steps"][-1]["with"]["name"] for spec in jobs.values()}) == 2, "one artifact name per job"
+    gitlab = yaml.safe_load(team_gitlab(both, "x86_64"))
+    assert {job: spec["tags"][-1] for job, spec in gitlab.items()} == {"team-image-x86_64": "x86_64", "team-image-aarch64": "aarch64"}
 
 
 def test_the_generated_ci_installs_this_distribution_by_the_name_pip_knows_it_by(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
@@ -397,3 +421,25 @@ def test_sbom_diff_pairs_an_images_base_by_kind_and_names_both() -> None:
     assert found["changed"] == [
         {"kind": "base image", "name": "cann:8.3 -> ascendkit/verl:a3", "from": "sha256:aa", "to": "sha256:bb", "pin": ""}
     ]
+
+
+def test_a_team_built_for_several_arches_names_each_image_by_every_arch_lock(tmp_path: Path, test_matrix: LoadedMatrix) -> None:
+    """`arches:`: each arch's image carries one version (its index's name), a digest of every arch's lock; a missing one
+    refuses the build (exit 1), another arch is refused; without `arches:` an image is named by its own lock alone."""
+    from buildkit.errors import ExitCode
+    from buildkit.team.dockerfile import naming_locks
+
+    path = team_repo(tmp_path, GOOD + "arches: [x86_64, aarch64]\n")
+    team = load_team(path, test_matrix)
+    for arch in ("x86_64", "aarch64"):
+        write_team_lock(team, team_base(test_matrix, team, arch), TeamResolution([pkg("tabulate", "0.9.0", "-r team.in")]))
+    x86, arm = (naming_locks(team, arch, "ignored") for arch in ("x86_64", "aarch64"))
+    assert x86 == arm and x86.count(",") == 1, "both arches' images are named by both locks"
+    lock_file(team, "aarch64").unlink()
+    with pytest.raises(
+        InputError, match=r"ascendkit-team-aarch64\.lock is missing: .* run `ascendkit team lock --arch aarch64`"
+    ) as missing:
+        naming_locks(team, "x86_64", "ignored")
+    assert missing.value.exit_code == ExitCode.CHECK_FAILED
+    single = load_team(team_repo(tmp_path / "one"), test_matrix)
+    assert naming_locks(single, "x86_64", "f" * 64) == "f" * 64, "one arch: its own lock, as before"

@@ -19,6 +19,7 @@ import pytest
 from docker.errors import ImageNotFound
 
 from buildkit.errors import ExitCode
+from buildkit.ship.oci.registry import Registry
 from tests.conftest import TEST_MATRIX, DockerEnv
 from tests.harness.gitserver import make_repository, serve
 from tests.test_reproducible import engine_name
@@ -168,6 +169,40 @@ def test_a_local_team_image_is_rebuilt_from_its_record_and_a_changed_repository_
     assert refused.returncode == ExitCode.INVALID_INPUT, refused.stderr[-3000:]
     assert "the team's files (rewards) are not the ones it was built from" in refused.stderr
     assert _tags(docker_env, f"acme/team-again-{RUN}-rebuilt") == [] and docker_env.containers() == containers, "nothing built"
+
+
+def test_a_team_built_for_both_arches_is_one_version_published_under_one_multi_arch_index(
+    docker_env: DockerEnv, built: dict[str, Any], built_arm64: dict[str, Any], tmp_path: Path
+) -> None:
+    """`arches: [x86_64, aarch64]`: a lock and a build per arch (aarch64's on the test stack's arm64 image, its steps and
+    checks under qemu), each image named by both locks, so both carry one version; `publish` of the two writes one
+    index over both, as a reference image's. A third arch's lock missing is refused before anything is built."""
+    name = f"acme/team-arches-{RUN}"
+    team_repo(tmp_path, TEAM.replace("acme/verl-math", name) + "arches: [x86_64, aarch64]\n")
+    refs, bases = {}, {"x86_64": built["tags"][0], "aarch64": built_arm64["tags"][0]}
+    assert _team(docker_env, tmp_path, "lock", "--arch", "x86_64").returncode == 0
+    early = _team(docker_env, tmp_path, "build", "--arch", "x86_64", "--base-image", bases["x86_64"])
+    assert early.returncode == ExitCode.CHECK_FAILED, early.stderr[-3000:]
+    assert "ascendkit-team-aarch64.lock is missing" in early.stderr, "each image is named by both locks: aarch64's is not there yet"
+    locked = _team(docker_env, tmp_path, "lock", "--arch", "aarch64")
+    assert locked.returncode == 0, locked.stderr[-3000:]
+    for arch, base in bases.items():
+        done = _team(docker_env, tmp_path, "build", "--arch", arch, "--base-image", base, "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        (refs[arch],) = json.loads(done.stdout)["tags"]
+        assert docker_env.client.inspect_image(refs[arch])["Architecture"] == {"x86_64": "amd64", "aarch64": "arm64"}[arch]
+    version = refs["x86_64"].rsplit(":", 1)[1].removesuffix("-x86_64")
+    assert refs["aarch64"] == f"{name}:{version}-aarch64", "one version for both arches"
+    target = f"{docker_env.registry}/team-arches-{RUN}"
+    published = docker_env.ascendkit("publish", refs["x86_64"], refs["aarch64"], "--registry", target, "--json", cwd=tmp_path)
+    assert published.returncode == 0, published.stderr[-3000:]
+    outcomes = json.loads(published.stdout)
+    listed = Registry(docker_env.registry).get_manifest(f"team-arches-{RUN}", version)
+    assert listed is not None and listed.is_index
+    platforms = {m["platform"]["architecture"]: m["digest"] for m in listed.json()["manifests"]}
+    assert platforms == {"amd64": published_digest(outcomes[0]), "arm64": published_digest(outcomes[1])}
+    wrong = _team(docker_env, tmp_path, "check", "--arch", "riscv64")
+    assert wrong.returncode == ExitCode.INVALID_INPUT
 
 
 def test_a_lock_the_base_refuses_at_install_fails_the_build_and_leaves_no_tag(

@@ -15,8 +15,8 @@ from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.settings import Mirrors
 from buildkit.ship.rebuild import Original, recorded_inputs
 from buildkit.team.build import index_args_of
-from buildkit.team.dockerfile import files_digest
-from buildkit.team.rebuild import TeamRecorded, check_team_inputs, team_recorded, version_of
+from buildkit.team.dockerfile import files_digest, version_label
+from buildkit.team.rebuild import TeamRecorded, check_team_inputs, team_recorded
 from buildkit.team.resolve import TeamBase, TeamResolution, lock_file, team_base, write_team_lock
 from buildkit.team.spec import LoadedTeam, load_team
 from buildkit.trust.provenance import statement
@@ -64,7 +64,7 @@ def _recorded(team: LoadedTeam, base: TeamBase, **build: Any) -> TeamRecorded:
 
 def _version(team: LoadedTeam) -> str:
     lock_sha = hashlib.sha256(lock_file(team, "x86_64").read_bytes()).hexdigest()
-    return f"team-acme-verl-math-{version_of(team, lock_sha, files_digest(team))}"
+    return version_label(team, lock_sha, files_digest(team))
 
 
 def test_a_team_images_inputs_come_from_its_provenance(tmp_path: Path, test_matrix: LoadedMatrix) -> None:

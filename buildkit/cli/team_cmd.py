@@ -61,6 +61,8 @@ def _team_and_base(matrix: Path, file: Path, arch: str) -> tuple[LoadedMatrix, L
 
     loaded = load_matrix(matrix)
     team = load_team(file, loaded)
+    if team.spec.arches and arch not in team.spec.arches:
+        raise InputError(f"{file}: the team builds for {', '.join(team.spec.arches)} (arches:), not {arch}: give --arch")
     if team.spec.base.image is None:
         base = team_base(loaded, team, arch)
     else:

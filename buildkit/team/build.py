@@ -35,7 +35,15 @@ from buildkit.lock.index import IndexClient
 from buildkit.lock.sdist import public_url
 from buildkit.plan.image import arch_tag
 from buildkit.reach import engine_said
-from buildkit.team.dockerfile import TeamBuildInputs, classic, files_digest, labels, render_team_dockerfile, write_team_context
+from buildkit.team.dockerfile import (
+    TeamBuildInputs,
+    classic,
+    files_digest,
+    labels,
+    naming_locks,
+    render_team_dockerfile,
+    write_team_context,
+)
 from buildkit.team.fork import WHEELS_DIR, read_wheel
 from buildkit.team.inimage import distributions, imports, moved, shared, wheel_overlap
 from buildkit.team.prebuild import check_team_wheels
@@ -196,7 +204,9 @@ def team_inputs(team: LoadedTeam, base: TeamBase, base_of: tuple[str, str], inde
         pin, source = wheel.pin, f"{team.spec.framework.git}@{team.spec.framework.commit}"
     layers = tuple(layer for layer in sections if any(line[:1].isalnum() for line in sections[layer].splitlines()))
     extra = tuple(arg for arg, _ in index_args[1:])
-    return TeamBuildInputs(*base_of, index_args, extra, hashlib.sha256(text.encode()).hexdigest(), layers, pin, source, files_digest(team))
+    lock_sha = hashlib.sha256(text.encode()).hexdigest()
+    naming = naming_locks(team, base.arch, lock_sha)
+    return TeamBuildInputs(*base_of, index_args, extra, lock_sha, layers, pin, source, files_digest(team), naming_locks=naming)
 
 
 def build_team(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from buildkit.errors import ExitCode, InputError
 from buildkit.plan.layers import SOURCE_DATE_EPOCH
 from buildkit.team.fork import WHEELS_DIR
 from buildkit.team.resolve import FORK_LAYER, TEAM_LAYER, TeamBase, lock_file, lock_sections
@@ -43,6 +44,7 @@ class TeamBuildInputs:
     fork_source: str = ""  # URL@COMMIT
     files_sha256: str = ""  # of the team's files as they are copied (paths, modes, contents)
     from_ref: str = ""  # what FROM names, where not base_ref (BuildKit: the reference the user gave; see team.build)
+    naming_locks: str = ""  # the locks that name the image, where not lock_sha256 alone (:func:`naming_locks`)
 
 
 def labels(team: LoadedTeam, base: TeamBase, inputs: TeamBuildInputs) -> tuple[tuple[str, str], ...]:
@@ -51,12 +53,13 @@ def labels(team: LoadedTeam, base: TeamBase, inputs: TeamBuildInputs) -> tuple[t
     spec = team.spec
     found = [
         ("org.opencontainers.image.title", f"{spec.name} (a team image on ascendkit {base.stack_id})"),
-        ("org.opencontainers.image.version", f"team-{spec.name.replace('/', '-')}-{version_digest(team, inputs)[:12]}"),
+        ("org.opencontainers.image.version", version_label(team, inputs.naming_locks or inputs.lock_sha256, inputs.files_sha256)),
         ("org.opencontainers.image.base.name", inputs.base_ref),
         (TEAM_LABEL, spec.name),
         (f"{TEAM_LABEL}.base-stack", base.stack_id),
         (f"{TEAM_LABEL}.base-sku", base.sku),
-        ("io.ascendkit.arches", base.arch),  # built per arch: its multi-arch index is its own arch's, not the base's
+        # its multi-arch index: the team's arches (`arches:`), else its own arch's alone; never the base's
+        ("io.ascendkit.arches", ",".join(spec.arches) if spec.arches else base.arch),
         (f"{TEAM_LABEL}.lock-sha256", inputs.lock_sha256),
         (f"{TEAM_LABEL}.files-sha256", inputs.files_sha256),
     ]
@@ -83,9 +86,34 @@ def _ignored(path: Path) -> bool:
     return any(part in ("__pycache__", ".git") for part in path.parts) or path.suffix == ".pyc"
 
 
-def version_digest(team: LoadedTeam, inputs: TeamBuildInputs) -> str:
-    """What names the image: its lock, its files and its team file (the environment and labels it sets)."""
-    return hashlib.sha256(f"{inputs.lock_sha256}\n{inputs.files_sha256}\n{team.text}".encode()).hexdigest()
+def version_label(team: LoadedTeam, locks: str, files_sha256: str) -> str:
+    """What names the image (its version label, and so its tag): its locks (:func:`naming_locks`), its files and its team
+    file (the environment and labels it sets)."""
+    digest = hashlib.sha256(f"{locks}\n{files_sha256}\n{team.text}".encode()).hexdigest()
+    return f"team-{team.spec.name.replace('/', '-')}-{digest[:12]}"
+
+
+def naming_locks(team: LoadedTeam, arch: str, lock_sha256: str) -> str:
+    """The locks that name the team's image for ``arch`` (``lock_sha256``: that arch's): that lock alone; for a team
+    built for several arches (``arches:``), every one of theirs, in order, so that each arch's image has the one version
+    its multi-arch index is published under. InputError (exit 1) when one is missing, or ``arch`` is not the team's."""
+    arches = team.spec.arches
+    if not arches:
+        return lock_sha256
+    if arch not in arches:
+        raise InputError(f"{team.path}: the team builds for {', '.join(arches)} (arches:), not {arch}")
+    found = []
+    for each in arches:
+        path = lock_file(team, each)
+        if not path.is_file():
+            error = InputError(
+                f"{path} is missing: {team.path.name} builds for {', '.join(arches)}, and every arch's image is named by each "
+                f"arch's lock: run `ascendkit team lock --arch {each}` first"
+            )
+            error.exit_code = ExitCode.CHECK_FAILED
+            raise error
+        found.append(hashlib.sha256(path.read_bytes()).hexdigest())
+    return ",".join(found)
 
 
 def _quote(value: str) -> str:

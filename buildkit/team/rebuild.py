@@ -29,7 +29,7 @@ from buildkit.ship.layers.local import load_local_image
 from buildkit.ship.publish import publish_image
 from buildkit.ship.rebuild import Original, RebuildOutcome, compare, publication, scratch_push, team_params
 from buildkit.team.build import base_by_digest, build_team, index_args_of
-from buildkit.team.dockerfile import files_digest
+from buildkit.team.dockerfile import files_digest, naming_locks, version_label
 from buildkit.team.fork import WHEELS_DIR, read_wheel
 from buildkit.team.resolve import FORK_LAYER, TeamBase, lock_file, lock_sections
 from buildkit.team.spec import LoadedTeam
@@ -112,12 +112,6 @@ def team_recorded(original: Original) -> TeamRecorded:
     )
 
 
-def version_of(team: LoadedTeam, lock_sha256: str, files_sha256: str) -> str:
-    """The digest that names a team image (its version label and tag): its lock, its files and its team file
-    (buildkit.team.dockerfile.version_digest), from what is at hand."""
-    return hashlib.sha256(f"{lock_sha256}\n{files_sha256}\n{team.text}".encode()).hexdigest()[:12]
-
-
 def original_version(client: docker.APIClient, original: Original) -> str:
     """The original's version label: read from the engine for a local image, from its config for a published one."""
     if original.local is not None:
@@ -152,7 +146,7 @@ def check_team_inputs(recorded: TeamRecorded, team: LoadedTeam, base: TeamBase, 
         held = lock_sections(path.read_text(encoding="utf-8")).get(FORK_LAYER, "") if lock_sha else ""
         if len(wheels) != 1 or f"--hash=sha256:{read_wheel(wheels[0]).sha256}" not in held:
             problems.append(f"{team.root / WHEELS_DIR}: not the fork's wheel {path.name} locks (it is kept beside the lock, committed)")
-    if not problems and not version.endswith(f"-{version_of(team, lock_sha, files)}"):
+    if not problems and version != version_label(team, naming_locks(team, recorded.arch, lock_sha), files):
         problems.append(f"{team.path} is not the team file it was built from (the image's version is {version})")
     args = dict(index_args_of(base, urls)[0])
     if args != recorded.build_args:

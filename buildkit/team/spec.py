@@ -17,6 +17,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from pydantic import AfterValidator, Field, StrictStr, ValidationError, model_validator
 
+from buildkit.arch import Arch
 from buildkit.errors import AscendkitError, Finding, Location
 from buildkit.matrix.fields import Frozen, Identifier, PackageName
 from buildkit.matrix.load import LoadedMatrix
@@ -132,6 +133,11 @@ class TeamSpec(Frozen):
     env: dict[EnvName, StrictStr] = Field(default={})
     replace: dict[PackageName, StrictStr] = Field(
         default={}, description="base packages the team means to move, each with its reason: carried into the build record"
+    )
+    arches: tuple[Arch, ...] = Field(
+        default=(),
+        description="the arches the team's image is built for (one build and lock each), published under one multi-arch index; "
+        "unset: each build is an image of its own arch",
     )
 
 
@@ -261,6 +267,8 @@ def load_team(path: Path, loaded: LoadedMatrix | None = None) -> LoadedTeam:
                 Finding(Location(path), "packages", f"{requirement.key} is required twice ({seen[requirement.key]}, {requirement.where})")
             )
         seen.setdefault(requirement.key, requirement.where)
+    if len(set(spec.arches)) != len(spec.arches):
+        findings.append(_finding(source, ("arches",), f"an arch is named twice: {', '.join(spec.arches)}"))
     if loaded is not None:
         findings += _check_base(spec, source, loaded)
     if findings:
@@ -276,7 +284,11 @@ def _check_base(spec: TeamSpec, source: SourceMap, loaded: LoadedMatrix) -> list
     if base.stack not in stacks:
         return [_finding(source, ("base", "stack"), f"unknown stack {base.stack!r}", hint=", ".join(stacks))]
     stack = stacks[base.stack]
-    findings = []
+    findings = [
+        _finding(source, ("arches", i), f"stack {base.stack} is not built for {arch}", hint=", ".join(stack.arches))
+        for i, arch in enumerate(spec.arches)
+        if arch not in stack.arches
+    ]
     if base.sku not in stack.skus:
         known = "unknown SKU" if base.sku not in skus else f"stack {base.stack} is not built for SKU"
         findings.append(_finding(source, ("base", "sku"), f"{known} {base.sku!r}", hint=", ".join(stack.skus)))
