@@ -38,6 +38,7 @@ from buildkit.image.progress import Reporter
 from buildkit.imageref import IMAGE_REFERENCE, RegistryRef, registry_of, split_ref
 from buildkit.matrix.load import LoadedMatrix
 from buildkit.settings import Mirrors
+from buildkit.ship.extended import extended_base
 from buildkit.ship.imagediff import Difference, diff_images, read_published
 from buildkit.ship.layers.compressors import ZSTD
 from buildkit.ship.layers.local import LocalImage, load_local_image
@@ -85,9 +86,10 @@ class RecordedInputs:
         }
 
 
-def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest | None) -> RecordedInputs:
-    """The inputs ``statement`` (the image's SLSA provenance) records; InputError naming what is missing.
-    ``manifest``: the published image's (how it was published), None for a local image (as `publish` would)."""
+def recorded_parts(statement: dict[str, Any], where: str) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any], str]:
+    """What every rebuild reads first from an image's provenance: (its external parameters, its resolved dependencies,
+    the base image's dependency, the source it was built from or ""); InputError when it records no epoch or no base by
+    digest, which no rebuild can do without."""
     definition = (statement.get("predicate") or {}).get("buildDefinition") or {}
     params = definition.get("externalParameters") or {}
     reproducible = params.get("reproducible")
@@ -96,15 +98,22 @@ def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest | 
             f"{where}: its provenance records no epoch: it was built before ascendkit's images were reproducible (or not by "
             "ascendkit), so it cannot be rebuilt to the same digest; rebuild it with `ascendkit build` and publish it again"
         )
+    dependencies = [d for d in definition.get("resolvedDependencies") or [] if isinstance(d, dict)]
+    base = next((d for d in dependencies if d.get("name") == "base-image"), None)
+    if base is None or not (base.get("digest") or {}).get("sha256"):
+        raise InputError(f"{where}: its provenance names no base image by digest: its inputs cannot be recovered")
+    return params, dependencies, base, next((str(d.get("uri", "")) for d in dependencies if d.get("name") == "source"), "")
+
+
+def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest | None) -> RecordedInputs:
+    """The inputs ``statement`` (the image's SLSA provenance) records; InputError naming what is missing.
+    ``manifest``: the published image's (how it was published), None for a local image (as `publish` would)."""
+    params, dependencies, base, source = recorded_parts(statement, where)
     if isinstance(params.get("team"), dict):  # its inputs are the team repository's: buildkit.team.rebuild takes it
         raise InputError(f"{where}: a team image: it is rebuilt from its team file (`ascendkit rebuild` in the team's repository)")
     missing = [key for key in ("stack", "chip", "arch", "os") if not params.get(key)]
     if missing:
         raise InputError(f"{where}: its provenance does not record {', '.join(missing)}: its inputs cannot be recovered")
-    dependencies = [d for d in definition.get("resolvedDependencies") or [] if isinstance(d, dict)]
-    base = next((d for d in dependencies if d.get("name") == "base-image"), None)
-    if base is None or not (base.get("digest") or {}).get("sha256"):
-        raise InputError(f"{where}: its provenance names no base image by digest: its inputs cannot be recovered")
     locks = {
         str(d["name"]).removeprefix("lock:"): str((d.get("digest") or {}).get("sha256", ""))
         for d in dependencies
@@ -112,7 +121,6 @@ def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest | 
     }
     if not locks:
         raise InputError(f"{where}: its provenance names no lock sections: its inputs cannot be recovered")
-    source = next((str(d.get("uri", "")) for d in dependencies if d.get("name") == "source"), "")
     skus = params.get("skus") or []
     media_types, compression = publication(manifest)
     return RecordedInputs(
@@ -124,7 +132,7 @@ def recorded_inputs(statement: dict[str, Any], where: str, manifest: Manifest | 
         base_image=str(base.get("uri", "")),
         base_digest="sha256:" + str(base["digest"]["sha256"]),
         base_from_registry=base.get("mediaType") is None,
-        epoch=int(reproducible["source_date_epoch"]),
+        epoch=int(params["reproducible"]["source_date_epoch"]),
         locks=locks,
         source=source,
         media_types=media_types,
@@ -312,47 +320,6 @@ def compare(
     same = first.rpartition("@")[2] == rebuilt[compression]
     differences = [] if same else diff_images(read_published(first, original.arch), read_published(compared, original.arch))
     return first, compared, zstd, differences
-
-
-def extended_base(ref: str, arch: str | None) -> str | None:
-    """Where an image without provenance is an image ascendkit published with layers added on top: the sentence that
-    says which published image and digest it extends, how many layers were added and how to see them; else None.
-
-    The candidates are the tags ascendkit publishes the image its labels name under (a ``FROM`` keeps the labels),
-    in the image's own repository; one extends it when its DiffIDs are the first ones of the image's and that one
-    carries ascendkit's provenance."""
-    try:
-        copy = read_published(ref, arch)
-    except (InputError, PublishFailed):
-        return None
-    labels = (copy.config.get("config") or {}).get("Labels") or {}
-    version = labels.get("org.opencontainers.image.version")
-    host, repository = registry_of(ref) or ("", "")
-    if not version or labels.get("org.opencontainers.image.vendor") != "ascendkit" or not host:
-        return None
-    ours = list((copy.config.get("rootfs") or {}).get("diff_ids") or [])
-    machine = str(copy.config.get("architecture", ""))
-    arches = {"amd64": "x86_64", "arm64": "aarch64"}
-    for tag in (f"{version}-{arches.get(machine, machine)}", version):
-        candidate = f"{host}/{repository}:{tag}"
-        try:
-            base = read_published(candidate, arch or arches.get(machine))
-        except (InputError, PublishFailed):
-            continue
-        theirs = list((base.config.get("rootfs") or {}).get("diff_ids") or [])
-        if not theirs or len(theirs) >= len(ours) or ours[: len(theirs)] != theirs:
-            continue
-        try:
-            registry_provenance(f"{host}/{repository}@{base.manifest.digest}", arch)
-        except (InputError, PublishFailed):
-            continue
-        added = len(ours) - len(theirs)
-        return (
-            f"its lower {len(theirs)} layers are {candidate} ({base.manifest.digest}), which ascendkit published, and "
-            f"{added} layer(s) were added on top; what they hold: ascendkit diff {host}/{repository}@{base.manifest.digest} "
-            f"{host}/{repository}@{copy.manifest.digest}"
-        )
-    return None
 
 
 def _provenance_of(ref: str, arch: str | None) -> tuple[dict[str, Any], str]:

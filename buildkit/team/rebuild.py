@@ -27,7 +27,7 @@ from buildkit.lock.index import IndexClient
 from buildkit.ship.imagediff import read_published
 from buildkit.ship.layers.local import load_local_image
 from buildkit.ship.publish import publish_image
-from buildkit.ship.rebuild import Original, RebuildOutcome, compare, publication, scratch_push, team_params
+from buildkit.ship.rebuild import Original, RebuildOutcome, compare, publication, recorded_parts, scratch_push, team_params
 from buildkit.team.build import base_by_digest, build_team, index_args_of
 from buildkit.team.dockerfile import files_digest, naming_locks, version_label
 from buildkit.team.fork import WHEELS_DIR, read_wheel
@@ -78,23 +78,16 @@ def team_recorded(original: Original) -> TeamRecorded:
     """The team inputs ``original``'s provenance records; InputError naming what it lacks."""
     team = team_params(original.statement)
     assert team is not None
-    definition = (original.statement.get("predicate") or {}).get("buildDefinition") or {}
-    params = definition.get("externalParameters") or {}
-    where = original.where
-    reproducible = params.get("reproducible")
-    if not isinstance(reproducible, dict) or not isinstance(reproducible.get("source_date_epoch"), int):
-        raise InputError(f"{where}: its provenance records no epoch: it cannot be rebuilt to the same digest")
-    dependencies = [d for d in definition.get("resolvedDependencies") or [] if isinstance(d, dict)]
-    base = next((d for d in dependencies if d.get("name") == "base-image"), None)
+    params, dependencies, base, source = recorded_parts(original.statement, original.where)
     locks = [d for d in dependencies if str(d.get("name", "")).startswith("lock:")]
-    if base is None or not (base.get("digest") or {}).get("sha256") or len(locks) != 1:
-        raise InputError(f"{where}: its provenance names no base by digest or not its one lock: its inputs cannot be recovered")
+    if len(locks) != 1:
+        raise InputError(f"{original.where}: its provenance names {len(locks)} locks, not the team's one: its inputs cannot be recovered")
     digest = "sha256:" + str(base["digest"]["sha256"])
     pulled = base.get("mediaType") is None  # a loaded base is named by its config digest alone
     framework = team.get("framework") if isinstance(team.get("framework"), dict) else {}
     media_types, compression = publication(original.manifest)
     return TeamRecorded(
-        where=where,
+        where=original.where,
         name=str(team.get("name", "")),
         stack=str(params.get("stack", "")),
         arch=str(params.get("arch", "")),
@@ -104,9 +97,9 @@ def team_recorded(original: Original) -> TeamRecorded:
         files_sha256=str(team.get("files_sha256", "")),
         fork_commit=str((framework or {}).get("commit") or ""),
         build_args={str(k): str(v) for k, v in (params.get("buildArgs") or {}).items()},
-        source=next((str(d.get("uri", "")) for d in dependencies if d.get("name") == "source"), ""),
+        source=source,
         builder=str(params.get("builder") or "auto"),
-        epoch=int(reproducible["source_date_epoch"]),
+        epoch=int(params["reproducible"]["source_date_epoch"]),
         media_types=media_types,
         compression=compression,
     )
