@@ -294,3 +294,48 @@ def test_an_sft_step_is_held_to_training_tokens_a_finite_loss_and_moved_weights(
     ):
         verdict = judge_step({**good, **broken}, "")
         assert not verdict.reached and said in verdict.detail, broken
+
+
+def _scripted_python(tmp_path: Path, script: str) -> Path:
+    """A place's ``python3`` that is a shell script: it records its arguments and does what ``script`` says."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    fake = bin_dir / "python3"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{tmp_path}/argv"\n{script}\n', encoding="utf-8")
+    fake.chmod(0o755)
+    return bin_dir / "python"
+
+
+def test_a_place_keeps_what_a_program_printed_apart_from_its_log_when_asked(tmp_path: Path) -> None:
+    python = _scripted_python(tmp_path, 'echo "composed: {}"\necho "a warning" >&2\nexit 3')
+    place = LocalPlace(python, tmp_path)
+    assert place.run(["python3", "-m", "x"], {}, tmp_path / "log", 30, stdout=tmp_path / "out") == 3
+    assert (tmp_path / "out").read_text() == "composed: {}\n" and (tmp_path / "log").read_text() == "a warning\n"
+    assert place.run(["python3"], {}, tmp_path / "log", 30) == 3
+    assert (tmp_path / "log").read_text() == "a warning\ncomposed: {}\na warning\n", "without stdout=, both go to the log"
+
+
+@pytest.mark.parametrize(
+    ("stack_id", "sku_id", "first"),
+    [("cann8.3", "a3", ["-m", "verl.trainer.main_ppo", "--cfg", "job"]), ("openrlhf-cann8.1", "a2-box16", ["/mnt/smoke/openrlhf_args.py"])],
+)
+def test_the_cpu_runs_config_check_is_smokes_with_the_runs_overrides_and_a_refusal_fails_the_run(
+    stack_id: str, sku_id: str, first: list[str], tmp_path: Path
+) -> None:
+    from buildkit.run.cpurun import CpuRun, config_check_at, render_markdown
+    from buildkit.run.cpuverdict import Verdict
+
+    loaded = load_matrix(MATRIX)
+    stack = loaded.matrix.stacks[stack_id]
+    python = _scripted_python(tmp_path, "echo \"ModuleNotFoundError: No module named 'acme_rewards'\" >&2\nexit 1")
+    place = LocalPlace(python, tmp_path / "work", smoke_dir="/mnt/smoke")
+    (tmp_path / "work").mkdir()
+    image, facts, sku = ImageJob.of(stack_id, stack), JobFacts.of(loaded.matrix.compat), loaded.matrix.skus[sku_id]
+    job = cpu_job(image, "grpo", sku, facts, place)
+    check = config_check_at(place, tmp_path / "work", job, image, (*job.overrides, "team.extra=1"), {}, sku, facts)
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[: len(first)] == first and argv[-1] == "team.extra=1", "the job's module, its overrides and the run's own"
+    assert not check["passed"] and "acme_rewards" in check["error"] and check["command"][1:] == argv
+    run = CpuRun(stack_id, "grpo", stack.framework, None, "here", Verdict(True, "w", "boundary"), None, {}, None, 1.0, [], check)
+    assert not run.passed and (run.failure() or "").startswith(f"{stack_id} {stack.framework} grpo: the config check refused the job:")
+    assert "| **refused**: " in render_markdown([run])

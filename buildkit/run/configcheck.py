@@ -82,14 +82,32 @@ def run_config_check(
         want_stdout=True,
         user=user,
     )
-    section: dict[str, Any] = {"command": job.check_argv(), "style": job.check_style, "log": "config-check.log", "checks": []}
-    if result.exit_code is None:
+    log = (out / "config-check.log").read_text(encoding="utf-8", errors="replace") if result.exit_code else ""
+    return judge_config_check(result.exit_code, log, result.stdout, job, image, out, facts=facts, sku=sku)
+
+
+def judge_config_check(
+    code: int | None,
+    log: str,
+    printed: str,
+    job: Job,
+    image: ImageJob,
+    out: Path,
+    *,
+    facts: JobFacts,
+    sku: Sku,
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    """The report's ``config_check`` section from how the check's run ended (``code`` None: it did not finish), its log
+    and what it printed; writes the framework's reading of the job to ``out`` (``job-config.yaml`` or ``job-args.json``)."""
+    argv = command or job.check_argv()
+    section: dict[str, Any] = {"command": argv, "style": job.check_style, "log": "config-check.log", "checks": []}
+    if code is None:
         return {**section, "passed": False, "error": "the config check did not finish before the timeout"}
-    if result.exit_code != 0:
-        log = (out / "config-check.log").read_text(encoding="utf-8", errors="replace")
-        return {**section, "passed": False, "error": composition_error(log, result.exit_code, job.framework, job.module)}
+    if code != 0:
+        return {**section, "passed": False, "error": composition_error(log, code, job.framework, job.module)}
     context = CheckContext(job.name, image.version, facts.compat, sku.npus_per_node, job.nnodes, job.steps)
-    found = framework(job.framework).config_checks(result.stdout, context)
+    found = framework(job.framework).config_checks(printed, context)
     if isinstance(found, str):
         return {**section, "passed": False, "error": found}
     checks, text = found

@@ -39,7 +39,7 @@ class ImagePlace:
     smoke_dir: str = SMOKE_FILES
     work_dir: str = WORK_DIR
 
-    def run(self, argv: list[str], env: dict[str, str], log: Path, timeout: float) -> int | None:
+    def run(self, argv: list[str], env: dict[str, str], log: Path, timeout: float, stdout: Path | None = None) -> int | None:
         part = log.with_name(log.name + ".part")
         binds = {str(SMOKE_DIR): {"bind": SMOKE_FILES, "mode": "ro"}, str(self.work.resolve()): {"bind": WORK_DIR, "mode": "rw"}}
         result = run_container(
@@ -51,10 +51,13 @@ class ImagePlace:
             environment={**env, "HOME": f"{WORK_DIR}/home"},
             host_config={"binds": binds, "network_mode": "none", "shm_size": "2g"},
             user=self.user,
+            want_stdout=stdout is not None,
         )
         with log.open("ab") as out:
             out.write(part.read_bytes())
         part.unlink()
+        if stdout is not None:
+            stdout.write_text(result.stdout, encoding="utf-8")
         return result.exit_code
 
 

@@ -11,6 +11,7 @@ and the synthetic data in place of the weights and the dataset. Writes ``cpu-rep
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,11 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from buildkit.framework import framework
 from buildkit.fsio import write_atomic
 from buildkit.matrix.model import Sku
 from buildkit.resources import SMOKE_DIR
+from buildkit.run.configcheck import CHECK_ENV, CHECK_TIMEOUT_S, judge_config_check
 from buildkit.run.cpuverdict import Verdict, judge_boundary, judge_step
-from buildkit.run.job import ImageJob, Job, JobFacts, build_job, spec_for
+from buildkit.run.job import SMOKE_FILES, ImageJob, Job, JobFacts, build_job, spec_for
 
 # The jobs with a training step on CPU, per framework.
 STEP_PROGRAMS = {
@@ -69,7 +72,9 @@ class Place(Protocol):
     work_dir: str  # the run's work directory as the place sees it
     description: str
 
-    def run(self, argv: list[str], env: dict[str, str], log: Path, timeout: float) -> int | None: ...
+    def run(self, argv: list[str], env: dict[str, str], log: Path, timeout: float, stdout: Path | None = None) -> int | None:
+        """Exit code, None at the timeout; output appended to ``log`` (stdout to ``stdout`` instead, when given)."""
+        ...
 
 
 @dataclass
@@ -85,7 +90,7 @@ class LocalPlace:
         self.work_dir = str(self.work)
         self.description = self.description or f"the environment of {self.python}"
 
-    def run(self, argv: list[str], env: dict[str, str], log: Path, timeout: float) -> int | None:
+    def run(self, argv: list[str], env: dict[str, str], log: Path, timeout: float, stdout: Path | None = None) -> int | None:
         bin_dir = str(self.python.parent)
         full = {
             **os.environ,
@@ -93,12 +98,14 @@ class LocalPlace:
             "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
             "VIRTUAL_ENV": str(self.python.parent.parent),
         }
-        with log.open("a", encoding="utf-8") as out:
+        with log.open("a", encoding="utf-8") as out, contextlib.ExitStack() as stack:
+            printed = stack.enter_context(stdout.open("w", encoding="utf-8")) if stdout is not None else None
             try:
                 # In the work directory: Hydra writes its outputs/ where the job starts.
                 return subprocess.run(
-                    argv, env=full, cwd=self.work, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
-                ).returncode
+                    argv, env=full, cwd=self.work, stdout=printed or out, stderr=out if printed else subprocess.STDOUT,
+                    timeout=timeout, check=False,
+                ).returncode  # fmt: skip
             except subprocess.TimeoutExpired:
                 return None
 
@@ -118,14 +125,18 @@ class CpuRun:
     step_result: dict[str, Any] | None
     seconds: float
     left_out: list[dict[str, str]] = field(default_factory=list)
+    config_check: dict[str, Any] | None = None  # the report's config_check section, as smoke's (None: not run)
 
     @property
     def passed(self) -> bool:
-        return self.boundary.reached and (self.step is None or self.step.reached)
+        checked = self.config_check is None or bool(self.config_check["passed"])
+        return checked and self.boundary.reached and (self.step is None or self.step.reached)
 
     def failure(self) -> str | None:
         """The first failure, naming stack, job and step."""
         who = f"{self.stack or 'image'} {self.framework} {self.job}"
+        if self.config_check is not None and not self.config_check["passed"]:
+            return f"{who}: the config check refused the job: {self.config_check['error']}"
         if not self.boundary.reached:
             where = f"{self.boundary.kind} at {self.boundary.where}: {self.boundary.detail}"
             return f"{who}: the entry point stopped before the accelerator boundary: {where}"
@@ -150,6 +161,7 @@ class CpuRun:
             "step": None if self.step is None else {**self.step.describe(), "result": self.step_result},
             "seconds": self.seconds,
             "left_out": self.left_out,
+            "config_check": self.config_check,
         }
 
 
@@ -160,6 +172,7 @@ class Variation:
     overrides: tuple[str, ...] = ()  # appended to the job's
     env: tuple[tuple[str, str], ...] = ()
     after_setup: tuple[tuple[str, ...], ...] = ()  # commands run where the job runs, after its model and data are made
+    check: bool = True  # the config check smoke runs first (the job's module composing or parsing it, with these overrides)
     boundary: bool = True
     step: bool = True
     prepare: bool = True  # False: the work directory already holds the model and the data (a copy of another run's)
@@ -242,6 +255,9 @@ def run_cpu(
                 Verdict(False, verdict.where, verdict.kind, f"{Path(argv[1]).name} failed (exit {code}): {verdict.detail}"),
                 None, {}, None, round(time.monotonic() - started, 1), left_out or [],
             )  # fmt: skip
+    check = config_check_at(place, work, job, image, overrides, env, sku, facts) if variation.check else None
+    if check is not None:
+        say(f"{job_name}: config check {'passed' if check['passed'] else 'REFUSED: ' + str(check['error'])}")
     boundary_result: dict[str, Any] = {}
     boundary = Verdict(True, "not run", "skipped")
     if variation.boundary:
@@ -271,8 +287,23 @@ def run_cpu(
         say(f"{job_name}: step {'passed: ' if step.reached else 'FAILED: '}{step.detail}")
     return CpuRun(
         image.stack, job_name, image.framework, image.version, place.description, boundary, step,
-        boundary_result, step_result, round(time.monotonic() - started, 1), left_out or [],
+        boundary_result, step_result, round(time.monotonic() - started, 1), left_out or [], check,
     )  # fmt: skip
+
+
+def config_check_at(
+    place: Place, work: Path, job: Job, image: ImageJob, overrides: tuple[str, ...], env: dict[str, str], sku: Sku, facts: JobFacts
+) -> dict[str, Any]:
+    """smoke's config check of the job, at ``place``: its module composing (or parsing) the job's arguments with the
+    framework's own code, then the framework's checks of what it printed, as ``smoke --check`` runs them in an image."""
+    argv = [part.replace(SMOKE_FILES, place.smoke_dir, 1) for part in framework(job.framework).check_argv(job.module, overrides)]
+    log, printed = work / "config-check.log", work / "config-check.out"
+    for stale in (log, printed):
+        stale.unlink(missing_ok=True)
+    code = place.run(argv, {**env, **CHECK_ENV}, log, CHECK_TIMEOUT_S, stdout=printed)
+    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    said = printed.read_text(encoding="utf-8", errors="replace") if printed.is_file() else ""
+    return judge_config_check(code, text, said, job, image, work, facts=facts, sku=sku, command=argv)
 
 
 def render_markdown(runs: list[CpuRun]) -> str:
@@ -281,19 +312,30 @@ def render_markdown(runs: list[CpuRun]) -> str:
         "The jobs' own entry points and one training step through the frameworks' own code, on a machine without NPUs.",
         'This is not a smoke run: what only an NPU proves is in docs/smoke.md ("A CPU run").',
         "",
-        "| stack | job | framework | boundary | seconds | step | loss | grad norm | step seconds | peak MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| stack | job | framework | config check | boundary | seconds | step | loss | grad norm | step seconds | peak MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         s = run.step_result or {}
+        c = run.config_check
+        check = "-" if c is None else f"passed ({len(c['checks'])} checks)" if c["passed"] else f"**refused**: {c['error']}"
         bound = ("reached: " if run.boundary.reached else f"**{run.boundary.kind}**: ") + run.boundary.where
         step = "-" if run.step is None else ("passed" if run.step.reached else f"**{run.step.kind}**: {run.step.detail}")
         lines.append(
-            f"| {run.stack or '-'} | {run.job} | {run.framework} {run.version or ''} | {bound} | {run.boundary_result.get('seconds', '-')} "
+            f"| {run.stack or '-'} | {run.job} | {run.framework} {run.version or ''} | {check} | {bound} "
+            f"| {run.boundary_result.get('seconds', '-')} "
             f"| {step} | {s.get('loss', '-')} | {s.get('grad_norm', '-')} | {s.get('seconds', '-')} | {s.get('peak_rss_mib', '-')} |"
         )
     for run in runs:
         lines += ["", f"## {run.stack or 'image'} {run.job}", "", f"- where: {run.place}"]
+        if run.config_check is not None:
+            c = run.config_check
+            said = [f"{k['name']} {k['status']}" for k in c["checks"] if k.get("status") != "ok"]
+            lines.append(
+                f"- config check: `{' '.join(c['command'][:4])} ...`: "
+                + (f"{len(c['checks'])} checks passed" if c["passed"] else f"refused: {c['error']}")
+                + (f" ({'; '.join(said)})" if said else "")
+            )
         lines.append(f"- ran before the boundary: {', '.join(run.boundary.ran) or 'nothing recognised'}")
         if run.boundary.detail:
             lines.append(f"- {'boundary' if run.boundary.reached else 'error'}: `{run.boundary.detail}`")
