@@ -101,8 +101,8 @@ network: $(STAMP) bytecode ## Run the tests that need PyPI (resolving locks, dow
 	$(BIN)/pytest -m "network and not docker"
 
 CPU_RUN_OUT ?= cpu-run-out
-cpu-run: $(STAMP) bytecode ## The smoke jobs run on CPU in each stack's own packages, to the accelerator boundary, and one training step (default stack and the newest of each framework, every job; STACK=S one, ALL=1 every stack; PLANT=0 without the planted failures); report in cpu-run-out/
-	$(BIN)/python -m tests.harness.cpu_run$(if $(filter 0,$(PLANT)),, --plant) --out $(CPU_RUN_OUT)$(if $(STACK), --stack $(STACK))$(if $(filter 1,$(ALL)), --all)
+cpu-run: $(STAMP) bytecode ## The smoke jobs run on CPU in each stack's own packages, to the accelerator boundary, and one training step (default stack and the newest of each framework, every job; STACK=S one, ALL=1 every stack; PLANT=0 without the planted failures; TEAM=0 without the team example on the default stack, tests/harness/cpu_team.py); report in cpu-run-out/
+	$(BIN)/python -m tests.harness.cpu_run$(if $(filter 0,$(PLANT)),, --plant)$(if $(filter 0,$(TEAM)),, --team) --out $(CPU_RUN_OUT)$(if $(STACK), --stack $(STACK))$(if $(filter 1,$(ALL)), --all)
 	$(BIN)/python benchmarks/bench_cpu_run.py --quick --report $(CPU_RUN_OUT)/cpu-report.json
 
 repro-arm64: $(STAMP) ## The two clean arm64 builds under emulation, published and compared (about 4 min alone on two cores, 4.5 core-minutes of qemu; `make test` leaves them out for time); needs `make services ASCENDKIT_ARM64=1`

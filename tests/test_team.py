@@ -443,3 +443,39 @@ def test_a_team_built_for_several_arches_names_each_image_by_every_arch_lock(tmp
     assert missing.value.exit_code == ExitCode.CHECK_FAILED
     single = load_team(team_repo(tmp_path / "one"), test_matrix)
     assert naming_locks(single, "x86_64", "f" * 64) == "f" * 64, "one arch: its own lock, as before"
+
+
+def test_a_resolution_uv_cannot_settle_is_refused_naming_what_the_team_packages_move(
+    tmp_path: Path, test_matrix: LoadedMatrix, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """swanlab on the default stack: boto3's botocore caps python-dateutil below 3 and the base has 4.0.0, so uv walks
+    back through every botocore release (sdists, built one by one) for longer than its timeout. The team's packages
+    resolved alone say why, and that is what the refusal names, not the timeout."""
+    import buildkit.team.resolve as resolve
+
+    team = load_team(team_repo(tmp_path), test_matrix)
+    base = team_base(test_matrix, team, "x86_64")
+    held = base.packages["attrs"]
+    asked: list[bool] = []
+
+    def fake_uv(*_args: object, constrained: bool, **_kw: object) -> tuple[int | None, str, list[LockedPackage]]:
+        asked.append(constrained)
+        if constrained:
+            return None, "uv did not finish in 600 s", []
+        return 0, "", [pkg("tabulate", "0.9.0", "-r team.in"), pkg("attrs", "99.0", "botocore")]
+
+    monkeypatch.setattr(resolve, "_uv", fake_uv)
+    monkeypatch.setattr(resolve, "check_indexes", lambda *_a: None)
+    with pytest.raises(resolve.TeamRefused) as caught:
+        resolve_team(team, base, {"pypi": "https://pypi.org/simple"})
+    said = str(caught.value)
+    assert asked == [True, False]
+    assert said.startswith(f"the team's packages move the base: botocore requires attrs 99.0; the base has attrs {held.version}")
+    assert "uv did not finish in 600 s with the base's pins" in said and "`replace:`" in said
+    # nothing moved when resolved alone: the timeout itself is what is said (and it is not a refusal of the packages)
+    monkeypatch.setattr(
+        resolve, "_uv", lambda *_a, constrained, **_k: (None, "uv did not finish in 600 s", []) if constrained else (0, "", [])
+    )
+    with pytest.raises(AscendkitError) as timed_out:
+        resolve_team(team, base, {"pypi": "https://pypi.org/simple"})
+    assert not isinstance(timed_out.value, resolve.TeamRefused) and str(timed_out.value) == "uv did not finish in 600 s"

@@ -145,7 +145,8 @@ def base_constraints(team: LoadedTeam, base: TeamBase) -> list[str]:
 
 def _uv(
     team: LoadedTeam, base: TeamBase, index_urls: dict[str, str], *, constrained: bool, fork: ForkWheel | None = None
-) -> tuple[int, str, list[LockedPackage]]:
+) -> tuple[int | None, str, list[LockedPackage]]:
+    """uv's exit code (None: it did not finish in UV_TIMEOUT_S), what it said, and what it resolved."""
     with tempfile.TemporaryDirectory(prefix="ascendkit-team-") as tmp:
         work = Path(tmp)
         (work / "team.in").write_text("".join(f"{line}\n" for line in _roots(team, fork)), encoding="utf-8")
@@ -166,7 +167,7 @@ def _uv(
         try:
             done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=UV_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
-            raise AscendkitError(f"uv did not finish in {UV_TIMEOUT_S} s") from None
+            return None, f"uv did not finish in {UV_TIMEOUT_S} s", []
         message = done.stderr.strip() or done.stdout.strip()
         for url in index_urls.values():
             message = message.replace(url, public_url(url))
@@ -229,10 +230,20 @@ def resolve_team(
         return TeamResolution([], fork=fork)
     code, message, packages = _uv(team, base, index_urls, constrained=True, fork=fork)
     if code != 0:
-        # the base's pins made it fail: resolved alone, the team's packages show which base package they move
+        # the base's pins made it fail: resolved alone, the team's packages show which base package they move. With no
+        # release that fits the pins, uv can backtrack through every older release (building each sdist) for longer than
+        # anyone waits; the same resolution alone then names the cause instead of the timeout.
         alone_code, _, alone = _uv(team, base, index_urls, constrained=False, fork=fork)
         moved = refusals(team, base, alone) if alone_code == 0 else []
+        if code is None and not moved:
+            raise AscendkitError(message)
         head = "the team's packages move the base: " + "; ".join(moved) if moved else "the team's packages do not resolve with the base's"
+        if code is None:
+            raise TeamRefused(
+                f"{head}\n{message} with the base's pins (it was still trying older releases); resolved without them, the "
+                "team's packages take the versions named above. Name each such base package under `replace:` with its reason, "
+                "or pin the team package that asks to a release that fits the base."
+            )
         raise TeamRefused(f"{head}\nuv says:\n{message}")
     problems = refusals(team, base, packages)
     if problems:

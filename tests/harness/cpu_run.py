@@ -16,6 +16,7 @@ import shutil
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,9 +25,10 @@ from buildkit.framework import framework
 from buildkit.frameworks.verl.releases import older
 from buildkit.matrix.load import LoadedMatrix, load_matrix
 from buildkit.resources import DEFAULT_MATRIX
-from buildkit.run.cpuenv import make_env, plan_env
+from buildkit.run.cpuenv import CpuEnvPlan, make_env, plan_env
 from buildkit.run.cpurun import CpuRun, LocalPlace, Variation, run_cpu, write_report
 from buildkit.run.job import ImageJob, JobFacts
+from tests.harness.cpu_team import run_team
 from tests.harness.openrlhf_standin import fork_archive, vendored
 
 FRAMEWORKS_WITH_A_CPU_RUN = ("verl", "openrlhf")
@@ -109,7 +111,8 @@ def run_plants(loaded: LoadedMatrix, stack_id: str, env_python: Path, work: Path
         for made in ("model", "data"):  # the first run's, copied: a plant changes its copy, nothing is made twice
             shutil.copytree(work / f"{stack_id}-grpo" / made, job_work / made)
         after = tuple(tuple(a.format(number) for a in c) for c in variation.after_setup)
-        variation = replace(variation, after_setup=after, prepare=False)
+        # the config check is left out: a plant is there for the entry point's own run to name it
+        variation = replace(variation, after_setup=after, prepare=False, check=False)
         place = LocalPlace(env_python, job_work, description=f"CPU environment of {stack_id}, planted: {name}")
         run = run_cpu(place, job_work, ImageJob.of(stack_id, stack), "grpo", sku, JobFacts.of(loaded.matrix.compat), variation=variation)
         verdict = run.boundary if variation.boundary and not run.boundary.reached else run.step if run.step is not None else run.boundary
@@ -138,7 +141,9 @@ def framework_tree(loaded: LoadedMatrix, stack_id: str, work: Path) -> Path | No
     return tree / "openrlhf-ascend"
 
 
-def run_stack(loaded: LoadedMatrix, stack_id: str, out: Path, work: Path, torch_wheel: Path, python: str) -> list[CpuRun]:
+def run_stack(
+    loaded: LoadedMatrix, stack_id: str, out: Path, work: Path, torch_wheel: Path, python: str
+) -> tuple[CpuEnvPlan, list[CpuRun]]:
     stack = loaded.matrix.stacks[stack_id]
 
     def say(line: str) -> None:
@@ -159,7 +164,14 @@ def run_stack(loaded: LoadedMatrix, stack_id: str, out: Path, work: Path, torch_
         runs.append(
             run_cpu(place, job_work, image, job, sku, JobFacts.of(loaded.matrix.compat), left_out=plan.left_out_report(), progress=say)
         )
-    return runs
+    return plan, runs
+
+
+def say_team(stack_id: str) -> Callable[[str], None]:
+    def say(line: str) -> None:
+        print(f"cpu-run: {stack_id} + team: {line}", file=sys.stderr, flush=True)
+
+    return say
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default="/root/.pyenv/versions/3.11.7/bin/python3.11")
     parser.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX)
     parser.add_argument("--plant", action="store_true", help="also plant each failure class in copies of the newest verl stack's job")
+    parser.add_argument("--team", action="store_true", help="also the team example (tests/harness/cpu_team.py) on the default stack")
     args = parser.parse_args(argv)
     loaded = load_matrix(args.matrix)
     wheels = sorted(Path(TORCH_WHEELS).parent.glob(Path(TORCH_WHEELS).name))
@@ -189,9 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     verl_stacks = [sid for sid in stacks if loaded.matrix.stacks[sid].framework == "verl"]
     plant_in = verl_stacks[-1] if args.plant and verl_stacks else None
     unbuilt: list[str] = []
+    team_on = next((sid for sid in stacks if loaded.matrix.stacks[sid].default), None) if args.team else None
     for stack_id in stacks:
         try:
-            runs += run_stack(loaded, stack_id, args.out, args.work, torch_wheel, python)
+            plan, ran = run_stack(loaded, stack_id, args.out, args.work, torch_wheel, python)
+            runs += ran
         except AscendkitError as exc:  # a stack whose environment cannot be made: said, and the others still run
             unbuilt.append(f"{stack_id}: no CPU environment: {exc}")
             print(f"cpu-run: {unbuilt[-1]}", file=sys.stderr, flush=True)
@@ -200,6 +215,15 @@ def main(argv: list[str] | None = None) -> int:
         if stack_id == plant_in:
             planted = run_plants(loaded, stack_id, args.work / f"{stack_id}-venv" / "bin" / "python", args.work)
             write_report(args.out, runs, planted)
+        if stack_id == team_on:
+            try:
+                runs.append(run_team(loaded, stack_id, plan, args.work / "team", python, say_team(stack_id)))
+            except AscendkitError as exc:  # the example could not be locked or installed: said, as a failure
+                unbuilt.append(f"{stack_id}: team {exc}")
+                print(f"cpu-run: {unbuilt[-1]}", file=sys.stderr, flush=True)
+            write_report(args.out, runs, planted)
+    if args.team and team_on is None:
+        unbuilt.append("--team: the default stack is not among the stacks run")
     failures = [*unbuilt, *(f for run in runs if (f := run.failure()))]
     failures += [f"planted {p['name']}: the check did not name it ({p['said']})" for p in planted if not p["named"]]
     for failure in failures:
