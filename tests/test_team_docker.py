@@ -78,6 +78,7 @@ def test_a_team_image_adds_its_packages_and_files_and_leaves_every_base_distribu
     assert sorted(result["added"]) == ["pyfiglet==1.0.2", "tabulate==0.9.0"]
     build_record = json.loads((tmp_path / result["record"]).read_text())
     record = build_record["team"]
+    assert record["checks"]["files_checked_after_the_build_only"] == result["files_checked_after_the_build_only"]
     assert record["base"]["ref"] == result["base"] and record["lock_sha256"] and record["files_sha256"]
     assert record["checks"]["imported"] == ["pyfiglet", "tabulate"] and record["replaces"] == {}
     assert record["added"] == {"pyfiglet": "1.0.2", "tabulate": "0.9.0"}

@@ -282,7 +282,7 @@ def build_team(
             facts = collect_facts(client, identity)  # the verification probe's view: what the SBOM lists
             checked = TeamChecked(
                 identity, ref, base_image_of(base_ref, base_inspect), dict(base_inspect.get("Config", {}).get("Labels") or {}),
-                before, after, list(imported["imported"]), facts,
+                before, after, list(imported["imported"]), facts, wheels.unread,
             )  # fmt: skip
             data = team_manifest(team, base, inputs, checked, engine, {**builder.describe(), "steps_total": 0, "steps_cached": 0})
             with deferred():  # the record, the SBOM and the tag, or none of them

@@ -11,6 +11,7 @@ its files are known only after the build: said, and left to the check after it.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ from buildkit.lock.sdist import public_url
 from buildkit.team.inimage import names_overlap
 from buildkit.team.resolve import TEAM_LAYER, TeamBase, free_of, lock_file
 from buildkit.team.spec import LoadedTeam
+
+READERS = 8  # wheels read at once: each a few small requests, most of their time waiting on the index
 
 
 @dataclass(frozen=True)
@@ -70,18 +73,24 @@ def check_team_wheels(
     overlaps: list[str] = []
     unread: list[str] = []
     read = 0
-    for package in lock.layers.get(TEAM_LAYER, []):
+
+    def names_of(package: LockedPackage) -> tuple[DistFile, list[str]] | str:
         try:
             wheel = _wheel(client, indexes, package, tags, base.python)
-            if isinstance(wheel, str):
-                unread.append(f"{package.key}=={package.version}: {wheel}")
-                continue
-            names = wheel_names(client, wheel)
+            return wheel if isinstance(wheel, str) else (wheel, wheel_names(client, wheel))
         except MetadataUnavailable as exc:
-            unread.append(f"{package.key}=={package.version}: its wheel could not be read ({exc})")
+            return f"its wheel could not be read ({exc})"
+
+    packages = lock.layers.get(TEAM_LAYER, [])
+    # the wheels' central directories read side by side (a few small range requests each); said in the lock's order
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        found = list(pool.map(names_of, packages))
+    for package, names in zip(packages, found, strict=True):
+        if isinstance(names, str):
+            unread.append(f"{package.key}=={package.version}: {names}")
             continue
         read += 1
         via = ", ".join(package.via) or "the team file"
-        what = f"{package.key} {package.version} (asked for by {via}; wheel {wheel.filename})"
-        overlaps += names_overlap(names, what, package.key, before, free)
+        what = f"{package.key} {package.version} (asked for by {via}; wheel {names[0].filename})"
+        overlaps += names_overlap(names[1], what, package.key, before, free)
     return PrebuildFiles(tuple(overlaps), tuple(unread), read)

@@ -41,6 +41,7 @@ class TeamChecked:
     after: dict[str, list[Any]]  # and of the team image
     imported: list[str]
     facts: ImageFacts  # the verification probe's view of the team image
+    unread: tuple[str, ...] = ()  # team packages whose files only the check after the build held to the base's, each why
 
 
 def base_image_of(base_ref: str, inspect: dict[str, Any]) -> BaseImage:
@@ -81,7 +82,11 @@ def team_section(team: LoadedTeam, base: TeamBase, inputs: TeamBuildInputs, chec
             if name in before and after.get(name) != before[name]
         },
         "added": {name: after[name][0] for name in sorted(after) if name not in before},
-        "checks": {"base_distributions_kept": sum(1 for n in before if after.get(n) == before[n]), "imported": checked.imported},
+        "checks": {
+            "base_distributions_kept": sum(1 for n in before if after.get(n) == before[n]),
+            "imported": checked.imported,
+            "files_checked_after_the_build_only": list(checked.unread),
+        },
     }
 
 
