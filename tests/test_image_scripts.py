@@ -294,6 +294,9 @@ def test_an_archives_wheels_install_in_order_only_when_its_sha256_matches(tmp_pa
     locks.mkdir(parents=True)
     target = tmp_path / "site"
     script = BUILD_ENV_SH.read_text().replace("/etc/ascendkit/locks", str(locks)).replace("/etc/ascendkit/constraints.txt", os.devnull)
+    # the image's fixed work directory, made the test's own: the two cases (and another run's) at once must not share it
+    script = script.replace('work="/tmp/ascendkit-archive-', f'work="{tmp_path}/archive-')
+    assert f"{tmp_path}/archive-" in script
     (tmp_path / "build-env.sh").write_text(script)
     (locks / "kernels-x86_64.txt").write_text("# status: resolved\n")
     probe = (
