@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from buildkit.team.resolve import TeamBase, TeamResolution, lock_file, team_base
 from buildkit.team.spec import LoadedTeam, load_team
 from buildkit.trust.provenance import statement
 from tests.conftest import TEST_MATRIX
-from tests.test_team import pkg, team_repo
+from tests.test_team import GOOD, pkg, team_repo
 
 WHERE = "registry.example/acme/verl-math@sha256:" + "a" * 64
 SOURCE = {"repository": "https://git.example/acme/team", "commit": "f" * 40, "dirty": False}
@@ -127,3 +128,44 @@ def test_a_team_image_outside_its_repository_is_refused_with_where_to_rebuild_it
     original = Original(statement("registry.example/acme/verl-math", WHERE, _record(team, base)), WHERE, None, None)
     with pytest.raises(InputError, match=r"a team image \(acme/verl-math\): rebuild it in the team's repository, where its team file is"):
         rebuild_team_image(original, tmp_path / "ascendkit-team.yaml", TEST_MATRIX, Mirrors(), "127.0.0.1:5000/x", tmp_path, print)
+
+
+@pytest.mark.network
+def test_a_forks_wheel_missing_from_the_checkout_is_built_again_and_kept_only_when_the_lock_names_it(
+    tmp_path: Path, test_matrix: LoadedMatrix
+) -> None:
+    """The fork's wheel not committed beside the lock: `rebuild` builds it again from its commit (setuptools from PyPI,
+    the fixed epoch) and it is the same bytes the lock names; a lock naming other bytes leaves nothing behind, exit 2."""
+    from buildkit.team.fork import WHEELS_DIR, build_fork
+    from buildkit.team.rebuild import fork_wheel_again
+    from buildkit.team.resolve import base_constraints
+    from tests.harness.gitserver import make_repository
+
+    tree = tmp_path / "fork-tree"
+    (tree / "idna").mkdir(parents=True)
+    (tree / "idna" / "__init__.py").write_text('__version__ = "3.7+acme.1"\nACME_FORK = True\n')
+    (tree / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "idna"\nversion = "3.7+acme.1"\n\n[tool.setuptools]\npackages = ["idna"]\n'
+    )
+    commit = make_repository(tree, tmp_path / "git" / "verl.git", "the team's fork")
+    fork = f"framework:\n  git: {(tmp_path / 'git' / 'verl.git').as_uri()}\n  commit: {commit}\n  replaces: verl\nenv:"
+    team = load_team(team_repo(tmp_path / "team", GOOD.replace("env:", fork, 1)), test_matrix)
+    base = team_base(test_matrix, team, "x86_64")
+    urls = dict(base.indexes)
+    first = build_fork(team, urls[base.indexes[0][0]], base_constraints(team, base))
+    write_team_lock(team, base, TeamResolution([pkg("tabulate", "0.9.0", "-r team.in")], fork=first))
+    original = first.path.read_bytes()
+    shutil.rmtree(tmp_path / "team" / ".ascendkit")
+    said: list[str] = []
+    fork_wheel_again(team, base, urls, said.append)
+    assert first.path.read_bytes() == original, "built again from its commit: the same bytes"
+    assert said == [f"{tmp_path / 'team' / WHEELS_DIR} has no wheel of the fork: building it again from {fork.split()[2]}@{commit}"]
+    fork_wheel_again(team, base, urls, said.append)
+    assert len(said) == 1, "a wheel at hand is not built again"
+    lock = lock_file(team, "x86_64")
+    lock.write_text(lock.read_text().replace(first.sha256, "0" * 64))
+    shutil.rmtree(tmp_path / "team" / ".ascendkit")
+    with pytest.raises(InputError, match=f"built again to {re.escape(first.path.name)} of sha256 {first.sha256}, which"):
+        fork_wheel_again(team, base, urls)
+    assert not (tmp_path / "team" / ".ascendkit").exists(), "the wheel the lock does not name is not left behind"

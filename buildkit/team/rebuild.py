@@ -7,7 +7,8 @@ What is recorded: the team's name, its lock and files by sha256, its fork's comm
 URLs the build named (the Dockerfile's ARGs, which its history keeps), the builder and the epoch; the team file itself
 (its environment, labels and file list) by the image's version label, which is a digest of the lock, the files and
 the team file. Any of them not as recorded is refused before anything is built (exit 2), naming what differs and the
-commit the image was built from.
+commit the image was built from. A fork's wheel missing from the checkout is built again from its commit and held to
+the lock's hash first.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from buildkit.ship.publish import publish_image
 from buildkit.ship.rebuild import Original, RebuildOutcome, compare, publication, recorded_parts, scratch_push, team_params
 from buildkit.team.build import base_by_digest, build_team, index_args_of
 from buildkit.team.dockerfile import files_digest, naming_locks, version_label
-from buildkit.team.fork import WHEELS_DIR, read_wheel
-from buildkit.team.resolve import FORK_LAYER, TeamBase, lock_file, lock_sections
+from buildkit.team.fork import WHEELS_DIR, build_fork, read_wheel
+from buildkit.team.resolve import FORK_LAYER, TeamBase, base_constraints, lock_file, lock_sections
 from buildkit.team.spec import LoadedTeam
 
 VERSION_LABEL = "org.opencontainers.image.version"
@@ -151,6 +152,33 @@ def check_team_inputs(recorded: TeamRecorded, team: LoadedTeam, base: TeamBase, 
         raise InputError(f"{recorded.where}: not rebuilt, its inputs are not the ones at hand{at}:\n  " + "\n  ".join(problems))
 
 
+def fork_wheel_again(team: LoadedTeam, base: TeamBase, urls: dict[str, str], say: Callable[[str], None] | None = None) -> None:
+    """Where the checkout lacks the fork's wheel: built again from its commit, as `team lock` built it (the base's pins,
+    the fixed epoch), and kept only when it is the wheel the lock names by sha256. Another wheel is removed again and
+    refused (exit 2): the fork's build does not give the same bytes here, and the image cannot be rebuilt from it."""
+    framework = team.spec.framework
+    wheels = team.root / WHEELS_DIR
+    if framework is None or sorted(wheels.glob("*.whl")):
+        return
+    path = lock_file(team, base.arch)
+    held = lock_sections(path.read_text(encoding="utf-8")).get(FORK_LAYER, "") if path.is_file() else ""
+    if not held:
+        return  # no fork in the lock at hand: check_team_inputs names that lock
+    made = [d for d in (wheels, wheels.parent) if not d.exists()]
+    (say or (lambda _line: None))(f"{wheels} has no wheel of the fork: building it again from {framework.git}@{framework.commit}")
+    wheel = build_fork(team, urls[base.indexes[0][0]], base_constraints(team, base))
+    if f"--hash=sha256:{wheel.sha256}" in held:
+        return
+    wheel.path.unlink()
+    for directory in made:  # the checkout left as it was found
+        directory.rmdir()
+    raise InputError(
+        f"the fork at {framework.commit} built again to {wheel.path.name} of sha256 {wheel.sha256}, which {path.name} does not "
+        f"lock: its build gives other bytes here, so the image cannot be rebuilt from it (the wheel the lock names is kept "
+        f"beside the lock, in {WHEELS_DIR}, for that reason)"
+    )
+
+
 def base_for_build(client: docker.APIClient, recorded: TeamRecorded, base: TeamBase, team: LoadedTeam) -> str:
     """What `team build` is given as the base: a tag this engine has for the recorded base (BuildKit resolves a digest
     reference at the registry, which a base built or loaded here never came from), checked to name the recorded base."""
@@ -183,6 +211,8 @@ def rebuild_team(
     with nothing cached, tagged ``<team>-rebuilt`` and recorded in ``<manifest_dir>/rebuilt/`` (the original's tag and
     record left as they were), published to ``to`` as the original was, and compared."""
     recorded = team_recorded(original)
+    if team.spec.framework is not None and team.spec.framework.commit == recorded.fork_commit:
+        fork_wheel_again(team, base, urls, say)
     check_team_inputs(recorded, team, base, urls, original_version(client, original))
     push = scratch_push(to, recorded.media_types)  # refused now, before the build, as the reference rebuild's
     base_image = base_for_build(client, recorded, base, team)
