@@ -90,8 +90,9 @@ SmokeCpuOption = Annotated[
     typer.Option(
         "--cpu",
         help=(
-            "A CPU run in the image, on any host: the job's entry point to its accelerator boundary, then one training step "
-            "through the framework's own code (no NPU, no network; --timeout bounds the first part). Not a smoke run."
+            "A CPU run in the image, on any host: the job's config check, its entry point to its accelerator boundary, then one "
+            "training step through the framework's own code (no NPU, no network; --timeout bounds the run to the boundary). "
+            "Not a smoke run."
         ),
     ),
 ]

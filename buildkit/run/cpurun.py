@@ -1,5 +1,5 @@
-"""A CPU run of a smoke job: its own entry point run to the accelerator boundary, and one training step
-through the framework's own code, in the job's packages, on a machine without NPUs.
+"""A CPU run of a smoke job: smoke's config check of it, its own entry point run to the accelerator boundary, and
+one training step through the framework's own code, in the job's packages, on a machine without NPUs.
 
 Where the packages are is a :class:`Place`: a built image (``ascendkit smoke --cpu --image``: a
 container of it, smoke_tests/ mounted read-only) or a local environment (``--python``: CI's CPU
@@ -218,7 +218,8 @@ def run_cpu(
     progress: Callable[[str], None] | None = None,
     variation: Variation = Variation(),
 ) -> CpuRun:
-    """Both parts of a CPU run of ``job_name`` at ``place``; ``work`` is the host's side of its work directory."""
+    """The three parts of a CPU run of ``job_name`` at ``place`` (config check, boundary, step); ``work`` is the host's
+    side of its work directory."""
     say = progress or (lambda _line: None)
     started = time.monotonic()
     job = cpu_job(image, job_name, sku, facts, place)
