@@ -39,7 +39,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from buildkit.errors import AscendkitError, InputError
 from buildkit.frameworks.verl.releases import older
-from buildkit.lock.index import IndexClient, download
+from buildkit.lock.index import DistFile, IndexClient, IndexUnreachable, ProjectMissing, download
 from buildkit.lock.lockfile import LockedPackage, read_lock
 from buildkit.lock.resolve import uv_binary
 from buildkit.matrix.load import LoadedMatrix
@@ -151,12 +151,20 @@ def _run(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = 
     return done.stdout
 
 
+def _files(client: IndexClient, name: str) -> tuple[DistFile, ...]:
+    """What PyPI serves of ``name``; an index that cannot be reached or lacks it is said as the run's failure."""
+    try:
+        return client.project(PYPI, name).files
+    except (IndexUnreachable, ProjectMissing) as exc:
+        raise AscendkitError(f"PyPI: {name}: {exc or 'no such project'}") from None
+
+
 def release_sdist(dist: str, version: str, work: Path) -> Path:
     """The release's sdist from PyPI, checked against the sha256 the index gives."""
     client = IndexClient()
-    (found,) = [f for f in client.project(PYPI, dist).files if f.kind == "sdist" and str(f.version) == version]
-    if not found.sha256:
-        raise AscendkitError(f"{found.filename}: the index gives no sha256")
+    found = next((f for f in _files(client, dist) if f.kind == "sdist" and str(f.version) == version), None)
+    if found is None or not found.sha256:
+        raise AscendkitError(f"PyPI has no sdist of {dist} {version} with a sha256: the fork is made of the release's sdist")
     dest = work / found.filename
     if not dest.is_file() or hashlib.sha256(dest.read_bytes()).hexdigest() != found.sha256:
         download(client.session, found.url, dest, frozenset({found.sha256}))
@@ -219,7 +227,7 @@ def _pure_locked(client: IndexClient, package: LockedPackage) -> bool:
     """Whether the wheels the lock allows are pure (installable on any arch by the same hashes; uv takes a wheel before
     the sdist the lock allows too)."""
     hashes = {h.removeprefix("sha256:") for h in package.hashes}
-    wheels = [f for f in client.project(PYPI, package.name).files if f.sha256 in hashes and f.kind == "wheel"]
+    wheels = [f for f in _files(client, package.name) if f.sha256 in hashes and f.kind == "wheel"]
     return bool(wheels) and all(t.platform == "any" for f in wheels for t in f.tags)
 
 
