@@ -211,8 +211,10 @@ def rebuild_team(
     with nothing cached, tagged ``<team>-rebuilt`` and recorded in ``<manifest_dir>/rebuilt/`` (the original's tag and
     record left as they were), published to ``to`` as the original was, and compared."""
     recorded = team_recorded(original)
-    if team.spec.framework is not None and team.spec.framework.commit == recorded.fork_commit:
-        fork_wheel_again(team, base, urls, say)
+    lock = lock_file(team, recorded.arch)
+    recorded_lock = lock.is_file() and hashlib.sha256(lock.read_bytes()).hexdigest() == recorded.lock_sha256
+    if recorded_lock and team.spec.framework is not None and team.spec.framework.commit == recorded.fork_commit:
+        fork_wheel_again(team, base, urls, say)  # built only for the lock and commit recorded: anything else is refused next
     check_team_inputs(recorded, team, base, urls, original_version(client, original))
     push = scratch_push(to, recorded.media_types)  # refused now, before the build, as the reference rebuild's
     base_image = base_for_build(client, recorded, base, team)

@@ -145,10 +145,7 @@ def run_stack(
     loaded: LoadedMatrix, stack_id: str, out: Path, work: Path, torch_wheel: Path, python: str
 ) -> tuple[CpuEnvPlan, list[CpuRun]]:
     stack = loaded.matrix.stacks[stack_id]
-
-    def say(line: str) -> None:
-        print(f"cpu-run: {stack_id}: {line}", file=sys.stderr, flush=True)
-
+    say = sayer(stack_id)
     started = time.monotonic()
     plan = plan_env(loaded, stack_id, torch_wheel, work / f"{stack_id}-resolve", framework_tree(loaded, stack_id, work))
     say(f"{len(plan.requirements)} packages of the image ({plan.source}); left out: {', '.join(n for n, _, _ in plan.left_out)}")
@@ -167,9 +164,11 @@ def run_stack(
     return plan, runs
 
 
-def say_team(stack_id: str) -> Callable[[str], None]:
+def sayer(what: str) -> Callable[[str], None]:
+    """Progress on stderr, each line headed by what it is of."""
+
     def say(line: str) -> None:
-        print(f"cpu-run: {stack_id} + team: {line}", file=sys.stderr, flush=True)
+        print(f"cpu-run: {what}: {line}", file=sys.stderr, flush=True)
 
     return say
 
@@ -217,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             write_report(args.out, runs, planted)
         if stack_id == team_on:
             try:
-                runs.append(run_team(loaded, stack_id, plan, args.work / "team", python, say_team(stack_id)))
+                runs.append(run_team(loaded, stack_id, plan, args.work / "team", python, sayer(f"{stack_id} + team")))
             except AscendkitError as exc:  # the example could not be locked or installed: said, as a failure
                 unbuilt.append(f"{stack_id}: team {exc}")
                 print(f"cpu-run: {unbuilt[-1]}", file=sys.stderr, flush=True)

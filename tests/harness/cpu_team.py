@@ -49,7 +49,7 @@ from buildkit.run.cpuverdict import Verdict
 from buildkit.run.job import ImageJob, JobFacts
 from buildkit.team.fork import WHEELS_DIR
 from buildkit.team.inimage import DISTRIBUTIONS, IMPORTS, moved, shared
-from buildkit.team.resolve import FORK_LAYER, TEAM_LAYER, lock_sections
+from buildkit.team.resolve import FORK_LAYER, TEAM_LAYER
 
 BIN = Path(sys.executable).parent
 PYPI = "https://pypi.org/simple"
@@ -238,8 +238,10 @@ def install_team(plan: CpuEnvPlan, team: Path, lock: Path, venv: Path, python: s
     shutil.rmtree(venv, ignore_errors=True)  # an earlier run's team packages would be read as the base's
     env_python = make_env(plan, venv, python)
     before = _python_json(env_python, DISTRIBUTIONS)
-    sections = lock_sections(lock.read_text(encoding="utf-8"))
-    packages = [p for _, p in read_lock(lock).packages if p.key != "verl"]
+    locked = read_lock(lock)
+    packages, forks = locked.layers.get(TEAM_LAYER, []), locked.layers.get(FORK_LAYER, [])
+    if not packages or len(forks) != 1:
+        raise AscendkitError(f"{lock.name}: not a lock of the team's packages ({TEAM_LAYER}) and its fork ({FORK_LAYER})")
     client = IndexClient()
     pure = [p for p in packages if _pure_locked(client, p)]
     rest = [p for p in packages if p not in pure]
@@ -249,9 +251,8 @@ def install_team(plan: CpuEnvPlan, team: Path, lock: Path, venv: Path, python: s
     _run([*uv, "--require-hashes", "-r", str(hashed)])
     if rest:
         _run([*uv, *(f"{p.key}=={p.version}" for p in rest)])
-    (fork_pin,) = [p for _, p in read_lock(lock).packages if p.key == "verl"]
     (wheel,) = (team / WHEELS_DIR).glob("*.whl")
-    if f"sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}" not in fork_pin.hashes:
+    if f"sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}" not in forks[0].hashes:
         raise AscendkitError(f"{wheel.name}: not the wheel the lock's {FORK_LAYER} section names")
     _run([*uv, "--reinstall-package", "verl", str(wheel)])
     after = _python_json(env_python, DISTRIBUTIONS)
@@ -265,8 +266,6 @@ def install_team(plan: CpuEnvPlan, team: Path, lock: Path, venv: Path, python: s
     fork_files = after.get("verl", [None, None, None, []])[3]
     if not any(path.endswith(FORK_MODULE.split("verl/", 1)[1]) for path in fork_files):
         problems.append("the installed verl is not the fork: it has no " + FORK_MODULE)
-    if TEAM_LAYER not in sections:
-        problems.append(f"{lock.name} has no {TEAM_LAYER} section")
     commit = str(spec["framework"]["commit"])
     _, version, *_ = parse_wheel_filename(wheel.name)
     install = TeamInstall(env_python, commit, str(version), sorted(p.key for p in pure), sorted(p.key for p in rest), replaced)
